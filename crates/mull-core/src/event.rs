@@ -1,0 +1,613 @@
+//! The event log's vocabulary: one closed [`Event`] enum and the [`Envelope`] that places an
+//! event in the log.
+//!
+//! The rule: if a hook or a user could observe it, it is an event. Hook decisions are events
+//! too, which is what lets a recorded session be re-executed against new hook code.
+//!
+//! Events are stored as JSON with a `type` tag. A payload whose `type` this build does not know
+//! (written by a newer mull) decodes to [`Event::Unknown`] holding the raw JSON, so it is shown
+//! and exported, never dropped. A payload whose `type` is known but whose fields do not fit is an
+//! error, not an unknown event.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::classify::ChatErrorClassification;
+use crate::message::{ToolPartState, UIMessage};
+use crate::model::{CallSettings, ToolChoice};
+use crate::stream::{FinishReason, Source, StreamPart, Usage};
+
+/// The payload version this build writes. Readers upcast older versions on decode.
+pub const EVENT_VERSION: u16 = 1;
+
+/// An event in its place in the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Position in the database, assigned at append; strictly increasing.
+    pub seq: u64,
+    pub session_id: String,
+    /// The turn this event belongs to, if any.
+    pub turn_id: Option<String>,
+    /// When it happened, from the injected clock.
+    pub at: DateTime<Utc>,
+    /// Version of the payload's shape.
+    pub v: u16,
+    pub event: Event,
+}
+
+/// How a turn was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryPath {
+    /// A library call that streams parts back.
+    Chat,
+    /// `save_messages`: append messages and run a turn.
+    SaveMessages,
+    /// A durable submission.
+    SubmitMessages,
+    /// `continue_last_turn`.
+    ContinueLastTurn,
+    /// The automatic turn after client tool results arrived.
+    AutoContinue,
+    /// A network chat request.
+    Http,
+}
+
+/// How a turn ended (or that it has not yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    Running,
+    Completed,
+    Error,
+    Aborted,
+}
+
+impl TurnStatus {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Running => "running",
+            TurnStatus::Completed => "completed",
+            TurnStatus::Error => "error",
+            TurnStatus::Aborted => "aborted",
+        }
+    }
+}
+
+/// Where in a turn a failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorStage {
+    /// A request body could not be decoded; nothing was persisted.
+    Parse,
+    /// Saving the user's messages failed.
+    Persist,
+    /// Turn setup: model resolution, `before_turn`, authorization, empty context.
+    Turn,
+    /// The model stream.
+    Stream,
+    /// Resuming an interrupted turn after a restart.
+    Recovery,
+    /// Repairing the history.
+    Transcript,
+}
+
+/// The hooks of an agent, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookName {
+    ConfigureSession,
+    BeforeTurn,
+    BeforeStep,
+    BeforeToolCall,
+    AfterToolCall,
+    OnStepFinish,
+    OnChunk,
+    OnChatResponse,
+    OnChatError,
+    ClassifyChatError,
+    OnCompaction,
+}
+
+/// What was decided about a tool call before it could run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionAction {
+    /// Run execute with the model's input.
+    Allow,
+    /// Run execute with an input the hook supplied.
+    Rewrite,
+    /// Do not run; the model sees the reason.
+    Block,
+    /// Do not run; the model sees the supplied output.
+    Substitute,
+    /// The model's input failed the tool's schema (or was not JSON); no hook ran.
+    Invalid,
+    /// `before_tool_call` itself failed; the call counts as a failed execution.
+    HookFailed,
+}
+
+impl DecisionAction {
+    /// Whether execute runs under this decision.
+    pub fn executes(self) -> bool {
+        matches!(self, DecisionAction::Allow | DecisionAction::Rewrite)
+    }
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionAction::Allow => "allow",
+            DecisionAction::Rewrite => "rewrite",
+            DecisionAction::Block => "block",
+            DecisionAction::Substitute => "substitute",
+            DecisionAction::Invalid => "invalid",
+            DecisionAction::HookFailed => "hook_failed",
+        }
+    }
+}
+
+/// Why a compaction ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionReason {
+    /// After the model reported a context overflow.
+    Reactive,
+    /// Before a step whose input would near the context limit.
+    Proactive,
+    /// Because the session grew past `compact_after`.
+    Threshold,
+    /// Asked for by the application.
+    Manual,
+}
+
+/// How a durable submission ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubmissionStatus {
+    Completed,
+    Error,
+    Aborted,
+    /// A duplicate of an earlier submission; nothing ran.
+    Duplicate,
+}
+
+/// The merged TurnConfig of a turn, as data: what the turn actually ran with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TurnConfigRecord {
+    pub provider: String,
+    pub model_id: String,
+    pub system: Option<String>,
+    /// Model messages handed to the model on the first step.
+    pub message_count: u32,
+    /// Every tool of the turn, after merging.
+    pub tool_names: Vec<String>,
+    /// The tools the model may call, when limited.
+    pub active_tools: Option<Vec<String>>,
+    pub tool_choice: ToolChoice,
+    pub max_steps: u32,
+    /// Descriptions of every stop condition, `step_count_is(max_steps)` first.
+    pub stop_when: Vec<String>,
+    pub send_reasoning: bool,
+    /// Call settings (header values redacted).
+    pub settings: CallSettings,
+    pub max_retries: u32,
+    /// Whole-turn timeout.
+    pub timeout_ms: Option<u64>,
+    /// Longest gap allowed between two parts of the stream (0 = off).
+    pub stall_timeout_ms: u64,
+    /// Names of the stream transforms, in order.
+    pub transforms: Vec<String>,
+    /// Structured-output schema, when set.
+    pub output_schema: Option<Value>,
+    /// Which fields `before_turn` (or an extension) changed, e.g. `"system"`, `"ext:policy:max_steps"`.
+    pub overrides: Vec<String>,
+}
+
+/// A tool call as a step record lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    pub call_id: String,
+    pub tool_name: String,
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dynamic: bool,
+}
+
+/// A tool result as a step record lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResultRecord {
+    pub call_id: String,
+    pub tool_name: String,
+    pub input: Value,
+    pub success: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The full record of one step, as `on_step_finish` receives it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: u32,
+    pub model_id: String,
+    pub text: String,
+    pub reasoning_text: Option<String>,
+    pub sources: Vec<Source>,
+    /// Generated files as (media type, data).
+    pub files: Vec<(String, String)>,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub tool_results: Vec<ToolResultRecord>,
+    pub finish_reason: FinishReason,
+    pub raw_finish_reason: Option<String>,
+    pub usage: Usage,
+    pub warnings: Vec<String>,
+    /// Request metadata (what was sent, without secrets).
+    pub request: Value,
+    /// Response metadata (provider ids, model, timing).
+    pub response: Value,
+    pub provider_metadata: Option<Value>,
+}
+
+/// Everything that can happen in a mull session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A session was created or reopened by an agent.
+    SessionOpened {
+        agent: String,
+        #[serde(default)]
+        metadata: Value,
+    },
+    /// User (or application) messages were appended to the conversation.
+    UserMessagesSaved {
+        request_id: Option<String>,
+        messages: Vec<UIMessage>,
+    },
+    /// A turn attempt began.
+    TurnStarted {
+        request_id: String,
+        /// Id of the assistant message this turn writes.
+        message_id: String,
+        entry: EntryPath,
+        continuation: bool,
+        /// 0 for the first attempt; overflow recovery re-runs with the same request id.
+        attempt: u32,
+        /// Free-form fields from the caller, as hooks see them.
+        body: Value,
+    },
+    /// `before_turn` (and extensions) decided; this is what the turn runs with.
+    TurnConfigured { config: TurnConfigRecord },
+    /// A step is about to be prepared.
+    StepStarted { step: u32 },
+    /// `before_step` decided; this is what the step's model call uses.
+    StepConfigured {
+        step: u32,
+        model_id: String,
+        active_tools: Option<Vec<String>>,
+        tool_choice: ToolChoice,
+        system: Option<String>,
+        message_count: u32,
+        /// Which fields `before_step` changed.
+        overrides: Vec<String>,
+    },
+    /// A model call failed in a retryable way and will be tried again.
+    ModelRetried {
+        step: u32,
+        attempt: u32,
+        error: String,
+        delay_ms: u64,
+    },
+    /// One stream part, as the user saw it (after transforms).
+    Chunk {
+        step: u32,
+        part: StreamPart,
+        /// The part before a stream transform changed it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        original: Option<StreamPart>,
+    },
+    /// The model called a tool.
+    ToolCallStarted {
+        step: u32,
+        call_id: String,
+        tool: String,
+        /// The parsed input, or the raw text when it was not JSON.
+        input: Value,
+        /// A tool with no execute: the client must answer.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        client: bool,
+    },
+    /// What happens to the call; written and flushed before execute starts.
+    ToolDecided {
+        step: u32,
+        call_id: String,
+        tool: String,
+        action: DecisionAction,
+        model_input: Value,
+        effective_input: Value,
+        reason: Option<String>,
+        /// The output the model sees for block / substitute.
+        output: Option<Value>,
+    },
+    /// The call's outcome, as the model sees it.
+    ToolCallFinished {
+        step: u32,
+        call_id: String,
+        tool: String,
+        success: bool,
+        output: Option<Value>,
+        error: Option<String>,
+        duration_ms: u64,
+    },
+    /// A client answered a client-side tool call.
+    ClientToolResult {
+        call_id: String,
+        tool: String,
+        state: ToolPartState,
+        output: Option<Value>,
+        error: Option<String>,
+    },
+    /// A tool call left without a result by an interrupted turn was closed with an error.
+    ToolCallRepaired {
+        message_id: String,
+        call_id: String,
+        tool: String,
+        error_text: String,
+    },
+    /// A step ended; the full step record.
+    StepFinished { record: StepRecord },
+    /// The assistant message of a turn was persisted.
+    AssistantMessageSaved {
+        request_id: String,
+        message: UIMessage,
+    },
+    /// A turn ended.
+    TurnFinished {
+        request_id: String,
+        status: TurnStatus,
+        error: Option<String>,
+        steps: u32,
+        usage: Usage,
+    },
+    /// A failure, with its stage.
+    TurnFailed {
+        request_id: Option<String>,
+        stage: ErrorStage,
+        messages_persisted: bool,
+        classification: Option<ChatErrorClassification>,
+        error: String,
+    },
+    /// History was compacted: the messages in `replaced_ids` are shown as `summary`.
+    CompactionApplied {
+        reason: CompactionReason,
+        attempt: u32,
+        shortened: bool,
+        replaced_ids: Vec<String>,
+        summary: Option<UIMessage>,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
+    /// A durable submission was accepted (before anything runs).
+    SubmissionAccepted {
+        submission_id: String,
+        idempotency_key: Option<String>,
+        messages: Vec<UIMessage>,
+        body: Value,
+    },
+    /// A submission's messages were applied and its turn began.
+    SubmissionApplied {
+        submission_id: String,
+        request_id: String,
+    },
+    /// A submission ended.
+    SubmissionFinished {
+        submission_id: String,
+        request_id: Option<String>,
+        status: SubmissionStatus,
+        error: Option<String>,
+    },
+    /// A hook failed, panicked or timed out; the turn went on as the rules say.
+    HookFailed {
+        hook: HookName,
+        /// `agent`, or the extension's name.
+        source: String,
+        error: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        panicked: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        timed_out: bool,
+    },
+    /// Someone asked to cancel a turn (`None`: every turn of the session).
+    CancellationRequested {
+        request_id: Option<String>,
+        reason: String,
+    },
+    /// An event of a kind this build does not know, kept verbatim (only [`Event::decode`]
+    /// produces it; serde's derive stays strict so a known kind with a bad shape is an error).
+    #[serde(untagged, skip_deserializing)]
+    Unknown(Value),
+}
+
+/// An event payload that could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum EventDecodeError {
+    #[error("event payload is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("event payload has no string \"type\" field")]
+    NoType,
+    #[error("event of kind {kind:?} does not fit its shape: {source}")]
+    BadShape {
+        kind: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("event payload version {0} is newer than this build understands for a known kind")]
+    TooNew(u16),
+}
+
+macro_rules! kinds {
+    ($($variant:ident => $name:literal),* $(,)?) => {
+        /// Every kind this build knows, as written in the `type` field.
+        pub const KNOWN_KINDS: &'static [&'static str] = &[$($name),*];
+
+        /// The event's `type`, or the raw `type` of an unknown event.
+        pub fn kind(&self) -> &str {
+            match self {
+                $(Event::$variant { .. } => $name,)*
+                Event::Unknown(raw) => raw.get("type").and_then(Value::as_str).unwrap_or("unknown"),
+            }
+        }
+    };
+}
+
+impl Event {
+    kinds! {
+        SessionOpened => "session_opened",
+        UserMessagesSaved => "user_messages_saved",
+        TurnStarted => "turn_started",
+        TurnConfigured => "turn_configured",
+        StepStarted => "step_started",
+        StepConfigured => "step_configured",
+        ModelRetried => "model_retried",
+        Chunk => "chunk",
+        ToolCallStarted => "tool_call_started",
+        ToolDecided => "tool_decided",
+        ToolCallFinished => "tool_call_finished",
+        ClientToolResult => "client_tool_result",
+        ToolCallRepaired => "tool_call_repaired",
+        StepFinished => "step_finished",
+        AssistantMessageSaved => "assistant_message_saved",
+        TurnFinished => "turn_finished",
+        TurnFailed => "turn_failed",
+        CompactionApplied => "compaction_applied",
+        SubmissionAccepted => "submission_accepted",
+        SubmissionApplied => "submission_applied",
+        SubmissionFinished => "submission_finished",
+        HookFailed => "hook_failed",
+        CancellationRequested => "cancellation_requested",
+    }
+
+    /// Decodes a stored payload of version `v`. Unknown kinds come back as [`Event::Unknown`];
+    /// a known kind that does not fit its shape is an error naming the kind.
+    pub fn decode(v: u16, payload: &str) -> Result<Event, EventDecodeError> {
+        match serde_json::from_str::<Event>(payload) {
+            Ok(event) => Ok(event),
+            Err(err) => {
+                let raw: Value =
+                    serde_json::from_str(payload).map_err(EventDecodeError::NotJson)?;
+                let kind = raw
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .ok_or(EventDecodeError::NoType)?;
+                if !Self::KNOWN_KINDS.contains(&kind) {
+                    return Ok(Event::Unknown(raw));
+                }
+                if v > EVENT_VERSION {
+                    return Err(EventDecodeError::TooNew(v));
+                }
+                Err(EventDecodeError::BadShape {
+                    kind: kind.to_owned(),
+                    source: err,
+                })
+            }
+        }
+    }
+
+    /// Encodes the payload as stored: compact JSON with fields in declaration order.
+    pub fn encode(&self) -> String {
+        // Serializing plain data cannot fail: no maps with non-string keys, no foreign types.
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            format!(
+                "{{\"type\":\"encode_error\",\"error\":{:?}}}",
+                e.to_string()
+            )
+        })
+    }
+
+    /// Whether the event must be durable before the engine proceeds (a flush barrier).
+    pub fn needs_flush(&self) -> bool {
+        !matches!(self, Event::Chunk { .. })
+    }
+}
+
+impl Envelope {
+    /// The event's kind.
+    pub fn kind(&self) -> &str {
+        self.event.kind()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn known_events_round_trip_through_decode() {
+        let event = Event::TurnStarted {
+            request_id: "req_1".into(),
+            message_id: "msg_1".into(),
+            entry: EntryPath::SaveMessages,
+            continuation: false,
+            attempt: 0,
+            body: json!({"mode": "x"}),
+        };
+        let text = event.encode();
+        assert!(text.starts_with(r#"{"type":"turn_started","request_id":"req_1""#));
+        assert_eq!(Event::decode(1, &text).expect("decodes"), event);
+        assert_eq!(event.kind(), "turn_started");
+    }
+
+    #[test]
+    fn unknown_kinds_are_kept_verbatim() {
+        let text = r#"{"type":"telepathy_detected","strength":9000,"nested":{"b":1,"a":2}}"#;
+        let event = Event::decode(2, text).expect("unknown kinds decode");
+        assert_eq!(event.kind(), "telepathy_detected");
+        assert!(matches!(event, Event::Unknown(_)));
+        assert_eq!(event.encode(), text);
+    }
+
+    #[test]
+    fn a_known_kind_with_a_bad_shape_is_an_error_naming_it() {
+        let err = Event::decode(1, r#"{"type":"turn_started","request_id":5}"#)
+            .expect_err("bad shape must fail");
+        let msg = err.to_string();
+        assert!(msg.contains("turn_started"), "{msg}");
+    }
+
+    #[test]
+    fn not_json_and_untyped_payloads_are_errors() {
+        assert!(matches!(
+            Event::decode(1, "{nope"),
+            Err(EventDecodeError::NotJson(_))
+        ));
+        assert!(matches!(
+            Event::decode(1, r#"{"a":1}"#),
+            Err(EventDecodeError::NoType)
+        ));
+    }
+
+    #[test]
+    fn every_known_kind_is_listed_once() {
+        let mut kinds = Event::KNOWN_KINDS.to_vec();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds.len(), Event::KNOWN_KINDS.len());
+    }
+
+    #[test]
+    fn only_chunks_skip_the_flush_barrier() {
+        let chunk = Event::Chunk {
+            step: 0,
+            part: crate::stream::StreamPart::TextDelta {
+                id: "t".into(),
+                text: "a".into(),
+            },
+            original: None,
+        };
+        assert!(!chunk.needs_flush());
+        assert!(Event::StepStarted { step: 0 }.needs_flush());
+    }
+}

@@ -1,0 +1,29 @@
+//! The vocabulary of mull: every fact a turn can produce ([`Event`]), the messages those facts
+//! fold into ([`UIMessage`]), the parts a model streams ([`StreamPart`]), the data recorded for
+//! hook decisions, and the [`LanguageModel`] interface.
+//!
+//! This crate is pure data and pure functions: no I/O and no async runtime. Everything that
+//! stores, runs or draws lives in the crates above it.
+
+pub mod classify;
+pub mod clock;
+pub mod convert;
+pub mod event;
+pub mod message;
+pub mod model;
+pub mod stream;
+
+pub use classify::{default_context_overflow_classifier, ChatErrorClassification, ErrorInput};
+pub use clock::{Clock, FixedClock, IdSource, RandomIds, SequentialIds, SystemClock};
+pub use convert::{to_model_messages, truncate_for_context};
+pub use event::{
+    CompactionReason, DecisionAction, EntryPath, Envelope, ErrorStage, Event, EventDecodeError,
+    HookName, StepRecord, SubmissionStatus, ToolCallRecord, ToolResultRecord, TurnConfigRecord,
+    TurnStatus, EVENT_VERSION,
+};
+pub use message::{Role, ToolPart, ToolPartState, UIMessage, UIPart};
+pub use model::{
+    CallSettings, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelMessage,
+    ModelRequest, ModelRole, ModelStream, ToolChoice, ToolSpec,
+};
+pub use stream::{FinishReason, Source, StreamPart, Usage};
