@@ -1,0 +1,2 @@
+//! mull's bench binary.
+fn main() {}

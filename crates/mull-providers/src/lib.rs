@@ -1,0 +1,3 @@
+//! Implementations of [`mull_core::LanguageModel`].
+
+pub mod scripted;

@@ -1,0 +1,1 @@
+//! A deterministic, scriptable model for tests, demos and benchmarks.

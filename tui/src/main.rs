@@ -1,0 +1,2 @@
+//! The `mull` binary.
+fn main() {}
