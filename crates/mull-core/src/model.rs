@@ -235,3 +235,28 @@ impl ModelError {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_hash_ignores_header_values_but_not_content() {
+        let mut a = ModelRequest {
+            system: Some("be brief".into()),
+            messages: vec![ModelMessage::text(ModelRole::User, "hi")],
+            ..ModelRequest::default()
+        };
+        a.settings
+            .headers
+            .insert("authorization".into(), "Bearer one".into());
+        let mut b = a.clone();
+        b.settings
+            .headers
+            .insert("authorization".into(), "Bearer two".into());
+        assert_eq!(a.canonical_hash(), b.canonical_hash());
+        assert_eq!(a.canonical_hash().len(), 64);
+        b.messages.push(ModelMessage::text(ModelRole::User, "more"));
+        assert_ne!(a.canonical_hash(), b.canonical_hash());
+    }
+}
