@@ -1,0 +1,759 @@
+//! From logged events to the AI SDK's UI message stream.
+//!
+//! A client sees a turn as a sequence of [`UiChunk`]s (`start`, `start-step`, `text-delta`,
+//! `tool-output-available`, `finish` …). Those chunks are a pure function of the turn's events in
+//! `seq` order: [`UiStreamMapper`] folds envelopes into chunks and holds only what the mapping
+//! needs to remember (whether reasoning is shown, which tool calls already reported an output).
+//! The live stream and a resumed stream both run the same mapper over the same events, so a
+//! client that reconnects sees byte-identical parts, and the n-th chunk of a turn is the same
+//! chunk however often it is served — which is what WebSocket resume sequences count.
+
+use std::collections::HashSet;
+
+use mull_core::{Envelope, Event, FinishReason, Source, StreamPart, ToolPartState, TurnStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One part of the UI message stream, shaped as the AI SDK's `uiMessageChunkSchema`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
+pub enum UiChunk {
+    /// The assistant message begins.
+    Start {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
+    },
+    /// A model step begins.
+    StartStep,
+    TextStart {
+        id: String,
+    },
+    TextDelta {
+        id: String,
+        delta: String,
+    },
+    TextEnd {
+        id: String,
+    },
+    ReasoningStart {
+        id: String,
+    },
+    ReasoningDelta {
+        id: String,
+        delta: String,
+    },
+    ReasoningEnd {
+        id: String,
+    },
+    /// The model starts streaming a tool call's input.
+    ToolInputStart {
+        tool_call_id: String,
+        tool_name: String,
+    },
+    /// More of the input's JSON text.
+    ToolInputDelta {
+        tool_call_id: String,
+        input_text_delta: String,
+    },
+    /// The complete input (parsed JSON, or the raw text when it is not JSON).
+    ToolInputAvailable {
+        tool_call_id: String,
+        tool_name: String,
+        input: Value,
+    },
+    /// A tool's output; `preliminary` while a streaming tool has more to say.
+    ToolOutputAvailable {
+        tool_call_id: String,
+        output: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preliminary: Option<bool>,
+    },
+    ToolOutputError {
+        tool_call_id: String,
+        error_text: String,
+    },
+    SourceUrl {
+        source_id: String,
+        url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+    },
+    SourceDocument {
+        source_id: String,
+        media_type: String,
+        title: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filename: Option<String>,
+    },
+    /// A generated file, as a URL (data URLs for inline bytes).
+    File {
+        url: String,
+        media_type: String,
+    },
+    /// A model step ended.
+    FinishStep,
+    /// The turn completed.
+    Finish {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<String>,
+    },
+    /// The turn failed; nothing follows.
+    Error {
+        error_text: String,
+    },
+    /// The turn was aborted; nothing follows.
+    Abort {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+impl UiChunk {
+    /// The chunk as one line of JSON, as SSE `data:` and WebSocket frames carry it.
+    pub fn to_json(&self) -> String {
+        // Plain data with string keys: encoding cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether the chunk ends the stream.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            UiChunk::Finish { .. } | UiChunk::Error { .. } | UiChunk::Abort { .. }
+        )
+    }
+}
+
+/// Folds one turn's envelopes, in `seq` order, into UI message stream chunks.
+#[derive(Debug, Clone)]
+pub struct UiStreamMapper {
+    /// Forced off by the server, whatever the turn says.
+    hide_reasoning: bool,
+    /// The turn's `send_reasoning`, once `turn_configured` told it.
+    send_reasoning: bool,
+    /// Calls whose input reached the client as `tool-input-available`.
+    inputs_sent: HashSet<String>,
+    /// Calls whose final output (or error) reached the client.
+    outputs_sent: HashSet<String>,
+    /// The finish reason of the latest step.
+    finish_reason: FinishReason,
+    /// A failure already reported as an `error` chunk.
+    errored: bool,
+    finished: bool,
+}
+
+impl Default for UiStreamMapper {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl UiStreamMapper {
+    /// A mapper that shows reasoning when the turn's configuration says so (the default).
+    pub fn new() -> Self {
+        Self {
+            hide_reasoning: false,
+            send_reasoning: true,
+            inputs_sent: HashSet::new(),
+            outputs_sent: HashSet::new(),
+            finish_reason: FinishReason::Unknown,
+            errored: false,
+            finished: false,
+        }
+    }
+
+    /// A mapper that never shows reasoning.
+    pub fn without_reasoning() -> Self {
+        Self {
+            hide_reasoning: true,
+            ..Self::new()
+        }
+    }
+
+    /// Whether the turn has ended (a terminal chunk was produced or the turn finished).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Maps one envelope, appending the chunks it produces to `out`.
+    pub fn map_into(&mut self, envelope: &Envelope, out: &mut Vec<UiChunk>) {
+        if self.finished {
+            return;
+        }
+        match &envelope.event {
+            Event::TurnStarted { message_id, .. } => out.push(UiChunk::Start {
+                message_id: Some(message_id.clone()),
+            }),
+            Event::TurnConfigured { config } => self.send_reasoning = config.send_reasoning,
+            Event::StepStarted { .. } => out.push(UiChunk::StartStep),
+            Event::Chunk { part, .. } => self.map_part(part, out),
+            Event::ToolCallStarted {
+                call_id,
+                tool,
+                input,
+                ..
+            } if !self.inputs_sent.contains(call_id) => {
+                self.inputs_sent.insert(call_id.clone());
+                out.push(UiChunk::ToolInputAvailable {
+                    tool_call_id: call_id.clone(),
+                    tool_name: tool.clone(),
+                    input: input.clone(),
+                });
+            }
+            Event::ToolCallFinished {
+                call_id,
+                success,
+                output,
+                error,
+                ..
+            } => self.final_output(
+                call_id,
+                *success,
+                output.clone(),
+                error.clone(),
+                "the tool failed",
+                out,
+            ),
+            Event::ClientToolResult {
+                call_id,
+                state,
+                output,
+                error,
+                ..
+            } => self.final_output(
+                call_id,
+                *state == ToolPartState::OutputAvailable,
+                output.clone(),
+                error.clone(),
+                "Tool execution denied by user",
+                out,
+            ),
+            Event::ToolCallRepaired {
+                call_id,
+                error_text,
+                ..
+            } => self.final_output(call_id, false, None, Some(error_text.clone()), "", out),
+            Event::StepFinished { record } => {
+                self.finish_reason = record.finish_reason;
+                out.push(UiChunk::FinishStep);
+            }
+            Event::TurnFailed { error, .. } if !self.errored => {
+                self.errored = true;
+                out.push(UiChunk::Error {
+                    error_text: error.clone(),
+                });
+            }
+            Event::TurnFinished { status, error, .. } => {
+                match status {
+                    TurnStatus::Completed => out.push(UiChunk::Finish {
+                        finish_reason: finish_reason_name(self.finish_reason),
+                    }),
+                    TurnStatus::Aborted => out.push(UiChunk::Abort {
+                        reason: error.clone(),
+                    }),
+                    TurnStatus::Error => {
+                        if !self.errored {
+                            out.push(UiChunk::Error {
+                                error_text: error
+                                    .clone()
+                                    .unwrap_or_else(|| "the turn failed".to_owned()),
+                            });
+                        }
+                    }
+                    // A running status on a finish event means nothing to a client.
+                    TurnStatus::Running => return,
+                }
+                self.errored = true;
+                self.finished = true;
+            }
+            _ => {}
+        }
+    }
+
+    /// Maps one envelope to its chunks.
+    pub fn map(&mut self, envelope: &Envelope) -> Vec<UiChunk> {
+        let mut out = Vec::new();
+        self.map_into(envelope, &mut out);
+        out
+    }
+
+    fn final_output(
+        &mut self,
+        call_id: &str,
+        success: bool,
+        output: Option<Value>,
+        error: Option<String>,
+        default_error: &str,
+        out: &mut Vec<UiChunk>,
+    ) {
+        if !self.outputs_sent.insert(call_id.to_owned()) {
+            return;
+        }
+        out.push(if success {
+            UiChunk::ToolOutputAvailable {
+                tool_call_id: call_id.to_owned(),
+                output: output.unwrap_or(Value::Null),
+                preliminary: None,
+            }
+        } else {
+            UiChunk::ToolOutputError {
+                tool_call_id: call_id.to_owned(),
+                error_text: error.unwrap_or_else(|| default_error.to_owned()),
+            }
+        });
+    }
+
+    fn map_part(&mut self, part: &StreamPart, out: &mut Vec<UiChunk>) {
+        if part.is_reasoning() && (self.hide_reasoning || !self.send_reasoning) {
+            return;
+        }
+        let chunk = match part {
+            StreamPart::TextStart { id } => UiChunk::TextStart { id: id.clone() },
+            StreamPart::TextDelta { id, text } => UiChunk::TextDelta {
+                id: id.clone(),
+                delta: text.clone(),
+            },
+            StreamPart::TextEnd { id } => UiChunk::TextEnd { id: id.clone() },
+            StreamPart::ReasoningStart { id } => UiChunk::ReasoningStart { id: id.clone() },
+            StreamPart::ReasoningDelta { id, text } => UiChunk::ReasoningDelta {
+                id: id.clone(),
+                delta: text.clone(),
+            },
+            StreamPart::ReasoningEnd { id } => UiChunk::ReasoningEnd { id: id.clone() },
+            StreamPart::Source {
+                source: Source::Url { id, url, title },
+            } => UiChunk::SourceUrl {
+                source_id: id.clone(),
+                url: url.clone(),
+                title: title.clone(),
+            },
+            StreamPart::Source {
+                source:
+                    Source::Document {
+                        id,
+                        media_type,
+                        title,
+                        filename,
+                    },
+            } => UiChunk::SourceDocument {
+                source_id: id.clone(),
+                media_type: media_type.clone(),
+                title: title.clone(),
+                filename: filename.clone(),
+            },
+            StreamPart::File { media_type, data } => UiChunk::File {
+                url: file_url(media_type, data),
+                media_type: media_type.clone(),
+            },
+            StreamPart::ToolInputStart { call_id, tool_name } => UiChunk::ToolInputStart {
+                tool_call_id: call_id.clone(),
+                tool_name: tool_name.clone(),
+            },
+            StreamPart::ToolInputDelta { call_id, delta } => UiChunk::ToolInputDelta {
+                tool_call_id: call_id.clone(),
+                input_text_delta: delta.clone(),
+            },
+            StreamPart::ToolCall {
+                call_id,
+                tool_name,
+                input,
+            } => {
+                if !self.inputs_sent.insert(call_id.clone()) {
+                    return;
+                }
+                UiChunk::ToolInputAvailable {
+                    tool_call_id: call_id.clone(),
+                    tool_name: tool_name.clone(),
+                    input: parse_input(input),
+                }
+            }
+            StreamPart::ToolResult {
+                call_id,
+                output,
+                preliminary,
+                ..
+            } => {
+                if *preliminary {
+                    UiChunk::ToolOutputAvailable {
+                        tool_call_id: call_id.clone(),
+                        output: output.clone(),
+                        preliminary: Some(true),
+                    }
+                } else {
+                    return self.final_output(call_id, true, Some(output.clone()), None, "", out);
+                }
+            }
+            StreamPart::ToolError { call_id, error, .. } => {
+                return self.final_output(call_id, false, None, Some(error.clone()), "", out);
+            }
+            // The error reaches the client once, from the turn's end; the rest is not shown.
+            StreamPart::ToolInputEnd { .. }
+            | StreamPart::Raw { .. }
+            | StreamPart::Error { .. }
+            | StreamPart::Finish { .. } => return,
+        };
+        out.push(chunk);
+    }
+}
+
+/// The tool input as JSON when it parses, else the raw text (kept as evidence).
+fn parse_input(text: &str) -> Value {
+    if text.trim().is_empty() {
+        return Value::Object(serde_json::Map::new());
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+/// A file part's URL: the data itself when it already is a URL, else a base64 data URL.
+fn file_url(media_type: &str, data: &str) -> String {
+    if data.starts_with("data:") || data.contains("://") {
+        data.to_owned()
+    } else {
+        format!("data:{media_type};base64,{data}")
+    }
+}
+
+/// The AI SDK's name for a finish reason; `unknown` has none, so it is left out.
+fn finish_reason_name(reason: FinishReason) -> Option<String> {
+    match reason {
+        FinishReason::Unknown => None,
+        other => Some(other.as_str().to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::DateTime;
+    use mull_core::{EntryPath, StepRecord, TurnConfigRecord, Usage};
+    use serde_json::json;
+
+    fn env(seq: u64, event: Event) -> Envelope {
+        Envelope {
+            seq,
+            session_id: "s".into(),
+            turn_id: Some("t".into()),
+            at: DateTime::from_timestamp(0, 0).unwrap_or_default(),
+            v: 1,
+            event,
+        }
+    }
+
+    fn chunk(part: StreamPart) -> Event {
+        Event::Chunk {
+            step: 0,
+            part,
+            original: None,
+        }
+    }
+
+    fn started() -> Event {
+        Event::TurnStarted {
+            request_id: "r".into(),
+            message_id: "m1".into(),
+            entry: EntryPath::Http,
+            continuation: false,
+            attempt: 0,
+            body: json!({}),
+        }
+    }
+
+    fn step_finished(reason: FinishReason) -> Event {
+        Event::StepFinished {
+            record: StepRecord {
+                finish_reason: reason,
+                ..StepRecord::default()
+            },
+        }
+    }
+
+    fn finished(status: TurnStatus, error: Option<&str>) -> Event {
+        Event::TurnFinished {
+            request_id: "r".into(),
+            status,
+            error: error.map(str::to_owned),
+            steps: 1,
+            usage: Usage::default(),
+        }
+    }
+
+    fn run(events: Vec<Event>, mapper: &mut UiStreamMapper) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (i, event) in events.into_iter().enumerate() {
+            mapper.map_into(&env(i as u64 + 1, event), &mut out);
+        }
+        out.iter()
+            .map(|c| serde_json::to_value(c).expect("encodes"))
+            .collect()
+    }
+
+    #[test]
+    fn a_text_turn_maps_to_the_ai_sdk_parts() {
+        let parts = run(
+            vec![
+                started(),
+                Event::StepStarted { step: 0 },
+                chunk(StreamPart::TextStart { id: "t0".into() }),
+                chunk(StreamPart::TextDelta {
+                    id: "t0".into(),
+                    text: "Hel".into(),
+                }),
+                chunk(StreamPart::TextDelta {
+                    id: "t0".into(),
+                    text: "lo".into(),
+                }),
+                chunk(StreamPart::TextEnd { id: "t0".into() }),
+                chunk(StreamPart::Finish {
+                    finish_reason: FinishReason::Stop,
+                    raw_finish_reason: None,
+                    usage: Usage::default(),
+                    provider_metadata: None,
+                }),
+                step_finished(FinishReason::Stop),
+                Event::AssistantMessageSaved {
+                    request_id: "r".into(),
+                    message: mull_core::UIMessage::text("m1", mull_core::Role::Assistant, "Hello"),
+                },
+                finished(TurnStatus::Completed, None),
+            ],
+            &mut UiStreamMapper::new(),
+        );
+        assert_eq!(
+            parts,
+            vec![
+                json!({"type": "start", "messageId": "m1"}),
+                json!({"type": "start-step"}),
+                json!({"type": "text-start", "id": "t0"}),
+                json!({"type": "text-delta", "id": "t0", "delta": "Hel"}),
+                json!({"type": "text-delta", "id": "t0", "delta": "lo"}),
+                json!({"type": "text-end", "id": "t0"}),
+                json!({"type": "finish-step"}),
+                json!({"type": "finish", "finishReason": "stop"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn tool_calls_stream_input_then_output_once() {
+        let parts = run(
+            vec![
+                chunk(StreamPart::ToolInputStart {
+                    call_id: "c1".into(),
+                    tool_name: "search".into(),
+                }),
+                chunk(StreamPart::ToolInputDelta {
+                    call_id: "c1".into(),
+                    delta: "{\"q\":".into(),
+                }),
+                chunk(StreamPart::ToolInputEnd {
+                    call_id: "c1".into(),
+                }),
+                chunk(StreamPart::ToolCall {
+                    call_id: "c1".into(),
+                    tool_name: "search".into(),
+                    input: "{\"q\":1}".into(),
+                }),
+                Event::ToolCallStarted {
+                    step: 0,
+                    call_id: "c1".into(),
+                    tool: "search".into(),
+                    input: json!({"q": 1}),
+                    client: false,
+                },
+                chunk(StreamPart::ToolResult {
+                    call_id: "c1".into(),
+                    tool_name: "search".into(),
+                    output: json!("partial"),
+                    preliminary: true,
+                }),
+                chunk(StreamPart::ToolResult {
+                    call_id: "c1".into(),
+                    tool_name: "search".into(),
+                    output: json!("done"),
+                    preliminary: false,
+                }),
+                Event::ToolCallFinished {
+                    step: 0,
+                    call_id: "c1".into(),
+                    tool: "search".into(),
+                    success: true,
+                    output: Some(json!("done")),
+                    error: None,
+                    duration_ms: 3,
+                },
+                Event::ToolCallFinished {
+                    step: 0,
+                    call_id: "c2".into(),
+                    tool: "fail".into(),
+                    success: false,
+                    output: None,
+                    error: Some("boom".into()),
+                    duration_ms: 0,
+                },
+            ],
+            &mut UiStreamMapper::new(),
+        );
+        assert_eq!(
+            parts,
+            vec![
+                json!({"type": "tool-input-start", "toolCallId": "c1", "toolName": "search"}),
+                json!({"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": "{\"q\":"}),
+                json!({"type": "tool-input-available", "toolCallId": "c1", "toolName": "search",
+                       "input": {"q": 1}}),
+                json!({"type": "tool-output-available", "toolCallId": "c1", "output": "partial",
+                       "preliminary": true}),
+                json!({"type": "tool-output-available", "toolCallId": "c1", "output": "done"}),
+                json!({"type": "tool-output-error", "toolCallId": "c2", "errorText": "boom"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tool_call_with_invalid_json_keeps_the_raw_text() {
+        let parts = run(
+            vec![chunk(StreamPart::ToolCall {
+                call_id: "c".into(),
+                tool_name: "t".into(),
+                input: "{oops".into(),
+            })],
+            &mut UiStreamMapper::new(),
+        );
+        assert_eq!(parts[0]["input"], json!("{oops"));
+    }
+
+    fn reasoning_turn(send_reasoning: bool) -> Vec<Event> {
+        vec![
+            Event::TurnConfigured {
+                config: TurnConfigRecord {
+                    send_reasoning,
+                    ..TurnConfigRecord::default()
+                },
+            },
+            chunk(StreamPart::ReasoningStart { id: "r0".into() }),
+            chunk(StreamPart::ReasoningDelta {
+                id: "r0".into(),
+                text: "hmm".into(),
+            }),
+            chunk(StreamPart::ReasoningEnd { id: "r0".into() }),
+        ]
+    }
+
+    #[test]
+    fn reasoning_follows_the_turns_send_reasoning_and_the_server_switch() {
+        let shown = run(reasoning_turn(true), &mut UiStreamMapper::new());
+        assert_eq!(shown.len(), 3);
+        assert_eq!(
+            shown[1],
+            json!({"type": "reasoning-delta", "id": "r0", "delta": "hmm"})
+        );
+        assert!(run(reasoning_turn(false), &mut UiStreamMapper::new()).is_empty());
+        assert!(run(
+            reasoning_turn(true),
+            &mut UiStreamMapper::without_reasoning()
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn endings_map_to_finish_abort_and_a_single_error() {
+        let mut mapper = UiStreamMapper::new();
+        let aborted = run(
+            vec![finished(TurnStatus::Aborted, Some("cancelled"))],
+            &mut mapper,
+        );
+        assert_eq!(
+            aborted,
+            vec![json!({"type": "abort", "reason": "cancelled"})]
+        );
+        assert!(mapper.is_finished());
+
+        let errored = run(
+            vec![
+                chunk(StreamPart::Error {
+                    message: "overloaded".into(),
+                }),
+                Event::TurnFailed {
+                    request_id: Some("r".into()),
+                    stage: mull_core::ErrorStage::Stream,
+                    messages_persisted: true,
+                    classification: None,
+                    error: "overloaded".into(),
+                },
+                finished(TurnStatus::Error, Some("overloaded")),
+            ],
+            &mut UiStreamMapper::new(),
+        );
+        assert_eq!(
+            errored,
+            vec![json!({"type": "error", "errorText": "overloaded"})]
+        );
+
+        let completed = run(
+            vec![
+                step_finished(FinishReason::ToolCalls),
+                finished(TurnStatus::Completed, None),
+                Event::StepStarted { step: 9 },
+            ],
+            &mut UiStreamMapper::new(),
+        );
+        assert_eq!(
+            completed,
+            vec![
+                json!({"type": "finish-step"}),
+                json!({"type": "finish", "finishReason": "tool-calls"})
+            ]
+        );
+    }
+
+    #[test]
+    fn sources_and_files_use_the_wire_names() {
+        let parts = run(
+            vec![
+                chunk(StreamPart::Source {
+                    source: Source::Url {
+                        id: "s1".into(),
+                        url: "https://example.com".into(),
+                        title: None,
+                    },
+                }),
+                chunk(StreamPart::File {
+                    media_type: "image/png".into(),
+                    data: "AAAA".into(),
+                }),
+                chunk(StreamPart::File {
+                    media_type: "image/png".into(),
+                    data: "https://example.com/a.png".into(),
+                }),
+            ],
+            &mut UiStreamMapper::new(),
+        );
+        assert_eq!(
+            parts,
+            vec![
+                json!({"type": "source-url", "sourceId": "s1", "url": "https://example.com"}),
+                json!({"type": "file", "url": "data:image/png;base64,AAAA", "mediaType": "image/png"}),
+                json!({"type": "file", "url": "https://example.com/a.png", "mediaType": "image/png"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn chunks_decode_back_from_their_json() {
+        let chunk = UiChunk::ToolOutputAvailable {
+            tool_call_id: "c".into(),
+            output: json!({"a": 1}),
+            preliminary: Some(true),
+        };
+        let back: UiChunk = serde_json::from_str(&chunk.to_json()).expect("decodes");
+        assert_eq!(back, chunk);
+        assert!(UiChunk::Finish {
+            finish_reason: None
+        }
+        .is_terminal());
+        assert!(!UiChunk::StartStep.is_terminal());
+    }
+}
