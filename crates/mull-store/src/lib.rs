@@ -1,1 +1,75 @@
-//! placeholder
+//! The event log of mull: an append-only SQLite database that is the source of truth for
+//! every session, turn and stream part.
+//!
+//! # One writer
+//! A database has exactly one writer: [`Log`]. Opening it takes an exclusive lock on a sidecar
+//! file (`<db>.lock`), so a second writer — in this process or another — gets
+//! [`StoreError::Locked`]. `Log` is a cheap `Clone + Send + Sync` handle; all clones feed one
+//! writer thread through a channel.
+//!
+//! # Group commit
+//! [`Log::append`] assigns the event's `seq` at once (strictly increasing, contiguous), queues
+//! the row and returns the full [`Envelope`](mull_core::Envelope) without waiting. The writer
+//! thread inserts rows into an open transaction and commits when the batch holds
+//! [`LogOptions::batch_max_events`] rows (512), when [`LogOptions::batch_max_delay`] (5 ms) has
+//! passed since its first row, or when a barrier arrives. One commit per batch is what makes a
+//! per-chunk log affordable: SQLite commits cost far more than inserts.
+//!
+//! # Barriers and what a crash can lose
+//! [`Log::flush`] is a barrier: it resolves once every event appended before it is committed.
+//! The engine awaits one after events that must be durable before it proceeds (turn start, a
+//! tool decision before the tool runs, step end, turn end); chunks do not wait.
+//! - A killed process (SIGKILL, panic, OOM) loses only events appended after the last
+//!   completed commit: at most one batch, i.e. the last few milliseconds of chunks. Everything
+//!   before a completed barrier is in the log, and the seqs in the log stay contiguous.
+//! - The log runs in WAL mode with `synchronous=NORMAL`: a commit is written to the WAL but not
+//!   fsynced. A process crash loses nothing committed; a power loss or OS crash may lose the
+//!   last commits before the next checkpoint (never corrupting the file). Durability across
+//!   power loss would cost an fsync per commit.
+//! - If a commit fails (disk full …), that batch is not in the log; the writer stops and every
+//!   later `append` and `flush` returns [`StoreError::WriterFailed`]. Commits before it stay.
+//!   Reopen the log to go on.
+//!
+//! Dropping the last `Log` handle (or [`Log::close`]) commits what is queued and joins the
+//! writer thread.
+//!
+//! # Readers and tail
+//! [`LogReader`] is an independent read-only connection; open any number, from any process,
+//! while the writer runs. Each query is a short read transaction (long reads go page by page)
+//! so readers never hold back WAL checkpoints. [`LogReader::tail`] turns a reader into a
+//! [`Tail`] that returns new events as soon as any process commits them, polling SQLite's
+//! `data_version` every 5 ms.
+//!
+//! # Projections
+//! State is a fold: [`SessionState::apply`] takes one envelope at a time. The engine keeps a
+//! state current as it appends; [`LogReader::load_session`] rebuilds the same state from the
+//! log; [`LogReader::turns`] folds only the lifecycle events (a partial index leaves the chunk
+//! rows out), so listing turns stays cheap however long the streams were.
+//!
+//! # Storage
+//! Table `events(seq, session_id, turn_id, at, v, kind, payload)`: `at` is fixed-width
+//! RFC 3339 with microseconds and `Z` (text order is time order), `payload` is exactly
+//! [`Event::encode`](mull_core::Event::encode). The schema is versioned by `PRAGMA user_version`
+//! and recognised by `PRAGMA application_id`; see [`schema`].
+//!
+//! # JSONL
+//! [`export_jsonl`] and [`import_jsonl`] move logs in and out as one envelope per line,
+//! byte-for-byte round-trippable; see [`jsonl`].
+
+pub mod error;
+pub mod jsonl;
+pub mod projection;
+pub mod reader;
+pub mod schema;
+pub mod tail;
+pub mod timestamp;
+pub mod writer;
+
+pub use error::StoreError;
+pub use jsonl::{export_jsonl, import_jsonl};
+pub use projection::{
+    PendingClientCall, SessionState, Submission, SubmissionPhase, ToolStats, TurnSummary,
+};
+pub use reader::{LogReader, SessionSummary};
+pub use tail::{Tail, TAIL_POLL_INTERVAL};
+pub use writer::{Log, LogOptions};

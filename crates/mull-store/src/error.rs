@@ -1,0 +1,88 @@
+//! The one error type of the log: every variant says what was wrong and where.
+
+use std::path::PathBuf;
+
+use mull_core::EventDecodeError;
+
+/// Everything that can go wrong opening, writing, reading, exporting or importing a log.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A SQLite call failed; `context` says which operation on which file.
+    #[error("{context}: {source}")]
+    Sqlite {
+        context: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The file exists but is not a SQLite database at all.
+    #[error("{path}: not a SQLite database, so not a mull log")]
+    NotADatabase { path: PathBuf },
+    /// The file is a SQLite database that some other program made.
+    #[error("{path}: a SQLite database but not a mull log (application_id {application_id:#x}, {tables} table(s))")]
+    NotAMullLog {
+        path: PathBuf,
+        application_id: i64,
+        tables: i64,
+    },
+    /// The log was written by a newer mull whose schema this build does not know.
+    #[error("{path}: schema version {found} is newer than this build supports ({supported}); upgrade mull to open it")]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    /// A read-only open found a schema older than this build reads; a writer migrates it.
+    #[error("{path}: schema version {found} is older than this build reads ({supported}); open it once with a writer to migrate it")]
+    OlderSchema {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    /// A read-only open of a file that does not exist.
+    #[error("{path}: no such log")]
+    Missing { path: PathBuf },
+    /// Another writer (in this or another process) holds the log.
+    #[error("{path}: the log is locked by another writer")]
+    Locked { path: PathBuf },
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored payload does not decode.
+    #[error("event seq {seq}: {source}")]
+    Decode {
+        seq: u64,
+        #[source]
+        source: EventDecodeError,
+    },
+    /// A stored timestamp is not the fixed-width RFC 3339 form the log writes.
+    #[error("event seq {seq}: bad timestamp {text:?}")]
+    BadTimestamp { seq: u64, text: String },
+    /// A commit failed; the events of that batch are not in the log and the writer stopped.
+    #[error("the log writer stopped: {message}")]
+    WriterFailed { message: String },
+    /// The writer thread is gone (it panicked, or the log was closed).
+    #[error("the log writer thread is gone")]
+    WriterGone,
+    /// A JSONL line is malformed or does not fit the log.
+    #[error("{source_name}:{line}: {message}")]
+    Jsonl {
+        source_name: String,
+        line: u64,
+        message: String,
+    },
+    /// Writing an export failed.
+    #[error("writing the export: {0}")]
+    Export(#[source] std::io::Error),
+}
+
+impl StoreError {
+    /// Wraps a SQLite error with the operation and file it happened in.
+    pub(crate) fn sqlite(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> StoreError {
+        let context = context.into();
+        move |source| StoreError::Sqlite { context, source }
+    }
+}

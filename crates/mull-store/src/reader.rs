@@ -1,0 +1,350 @@
+//! The read side of the log: [`LogReader`], an independent read-only connection.
+//!
+//! Every query is its own short read transaction, and long reads ([`LogReader::load_session`])
+//! go page by page, so a reader never holds back the writer's WAL checkpoints for long.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use mull_core::{Envelope, Event};
+use rusqlite::{params, Connection, Params};
+use serde::Serialize;
+
+use crate::error::StoreError;
+use crate::projection::{SessionState, TurnSummary};
+use crate::schema::{self, LIFECYCLE_PREDICATE};
+use crate::tail::Tail;
+use crate::timestamp;
+
+/// How many rows one page of a long read holds (one read transaction each).
+const PAGE_ROWS: usize = 4096;
+
+const COLUMNS: &str = "seq, session_id, turn_id, at, v, payload";
+
+/// A session as the session list shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionSummary {
+    pub session_id: String,
+    /// The session's first and last event.
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+    /// How many turn attempts started.
+    pub turns: u64,
+}
+
+/// A read-only view of a log, usable from any process while a writer runs.
+pub struct LogReader {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for LogReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogReader")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LogReader {
+    /// Opens an existing log read-only; refuses files that are not mull logs of this schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<LogReader, StoreError> {
+        let path = path.as_ref().to_owned();
+        let conn = schema::open_reader(&path)?;
+        Ok(LogReader { conn, path })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn ctx(&self, what: &str) -> String {
+        format!("{}: {what}", self.path.display())
+    }
+
+    /// The highest committed seq (0 for an empty log).
+    pub fn max_seq(&self) -> Result<u64, StoreError> {
+        let max: i64 = self
+            .conn
+            .prepare_cached("SELECT coalesce(max(seq), 0) FROM events")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(StoreError::sqlite(self.ctx("reading max(seq)")))?;
+        Ok(max.max(0) as u64)
+    }
+
+    /// SQLite's `data_version`: changes whenever another connection commits.
+    pub(crate) fn data_version(&self) -> Result<i64, StoreError> {
+        self.conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(StoreError::sqlite(self.ctx("reading data_version")))
+    }
+
+    /// Events with `from_seq <= seq <= to_seq`, in order.
+    pub fn range(&self, from_seq: u64, to_seq: u64) -> Result<Vec<Envelope>, StoreError> {
+        self.collect(
+            &format!("SELECT {COLUMNS} FROM events WHERE seq >= ?1 AND seq <= ?2 ORDER BY seq"),
+            params![from_seq, to_seq],
+            "reading a range",
+        )
+    }
+
+    /// At most `limit` events after `after_seq`, in order: the way to walk the whole log.
+    pub fn page(&self, after_seq: u64, limit: usize) -> Result<Vec<Envelope>, StoreError> {
+        self.collect(
+            &format!("SELECT {COLUMNS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
+            params![after_seq, limit as i64],
+            "reading a page",
+        )
+    }
+
+    /// At most `limit` events of one session after `after_seq`, in order.
+    pub fn session_page(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.collect(
+            &format!(
+                "SELECT {COLUMNS} FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
+            ),
+            params![session_id, after_seq, limit as i64],
+            "reading a session page",
+        )
+    }
+
+    /// Every event of one turn, in order.
+    pub fn turn_events(&self, turn_id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.collect(
+            &format!("SELECT {COLUMNS} FROM events WHERE turn_id = ?1 ORDER BY seq"),
+            params![turn_id],
+            "reading a turn",
+        )
+    }
+
+    /// Every session that has a lifecycle event (every session the engine writes starts with
+    /// one), oldest first.
+    pub fn sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let ctx = self.ctx("listing sessions");
+        let mut groups = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT session_id, min(seq), at, sum(kind = 'turn_started') FROM events \
+                 WHERE {LIFECYCLE_PREDICATE} GROUP BY session_id ORDER BY min(seq)"
+            ))
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        let mut last = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, at FROM events WHERE seq = (SELECT max(seq) FROM events WHERE session_id = ?1)",
+            )
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        let firsts: Vec<(String, u64, String, i64)> = groups
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        let mut out = Vec::with_capacity(firsts.len());
+        for (session_id, first_seq, first_at, turns) in firsts {
+            let (last_seq, last_at): (u64, String) = last
+                .query_row([&session_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(StoreError::sqlite(ctx.clone()))?;
+            out.push(SessionSummary {
+                first_at: parse_at(first_seq, &first_at)?,
+                last_at: parse_at(last_seq, &last_at)?,
+                session_id,
+                first_seq,
+                last_seq,
+                turns: turns.max(0) as u64,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The turns of a session, folded from its lifecycle events only (chunks are skipped by
+    /// the partial index, so this stays cheap for long streams).
+    pub fn turns(&self, session_id: &str) -> Result<Vec<TurnSummary>, StoreError> {
+        let mut state = SessionState::new(session_id);
+        self.scan(
+            &format!(
+                "SELECT {COLUMNS} FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} ORDER BY seq"
+            ),
+            params![session_id],
+            "listing turns",
+            |env| state.apply(&env),
+        )?;
+        Ok(state.turns)
+    }
+
+    /// Rebuilds a session's state by folding all its events, page by page.
+    pub fn load_session(&self, session_id: &str) -> Result<SessionState, StoreError> {
+        let mut state = SessionState::new(session_id);
+        let sql = format!(
+            "SELECT {COLUMNS} FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
+        );
+        let mut after = 0u64;
+        loop {
+            let mut rows = 0usize;
+            let from = after;
+            self.scan(
+                &sql,
+                params![session_id, from, PAGE_ROWS as i64],
+                "loading a session",
+                |env| {
+                    rows += 1;
+                    after = env.seq;
+                    state.apply(&env);
+                },
+            )?;
+            if rows < PAGE_ROWS {
+                return Ok(state);
+            }
+        }
+    }
+
+    /// Follows the log from `after_seq`: see [`Tail`]. The reader becomes the tail's.
+    pub fn tail(self, after_seq: u64) -> Tail {
+        Tail::new(self, after_seq)
+    }
+
+    /// Raw rows for export: (seq, session_id, turn_id, at, v, payload) exactly as stored.
+    pub(crate) fn scan_raw(
+        &self,
+        session_id: Option<&str>,
+        after_seq: u64,
+        limit: usize,
+        mut f: impl FnMut(RawRow<'_>) -> Result<(), StoreError>,
+    ) -> Result<usize, StoreError> {
+        let ctx = self.ctx("exporting");
+        let sql = match session_id {
+            Some(_) => format!(
+                "SELECT {COLUMNS} FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
+            ),
+            None => format!(
+                "SELECT {COLUMNS} FROM events WHERE ?1 IS NULL AND seq > ?2 ORDER BY seq LIMIT ?3"
+            ),
+        };
+        let mut stmt = self
+            .conn
+            .prepare_cached(&sql)
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        let mut rows = stmt
+            .query(params![session_id, after_seq, limit as i64])
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        let mut count = 0;
+        while let Some(row) = rows.next().map_err(StoreError::sqlite(ctx.clone()))? {
+            let raw = (|| -> rusqlite::Result<RawRow<'_>> {
+                Ok(RawRow {
+                    seq: row.get(0)?,
+                    session_id: text(row, 1)?,
+                    turn_id: text_or_null(row, 2)?,
+                    at: text(row, 3)?,
+                    v: row.get(4)?,
+                    payload: text(row, 5)?,
+                })
+            })()
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+            f(raw)?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    fn collect<P: Params>(
+        &self,
+        sql: &str,
+        params: P,
+        what: &str,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let mut out = Vec::new();
+        self.scan(sql, params, what, |env| out.push(env))?;
+        Ok(out)
+    }
+
+    /// Runs `sql` and hands each decoded envelope to `f`.
+    fn scan<P: Params>(
+        &self,
+        sql: &str,
+        params: P,
+        what: &str,
+        mut f: impl FnMut(Envelope),
+    ) -> Result<(), StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(sql)
+            .map_err(StoreError::sqlite(self.ctx(what)))?;
+        let mut rows = stmt
+            .query(params)
+            .map_err(StoreError::sqlite(self.ctx(what)))?;
+        while let Some(row) = rows.next().map_err(StoreError::sqlite(self.ctx(what)))? {
+            f(decode_row(row).map_err(|err| match err {
+                RowError::Sqlite(source) => StoreError::Sqlite {
+                    context: self.ctx(what),
+                    source,
+                },
+                RowError::Store(err) => err,
+            })?);
+        }
+        Ok(())
+    }
+}
+
+/// A stored row, borrowed from SQLite.
+pub(crate) struct RawRow<'a> {
+    pub seq: u64,
+    pub session_id: &'a str,
+    pub turn_id: Option<&'a str>,
+    pub at: &'a str,
+    pub v: u16,
+    pub payload: &'a str,
+}
+
+enum RowError {
+    Sqlite(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for RowError {
+    fn from(err: rusqlite::Error) -> Self {
+        RowError::Sqlite(err)
+    }
+}
+
+fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
+    let seq: u64 = row.get(0)?;
+    let v: u16 = row.get(4)?;
+    let at = parse_at(seq, text(row, 3)?).map_err(RowError::Store)?;
+    let event = Event::decode(v, text(row, 5)?)
+        .map_err(|source| RowError::Store(StoreError::Decode { seq, source }))?;
+    Ok(Envelope {
+        seq,
+        session_id: row.get(1)?,
+        turn_id: row.get(2)?,
+        at,
+        v,
+        event,
+    })
+}
+
+fn parse_at(seq: u64, text: &str) -> Result<DateTime<Utc>, StoreError> {
+    timestamp::parse(text).ok_or_else(|| StoreError::BadTimestamp {
+        seq,
+        text: text.to_owned(),
+    })
+}
+
+/// A text column, borrowed.
+fn text<'a>(row: &'a rusqlite::Row<'_>, index: usize) -> rusqlite::Result<&'a str> {
+    row.get_ref(index)?.as_str().map_err(|err| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(err))
+    })
+}
+
+/// A nullable text column, borrowed.
+fn text_or_null<'a>(row: &'a rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Option<&'a str>> {
+    row.get_ref(index)?.as_str_or_null().map_err(|err| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(err))
+    })
+}

@@ -1,0 +1,250 @@
+//! The database file: how it is recognised, configured and migrated.
+//!
+//! A mull log is a SQLite database whose `application_id` is [`APPLICATION_ID`] and whose
+//! `user_version` is the schema version. Migrations only ever add (tables, indexes); rows are
+//! never rewritten in place. A file that is not SQLite, a SQLite file of another program, or a
+//! schema newer than this build are refused with an error naming the file — before anything is
+//! changed in it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::StoreError;
+
+/// `PRAGMA application_id` of every mull log: the bytes `MULL`.
+pub const APPLICATION_ID: i64 = 0x4D55_4C4C;
+
+/// How long a connection waits for a lock held by another connection before failing.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The kinds left out of the lifecycle index: the bulk of the log, one row per stream part.
+/// Queries that want the index repeat this exact predicate so the planner can use it.
+pub const LIFECYCLE_PREDICATE: &str = "kind <> 'chunk'";
+
+/// Schema migrations in order; migration `i` moves `user_version` from `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the event table and its indexes.
+    "CREATE TABLE events (
+         seq        INTEGER PRIMARY KEY,
+         session_id TEXT    NOT NULL,
+         turn_id    TEXT,
+         at         TEXT    NOT NULL,
+         v          INTEGER NOT NULL,
+         kind       TEXT    NOT NULL,
+         payload    TEXT    NOT NULL
+     );
+     CREATE INDEX events_by_session ON events (session_id, seq);
+     CREATE INDEX events_by_turn ON events (turn_id, seq) WHERE turn_id IS NOT NULL;
+     CREATE INDEX events_lifecycle ON events (session_id, seq) WHERE kind <> 'chunk';",
+];
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// What the header of an existing file says.
+struct Identity {
+    application_id: i64,
+    user_version: i64,
+    tables: i64,
+}
+
+fn identify(conn: &Connection, path: &Path) -> Result<Identity, StoreError> {
+    let read = |sql: &str| -> Result<i64, StoreError> {
+        conn.query_row(sql, [], |row| row.get(0)).map_err(|source| {
+            match source.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::NotADatabase) => StoreError::NotADatabase {
+                    path: path.to_owned(),
+                },
+                _ => StoreError::Sqlite {
+                    context: format!("{}: reading the header", path.display()),
+                    source,
+                },
+            }
+        })
+    };
+    Ok(Identity {
+        application_id: read("PRAGMA application_id")?,
+        user_version: read("PRAGMA user_version")?,
+        tables: read("SELECT count(*) FROM sqlite_master")?,
+    })
+}
+
+/// Refuses files that are not mull logs, and schemas newer than this build.
+fn check_identity(id: &Identity, path: &Path) -> Result<(), StoreError> {
+    let fresh = id.application_id == 0 && id.user_version == 0 && id.tables == 0;
+    if !fresh && id.application_id != APPLICATION_ID {
+        return Err(StoreError::NotAMullLog {
+            path: path.to_owned(),
+            application_id: id.application_id,
+            tables: id.tables,
+        });
+    }
+    if id.user_version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_owned(),
+            found: id.user_version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Opens (creating if needed) the writer's connection: checks the file is a mull log, sets WAL
+/// and `synchronous=NORMAL`, and runs pending migrations.
+pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+    let ctx = |what: &str| format!("{}: {what}", path.display());
+    let mut conn = Connection::open(path).map_err(StoreError::sqlite(ctx("opening")))?;
+    // busy_timeout first: every later pragma may need a lock.
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(StoreError::sqlite(ctx("setting busy_timeout")))?;
+    let id = identify(&conn, path)?;
+    check_identity(&id, path)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(StoreError::sqlite(ctx("enabling WAL")))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Sqlite {
+            context: ctx(&format!("enabling WAL (journal_mode stayed {mode})")),
+            source: rusqlite::Error::InvalidQuery,
+        });
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(StoreError::sqlite(ctx("setting synchronous")))?;
+    migrate(&mut conn, id.user_version, path)?;
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection, from: i64, path: &Path) -> Result<(), StoreError> {
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(from.max(0) as usize) {
+        let to = index as i64 + 1;
+        let ctx = format!("{}: migrating the schema to version {to}", path.display());
+        let tx = conn
+            .transaction()
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        tx.execute_batch(sql)
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        tx.pragma_update(None, "user_version", to)
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        tx.commit().map_err(StoreError::sqlite(ctx))?;
+    }
+    Ok(())
+}
+
+/// Opens a read-only connection to an existing log, from any process, while a writer runs.
+pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    if !path.exists() {
+        return Err(StoreError::Missing {
+            path: path.to_owned(),
+        });
+    }
+    let ctx = |what: &str| format!("{}: {what}", path.display());
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn =
+        Connection::open_with_flags(path, flags).map_err(StoreError::sqlite(ctx("opening")))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(StoreError::sqlite(ctx("setting busy_timeout")))?;
+    let id = identify(&conn, path)?;
+    if id.application_id != APPLICATION_ID {
+        return Err(StoreError::NotAMullLog {
+            path: path.to_owned(),
+            application_id: id.application_id,
+            tables: id.tables,
+        });
+    }
+    check_identity(&id, path)?;
+    if id.user_version < SCHEMA_VERSION {
+        return Err(StoreError::OlderSchema {
+            path: path.to_owned(),
+            found: id.user_version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_file_is_migrated_and_recognised() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let conn = open_writer(&path).expect("creates");
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .expect("reads");
+        assert_eq!(version, SCHEMA_VERSION);
+        drop(conn);
+        open_writer(&path).expect("reopens");
+        open_reader(&path).expect("reads");
+    }
+
+    #[test]
+    fn lifecycle_queries_use_the_partial_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let conn = open_writer(&dir.path().join("log.db")).expect("creates");
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} ORDER BY seq"
+            ))
+            .expect("prepares")
+            .query_map(["s"], |r| r.get::<_, String>(3))
+            .expect("runs")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert!(
+            plan.iter().any(|p| p.contains("events_lifecycle")),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        drop(open_writer(&path).expect("creates"));
+        let raw = Connection::open(&path).expect("raw");
+        raw.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .expect("bumps");
+        drop(raw);
+        let err = open_writer(&path).expect_err("newer schema");
+        assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
+        let err = open_reader(&path).expect_err("newer schema");
+        assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn other_sqlite_files_and_non_sqlite_files_are_refused_untouched() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let other = dir.path().join("other.db");
+        let raw = Connection::open(&other).expect("raw");
+        raw.execute_batch("CREATE TABLE notes(x)").expect("creates");
+        drop(raw);
+        let err = open_writer(&other).expect_err("not mull");
+        assert!(matches!(err, StoreError::NotAMullLog { .. }), "{err}");
+        let mode: String = Connection::open(&other)
+            .expect("raw")
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .expect("reads");
+        assert_eq!(mode, "delete", "a refused file must not be switched to WAL");
+
+        let text = dir.path().join("notes.txt");
+        std::fs::write(
+            &text,
+            "hello, this is not a database at all, just some text\n".repeat(20),
+        )
+        .expect("writes");
+        let err = open_writer(&text).expect_err("not sqlite");
+        assert!(matches!(err, StoreError::NotADatabase { .. }), "{err}");
+        assert!(err.to_string().contains("notes.txt"), "{err}");
+        let err = open_reader(&text).expect_err("not sqlite");
+        assert!(matches!(err, StoreError::NotADatabase { .. }), "{err}");
+    }
+}
