@@ -1,0 +1,717 @@
+//! Anthropic's Messages API over streaming SSE.
+//!
+//! **Request.** `POST {base_url}/messages` with `x-api-key`, `anthropic-version: 2023-06-01` and
+//! `stream: true`. The system prompt (and any system-role messages) goes in the top-level
+//! `system`; consecutive messages of one role are merged, since the API wants user and assistant
+//! turns to alternate; tool calls are `tool_use` blocks and tool results `tool_result` blocks in a
+//! user turn; tools are `{name, description, input_schema}`; tool choice maps to
+//! `auto` / `none` / `any` / `tool`. `max_tokens` is required by the API: without
+//! `max_output_tokens` it is [`DEFAULT_MAX_TOKENS`]. `temperature`, `top_p`, `top_k` and
+//! `stop_sequences` are sent; the API has no penalties, seed or output-schema field, so those
+//! settings are not sent. `provider_options` (an object) is merged into the top level of the body.
+//! Reasoning from earlier turns is not sent back: a thinking block is only accepted with the
+//! signature it was streamed with, which a [`ModelContent::Reasoning`] does not carry.
+//!
+//! **Stream.** `message_start` carries the input usage; `content_block_start` / `_delta` /
+//! `_stop` carry text (`text_delta`), tool input (`input_json_delta`, completed into one
+//! tool-call with the whole JSON text at `content_block_stop`) and thinking (`thinking_delta`;
+//! `signature_delta` is kept in the finish part's provider metadata under
+//! `anthropic.thinking_signatures`, keyed by reasoning block id, and redacted thinking under
+//! `anthropic.redacted_thinking`); `message_delta` carries the stop reason and output usage;
+//! `message_stop` ends the stream and emits the finish part. `ping` is ignored, as are event and
+//! block types this build does not know (the API may add them). Input usage is reported the way
+//! mull counts it: `input_tokens` includes cache reads and cache writes,
+//! `cached_input_tokens` is `cache_read_input_tokens`, and both cache counts are also in the
+//! provider metadata.
+//!
+//! **Errors.** HTTP failures map as described in [`crate::http`] (Anthropic's 529 "overloaded" is a
+//! 5xx, so `Transient`). An `error` event ends the stream with an error whose kind follows its
+//! `error.type` (`overloaded_error` → `Transient`, `rate_limit_error` → `RateLimit` …) and whose
+//! body is the event data. Invalid JSON, a delta for a block that was never started, or a stream
+//! that ends before `message_stop` is a `Protocol` error.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use eventsource_stream::Event as SseEvent;
+use mull_core::{
+    Clock, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelRequest,
+    ModelRole, ModelStream, StreamPart, SystemClock, ToolChoice, Usage,
+};
+use serde_json::{json, Map, Value};
+
+use crate::http::{self, HttpOptions, Secret, WireDecoder};
+
+/// Anthropic's own endpoint, used when no base URL is given.
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+
+/// The API version this module speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` when the call settings give none (the API requires the field). 4096 is within
+/// every current Claude model's output limit.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// Where and how to reach the Messages API.
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    /// The API root, e.g. `https://api.anthropic.com/v1`; `/messages` is appended.
+    pub base_url: String,
+    /// The model id sent in the body.
+    pub model: String,
+    /// Sent as `x-api-key`.
+    pub api_key: Secret,
+    /// Timeouts.
+    pub http: HttpOptions,
+}
+
+impl AnthropicConfig {
+    /// Settings for Anthropic's endpoint.
+    pub fn new(model: impl Into<String>, api_key: Secret) -> Self {
+        Self {
+            base_url: ANTHROPIC_BASE_URL.into(),
+            model: model.into(),
+            api_key,
+            http: HttpOptions::default(),
+        }
+    }
+}
+
+/// A [`LanguageModel`] that streams from the Messages API.
+pub struct AnthropicModel {
+    config: AnthropicConfig,
+    client: reqwest::Client,
+    clock: Arc<dyn Clock>,
+    provider: Arc<str>,
+}
+
+impl fmt::Debug for AnthropicModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicModel")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AnthropicModel {
+    /// A model for `config`, measuring `Retry-After` dates against the system clock.
+    pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
+        let client = http::build_client(config.http).map_err(|e| {
+            ModelError::new(
+                ModelErrorKind::Other,
+                format!("anthropic: cannot build HTTP client: {e}"),
+            )
+        })?;
+        Ok(Self {
+            config,
+            client,
+            clock: Arc::new(SystemClock),
+            provider: Arc::from("anthropic"),
+        })
+    }
+
+    /// Uses `clock` to turn `Retry-After` dates into waits.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The JSON body this model sends for `request`.
+    pub fn request_body(&self, request: &ModelRequest) -> Value {
+        request_body(&self.config.model, request)
+    }
+}
+
+#[async_trait]
+impl LanguageModel for AnthropicModel {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn model_id(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
+        let body = self.request_body(&request);
+        let url = format!("{}/messages", self.config.base_url.trim_end_matches('/'));
+        let mut builder = self
+            .client
+            .post(url)
+            .header("x-api-key", self.config.api_key.expose())
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .json(&body);
+        for (name, value) in &request.settings.headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
+        Ok(http::sse_parts(
+            self.provider.clone(),
+            response,
+            MessagesDecoder::new(self.provider.clone()),
+        ))
+    }
+}
+
+/// Maps a [`ModelRequest`] to a streaming Messages body for `model`.
+pub fn request_body(model: &str, request: &ModelRequest) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    let s = &request.settings;
+    body.insert(
+        "max_tokens".into(),
+        json!(s.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+    );
+    let mut system: Vec<String> = request.system.iter().cloned().collect();
+    let mut messages: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for message in &request.messages {
+        let role = match message.role {
+            ModelRole::System => {
+                system.extend(message.content.iter().filter_map(|c| match c {
+                    ModelContent::Text { text } => Some(text.clone()),
+                    _ => None,
+                }));
+                continue;
+            }
+            ModelRole::User | ModelRole::Tool => "user",
+            ModelRole::Assistant => "assistant",
+        };
+        let blocks: Vec<Value> = message.content.iter().filter_map(content_block).collect();
+        if blocks.is_empty() {
+            continue;
+        }
+        match messages.last_mut() {
+            Some((last_role, last)) if *last_role == role => last.extend(blocks),
+            _ => messages.push((role, blocks)),
+        }
+    }
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        let choice = match &request.tool_choice {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::Tool { tool_name } => json!({"type": "tool", "name": tool_name}),
+        };
+        body.insert("tool_choice".into(), choice);
+    }
+    if let Some(t) = s.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = s.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(k) = s.top_k {
+        body.insert("top_k".into(), json!(k));
+    }
+    if !s.stop_sequences.is_empty() {
+        body.insert("stop_sequences".into(), json!(s.stop_sequences));
+    }
+    if s.presence_penalty.is_some()
+        || s.frequency_penalty.is_some()
+        || s.seed.is_some()
+        || request.output_schema.is_some()
+    {
+        tracing::debug!(
+            "anthropic: penalties, seed and output schema have no Messages API field; not sent"
+        );
+    }
+    body.insert("stream".into(), json!(true));
+    if let Some(Value::Object(options)) = &s.provider_options {
+        for (key, value) in options {
+            body.insert(key.clone(), value.clone());
+        }
+    }
+    Value::Object(body)
+}
+
+/// One content item as a Messages content block; reasoning is dropped (see the module docs).
+fn content_block(content: &ModelContent) -> Option<Value> {
+    match content {
+        ModelContent::Text { text } => Some(json!({"type": "text", "text": text})),
+        ModelContent::Reasoning { .. } => None,
+        ModelContent::File { media_type, url } => {
+            let kind = if media_type.starts_with("image/") {
+                "image"
+            } else {
+                "document"
+            };
+            let source = match url
+                .strip_prefix("data:")
+                .and_then(|rest| rest.split_once(";base64,"))
+            {
+                Some((data_type, data)) => {
+                    let data_type = if data_type.is_empty() {
+                        media_type.as_str()
+                    } else {
+                        data_type
+                    };
+                    json!({"type": "base64", "media_type": data_type, "data": data})
+                }
+                None => json!({"type": "url", "url": url}),
+            };
+            Some(json!({"type": kind, "source": source}))
+        }
+        ModelContent::ToolCall {
+            call_id,
+            tool_name,
+            input,
+        } => Some(json!({"type": "tool_use", "id": call_id, "name": tool_name, "input": input})),
+        ModelContent::ToolResult {
+            call_id,
+            output,
+            is_error,
+            ..
+        } => {
+            let text = match output {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let mut block = json!({"type": "tool_result", "tool_use_id": call_id, "content": text});
+            if *is_error {
+                block["is_error"] = json!(true);
+            }
+            Some(block)
+        }
+    }
+}
+
+/// What an open content block is, by its index.
+#[derive(Debug)]
+enum Block {
+    Text {
+        id: String,
+    },
+    Reasoning {
+        id: String,
+    },
+    Tool {
+        call_id: String,
+        tool_name: String,
+        json: String,
+    },
+    /// A block type this module passes over (redacted thinking, server tools …).
+    Ignored,
+}
+
+/// Turns Messages stream events into stream parts.
+pub(crate) struct MessagesDecoder {
+    provider: Arc<str>,
+    blocks: BTreeMap<u64, Block>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read: Option<u64>,
+    cache_creation: Option<u64>,
+    stop_reason: Option<String>,
+    signatures: Map<String, Value>,
+    redacted_thinking: Vec<Value>,
+    started: bool,
+    done: bool,
+}
+
+impl MessagesDecoder {
+    pub(crate) fn new(provider: Arc<str>) -> Self {
+        Self {
+            provider,
+            blocks: BTreeMap::new(),
+            input_tokens: None,
+            output_tokens: None,
+            cache_read: None,
+            cache_creation: None,
+            stop_reason: None,
+            signatures: Map::new(),
+            redacted_thinking: Vec::new(),
+            started: false,
+            done: false,
+        }
+    }
+
+    fn protocol(&self, what: String) -> ModelError {
+        ModelError::new(
+            ModelErrorKind::Protocol,
+            format!("{}: {what}", self.provider),
+        )
+    }
+
+    fn read_usage(&mut self, usage: &Value) {
+        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+        if let Some(n) = count("input_tokens") {
+            self.input_tokens = Some(n);
+        }
+        if let Some(n) = count("output_tokens") {
+            self.output_tokens = Some(n);
+        }
+        if let Some(n) = count("cache_read_input_tokens") {
+            self.cache_read = Some(n);
+        }
+        if let Some(n) = count("cache_creation_input_tokens") {
+            self.cache_creation = Some(n);
+        }
+    }
+
+    fn block_start(&mut self, index: u64, block: &Value, out: &mut Vec<StreamPart>) {
+        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+        let state = match kind {
+            "text" => {
+                let id = format!("text-{index}");
+                out.push(StreamPart::TextStart { id: id.clone() });
+                if let Some(text) = block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                {
+                    out.push(StreamPart::TextDelta {
+                        id: id.clone(),
+                        text: text.to_owned(),
+                    });
+                }
+                Block::Text { id }
+            }
+            "thinking" => {
+                let id = format!("reasoning-{index}");
+                out.push(StreamPart::ReasoningStart { id: id.clone() });
+                if let Some(text) = block
+                    .get("thinking")
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                {
+                    out.push(StreamPart::ReasoningDelta {
+                        id: id.clone(),
+                        text: text.to_owned(),
+                    });
+                }
+                Block::Reasoning { id }
+            }
+            "tool_use" => {
+                let call_id = block
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let tool_name = block
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                out.push(StreamPart::ToolInputStart {
+                    call_id: call_id.clone(),
+                    tool_name: tool_name.clone(),
+                });
+                Block::Tool {
+                    call_id,
+                    tool_name,
+                    json: String::new(),
+                }
+            }
+            "redacted_thinking" => {
+                if let Some(data) = block.get("data") {
+                    self.redacted_thinking.push(data.clone());
+                }
+                Block::Ignored
+            }
+            _ => Block::Ignored,
+        };
+        self.blocks.insert(index, state);
+    }
+
+    fn block_delta(
+        &mut self,
+        index: u64,
+        delta: &Value,
+        out: &mut Vec<StreamPart>,
+    ) -> Result<(), ModelError> {
+        let Some(block) = self.blocks.get_mut(&index) else {
+            return Err(self.protocol(format!(
+                "content_block_delta for block {index}, which was never started"
+            )));
+        };
+        let kind = delta.get("type").and_then(Value::as_str).unwrap_or("");
+        let field = |key: &str| {
+            delta
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        match (kind, block) {
+            ("text_delta", Block::Text { id }) => {
+                let text = field("text");
+                if !text.is_empty() {
+                    out.push(StreamPart::TextDelta {
+                        id: id.clone(),
+                        text,
+                    });
+                }
+            }
+            ("thinking_delta", Block::Reasoning { id }) => {
+                let text = field("thinking");
+                if !text.is_empty() {
+                    out.push(StreamPart::ReasoningDelta {
+                        id: id.clone(),
+                        text,
+                    });
+                }
+            }
+            ("signature_delta", Block::Reasoning { id }) => {
+                let id = id.clone();
+                let previous = self
+                    .signatures
+                    .get(&id)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                self.signatures
+                    .insert(id, json!(previous + &field("signature")));
+            }
+            ("input_json_delta", Block::Tool { call_id, json, .. }) => {
+                let partial = field("partial_json");
+                if !partial.is_empty() {
+                    json.push_str(&partial);
+                    out.push(StreamPart::ToolInputDelta {
+                        call_id: call_id.clone(),
+                        delta: partial,
+                    });
+                }
+            }
+            (_, Block::Ignored) => {}
+            ("text_delta" | "thinking_delta" | "signature_delta" | "input_json_delta", other) => {
+                let found = format!("{other:?}");
+                return Err(self.protocol(format!("`{kind}` for block {index}, which is {found}")));
+            }
+            // Delta types this build does not know (citations …) are passed over.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn block_stop(&mut self, index: u64, out: &mut Vec<StreamPart>) -> Result<(), ModelError> {
+        let Some(block) = self.blocks.remove(&index) else {
+            return Err(self.protocol(format!(
+                "content_block_stop for block {index}, which was never started"
+            )));
+        };
+        match block {
+            Block::Text { id } => out.push(StreamPart::TextEnd { id }),
+            Block::Reasoning { id } => out.push(StreamPart::ReasoningEnd { id }),
+            Block::Tool {
+                call_id,
+                tool_name,
+                json,
+            } => {
+                out.push(StreamPart::ToolInputEnd {
+                    call_id: call_id.clone(),
+                });
+                // A tool without parameters streams no input at all: its input is `{}`.
+                let input = if json.trim().is_empty() {
+                    "{}".to_owned()
+                } else {
+                    json
+                };
+                out.push(StreamPart::ToolCall {
+                    call_id,
+                    tool_name,
+                    input,
+                });
+            }
+            Block::Ignored => {}
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> StreamPart {
+        self.done = true;
+        let input = match (self.input_tokens, self.cache_read, self.cache_creation) {
+            (None, None, None) => None,
+            (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
+        };
+        let usage = Usage {
+            input_tokens: input,
+            output_tokens: self.output_tokens,
+            total_tokens: match (input, self.output_tokens) {
+                (None, None) => None,
+                (i, o) => Some(i.unwrap_or(0) + o.unwrap_or(0)),
+            },
+            reasoning_tokens: None,
+            cached_input_tokens: self.cache_read,
+        };
+        let mut meta = Map::new();
+        if let Some(n) = self.cache_creation {
+            meta.insert("cache_creation_input_tokens".into(), json!(n));
+        }
+        if let Some(n) = self.cache_read {
+            meta.insert("cache_read_input_tokens".into(), json!(n));
+        }
+        if !self.signatures.is_empty() {
+            meta.insert(
+                "thinking_signatures".into(),
+                Value::Object(std::mem::take(&mut self.signatures)),
+            );
+        }
+        if !self.redacted_thinking.is_empty() {
+            meta.insert(
+                "redacted_thinking".into(),
+                Value::Array(std::mem::take(&mut self.redacted_thinking)),
+            );
+        }
+        let raw = self.stop_reason.clone();
+        StreamPart::Finish {
+            finish_reason: raw.as_deref().map_or(FinishReason::Unknown, stop_reason),
+            raw_finish_reason: raw,
+            usage,
+            provider_metadata: (!meta.is_empty()).then(|| json!({ "anthropic": meta })),
+        }
+    }
+}
+
+impl WireDecoder for MessagesDecoder {
+    fn event(&mut self, event: &SseEvent) -> Result<Vec<StreamPart>, ModelError> {
+        let mut out = Vec::new();
+        if event.data.trim().is_empty() {
+            return Ok(out);
+        }
+        let data = http::parse_data(&self.provider, event)?;
+        // The `type` field inside the data is authoritative; the SSE event name mirrors it.
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event.event.as_str());
+        let index = || data.get("index").and_then(Value::as_u64);
+        match kind {
+            "message_start" => {
+                self.started = true;
+                if let Some(usage) = data.pointer("/message/usage") {
+                    self.read_usage(usage);
+                }
+            }
+            "content_block_start" => {
+                let (Some(i), Some(block)) = (index(), data.get("content_block")) else {
+                    return Err(
+                        self.protocol("content_block_start without index or content_block".into())
+                    );
+                };
+                self.block_start(i, block, &mut out);
+            }
+            "content_block_delta" => {
+                let (Some(i), Some(delta)) = (index(), data.get("delta")) else {
+                    return Err(self.protocol("content_block_delta without index or delta".into()));
+                };
+                self.block_delta(i, delta, &mut out)?;
+            }
+            "content_block_stop" => {
+                let Some(i) = index() else {
+                    return Err(self.protocol("content_block_stop without index".into()));
+                };
+                self.block_stop(i, &mut out)?;
+            }
+            "message_delta" => {
+                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(reason.to_owned());
+                }
+                if let Some(usage) = data.get("usage") {
+                    self.read_usage(usage);
+                }
+            }
+            "message_stop" => {
+                let open: Vec<u64> = self.blocks.keys().copied().collect();
+                for i in open {
+                    self.block_stop(i, &mut out)?;
+                }
+                out.push(self.finish());
+            }
+            "error" => {
+                let error = data.get("error").unwrap_or(&data);
+                return Err(http::in_band_error(&self.provider, error, &event.data));
+            }
+            // `ping` keeps the connection alive; unknown events may be added by the API.
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    fn end(&mut self) -> Result<Vec<StreamPart>, ModelError> {
+        let what = if self.started {
+            "message_stop"
+        } else {
+            "message_start"
+        };
+        Err(self.protocol(format!("stream ended before {what}")))
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+}
+
+/// Maps a Messages `stop_reason` to [`FinishReason`].
+fn stop_reason(raw: &str) -> FinishReason {
+    match raw {
+        "end_turn" | "stop_sequence" | "pause_turn" => FinishReason::Stop,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::ContentFilter,
+        _ => FinishReason::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_map() {
+        assert_eq!(stop_reason("end_turn"), FinishReason::Stop);
+        assert_eq!(stop_reason("stop_sequence"), FinishReason::Stop);
+        assert_eq!(stop_reason("max_tokens"), FinishReason::Length);
+        assert_eq!(stop_reason("tool_use"), FinishReason::ToolCalls);
+        assert_eq!(stop_reason("refusal"), FinishReason::ContentFilter);
+        assert_eq!(stop_reason("something_new"), FinishReason::Other);
+    }
+
+    #[test]
+    fn data_urls_become_base64_sources() {
+        let block = content_block(&ModelContent::File {
+            media_type: "image/png".into(),
+            url: "data:image/png;base64,AAAA".into(),
+        });
+        assert_eq!(
+            block,
+            Some(
+                json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}})
+            )
+        );
+        let block = content_block(&ModelContent::File {
+            media_type: "application/pdf".into(),
+            url: "https://example.invalid/a.pdf".into(),
+        });
+        assert_eq!(
+            block,
+            Some(
+                json!({"type": "document", "source": {"type": "url", "url": "https://example.invalid/a.pdf"}})
+            )
+        );
+    }
+
+    #[test]
+    fn debug_output_hides_the_key() {
+        let model =
+            AnthropicModel::new(AnthropicConfig::new("claude", Secret::new("sk-ant-secret")))
+                .expect("client builds");
+        assert!(!format!("{model:?}").contains("sk-ant-secret"));
+    }
+}
