@@ -504,3 +504,190 @@ fn insert_row(insert: &mut rusqlite::CachedStatement<'_>, row: &Row) -> rusqlite
     ])?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mull_core::StreamPart;
+
+    fn at(micros: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_micros(1_735_689_600_000_000 + micros).expect("valid time")
+    }
+
+    fn delta(text: &str) -> Event {
+        Event::Chunk {
+            step: 0,
+            part: StreamPart::TextDelta {
+                id: "t0".into(),
+                text: text.into(),
+            },
+            original: None,
+        }
+    }
+
+    #[test]
+    fn append_assigns_contiguous_seqs_and_flush_makes_them_readable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        let mut appended = Vec::new();
+        for i in 0..1000 {
+            let env = log
+                .append("sess_1", Some("turn_1"), at(i), delta(&format!("d{i}")))
+                .expect("appends");
+            assert_eq!(env.seq, i as u64 + 1);
+            appended.push(env);
+        }
+        assert_eq!(log.last_seq(), 1000);
+        log.flush_blocking().expect("flushes");
+        let reader = log.reader().expect("reader");
+        assert_eq!(reader.max_seq().expect("max"), 1000);
+        assert_eq!(reader.range(1, 1000).expect("range"), appended);
+    }
+
+    #[test]
+    fn timestamps_are_kept_to_the_microsecond_on_both_sides() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        let precise = DateTime::from_timestamp(1_735_689_600, 123_456_789).expect("valid");
+        let env = log.append("s", None, precise, delta("x")).expect("appends");
+        assert_eq!(env.at.timestamp_subsec_nanos(), 123_456_000);
+        log.flush_blocking().expect("flushes");
+        assert_eq!(log.reader().expect("reader").range(1, 1).expect("range"), vec![env]);
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_naming_the_lock_and_the_first_keeps_working() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let log = Log::open(&path).expect("opens");
+        let err = Log::open(&path).expect_err("second writer");
+        assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+        assert!(err.to_string().contains("log.db.lock"), "{err}");
+        log.append("s", None, at(0), delta("a")).expect("appends");
+        drop(log);
+        let again = Log::open(&path).expect("lock released on drop");
+        assert_eq!(again.last_seq(), 1, "dropping committed the queued event");
+        let env = again.append("s", None, at(1), delta("b")).expect("appends");
+        assert_eq!(env.seq, 2, "seqs continue after reopening");
+    }
+
+    #[test]
+    fn small_batches_and_long_delays_still_commit_everything_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = LogOptions {
+            batch_max_events: 3,
+            batch_max_delay: Duration::from_secs(60),
+        };
+        let log = Log::open_with(dir.path().join("log.db"), options).expect("opens");
+        for i in 0..10 {
+            log.append("s", None, at(i), delta("x")).expect("appends");
+        }
+        // Nine events fill three batches; the tenth waits for its delay or a barrier.
+        let reader = log.reader().expect("reader");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while reader.max_seq().expect("max") < 9 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(reader.max_seq().expect("max"), 9);
+        log.flush_blocking().expect("flushes");
+        assert_eq!(reader.max_seq().expect("max"), 10);
+    }
+
+    #[test]
+    fn appends_from_many_threads_get_unique_seqs_in_commit_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    (0..500)
+                        .map(|i| {
+                            log.append(&format!("s{t}"), None, at(i), delta(&i.to_string()))
+                                .expect("appends")
+                                .seq
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for thread in threads {
+            let seqs = thread.join().expect("thread");
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+            all.extend(seqs);
+        }
+        all.sort_unstable();
+        assert_eq!(all, (1..=2000).collect::<Vec<u64>>());
+        log.flush_blocking().expect("flushes");
+        let reader = log.reader().expect("reader");
+        for t in 0..4 {
+            let events = reader
+                .session_page(&format!("s{t}"), 0, 10_000)
+                .expect("page");
+            let texts: Vec<String> = events
+                .iter()
+                .map(|e| match &e.event {
+                    Event::Chunk {
+                        part: StreamPart::TextDelta { text, .. },
+                        ..
+                    } => text.clone(),
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect();
+            assert_eq!(texts, (0..500).map(|i| i.to_string()).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_failed_commit_is_reported_and_earlier_commits_stay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let log = Log::open(&path).expect("opens");
+        for i in 0..4 {
+            log.append("s", None, at(i), delta("ok")).expect("appends");
+        }
+        log.flush_blocking().expect("flushes");
+        // Another connection makes the fifth insert fail, as a full disk would.
+        let raw = Connection::open(&path).expect("raw");
+        raw.busy_timeout(Duration::from_secs(5)).expect("timeout");
+        raw.execute_batch(
+            "CREATE TRIGGER refuse_five BEFORE INSERT ON events WHEN NEW.seq = 5 \
+             BEGIN SELECT RAISE(ABORT, 'disk is full'); END;",
+        )
+        .expect("trigger");
+        drop(raw);
+        log.append("s", None, at(4), delta("lost")).expect("queued");
+        log.append("s", None, at(5), delta("lost")).expect("queued");
+        let err = log.flush_blocking().expect_err("commit fails");
+        let text = err.to_string();
+        assert!(matches!(err, StoreError::WriterFailed { .. }), "{text}");
+        assert!(text.contains("disk is full") && text.contains("5..="), "{text}");
+        let err = log
+            .append("s", None, at(6), delta("refused"))
+            .expect_err("writer stopped");
+        assert!(matches!(err, StoreError::WriterFailed { .. }), "{err}");
+        drop(log);
+        let reader = LogReader::open(&path).expect("reader");
+        assert_eq!(reader.max_seq().expect("max"), 4);
+    }
+
+    #[test]
+    fn flush_works_under_an_async_runtime_without_one_of_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        log.append("s", None, at(0), delta("a")).expect("appends");
+        futures_executor::block_on(async {
+            log.flush().await.expect("flushes");
+        });
+        assert_eq!(log.reader().expect("reader").max_seq().expect("max"), 1);
+    }
+
+    #[test]
+    fn unknown_kinds_are_stored_under_their_own_kind() {
+        assert_eq!(kind_of(&delta("x")), "chunk");
+        assert_eq!(kind_of(&Event::StepStarted { step: 1 }), "step_started");
+        let unknown = Event::decode(1, r#"{"type":"from_the_future","x":1}"#).expect("decodes");
+        assert_eq!(kind_of(&unknown), "from_the_future");
+    }
+}
