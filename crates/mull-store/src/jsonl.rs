@@ -154,3 +154,216 @@ pub fn import_jsonl(
     log.import_rows(rows, source_name)?;
     Ok(count)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, Utc};
+    use mull_core::{EntryPath, StreamPart, UIMessage};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn at(micros: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_micros(1_735_689_600_000_000 + micros).expect("valid time")
+    }
+
+    fn fresh(dir: &std::path::Path, name: &str) -> Log {
+        Log::open(dir.join(name)).expect("opens")
+    }
+
+    fn export(log: &Log, session: Option<&str>) -> Vec<u8> {
+        let mut out = Vec::new();
+        export_jsonl(&log.reader().expect("reader"), session, &mut out).expect("exports");
+        out
+    }
+
+    const LINE_1: &str = r#"{"seq":1,"session_id":"sess_1","turn_id":null,"at":"2025-01-01T00:00:00.000000Z","v":1,"event":{"type":"step_started","step":0}}"#;
+
+    #[test]
+    fn lines_have_a_stable_key_order_and_the_payload_verbatim() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = fresh(dir.path(), "a.db");
+        log.append("sess_1", None, at(0), Event::StepStarted { step: 0 })
+            .expect("appends");
+        log.append(
+            "sess_1",
+            Some("turn_\"1\""),
+            at(1),
+            Event::UserMessagesSaved {
+                request_id: None,
+                messages: vec![UIMessage::user("m", "line\nbreak ✓")],
+            },
+        )
+        .expect("appends");
+        log.flush_blocking().expect("flushes");
+        let text = String::from_utf8(export(&log, None)).expect("utf8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], LINE_1);
+        assert!(lines[1].starts_with(
+            r#"{"seq":2,"session_id":"sess_1","turn_id":"turn_\"1\"","at":"2025-01-01T00:00:00.000001Z","v":1,"event":{"type":"user_messages_saved""#
+        ));
+        assert!(text.ends_with("}\n"));
+    }
+
+    #[test]
+    fn export_import_export_is_byte_identical_and_keeps_unknown_kinds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let source = format!(
+            "{LINE_1}\n{}\n",
+            r#"{"seq":7,"session_id":"sess_1","turn_id":"turn_1","at":"2025-01-01T00:00:01.000000Z","v":3,"event":{"type":"from_the_future","b":1.5e300,"a":{"z":null,"y":[]}}}"#
+        );
+        let first = fresh(dir.path(), "a.db");
+        let n = import_jsonl(source.as_bytes(), "source.jsonl", &first).expect("imports");
+        assert_eq!(n, 2);
+        let exported = export(&first, None);
+        assert_eq!(String::from_utf8(exported.clone()).expect("utf8"), source);
+        let second = fresh(dir.path(), "b.db");
+        import_jsonl(exported.as_slice(), "a.jsonl", &second).expect("imports");
+        assert_eq!(export(&second, None), exported);
+        let state = second.reader().expect("reader").load_session("sess_1").expect("loads");
+        assert_eq!(state.unknown_events, 1);
+        assert_eq!(state.last_seq, 7);
+    }
+
+    #[test]
+    fn a_session_export_holds_only_that_session() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = fresh(dir.path(), "a.db");
+        for (i, s) in ["a", "b", "a"].iter().enumerate() {
+            log.append(s, None, at(i as i64), Event::StepStarted { step: 0 })
+                .expect("appends");
+        }
+        log.flush_blocking().expect("flushes");
+        let text = String::from_utf8(export(&log, Some("a"))).expect("utf8");
+        assert_eq!(text.lines().count(), 2);
+        assert!(!text.contains("\"session_id\":\"b\""));
+    }
+
+    fn import_err(source: &str) -> (String, Log, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = fresh(dir.path(), "a.db");
+        let err = import_jsonl(source.as_bytes(), "bad.jsonl", &log).expect_err("refused");
+        (err.to_string(), log, dir)
+    }
+
+    #[test]
+    fn a_truncated_line_names_the_source_and_line_and_imports_nothing() {
+        let truncated = &LINE_1.replace("\"seq\":1", "\"seq\":2")[..80];
+        let (err, log, _dir) = import_err(&format!("{LINE_1}\n{truncated}"));
+        assert!(err.starts_with("bad.jsonl:2: truncated envelope"), "{err}");
+        assert_eq!(log.reader().expect("reader").max_seq().expect("max"), 0);
+    }
+
+    #[test]
+    fn malformed_lines_say_what_was_wrong() {
+        let cases = [
+            ("not json at all", "bad.jsonl:1: malformed envelope"),
+            ("", "bad.jsonl:1: empty line"),
+            (
+                &LINE_1.replace("\"v\":1", "\"v\":1,\"extra\":true"),
+                "unknown field `extra`",
+            ),
+            (
+                &LINE_1.replace("00:00:00.000000Z", "00:00:00Z"),
+                "is not fixed-width RFC 3339",
+            ),
+            (
+                &LINE_1.replace(r#"{"type":"step_started","step":0}"#, r#"{"type":"step_started","step":"zero"}"#),
+                "bad.jsonl:1: seq 1: event of kind \"step_started\" does not fit its shape",
+            ),
+            (&format!("{LINE_1}\n{LINE_1}"), "bad.jsonl:2: seq 1 does not come after seq 1"),
+        ];
+        for (source, expected) in cases {
+            let (err, _log, _dir) = import_err(&format!("{source}\n"));
+            assert!(err.contains(expected), "{source:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn an_import_must_come_after_the_logs_events_which_are_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = fresh(dir.path(), "a.db");
+        log.append("s", None, at(0), Event::StepStarted { step: 0 })
+            .expect("appends");
+        log.flush_blocking().expect("flushes");
+        let err = import_jsonl(format!("{LINE_1}\n").as_bytes(), "x.jsonl", &log)
+            .expect_err("seq clash");
+        assert!(err.to_string().contains("x.jsonl:1: seq 1 does not come after seq 1"), "{err}");
+        assert_eq!(log.reader().expect("reader").max_seq().expect("max"), 1);
+        let later = LINE_1.replace("\"seq\":1", "\"seq\":5");
+        import_jsonl(format!("{later}\n").as_bytes(), "x.jsonl", &log).expect("imports");
+        let next = log.append("s", None, at(1), Event::StepStarted { step: 1 }).expect("appends");
+        assert_eq!(next.seq, 6, "appends continue after the imported seqs");
+    }
+
+    fn event_strategy() -> impl Strategy<Value = Event> {
+        let text = "[a-zA-Z0-9 \\n\"\\\\é✓{}]{0,24}";
+        prop_oneof![
+            text.prop_map(|t| Event::Chunk {
+                step: 0,
+                part: StreamPart::TextDelta { id: "t0".into(), text: t },
+                original: None,
+            }),
+            Just(Event::Chunk {
+                step: 0,
+                part: StreamPart::TextStart { id: "t0".into() },
+                original: None,
+            }),
+            (0u32..4).prop_map(|n| Event::TurnStarted {
+                request_id: format!("req_{n}"),
+                message_id: format!("msg_{n}"),
+                entry: EntryPath::Chat,
+                continuation: n % 2 == 1,
+                attempt: 0,
+                body: json!({"n": n}),
+            }),
+            (0u32..3, text).prop_map(|(n, t)| Event::UserMessagesSaved {
+                request_id: None,
+                messages: vec![UIMessage::user(format!("msg_u{n}"), t)],
+            }),
+            (0u32..3, text).prop_map(|(n, t)| Event::Chunk {
+                step: 0,
+                part: StreamPart::ToolCall {
+                    call_id: format!("call_{n}"),
+                    tool_name: "search".into(),
+                    input: t,
+                },
+                original: None,
+            }),
+            (text, any::<i64>()).prop_map(|(t, x)| {
+                Event::decode(1, &json!({"type": "future_kind", "t": t, "x": x}).to_string())
+                    .expect("unknown kinds decode")
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        #[test]
+        fn export_import_fold_equals_fold(
+            events in proptest::collection::vec((0usize..2, proptest::option::of(0usize..2), event_strategy()), 0..60)
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let original = fresh(dir.path(), "a.db");
+            let sessions = ["sess_1", "sess_2"];
+            let turns = ["turn_1", "turn_2"];
+            let mut live: Vec<crate::SessionState> =
+                sessions.iter().map(|s| crate::SessionState::new(*s)).collect();
+            for (i, (s, t, event)) in events.into_iter().enumerate() {
+                let env = original
+                    .append(sessions[s], t.map(|t| turns[t]), at(i as i64 * 997), event)
+                    .expect("appends");
+                live[s].apply(&env);
+            }
+            original.flush_blocking().expect("flushes");
+            let exported = export(&original, None);
+            let copy = fresh(dir.path(), "b.db");
+            import_jsonl(exported.as_slice(), "a.jsonl", &copy).expect("imports");
+            prop_assert_eq!(&export(&copy, None), &exported);
+            let reader = copy.reader().expect("reader");
+            for (s, state) in sessions.iter().zip(&live) {
+                prop_assert_eq!(&reader.load_session(s).expect("loads"), state);
+            }
+        }
+    }
+}

@@ -348,3 +348,181 @@ fn text_or_null<'a>(row: &'a rusqlite::Row<'_>, index: usize) -> rusqlite::Resul
         rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(err))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::Log;
+    use mull_core::{EntryPath, StreamPart, TurnStatus, Usage};
+    use serde_json::json;
+
+    fn at(micros: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_micros(1_735_689_600_000_000 + micros).expect("valid time")
+    }
+
+    fn started(n: u32) -> Event {
+        Event::TurnStarted {
+            request_id: format!("req_{n}"),
+            message_id: format!("msg_{n}"),
+            entry: EntryPath::Chat,
+            continuation: false,
+            attempt: 0,
+            body: json!({}),
+        }
+    }
+
+    fn finished(n: u32) -> Event {
+        Event::TurnFinished {
+            request_id: format!("req_{n}"),
+            status: TurnStatus::Completed,
+            error: None,
+            steps: 1,
+            usage: Usage::default(),
+        }
+    }
+
+    fn delta() -> Event {
+        Event::Chunk {
+            step: 0,
+            part: StreamPart::TextDelta {
+                id: "t0".into(),
+                text: "x".into(),
+            },
+            original: None,
+        }
+    }
+
+    /// Two sessions, interleaved: sess_a has two turns, sess_b one.
+    fn sample(dir: &Path) -> Log {
+        let log = Log::open(dir.join("log.db")).expect("opens");
+        let mut t = 0;
+        let mut push = |s: &str, turn: Option<&str>, e: Event| {
+            t += 1000;
+            log.append(s, turn, at(t), e).expect("appends");
+        };
+        push("sess_a", Some("turn_1"), started(1));
+        push("sess_b", Some("turn_2"), started(2));
+        for _ in 0..5 {
+            push("sess_a", Some("turn_1"), delta());
+            push("sess_b", Some("turn_2"), delta());
+        }
+        push("sess_a", Some("turn_1"), finished(1));
+        push("sess_a", Some("turn_3"), started(3));
+        push("sess_a", Some("turn_3"), delta());
+        log.flush_blocking().expect("flushes");
+        log
+    }
+
+    #[test]
+    fn ranges_and_pages_walk_the_log_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = sample(dir.path());
+        let reader = log.reader().expect("reader");
+        assert_eq!(reader.max_seq().expect("max"), 15);
+        let range = reader.range(3, 5).expect("range");
+        assert_eq!(range.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4, 5]);
+        let mut seen = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = reader.page(after, 4).expect("page");
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            seen.extend(page.iter().map(|e| e.seq));
+        }
+        assert_eq!(seen, (1..=15).collect::<Vec<_>>());
+        let b = reader.session_page("sess_b", 2, 3).expect("session page");
+        assert!(b.iter().all(|e| e.session_id == "sess_b" && e.seq > 2));
+        assert_eq!(b.len(), 3);
+        let turn = reader.turn_events("turn_3").expect("turn");
+        assert_eq!(turn.iter().map(|e| e.seq).collect::<Vec<_>>(), [14, 15]);
+    }
+
+    #[test]
+    fn sessions_and_turns_are_listed_from_lifecycle_events() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = sample(dir.path());
+        let reader = log.reader().expect("reader");
+        let sessions = reader.sessions().expect("sessions");
+        let brief: Vec<_> = sessions
+            .iter()
+            .map(|s| (s.session_id.as_str(), s.first_seq, s.last_seq, s.turns))
+            .collect();
+        assert_eq!(brief, [("sess_a", 1, 15, 2), ("sess_b", 2, 12, 1)]);
+        assert_eq!(sessions[0].first_at, at(1000));
+        assert_eq!(sessions[0].last_at, at(15_000));
+        let turns = reader.turns("sess_a").expect("turns");
+        let brief: Vec<_> = turns
+            .iter()
+            .map(|t| (t.request_id.as_str(), t.status))
+            .collect();
+        assert_eq!(
+            brief,
+            [("req_1", TurnStatus::Completed), ("req_3", TurnStatus::Running)]
+        );
+    }
+
+    #[test]
+    fn load_session_folds_every_page_of_a_session() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        log.append("s", Some("turn_1"), at(0), started(1))
+            .expect("appends");
+        log.append(
+            "s",
+            Some("turn_1"),
+            at(1),
+            Event::Chunk {
+                step: 0,
+                part: StreamPart::TextStart { id: "t0".into() },
+                original: None,
+            },
+        )
+        .expect("appends");
+        let deltas = PAGE_ROWS * 2 + 17;
+        for i in 0..deltas {
+            log.append("s", Some("turn_1"), at(2 + i as i64), delta())
+                .expect("appends");
+        }
+        log.flush_blocking().expect("flushes");
+        let state = log.reader().expect("reader").load_session("s").expect("loads");
+        assert_eq!(state.last_seq, deltas as u64 + 2);
+        let draft = state.draft.expect("draft");
+        assert_eq!(draft.plain_text().len(), deltas);
+    }
+
+    #[test]
+    fn a_known_kind_with_a_bad_shape_is_an_error_naming_its_seq() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let log = Log::open(&path).expect("opens");
+        log.append("s", None, at(0), started(1)).expect("appends");
+        log.flush_blocking().expect("flushes");
+        let raw = Connection::open(&path).expect("raw");
+        raw.execute(
+            "INSERT INTO events VALUES (2, 's', NULL, '2025-01-01T00:00:01.000000Z', 1, 'turn_started', ?1)",
+            [r#"{"type":"turn_started","request_id":42}"#],
+        )
+        .expect("inserts");
+        raw.execute(
+            "INSERT INTO events VALUES (3, 's', NULL, '2025-01-01T00:00:02.000000Z', 1, 'from_the_future', ?1)",
+            [r#"{"type":"from_the_future","z":[1,2]}"#],
+        )
+        .expect("inserts");
+        let reader = LogReader::open(&path).expect("reader");
+        let err = reader.load_session("s").expect_err("bad shape");
+        assert!(matches!(err, StoreError::Decode { seq: 2, .. }), "{err}");
+        assert!(err.to_string().contains("seq 2") && err.to_string().contains("turn_started"));
+        let unknown = reader.range(3, 3).expect("unknown kinds read");
+        assert_eq!(unknown[0].kind(), "from_the_future");
+        assert_eq!(unknown[0].event.encode(), r#"{"type":"from_the_future","z":[1,2]}"#);
+    }
+
+    #[test]
+    fn a_missing_file_is_not_created_by_a_reader() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nope.db");
+        let err = LogReader::open(&path).expect_err("missing");
+        assert!(matches!(err, StoreError::Missing { .. }), "{err}");
+        assert!(!path.exists());
+    }
+}

@@ -71,3 +71,48 @@ impl Tail {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::Log;
+    use chrono::DateTime;
+    use mull_core::Event;
+
+    #[test]
+    fn a_tail_wakes_on_new_commits_and_times_out_when_there_are_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        let at = DateTime::from_timestamp_micros(0).expect("valid");
+        log.append("s", None, at, Event::StepStarted { step: 0 })
+            .expect("appends");
+        log.flush_blocking().expect("flushes");
+        let mut tail = log.reader().expect("reader").tail(0);
+        let first = tail.next_batch(Duration::from_secs(5)).expect("first");
+        assert_eq!(first.iter().map(|e| e.seq).collect::<Vec<_>>(), [1]);
+        assert!(tail
+            .next_batch(Duration::from_millis(30))
+            .expect("timeout")
+            .is_empty());
+        let writer = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                for step in 1..=3 {
+                    log.append("s", None, at, Event::StepStarted { step })
+                        .expect("appends");
+                }
+                log.flush_blocking().expect("flushes");
+            })
+        };
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            let batch = tail.next_batch(Duration::from_secs(5)).expect("batch");
+            assert!(!batch.is_empty(), "the tail missed a commit");
+            seen.extend(batch.iter().map(|e| e.seq));
+        }
+        writer.join().expect("writer");
+        assert_eq!(seen, [2, 3, 4]);
+        assert_eq!(tail.position(), 4);
+    }
+}

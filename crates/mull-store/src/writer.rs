@@ -658,7 +658,6 @@ mod tests {
         .expect("trigger");
         drop(raw);
         log.append("s", None, at(4), delta("lost")).expect("queued");
-        log.append("s", None, at(5), delta("lost")).expect("queued");
         let err = log.flush_blocking().expect_err("commit fails");
         let text = err.to_string();
         assert!(matches!(err, StoreError::WriterFailed { .. }), "{text}");
