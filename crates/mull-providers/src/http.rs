@@ -304,7 +304,9 @@ where
                 }
                 None => {
                     state.finished = true;
-                    push_all(&mut state.pending, state.decoder.end());
+                    if !state.decoder.is_done() {
+                        push_all(&mut state.pending, state.decoder.end());
+                    }
                 }
             }
         }
@@ -324,11 +326,14 @@ fn push_all(
 
 fn sse_error(provider: &str, error: EventStreamError<reqwest::Error>) -> ModelError {
     match error {
-        EventStreamError::Transport(e) => {
-            let mut error = transport_error(provider, &e);
-            error.message = format!("{provider}: connection lost mid-stream: {}", error.message);
-            error
-        }
+        // Whatever reqwest calls it, a byte stream failing after a 2xx is a cut connection.
+        EventStreamError::Transport(e) => ModelError::new(
+            ModelErrorKind::Transient,
+            format!(
+                "{provider}: connection lost mid-stream: {}",
+                describe_reqwest_error(&e)
+            ),
+        ),
         EventStreamError::Utf8(e) => ModelError::new(
             ModelErrorKind::Protocol,
             format!("{provider}: stream is not valid UTF-8: {e}"),

@@ -1,0 +1,519 @@
+//! The Chat Completions provider against a local server speaking the streaming wire format.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{collect, pieces, serve, Reply};
+use mull_core::{
+    CallSettings, FinishReason, LanguageModel, ModelContent, ModelErrorKind, ModelMessage,
+    ModelRequest, ModelRole, StreamPart, ToolChoice, ToolSpec, Usage,
+};
+use mull_providers::openai::{OpenAiConfig, OpenAiModel};
+use mull_providers::Secret;
+use serde_json::json;
+
+fn chunk(delta: serde_json::Value, finish: Option<&str>) -> String {
+    let data = json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        "usage": null
+    });
+    format!("data: {data}\n\n")
+}
+
+fn usage_chunk() -> String {
+    let data = json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150,
+            "prompt_tokens_details": {"cached_tokens": 64, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 8, "audio_tokens": 0}
+        }
+    });
+    format!("data: {data}\n\n")
+}
+
+fn model(base_url: &str) -> OpenAiModel {
+    let mut config = OpenAiConfig::openai("gpt-4o-mini", Secret::new("sk-test-secret"));
+    config.base_url = base_url.to_owned();
+    OpenAiModel::new(config).expect("model")
+}
+
+fn hello() -> ModelRequest {
+    ModelRequest {
+        messages: vec![ModelMessage::text(ModelRole::User, "hi")],
+        ..ModelRequest::default()
+    }
+}
+
+async fn run(
+    wire: String,
+    piece_size: usize,
+    cut: bool,
+) -> (Vec<StreamPart>, Option<mull_core::ModelError>) {
+    let server = serve(Reply::Sse {
+        pieces: pieces(&wire, piece_size),
+        cut,
+    })
+    .await;
+    let stream = model(&server.base_url)
+        .stream(hello())
+        .await
+        .expect("stream opens");
+    collect(stream).await
+}
+
+fn tool_stream() -> String {
+    [
+        ": keep-alive\n\n".to_owned(),
+        chunk(json!({"role": "assistant", "content": "", "refusal": null}), None),
+        chunk(json!({"content": "Héllo 👋"}), None),
+        chunk(json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "search", "arguments": ""}}]}), None),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"q\":"}}]}), None),
+        chunk(json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "clock", "arguments": "{}"}}]}), None),
+        ": another comment\n\n".to_owned(),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"rust\"}"}}]}), None),
+        chunk(json!({}), Some("tool_calls")),
+        usage_chunk(),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat()
+}
+
+fn expected_tool_parts() -> Vec<StreamPart> {
+    vec![
+        StreamPart::TextStart {
+            id: "text-0".into(),
+        },
+        StreamPart::TextDelta {
+            id: "text-0".into(),
+            text: "Héllo 👋".into(),
+        },
+        StreamPart::ToolInputStart {
+            call_id: "call_a".into(),
+            tool_name: "search".into(),
+        },
+        StreamPart::ToolInputDelta {
+            call_id: "call_a".into(),
+            delta: "{\"q\":".into(),
+        },
+        StreamPart::ToolInputStart {
+            call_id: "call_b".into(),
+            tool_name: "clock".into(),
+        },
+        StreamPart::ToolInputDelta {
+            call_id: "call_b".into(),
+            delta: "{}".into(),
+        },
+        StreamPart::ToolInputDelta {
+            call_id: "call_a".into(),
+            delta: "\"rust\"}".into(),
+        },
+        StreamPart::TextEnd {
+            id: "text-0".into(),
+        },
+        StreamPart::ToolInputEnd {
+            call_id: "call_a".into(),
+        },
+        StreamPart::ToolCall {
+            call_id: "call_a".into(),
+            tool_name: "search".into(),
+            input: "{\"q\":\"rust\"}".into(),
+        },
+        StreamPart::ToolInputEnd {
+            call_id: "call_b".into(),
+        },
+        StreamPart::ToolCall {
+            call_id: "call_b".into(),
+            tool_name: "clock".into(),
+            input: "{}".into(),
+        },
+        StreamPart::Finish {
+            finish_reason: FinishReason::ToolCalls,
+            raw_finish_reason: Some("tool_calls".into()),
+            usage: Usage {
+                input_tokens: Some(120),
+                output_tokens: Some(30),
+                total_tokens: Some(150),
+                reasoning_tokens: Some(8),
+                cached_input_tokens: Some(64),
+            },
+            provider_metadata: None,
+        },
+    ]
+}
+
+#[tokio::test]
+async fn text_and_parallel_tool_calls_assemble_by_index() {
+    let (parts, error) = run(tool_stream(), 4096, false).await;
+    assert_eq!(error, None);
+    assert_eq!(parts, expected_tool_parts());
+}
+
+#[tokio::test]
+async fn events_split_at_awkward_byte_boundaries_decode_the_same() {
+    // Small pieces cut through `data:` prefixes, JSON strings, the blank-line separators and
+    // the multi-byte characters of "é" and "👋".
+    for size in [3, 7] {
+        let (parts, error) = run(tool_stream(), size, false).await;
+        assert_eq!(error, None, "piece size {size}");
+        assert_eq!(parts, expected_tool_parts(), "piece size {size}");
+    }
+}
+
+#[tokio::test]
+async fn one_byte_reads_split_every_multibyte_character() {
+    let wire = [
+        chunk(json!({"content": "é👋"}), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let (parts, error) = run(wire, 1, false).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        parts[..3],
+        [
+            StreamPart::TextStart {
+                id: "text-0".into()
+            },
+            StreamPart::TextDelta {
+                id: "text-0".into(),
+                text: "é👋".into()
+            },
+            StreamPart::TextEnd {
+                id: "text-0".into()
+            },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn reasoning_content_of_local_servers_becomes_reasoning_blocks() {
+    let wire = [
+        chunk(
+            json!({"role": "assistant", "content": null, "reasoning_content": "Two plus"}),
+            None,
+        ),
+        chunk(json!({"content": null, "reasoning_content": " two."}), None),
+        chunk(json!({"content": "4"}), None),
+        chunk(json!({}), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let (parts, error) = run(wire, 4096, false).await;
+    assert_eq!(error, None);
+    assert_eq!(
+        parts,
+        vec![
+            StreamPart::ReasoningStart {
+                id: "reasoning-0".into()
+            },
+            StreamPart::ReasoningDelta {
+                id: "reasoning-0".into(),
+                text: "Two plus".into()
+            },
+            StreamPart::ReasoningDelta {
+                id: "reasoning-0".into(),
+                text: " two.".into()
+            },
+            StreamPart::ReasoningEnd {
+                id: "reasoning-0".into()
+            },
+            StreamPart::TextStart {
+                id: "text-1".into()
+            },
+            StreamPart::TextDelta {
+                id: "text-1".into(),
+                text: "4".into()
+            },
+            StreamPart::TextEnd {
+                id: "text-1".into()
+            },
+            StreamPart::Finish {
+                finish_reason: FinishReason::Stop,
+                raw_finish_reason: Some("stop".into()),
+                usage: Usage::default(),
+                provider_metadata: None,
+            },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn data_after_done_is_ignored() {
+    let wire = [
+        chunk(json!({"content": "a"}), Some("length")),
+        "data: [DONE]\n\n".to_owned(),
+        "data: {not json\n\n".to_owned(),
+    ]
+    .concat();
+    let (parts, error) = run(wire, 4096, false).await;
+    assert_eq!(error, None);
+    assert!(matches!(
+        parts.last(),
+        Some(StreamPart::Finish {
+            finish_reason: FinishReason::Length,
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn an_in_band_error_ends_the_stream_with_its_kind_and_body() {
+    let error_line = r#"{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}"#;
+    let wire = [
+        chunk(json!({"content": "par"}), None),
+        format!("data: {error_line}\n\n"),
+        chunk(json!({"content": "tial"}), None),
+    ]
+    .concat();
+    let (parts, error) = run(wire, 4096, false).await;
+    assert_eq!(
+        parts,
+        vec![
+            StreamPart::TextStart {
+                id: "text-0".into()
+            },
+            StreamPart::TextDelta {
+                id: "text-0".into(),
+                text: "par".into()
+            },
+        ]
+    );
+    let error = error.expect("error");
+    assert_eq!(error.kind, ModelErrorKind::Transient);
+    assert!(
+        error.message.contains("The server had an error"),
+        "{}",
+        error.message
+    );
+    assert_eq!(error.body.as_deref(), Some(error_line));
+}
+
+#[tokio::test]
+async fn an_in_band_overflow_error_stays_classifiable() {
+    let wire = "data: {\"error\":{\"message\":\"This model's maximum context length is 8192 tokens\",\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\"}}\n\n".to_owned();
+    let (_, error) = run(wire, 4096, false).await;
+    let error = error.expect("error");
+    assert_eq!(error.kind, ModelErrorKind::InvalidRequest);
+    assert!(mull_core::default_context_overflow_classifier(&error).is_some());
+}
+
+#[tokio::test]
+async fn a_connection_cut_mid_stream_is_transient() {
+    let wire = chunk(json!({"content": "half"}), None);
+    let (parts, error) = run(wire, 4096, true).await;
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    let error = error.expect("error");
+    assert_eq!(error.kind, ModelErrorKind::Transient, "{}", error.message);
+    assert!(error.message.contains("mid-stream"), "{}", error.message);
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_protocol_error_naming_the_data() {
+    let wire = [
+        chunk(json!({"content": "ok"}), None),
+        "data: {\"choices\": [\n\n".to_owned(),
+    ]
+    .concat();
+    let (parts, error) = run(wire, 4096, false).await;
+    assert_eq!(parts.len(), 2);
+    let error = error.expect("error");
+    assert_eq!(error.kind, ModelErrorKind::Protocol);
+    assert!(error.message.contains("invalid JSON"), "{}", error.message);
+    assert!(
+        error.message.contains("{\"choices\": ["),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn a_stream_without_a_finish_is_a_protocol_error() {
+    let wire = chunk(json!({"content": "and then"}), None);
+    let (parts, error) = run(wire, 4096, false).await;
+    assert_eq!(parts.len(), 2);
+    let error = error.expect("error");
+    assert_eq!(error.kind, ModelErrorKind::Protocol);
+    assert!(
+        error.message.contains("without a finish_reason"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn a_finish_reason_without_done_still_finishes() {
+    let wire = chunk(json!({"content": "x"}), Some("stop"));
+    let (parts, error) = run(wire, 4096, false).await;
+    assert_eq!(error, None);
+    assert!(matches!(
+        parts.last(),
+        Some(StreamPart::Finish {
+            finish_reason: FinishReason::Stop,
+            ..
+        })
+    ));
+}
+
+fn full_request() -> ModelRequest {
+    let mut headers = BTreeMap::new();
+    headers.insert("x-trace".to_owned(), "abc".to_owned());
+    ModelRequest {
+        system: Some("Be brief.".into()),
+        messages: vec![
+            ModelMessage {
+                role: ModelRole::User,
+                content: vec![
+                    ModelContent::Text {
+                        text: "What is in this picture?".into(),
+                    },
+                    ModelContent::File {
+                        media_type: "image/png".into(),
+                        url: "data:image/png;base64,AAAA".into(),
+                    },
+                ],
+            },
+            ModelMessage {
+                role: ModelRole::Assistant,
+                content: vec![
+                    ModelContent::Reasoning {
+                        text: "look it up".into(),
+                    },
+                    ModelContent::Text {
+                        text: "Let me search.".into(),
+                    },
+                    ModelContent::ToolCall {
+                        call_id: "call_1".into(),
+                        tool_name: "search".into(),
+                        input: json!({"q": "cats"}),
+                    },
+                ],
+            },
+            ModelMessage {
+                role: ModelRole::Tool,
+                content: vec![ModelContent::ToolResult {
+                    call_id: "call_1".into(),
+                    tool_name: "search".into(),
+                    output: json!({"hits": 3}),
+                    is_error: false,
+                }],
+            },
+            ModelMessage::text(ModelRole::User, "thanks"),
+        ],
+        tools: vec![ToolSpec {
+            name: "search".into(),
+            description: "Search the web".into(),
+            input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
+        }],
+        tool_choice: ToolChoice::Tool {
+            tool_name: "search".into(),
+        },
+        settings: CallSettings {
+            max_output_tokens: Some(256),
+            temperature: Some(0.5),
+            top_p: Some(0.9),
+            top_k: Some(40),
+            presence_penalty: Some(0.1),
+            frequency_penalty: Some(0.2),
+            stop_sequences: vec!["END".into()],
+            seed: Some(7),
+            headers,
+            provider_options: Some(json!({"user": "u-1", "parallel_tool_calls": false})),
+        },
+        output_schema: Some(json!({"type": "object"})),
+    }
+}
+
+fn expected_messages() -> serde_json::Value {
+    json!([
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        ]},
+        {"role": "assistant", "content": "Let me search.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": "{\"q\":\"cats\"}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"hits\":3}"},
+        {"role": "user", "content": "thanks"}
+    ])
+}
+
+#[tokio::test]
+async fn every_request_field_reaches_the_openai_body() {
+    let wire = [
+        chunk(json!({"content": "ok"}), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let server = serve(Reply::Sse {
+        pieces: pieces(&wire, 4096),
+        cut: false,
+    })
+    .await;
+    let stream = model(&server.base_url)
+        .stream(full_request())
+        .await
+        .expect("stream");
+    let (_, error) = collect(stream).await;
+    assert_eq!(error, None);
+    let received = server.received();
+    assert_eq!(received.len(), 1);
+    let request = &received[0];
+    assert_eq!(request.path, "/v1/chat/completions");
+    assert_eq!(request.headers["authorization"], "Bearer sk-test-secret");
+    assert_eq!(request.headers["x-trace"], "abc");
+    assert_eq!(
+        request.body,
+        json!({
+            "model": "gpt-4o-mini",
+            "messages": expected_messages(),
+            "tools": [{"type": "function", "function": {
+                "name": "search", "description": "Search the web",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+            }}],
+            "tool_choice": {"type": "function", "function": {"name": "search"}},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "response", "schema": {"type": "object"}, "strict": false}},
+            "max_completion_tokens": 256,
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "presence_penalty": 0.1,
+            "frequency_penalty": 0.2,
+            "stop": ["END"],
+            "seed": 7,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "user": "u-1",
+            "parallel_tool_calls": false
+        })
+    );
+}
+
+#[tokio::test]
+async fn compatible_servers_get_max_tokens_and_top_k_and_no_auth() {
+    let wire = [
+        chunk(json!({"content": "ok"}), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let server = serve(Reply::Sse {
+        pieces: pieces(&wire, 4096),
+        cut: false,
+    })
+    .await;
+    let config = OpenAiConfig::compatible(format!("{}/", server.base_url), "qwen3");
+    let model = OpenAiModel::new(config).expect("model");
+    assert_eq!(model.provider(), "openai-compatible");
+    let (_, error) = collect(model.stream(full_request()).await.expect("stream")).await;
+    assert_eq!(error, None);
+    let request = &server.received()[0];
+    assert_eq!(request.path, "/v1/chat/completions");
+    assert!(request.headers.get("authorization").is_none());
+    assert_eq!(request.body["max_tokens"], json!(256));
+    assert_eq!(request.body["top_k"], json!(40));
+    assert!(request.body.get("max_completion_tokens").is_none());
+    assert_eq!(request.body["model"], json!("qwen3"));
+}
