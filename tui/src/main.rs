@@ -1,2 +1,63 @@
-//! The `mull` binary.
-fn main() {}
+//! The `mull` binary: the dashboard plus thin wiring of the log's operations.
+
+mod cli;
+mod dash;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Agent chat turns over an append-only event log.
+#[derive(Debug, Parser)]
+#[command(name = "mull", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Live dashboard over a log (read-only; another process may be writing it).
+    Dash(cli::dash::DashArgs),
+    /// Write a log (or one session of it) as JSONL to standard output.
+    Export {
+        /// The database.
+        db: PathBuf,
+        /// Only this session.
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Append the events of a JSONL file to a database (created if missing).
+    Import {
+        /// The JSONL file.
+        file: PathBuf,
+        /// The database.
+        db: PathBuf,
+    },
+    /// Fold a JSONL log and print each session's conversation and a per-turn summary.
+    Replay {
+        /// The JSONL file.
+        file: PathBuf,
+    },
+    /// Counts of a log: sessions, turns, events by kind, tokens.
+    Stats {
+        /// The database.
+        db: PathBuf,
+    },
+    /// Write a large realistic log for benchmarks.
+    #[command(hide = true)]
+    GenBenchLog(cli::gen_bench_log::GenArgs),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Dash(args) => cli::dash::run(args),
+        Command::Export { db, session } => cli::export::run(&db, session.as_deref()),
+        Command::Import { file, db } => cli::import::run(&file, &db),
+        Command::Replay { file } => cli::replay::run(&file),
+        Command::Stats { db } => cli::stats::run(&db),
+        Command::GenBenchLog(args) => cli::gen_bench_log::run(args),
+    }
+}

@@ -1,0 +1,8 @@
+//! One module per subcommand; each is thin wiring over `mull-store` and the dashboard.
+
+pub mod dash;
+pub mod export;
+pub mod gen_bench_log;
+pub mod import;
+pub mod replay;
+pub mod stats;

@@ -1,0 +1,107 @@
+//! `mull replay FILE`: fold a JSONL log and print what it amounts to.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use mull_core::{Role, UIPart};
+use mull_store::projection::SessionState;
+use mull_store::LogReader;
+
+use crate::cli::import::import_into;
+
+/// Imports `file` into a temporary database and prints every session.
+pub fn run(file: &Path) -> Result<()> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let db = dir.path().join("replay.db");
+    import_into(file, &db)?;
+    let reader = LogReader::open(&db).with_context(|| format!("opening {}", db.display()))?;
+    print!("{}", report(&reader)?);
+    Ok(())
+}
+
+/// Every session's conversation and turn table, as printed.
+pub fn report(reader: &LogReader) -> Result<String> {
+    let mut out = String::new();
+    for session in reader.sessions()? {
+        let state = reader.load_session(&session.session_id)?;
+        writeln!(out, "session {}", session.session_id)?;
+        conversation(&state, &mut out)?;
+        turn_table(&state, &mut out)?;
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+fn conversation(state: &SessionState, out: &mut String) -> Result<()> {
+    let messages = state.messages.iter().chain(state.draft.iter());
+    for message in messages {
+        let who = match message.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::System => "system",
+        };
+        writeln!(out, "  {who}:")?;
+        for part in &message.parts {
+            match part {
+                UIPart::Text { text, .. } => {
+                    for line in text.lines() {
+                        writeln!(out, "    {line}")?;
+                    }
+                }
+                UIPart::Reasoning { text, .. } => {
+                    writeln!(out, "    [reasoning, {} chars]", text.chars().count())?
+                }
+                UIPart::Tool(tool) => writeln!(
+                    out,
+                    "    [tool {} {} → {}]",
+                    tool.tool_name,
+                    tool.input,
+                    tool.output
+                        .as_ref()
+                        .map(|o| o.to_string())
+                        .or_else(|| tool.error_text.clone())
+                        .unwrap_or_else(|| "pending".into())
+                )?,
+                UIPart::StepStart => {}
+                other => writeln!(
+                    out,
+                    "    [{}]",
+                    serde_json::to_value(other)
+                        .ok()
+                        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+                        .unwrap_or_default()
+                )?,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn turn_table(state: &SessionState, out: &mut String) -> Result<()> {
+    writeln!(
+        out,
+        "  {:<20} {:<9} {:>5} {:>8} {:>8} {:>8} {:>6} {:>6}",
+        "turn", "status", "steps", "in", "out", "cached", "tools", "errors"
+    )?;
+    let n = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    for turn in &state.turns {
+        let errors = turn.tools.failures + turn.hook_failures + u32::from(turn.error.is_some());
+        writeln!(
+            out,
+            "  {:<20} {:<9} {:>5} {:>8} {:>8} {:>8} {:>6} {:>6}",
+            turn.turn_id.as_deref().unwrap_or(&turn.request_id),
+            turn.status.as_str(),
+            turn.steps,
+            n(turn.usage.input_tokens),
+            n(turn.usage.output_tokens),
+            n(turn.usage.cached_input_tokens),
+            turn.tools.calls,
+            errors
+        )?;
+        if let Some(error) = &turn.error {
+            writeln!(out, "    error: {error}")?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,926 @@
+//! The dashboard's state and how it changes: [`App::update`] takes one [`Msg`] (a key's action,
+//! data the log returned, new events, a clock tick) and returns the [`Effect`]s (log reads) it
+//! needs. It never touches the terminal or the database, so every behaviour is unit-testable.
+
+use std::time::Duration;
+
+use mull_core::{Envelope, Event, TurnStatus, Usage};
+use mull_store::projection::{SessionState, TurnSummary};
+use mull_store::SessionSummary;
+
+use crate::dash::keys::Action;
+use crate::dash::replay::Replay;
+use crate::dash::timeline::{Item, TimelineBuilder};
+
+/// Rows a page key moves.
+pub const PAGE_ROWS: usize = 10;
+/// Events read per timeline page.
+pub const TIMELINE_PAGE: usize = 2000;
+/// Load the next page when the selection is this close to the last row.
+const PAGE_AHEAD: usize = 50;
+
+/// The screen being shown, from the outside in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Sessions,
+    Turns,
+    Timeline,
+    Event,
+}
+
+/// Everything that can happen to the dashboard.
+#[derive(Debug)]
+pub enum Msg {
+    /// A key's action.
+    Action(Action),
+    /// Editing the filter prompt.
+    FilterEdit(FilterEdit),
+    /// The session list, read from the log.
+    Sessions(Vec<SessionSummary>),
+    /// A session's turns, read from the log.
+    Turns {
+        session_id: String,
+        turns: Vec<TurnSummary>,
+    },
+    /// A page of a turn's events (`exhausted`: the log had no more after it).
+    TimelinePage {
+        turn_id: String,
+        events: Vec<Envelope>,
+        scanned_to: u64,
+        exhausted: bool,
+    },
+    /// The session's state just before the turn began.
+    Base {
+        turn_id: String,
+        state: SessionState,
+    },
+    /// Every event of a turn, for replay.
+    WholeTurn {
+        turn_id: String,
+        events: Vec<Envelope>,
+    },
+    /// Events another process committed.
+    Appended(Vec<Envelope>),
+    /// Wall time passed (drives replay).
+    Tick(Duration),
+    /// A read failed; shown in the footer.
+    Failed(String),
+}
+
+/// A key typed into the filter prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FilterEdit {
+    Char(char),
+    Backspace,
+    Apply,
+    Cancel,
+}
+
+/// A read the dashboard needs from the log; the runtime performs it and answers with a [`Msg`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    LoadSessions,
+    LoadTurns {
+        session_id: String,
+    },
+    /// The next page of a turn: its session's events after `after_seq`.
+    LoadTimeline {
+        session_id: String,
+        turn_id: String,
+        after_seq: u64,
+    },
+    /// The session folded up to (not including) `before_seq`.
+    LoadBase {
+        session_id: String,
+        turn_id: String,
+        before_seq: u64,
+    },
+    LoadWholeTurn {
+        turn_id: String,
+    },
+}
+
+/// The timeline of one turn: the loaded events, their rows, the conversation as of the cursor.
+#[derive(Debug, Clone)]
+pub struct TurnView {
+    pub session_id: String,
+    pub turn_id: String,
+    /// The turn's events loaded so far, in seq order.
+    pub events: Vec<Envelope>,
+    /// Rows built from `events[..=cursor]` (all of them outside replay).
+    pub timeline: TimelineBuilder,
+    pub selected: usize,
+    /// The last seq of the session scanned by paging.
+    pub scanned_to: u64,
+    /// No page is left to read (later events come from the tail).
+    pub exhausted: bool,
+    pub loading: bool,
+    /// The session before the turn, once read.
+    pub base: Option<SessionState>,
+    /// `base` with the turn's events up to the cursor applied.
+    pub conversation: Option<SessionState>,
+    pub replay: Option<Replay>,
+}
+
+impl TurnView {
+    fn new(session_id: &str, turn_id: &str, first_seq: u64) -> Self {
+        Self {
+            session_id: session_id.to_owned(),
+            turn_id: turn_id.to_owned(),
+            events: Vec::new(),
+            timeline: TimelineBuilder::new(),
+            selected: 0,
+            scanned_to: first_seq.saturating_sub(1),
+            exhausted: false,
+            loading: true,
+            base: None,
+            conversation: None,
+            replay: None,
+        }
+    }
+
+    /// The rows shown.
+    pub fn items(&self) -> &[Item] {
+        self.timeline.items()
+    }
+
+    /// The selected row.
+    pub fn selected_item(&self) -> Option<&Item> {
+        self.items().get(self.selected)
+    }
+
+    /// The index of the last event the view shows (the replay cursor, else the last loaded).
+    pub fn cursor(&self) -> Option<usize> {
+        match &self.replay {
+            Some(replay) => Some(replay.cursor),
+            None => self.events.len().checked_sub(1),
+        }
+    }
+
+    /// Adds events of this turn that are newer than the ones loaded.
+    fn extend(&mut self, events: impl IntoIterator<Item = Envelope>) {
+        let last = self.events.last().map(|e| e.seq).unwrap_or(0);
+        let fresh: Vec<Envelope> = events
+            .into_iter()
+            .filter(|e| e.seq > last && e.turn_id.as_deref() == Some(self.turn_id.as_str()))
+            .collect();
+        for env in fresh {
+            if self.replay.is_none() {
+                self.timeline.push(&env);
+                if let Some(conversation) = &mut self.conversation {
+                    conversation.apply(&env);
+                }
+            }
+            self.events.push(env);
+        }
+    }
+
+    /// Rebuilds rows and conversation for the replay cursor after it moved.
+    fn seek_to(&mut self, index: usize) {
+        let forward = self
+            .timeline
+            .last_seq()
+            .zip(self.events.get(index))
+            .is_some_and(|(shown, target)| target.seq >= shown);
+        if forward {
+            let start = self
+                .events
+                .partition_point(|e| Some(e.seq) <= self.timeline.last_seq());
+            for env in self.events.get(start..=index).unwrap_or_default() {
+                self.timeline.push(env);
+                if let Some(conversation) = &mut self.conversation {
+                    conversation.apply(env);
+                }
+            }
+        } else {
+            let shown = self.events.get(..=index).unwrap_or_default();
+            self.timeline = TimelineBuilder::from_events(shown);
+            self.conversation = self.base.clone().map(|mut state| {
+                for env in shown {
+                    state.apply(env);
+                }
+                state
+            });
+        }
+        self.selected = self.items().len().saturating_sub(1);
+    }
+
+    /// Shows every loaded event again (leaving replay).
+    fn show_all(&mut self) {
+        self.timeline = TimelineBuilder::from_events(&self.events);
+        self.conversation = self.base.clone().map(|mut state| {
+            for env in &self.events {
+                state.apply(env);
+            }
+            state
+        });
+    }
+}
+
+/// Events that arrived while the view was frozen.
+#[derive(Debug, Clone, Default)]
+pub struct Paused {
+    pub arrived: u64,
+    held: Vec<Envelope>,
+}
+
+/// The filter prompt and the query in force.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub editing: bool,
+    pub query: String,
+}
+
+/// The dashboard's whole state.
+#[derive(Debug)]
+pub struct App {
+    /// What the header calls the database.
+    pub db_label: String,
+    pub view: View,
+    pub sessions: Vec<SessionSummary>,
+    pub session_selected: usize,
+    /// The session whose turns are listed.
+    pub session_id: Option<String>,
+    pub turns: Vec<TurnSummary>,
+    pub turn_selected: usize,
+    pub turn: Option<TurnView>,
+    /// The event the JSON view shows.
+    pub event_seq: Option<u64>,
+    pub event_scroll: u16,
+    pub follow: bool,
+    pub paused: Option<Paused>,
+    pub filter: Filter,
+    pub help: bool,
+    /// The newest seq seen in the log.
+    pub max_seq: u64,
+    /// Events committed by others since the dashboard opened.
+    pub live_events: u64,
+    /// The last failure, shown in the footer.
+    pub status: Option<String>,
+    pub quit: bool,
+}
+
+fn is_lifecycle(event: &Event) -> bool {
+    !matches!(event, Event::Chunk { .. })
+}
+
+fn move_index(index: usize, len: usize, delta: isize) -> usize {
+    if len == 0 {
+        return 0;
+    }
+    let moved = if delta < 0 {
+        index.saturating_sub(delta.unsigned_abs())
+    } else {
+        index.saturating_add(delta.unsigned_abs())
+    };
+    moved.min(len - 1)
+}
+
+/// Whether a filter query matches a row described by (kind, tool, status, text).
+pub fn query_matches(query: &str, kind: &str, tool: &str, status: &str, text: &str) -> bool {
+    let query = query.trim().to_lowercase();
+    if query.is_empty() {
+        return false;
+    }
+    let contains = |hay: &str, needle: &str| hay.to_lowercase().contains(needle);
+    if let Some(want) = query.strip_prefix("kind:") {
+        return contains(kind, want.trim());
+    }
+    if let Some(want) = query.strip_prefix("tool:") {
+        return !tool.is_empty() && contains(tool, want.trim());
+    }
+    if let Some(want) = query.strip_prefix("status:") {
+        return !status.is_empty() && contains(status, want.trim());
+    }
+    [kind, tool, status, text]
+        .iter()
+        .any(|h| contains(h, &query))
+}
+
+/// Whether the filter matches a timeline row.
+pub fn item_matches(query: &str, item: &Item) -> bool {
+    let (tool, status) = match &item.kind {
+        crate::dash::timeline::ItemKind::Tool(t) => (
+            t.tool.as_str(),
+            t.decision.map(|d| d.as_str()).unwrap_or(""),
+        ),
+        crate::dash::timeline::ItemKind::TurnFinished { status, .. } => ("", status.as_str()),
+        _ => ("", ""),
+    };
+    let status = if item.is_error() && status.is_empty() {
+        "error"
+    } else {
+        status
+    };
+    query_matches(query, item.kind_name(), tool, status, &item.search_text())
+}
+
+/// Whether the filter matches a turn row.
+pub fn turn_matches(query: &str, turn: &TurnSummary) -> bool {
+    let text = format!(
+        "{} {} {} {}",
+        turn.turn_id.as_deref().unwrap_or(""),
+        turn.request_id,
+        turn.model_id.as_deref().unwrap_or(""),
+        turn.error.as_deref().unwrap_or("")
+    );
+    query_matches(query, "turn", "", turn.status.as_str(), &text)
+}
+
+/// Whether the filter matches a session row.
+pub fn session_matches(query: &str, session: &SessionSummary) -> bool {
+    query_matches(query, "session", "", "", &session.session_id)
+}
+
+impl App {
+    /// A dashboard over the database called `db_label`; the first effect loads the sessions.
+    pub fn new(db_label: impl Into<String>) -> (Self, Vec<Effect>) {
+        let app = Self {
+            db_label: db_label.into(),
+            view: View::Sessions,
+            sessions: Vec::new(),
+            session_selected: 0,
+            session_id: None,
+            turns: Vec::new(),
+            turn_selected: 0,
+            turn: None,
+            event_seq: None,
+            event_scroll: 0,
+            follow: false,
+            paused: None,
+            filter: Filter::default(),
+            help: false,
+            max_seq: 0,
+            live_events: 0,
+            status: None,
+            quit: false,
+        };
+        (app, vec![Effect::LoadSessions])
+    }
+
+    /// The turn the turns list has selected.
+    pub fn selected_turn(&self) -> Option<&TurnSummary> {
+        self.turns.get(self.turn_selected)
+    }
+
+    /// The summary of the turn whose timeline is open.
+    pub fn open_turn(&self) -> Option<&TurnSummary> {
+        let turn = self.turn.as_ref()?;
+        self.turns
+            .iter()
+            .find(|t| t.turn_id.as_deref() == Some(turn.turn_id.as_str()))
+    }
+
+    /// The envelope the JSON view shows.
+    pub fn selected_event(&self) -> Option<&Envelope> {
+        let turn = self.turn.as_ref()?;
+        let seq = self.event_seq?;
+        let index = turn.events.binary_search_by_key(&seq, |e| e.seq).ok()?;
+        turn.events.get(index)
+    }
+
+    /// Usage summed over the listed turns.
+    pub fn session_usage(&self) -> Usage {
+        let mut total = Usage::default();
+        for turn in &self.turns {
+            total.add(&turn.usage);
+        }
+        total
+    }
+
+    /// Applies one message; returns the reads it needs.
+    pub fn update(&mut self, msg: Msg) -> Vec<Effect> {
+        match msg {
+            Msg::Action(action) => self.act(action),
+            Msg::FilterEdit(edit) => self.edit_filter(edit),
+            Msg::Sessions(sessions) => {
+                let keep = self
+                    .sessions
+                    .get(self.session_selected)
+                    .map(|s| s.session_id.clone());
+                self.sessions = sessions;
+                self.session_selected = if self.follow {
+                    self.sessions.len().saturating_sub(1)
+                } else {
+                    keep.and_then(|id| self.sessions.iter().position(|s| s.session_id == id))
+                        .unwrap_or(self.session_selected)
+                        .min(self.sessions.len().saturating_sub(1))
+                };
+                Vec::new()
+            }
+            Msg::Turns { session_id, turns } => self.receive_turns(session_id, turns),
+            Msg::TimelinePage {
+                turn_id,
+                events,
+                scanned_to,
+                exhausted,
+            } => {
+                let follow = self.follow;
+                let Some(turn) = self.turn.as_mut().filter(|t| t.turn_id == turn_id) else {
+                    return Vec::new();
+                };
+                turn.extend(events);
+                turn.scanned_to = turn.scanned_to.max(scanned_to);
+                turn.exhausted = exhausted;
+                turn.loading = false;
+                if follow && turn.replay.is_none() {
+                    turn.selected = turn.items().len().saturating_sub(1);
+                }
+                self.more_pages()
+            }
+            Msg::Base { turn_id, state } => {
+                if let Some(turn) = self.turn.as_mut().filter(|t| t.turn_id == turn_id) {
+                    let mut conversation = state.clone();
+                    let upto = turn.cursor().map(|c| c + 1).unwrap_or(0);
+                    for env in turn.events.get(..upto).unwrap_or_default() {
+                        conversation.apply(env);
+                    }
+                    turn.base = Some(state);
+                    turn.conversation = Some(conversation);
+                }
+                Vec::new()
+            }
+            Msg::WholeTurn { turn_id, events } => {
+                if let Some(turn) = self.turn.as_mut().filter(|t| t.turn_id == turn_id) {
+                    turn.events = events;
+                    turn.exhausted = true;
+                    turn.loading = false;
+                    let mut replay = Replay::new();
+                    replay.seek(0, turn.events.len());
+                    turn.replay = Some(replay);
+                    turn.timeline = TimelineBuilder::new();
+                    turn.conversation = turn.base.clone();
+                    turn.seek_to(0);
+                }
+                Vec::new()
+            }
+            Msg::Appended(events) => self.appended(events),
+            Msg::Tick(elapsed) => {
+                if let Some(turn) = self.turn.as_mut() {
+                    if let Some(replay) = turn.replay.as_mut() {
+                        if replay.tick(&turn.events, elapsed) {
+                            let cursor = replay.cursor;
+                            turn.seek_to(cursor);
+                        }
+                    }
+                }
+                Vec::new()
+            }
+            Msg::Failed(message) => {
+                self.status = Some(message);
+                if let Some(turn) = self.turn.as_mut() {
+                    turn.loading = false;
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    fn receive_turns(&mut self, session_id: String, turns: Vec<TurnSummary>) -> Vec<Effect> {
+        if self.session_id.as_deref() != Some(session_id.as_str()) {
+            return Vec::new();
+        }
+        let keep = self.selected_turn().and_then(|t| t.turn_id.clone());
+        let newest_before = self.turns.last().and_then(|t| t.turn_id.clone());
+        self.turns = turns;
+        self.turn_selected = if self.follow {
+            self.turns.len().saturating_sub(1)
+        } else {
+            keep.and_then(|id| {
+                self.turns
+                    .iter()
+                    .position(|t| t.turn_id.as_deref() == Some(id.as_str()))
+            })
+            .unwrap_or(self.turn_selected)
+            .min(self.turns.len().saturating_sub(1))
+        };
+        // Following a session's timeline moves on to the turn that just started.
+        let newest = self.turns.last().and_then(|t| t.turn_id.clone());
+        let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
+        if self.follow
+            && !replaying
+            && matches!(self.view, View::Timeline)
+            && newest.is_some()
+            && newest != newest_before
+            && newest_before.is_some()
+        {
+            return self.open_timeline();
+        }
+        Vec::new()
+    }
+
+    fn appended(&mut self, events: Vec<Envelope>) -> Vec<Effect> {
+        if events.is_empty() {
+            return Vec::new();
+        }
+        self.live_events += events.len() as u64;
+        if let Some(last) = events.last() {
+            self.max_seq = self.max_seq.max(last.seq);
+        }
+        if let Some(paused) = self.paused.as_mut() {
+            paused.arrived += events.len() as u64;
+            let session = self.session_id.as_deref();
+            // Keep what the frozen view will need; the rest is re-read when it thaws.
+            paused.held.extend(
+                events
+                    .into_iter()
+                    .filter(|e| Some(e.session_id.as_str()) == session),
+            );
+            return Vec::new();
+        }
+        self.apply_appended(events, false)
+    }
+
+    fn apply_appended(&mut self, events: Vec<Envelope>, force_refresh: bool) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if force_refresh || events.iter().any(|e| is_lifecycle(&e.event)) {
+            effects.push(Effect::LoadSessions);
+            if let Some(session_id) = &self.session_id {
+                if force_refresh
+                    || events
+                        .iter()
+                        .any(|e| &e.session_id == session_id && is_lifecycle(&e.event))
+                {
+                    effects.push(Effect::LoadTurns {
+                        session_id: session_id.clone(),
+                    });
+                }
+            }
+        }
+        let follow = self.follow;
+        if let Some(turn) = self.turn.as_mut() {
+            // While pages are still being read, the pages bring these events in order.
+            if turn.exhausted {
+                turn.extend(events);
+                if follow && turn.replay.is_none() {
+                    turn.selected = turn.items().len().saturating_sub(1);
+                }
+            }
+        }
+        effects.extend(self.more_pages());
+        effects
+    }
+
+    /// Asks for the next timeline page when the selection nears the end (always when following).
+    fn more_pages(&mut self) -> Vec<Effect> {
+        let follow = self.follow;
+        let Some(turn) = self.turn.as_mut() else {
+            return Vec::new();
+        };
+        let near_end = turn.selected + PAGE_AHEAD >= turn.items().len();
+        if turn.exhausted || turn.loading || !(near_end || follow) {
+            return Vec::new();
+        }
+        turn.loading = true;
+        vec![Effect::LoadTimeline {
+            session_id: turn.session_id.clone(),
+            turn_id: turn.turn_id.clone(),
+            after_seq: turn.scanned_to,
+        }]
+    }
+
+    fn open_timeline(&mut self) -> Vec<Effect> {
+        let (Some(session_id), Some(summary)) =
+            (self.session_id.clone(), self.selected_turn().cloned())
+        else {
+            return Vec::new();
+        };
+        let Some(turn_id) = summary.turn_id.clone() else {
+            self.status = Some(format!(
+                "turn {} has no turn id; its events cannot be listed",
+                summary.request_id
+            ));
+            return Vec::new();
+        };
+        if summary.status == TurnStatus::Running {
+            self.follow = true;
+        }
+        let first_seq = summary.first_seq;
+        self.turn = Some(TurnView::new(&session_id, &turn_id, first_seq));
+        self.view = View::Timeline;
+        vec![
+            Effect::LoadTimeline {
+                session_id: session_id.clone(),
+                turn_id: turn_id.clone(),
+                after_seq: first_seq.saturating_sub(1),
+            },
+            Effect::LoadBase {
+                session_id,
+                turn_id,
+                before_seq: first_seq,
+            },
+        ]
+    }
+
+    fn move_selection(&mut self, delta: isize) -> Vec<Effect> {
+        match self.view {
+            View::Sessions => {
+                self.session_selected =
+                    move_index(self.session_selected, self.sessions.len(), delta);
+            }
+            View::Turns => {
+                self.turn_selected = move_index(self.turn_selected, self.turns.len(), delta);
+            }
+            View::Timeline => {
+                if let Some(turn) = self.turn.as_mut() {
+                    turn.selected = move_index(turn.selected, turn.items().len(), delta);
+                }
+                // Moving by hand stops following.
+                if delta < 0 {
+                    self.follow = false;
+                }
+                return self.more_pages();
+            }
+            View::Event => {
+                self.event_scroll = if delta < 0 {
+                    self.event_scroll
+                        .saturating_sub(delta.unsigned_abs() as u16)
+                } else {
+                    self.event_scroll
+                        .saturating_add(delta.unsigned_abs() as u16)
+                };
+            }
+        }
+        if delta < 0 {
+            self.follow = false;
+        }
+        Vec::new()
+    }
+
+    fn replay_move(&mut self, to: impl FnOnce(&mut Replay, usize)) -> bool {
+        let Some(turn) = self.turn.as_mut() else {
+            return false;
+        };
+        let len = turn.events.len();
+        let Some(replay) = turn.replay.as_mut() else {
+            return false;
+        };
+        to(replay, len);
+        let cursor = replay.cursor;
+        turn.seek_to(cursor);
+        true
+    }
+
+    fn step_event(&mut self, delta: isize) {
+        let Some(turn) = self.turn.as_ref() else {
+            return;
+        };
+        let Some(seq) = self.event_seq else {
+            return;
+        };
+        let index = turn.events.partition_point(|e| e.seq < seq);
+        let next = move_index(index, turn.events.len(), delta);
+        self.event_seq = turn.events.get(next).map(|e| e.seq);
+        self.event_scroll = 0;
+    }
+
+    fn act(&mut self, action: Action) -> Vec<Effect> {
+        if self.help && !matches!(action, Action::Quit) {
+            // Any key closes the help.
+            self.help = false;
+            return Vec::new();
+        }
+        let in_replay =
+            self.view == View::Timeline && self.turn.as_ref().is_some_and(|t| t.replay.is_some());
+        match action {
+            Action::Quit => {
+                self.quit = true;
+                Vec::new()
+            }
+            Action::Help => {
+                self.help = true;
+                Vec::new()
+            }
+            Action::Up => self.move_selection(-1),
+            Action::Down => self.move_selection(1),
+            Action::PageUp => self.move_selection(-(PAGE_ROWS as isize)),
+            Action::PageDown => self.move_selection(PAGE_ROWS as isize),
+            Action::First if in_replay => {
+                self.replay_move(|r, len| r.seek(0, len));
+                Vec::new()
+            }
+            Action::Last if in_replay => {
+                self.replay_move(|r, len| r.seek(len, len));
+                Vec::new()
+            }
+            Action::First => self.move_selection(isize::MIN / 2),
+            Action::Last => self.move_selection(isize::MAX / 2),
+            Action::Enter => self.drill_in(),
+            Action::Back => self.back_out(),
+            Action::Follow => {
+                self.follow = !self.follow;
+                if self.follow {
+                    self.session_selected = self.sessions.len().saturating_sub(1);
+                    self.turn_selected = self.turns.len().saturating_sub(1);
+                    if let Some(turn) = self.turn.as_mut() {
+                        turn.selected = turn.items().len().saturating_sub(1);
+                    }
+                }
+                self.more_pages()
+            }
+            Action::Pause if in_replay => {
+                if let Some(turn) = self.turn.as_mut() {
+                    let len = turn.events.len();
+                    if let Some(replay) = turn.replay.as_mut() {
+                        replay.toggle(len);
+                        let cursor = replay.cursor;
+                        turn.seek_to(cursor);
+                    }
+                }
+                Vec::new()
+            }
+            Action::Pause => match self.paused.take() {
+                Some(paused) => self.apply_appended(paused.held, true),
+                None => {
+                    self.paused = Some(Paused::default());
+                    Vec::new()
+                }
+            },
+            Action::Replay => self.toggle_replay(),
+            Action::Speed => {
+                if let Some(replay) = self.turn.as_mut().and_then(|t| t.replay.as_mut()) {
+                    replay.speed = replay.speed.next();
+                }
+                Vec::new()
+            }
+            Action::StepBack | Action::StepForward => {
+                let delta = if action == Action::StepBack { -1 } else { 1 };
+                if self.view == View::Event {
+                    self.step_event(delta);
+                } else if in_replay {
+                    self.replay_move(|r, len| {
+                        r.playing = false;
+                        r.step(delta, len);
+                    });
+                }
+                Vec::new()
+            }
+            Action::ScrubBack | Action::ScrubForward => {
+                let back = action == Action::ScrubBack;
+                self.replay_move(|r, len| {
+                    let tenth = (len / 10).max(1) as isize;
+                    r.step(if back { -tenth } else { tenth }, len);
+                });
+                Vec::new()
+            }
+            Action::Filter => {
+                self.filter.editing = true;
+                self.filter.query.clear();
+                Vec::new()
+            }
+            Action::NextMatch => self.jump_to_match(true, false),
+            Action::PrevMatch => self.jump_to_match(false, false),
+        }
+    }
+
+    fn toggle_replay(&mut self) -> Vec<Effect> {
+        if self.view != View::Timeline {
+            return Vec::new();
+        }
+        let Some(turn) = self.turn.as_mut() else {
+            return Vec::new();
+        };
+        if turn.replay.take().is_some() {
+            turn.show_all();
+            turn.selected = turn.selected.min(turn.items().len().saturating_sub(1));
+            return Vec::new();
+        }
+        self.follow = false;
+        turn.loading = true;
+        vec![Effect::LoadWholeTurn {
+            turn_id: turn.turn_id.clone(),
+        }]
+    }
+
+    fn drill_in(&mut self) -> Vec<Effect> {
+        match self.view {
+            View::Sessions => {
+                let Some(session) = self.sessions.get(self.session_selected) else {
+                    return Vec::new();
+                };
+                let session_id = session.session_id.clone();
+                if self.session_id.as_deref() != Some(session_id.as_str()) {
+                    self.turns.clear();
+                    self.turn_selected = 0;
+                }
+                self.session_id = Some(session_id.clone());
+                self.view = View::Turns;
+                vec![Effect::LoadTurns { session_id }]
+            }
+            View::Turns => self.open_timeline(),
+            View::Timeline => {
+                if let Some(item) = self.turn.as_ref().and_then(TurnView::selected_item) {
+                    self.event_seq = Some(item.first_seq);
+                    self.event_scroll = 0;
+                    self.view = View::Event;
+                }
+                Vec::new()
+            }
+            View::Event => Vec::new(),
+        }
+    }
+
+    fn back_out(&mut self) -> Vec<Effect> {
+        if !self.filter.query.is_empty() {
+            self.filter.query.clear();
+            return Vec::new();
+        }
+        match self.view {
+            View::Sessions => {}
+            View::Turns => {
+                self.view = View::Sessions;
+            }
+            View::Timeline => {
+                self.view = View::Turns;
+                self.turn = None;
+                if let Some(session_id) = self.session_id.clone() {
+                    return vec![Effect::LoadTurns { session_id }];
+                }
+            }
+            View::Event => {
+                self.view = View::Timeline;
+                self.event_seq = None;
+            }
+        }
+        Vec::new()
+    }
+
+    fn edit_filter(&mut self, edit: FilterEdit) -> Vec<Effect> {
+        match edit {
+            FilterEdit::Char(c) => self.filter.query.push(c),
+            FilterEdit::Backspace => {
+                self.filter.query.pop();
+            }
+            FilterEdit::Apply => {
+                self.filter.editing = false;
+                return self.jump_to_match(true, true);
+            }
+            FilterEdit::Cancel => {
+                self.filter.editing = false;
+                self.filter.query.clear();
+            }
+        }
+        Vec::new()
+    }
+
+    /// Moves the selection to the next (or previous) row the filter matches, wrapping around.
+    fn jump_to_match(&mut self, forward: bool, include_current: bool) -> Vec<Effect> {
+        let query = self.filter.query.clone();
+        if query.is_empty() {
+            return Vec::new();
+        }
+        let (len, current) = match self.view {
+            View::Sessions => (self.sessions.len(), self.session_selected),
+            View::Turns => (self.turns.len(), self.turn_selected),
+            View::Timeline => match &self.turn {
+                Some(t) => (t.items().len(), t.selected),
+                None => return Vec::new(),
+            },
+            View::Event => return Vec::new(),
+        };
+        if len == 0 {
+            return Vec::new();
+        }
+        let matches = |i: usize| match self.view {
+            View::Sessions => self
+                .sessions
+                .get(i)
+                .is_some_and(|s| session_matches(&query, s)),
+            View::Turns => self.turns.get(i).is_some_and(|t| turn_matches(&query, t)),
+            View::Timeline => self
+                .turn
+                .as_ref()
+                .and_then(|t| t.items().get(i))
+                .is_some_and(|item| item_matches(&query, item)),
+            View::Event => false,
+        };
+        let start = usize::from(!include_current);
+        let found = (start..len + start).find_map(|offset| {
+            let offset = offset % len;
+            let index = if forward {
+                (current + offset) % len
+            } else {
+                (current + len - offset) % len
+            };
+            matches(index).then_some(index)
+        });
+        match found {
+            Some(index) => {
+                self.status = None;
+                self.follow = false;
+                match self.view {
+                    View::Sessions => self.session_selected = index,
+                    View::Turns => self.turn_selected = index,
+                    View::Timeline => {
+                        if let Some(turn) = self.turn.as_mut() {
+                            turn.selected = index;
+                        }
+                    }
+                    View::Event => {}
+                }
+            }
+            None => self.status = Some(format!("no match for {query:?}")),
+        }
+        self.more_pages()
+    }
+}

@@ -1,0 +1,156 @@
+//! Reading the log for the dashboard: performs the [`Effect`]s the app asks for with a
+//! read-only [`LogReader`] (one page at a time, never the whole log) and tails new events on a
+//! background thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mull_store::projection::SessionState;
+use mull_store::{LogReader, StoreError};
+
+use crate::dash::app::{Effect, Msg, TIMELINE_PAGE};
+
+/// Events of the session folded per read when rebuilding the state before a turn.
+const BASE_PAGE: usize = 4096;
+
+/// Performs the app's reads against one read-only connection.
+#[derive(Debug)]
+pub struct Source {
+    reader: LogReader,
+}
+
+impl Source {
+    /// Opens `path` read-only.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Ok(Self {
+            reader: LogReader::open(path)?,
+        })
+    }
+
+    /// The newest seq in the log.
+    pub fn max_seq(&self) -> Result<u64, StoreError> {
+        self.reader.max_seq()
+    }
+
+    /// Performs one read and answers with the message carrying its result (or its failure).
+    pub fn perform(&self, effect: &Effect) -> Msg {
+        self.try_perform(effect).unwrap_or_else(|err| {
+            Msg::Failed(format!("reading {}: {err}", self.reader.path().display()))
+        })
+    }
+
+    fn try_perform(&self, effect: &Effect) -> Result<Msg, StoreError> {
+        Ok(match effect {
+            Effect::LoadSessions => Msg::Sessions(self.reader.sessions()?),
+            Effect::LoadTurns { session_id } => Msg::Turns {
+                session_id: session_id.clone(),
+                turns: self.reader.turns(session_id)?,
+            },
+            Effect::LoadTimeline {
+                session_id,
+                turn_id,
+                after_seq,
+            } => {
+                let page = self
+                    .reader
+                    .session_page(session_id, *after_seq, TIMELINE_PAGE)?;
+                let exhausted = page.len() < TIMELINE_PAGE;
+                let scanned_to = page.last().map(|e| e.seq).unwrap_or(*after_seq);
+                Msg::TimelinePage {
+                    turn_id: turn_id.clone(),
+                    events: page
+                        .into_iter()
+                        .filter(|e| e.turn_id.as_deref() == Some(turn_id.as_str()))
+                        .collect(),
+                    scanned_to,
+                    exhausted,
+                }
+            }
+            Effect::LoadBase {
+                session_id,
+                turn_id,
+                before_seq,
+            } => {
+                let mut state = SessionState::new(session_id.clone());
+                let mut after = 0u64;
+                'pages: loop {
+                    let page = self.reader.session_page(session_id, after, BASE_PAGE)?;
+                    let full = page.len() == BASE_PAGE;
+                    for env in &page {
+                        if env.seq >= *before_seq {
+                            break 'pages;
+                        }
+                        state.apply(env);
+                        after = env.seq;
+                    }
+                    if !full {
+                        break;
+                    }
+                }
+                Msg::Base {
+                    turn_id: turn_id.clone(),
+                    state,
+                }
+            }
+            Effect::LoadWholeTurn { turn_id } => Msg::WholeTurn {
+                turn_id: turn_id.clone(),
+                events: self.reader.turn_events(turn_id)?,
+            },
+        })
+    }
+}
+
+/// New events from the log, delivered by a background thread.
+#[derive(Debug)]
+pub struct Follower {
+    pub events: Receiver<Result<Vec<mull_core::Envelope>, String>>,
+    _thread: JoinHandle<()>,
+}
+
+/// How long one tail wait lasts before the thread checks whether anyone still listens.
+const TAIL_WAIT: Duration = Duration::from_millis(100);
+
+impl Follower {
+    /// Tails `path` after `after_seq` on its own read-only connection. The thread ends when the
+    /// receiver is dropped.
+    pub fn spawn(path: PathBuf, after_seq: u64) -> Result<Self, StoreError> {
+        let reader = LogReader::open(&path)?;
+        let (sender, events) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("mull-dash-tail".into())
+            .spawn(move || tail_loop(reader, after_seq, sender))
+            .map_err(|source| StoreError::Io { path, source })?;
+        Ok(Self {
+            events,
+            _thread: thread,
+        })
+    }
+}
+
+fn tail_loop(
+    reader: LogReader,
+    after_seq: u64,
+    sender: Sender<Result<Vec<mull_core::Envelope>, String>>,
+) {
+    let path = reader.path().display().to_string();
+    let mut tail = reader.tail(after_seq);
+    loop {
+        let batch = match tail.next_batch(TAIL_WAIT) {
+            Ok(batch) if batch.is_empty() => {
+                // Nothing new; stop once the dashboard is gone.
+                if sender.send(Ok(Vec::new())).is_err() {
+                    return;
+                }
+                continue;
+            }
+            Ok(batch) => Ok(batch),
+            Err(err) => Err(format!("tailing {path}: {err}")),
+        };
+        let failed = batch.is_err();
+        if sender.send(batch).is_err() || failed {
+            return;
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! `mull dash`: a live, read-only dashboard over a log.
+//!
+//! State ([`app`]), keys ([`keys`]), log reads ([`ingest`]) and drawing ([`view`]) are kept
+//! apart: the loop here reads a key or new events, turns them into a [`app::Msg`], lets the
+//! app update, performs the reads it asks for and draws.
+
+pub mod app;
+pub mod ingest;
+pub mod keys;
+pub mod replay;
+pub mod timeline;
+pub mod view;
+
+#[cfg(test)]
+pub mod testlog;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind};
+use ratatui::backend::{Backend, TestBackend};
+use ratatui::Terminal;
+
+use app::{App, Effect, FilterEdit, Msg};
+use ingest::{Follower, Source};
+
+/// How long the loop waits for a key before checking for new events (bounds follow latency).
+const POLL: Duration = Duration::from_millis(20);
+
+/// The app and the reader that serves it: performs effects until none are left.
+pub struct Dash {
+    pub app: App,
+    source: Source,
+}
+
+impl Dash {
+    /// Opens `db` read-only and loads the session list.
+    pub fn open(db: &Path) -> Result<Self> {
+        let source = Source::open(db).with_context(|| format!("opening {}", db.display()))?;
+        let (mut app, effects) = App::new(db.display().to_string());
+        app.max_seq = source.max_seq()?;
+        let mut dash = Self { app, source };
+        dash.run_effects(effects);
+        Ok(dash)
+    }
+
+    /// Sends one message and performs every read it leads to.
+    pub fn send(&mut self, msg: Msg) {
+        let effects = self.app.update(msg);
+        self.run_effects(effects);
+    }
+
+    fn run_effects(&mut self, mut effects: Vec<Effect>) {
+        // Reads answer with messages that may ask for more reads (following pages).
+        while !effects.is_empty() {
+            let mut next = Vec::new();
+            for effect in dedup(effects) {
+                let msg = self.source.perform(&effect);
+                next.extend(self.app.update(msg));
+            }
+            effects = next;
+        }
+    }
+
+    /// Draws one frame.
+    pub fn draw<B: Backend>(&self, terminal: &mut Terminal<B>) -> Result<()> {
+        terminal
+            .draw(|frame| view::render(frame, &self.app))
+            .map_err(|e| anyhow::anyhow!("drawing the dashboard: {e}"))?;
+        Ok(())
+    }
+}
+
+fn dedup(effects: Vec<Effect>) -> Vec<Effect> {
+    let mut out: Vec<Effect> = Vec::with_capacity(effects.len());
+    for effect in effects {
+        if !out.contains(&effect) {
+            out.push(effect);
+        }
+    }
+    out
+}
+
+/// What `mull dash` starts with.
+#[derive(Debug, Clone, Default)]
+pub struct DashOptions {
+    /// Start in follow mode, opening the newest session.
+    pub follow: bool,
+}
+
+/// Runs the dashboard in the terminal until the user quits. The terminal is restored on exit
+/// and on panic.
+pub fn run(db: &Path, options: DashOptions) -> Result<()> {
+    let mut dash = Dash::open(db)?;
+    let follower = Follower::spawn(db.to_owned(), dash.app.max_seq)
+        .with_context(|| format!("tailing {}", db.display()))?;
+    if options.follow {
+        dash.send(Msg::Action(keys::Action::Follow));
+        dash.send(Msg::Action(keys::Action::Enter));
+    }
+    let mut terminal = ratatui::init();
+    let result = event_loop(&mut terminal, &mut dash, &follower);
+    ratatui::restore();
+    result
+}
+
+fn event_loop<B: Backend>(
+    terminal: &mut Terminal<B>,
+    dash: &mut Dash,
+    follower: &Follower,
+) -> Result<()> {
+    let mut last_tick = Instant::now();
+    loop {
+        dash.draw(terminal)?;
+        if event::poll(POLL).context("reading the terminal")? {
+            match event::read().context("reading the terminal")? {
+                TermEvent::Key(key) if key.kind != KeyEventKind::Release => {
+                    if dash.app.filter.editing {
+                        let edit = match key.code {
+                            KeyCode::Enter => Some(FilterEdit::Apply),
+                            KeyCode::Esc => Some(FilterEdit::Cancel),
+                            KeyCode::Backspace => Some(FilterEdit::Backspace),
+                            KeyCode::Char(c) => Some(FilterEdit::Char(c)),
+                            _ => None,
+                        };
+                        if let Some(edit) = edit {
+                            dash.send(Msg::FilterEdit(edit));
+                        }
+                    } else if let Some(action) = keys::action_for(key) {
+                        dash.send(Msg::Action(action));
+                    }
+                }
+                _ => {}
+            }
+        }
+        loop {
+            match follower.events.try_recv() {
+                Ok(Ok(events)) => dash.send(Msg::Appended(events)),
+                Ok(Err(message)) => dash.send(Msg::Failed(message)),
+                Err(_) => break,
+            }
+        }
+        let now = Instant::now();
+        dash.send(Msg::Tick(now - last_tick));
+        last_tick = now;
+        if dash.app.quit {
+            return Ok(());
+        }
+    }
+}
+
+/// Opens `db`, draws the first frame to an off-screen terminal and returns how long that took,
+/// with the process's peak resident memory (for the benchmark).
+pub fn bench_first_frame(db: &Path, width: u16, height: u16) -> Result<(Duration, Duration)> {
+    let start = Instant::now();
+    let mut dash = Dash::open(db)?;
+    let mut terminal = Terminal::new(TestBackend::new(width, height))
+        .map_err(|e| anyhow::anyhow!("creating the off-screen terminal: {e}"))?;
+    dash.draw(&mut terminal)?;
+    let first = start.elapsed();
+    // Then the path a user takes first: the newest session, its newest turn's timeline.
+    dash.send(Msg::Action(keys::Action::Last));
+    dash.send(Msg::Action(keys::Action::Enter));
+    dash.send(Msg::Action(keys::Action::Last));
+    dash.send(Msg::Action(keys::Action::Enter));
+    dash.draw(&mut terminal)?;
+    Ok((first, start.elapsed()))
+}

@@ -1,0 +1,504 @@
+//! A small, realistic log with fixed timestamps, shared by the dashboard's tests.
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use mull_core::{
+    DecisionAction, EntryPath, Envelope, ErrorStage, Event, FinishReason, Role, StepRecord,
+    StreamPart, ToolPart, ToolPartState, TurnConfigRecord, TurnStatus, UIMessage, UIPart, Usage,
+    EVENT_VERSION,
+};
+use serde_json::json;
+
+/// The fixture epoch every test timestamp counts from.
+pub fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2025, 1, 1, 9, 30, 0)
+        .single()
+        .unwrap_or_default()
+}
+
+/// Appends envelopes with consecutive seqs and fixed offsets from [`t0`].
+pub struct LogBuilder {
+    pub events: Vec<Envelope>,
+}
+
+impl LogBuilder {
+    pub fn new() -> Self {
+        Self { events: Vec::new() }
+    }
+
+    pub fn push(&mut self, session: &str, turn: Option<&str>, ms: i64, event: Event) {
+        let seq = self.events.len() as u64 + 1;
+        self.events.push(Envelope {
+            seq,
+            session_id: session.to_owned(),
+            turn_id: turn.map(str::to_owned),
+            at: t0() + Duration::milliseconds(ms),
+            v: EVENT_VERSION,
+            event,
+        });
+    }
+}
+
+fn chunk(step: u32, part: StreamPart) -> Event {
+    Event::Chunk {
+        step,
+        part,
+        original: None,
+    }
+}
+
+fn usage(input: u64, output: u64, cached: Option<u64>) -> Usage {
+    Usage {
+        input_tokens: Some(input),
+        output_tokens: Some(output),
+        total_tokens: Some(input + output),
+        reasoning_tokens: None,
+        cached_input_tokens: cached,
+    }
+}
+
+fn step_finished(step: u32, reason: FinishReason, usage: Usage) -> Event {
+    Event::StepFinished {
+        record: StepRecord {
+            step,
+            model_id: "scripted-1".into(),
+            finish_reason: reason,
+            usage,
+            ..StepRecord::default()
+        },
+    }
+}
+
+fn turn_started(request: &str, message: &str) -> Event {
+    Event::TurnStarted {
+        request_id: request.into(),
+        message_id: message.into(),
+        entry: EntryPath::SaveMessages,
+        continuation: false,
+        attempt: 0,
+        body: json!({}),
+    }
+}
+
+fn text(
+    b: &mut LogBuilder,
+    s: &str,
+    t: &str,
+    step: u32,
+    ms: i64,
+    id: &str,
+    deltas: &[(i64, &str)],
+) {
+    b.push(
+        s,
+        Some(t),
+        ms,
+        chunk(step, StreamPart::TextStart { id: id.into() }),
+    );
+    let mut last = ms;
+    for (at, delta) in deltas {
+        last = *at;
+        b.push(
+            s,
+            Some(t),
+            *at,
+            chunk(
+                step,
+                StreamPart::TextDelta {
+                    id: id.into(),
+                    text: (*delta).into(),
+                },
+            ),
+        );
+    }
+    b.push(
+        s,
+        Some(t),
+        last + 10,
+        chunk(step, StreamPart::TextEnd { id: id.into() }),
+    );
+}
+
+fn tool_call(
+    b: &mut LogBuilder,
+    (s, t): (&str, &str),
+    ms: i64,
+    (call, tool, input): (&str, &str, serde_json::Value),
+    action: DecisionAction,
+    outcome: Result<serde_json::Value, &str>,
+    duration_ms: u64,
+) {
+    b.push(
+        s,
+        Some(t),
+        ms,
+        chunk(
+            0,
+            StreamPart::ToolCall {
+                call_id: call.into(),
+                tool_name: tool.into(),
+                input: input.to_string(),
+            },
+        ),
+    );
+    b.push(
+        s,
+        Some(t),
+        ms + 1,
+        Event::ToolCallStarted {
+            step: 0,
+            call_id: call.into(),
+            tool: tool.into(),
+            input: input.clone(),
+            client: false,
+        },
+    );
+    let reason = (action == DecisionAction::Block).then(|| "destructive tools are off".to_owned());
+    b.push(
+        s,
+        Some(t),
+        ms + 2,
+        Event::ToolDecided {
+            step: 0,
+            call_id: call.into(),
+            tool: tool.into(),
+            action,
+            model_input: input.clone(),
+            effective_input: input,
+            reason,
+            output: None,
+        },
+    );
+    let (success, output, error) = match outcome {
+        Ok(v) => (true, Some(v), None),
+        Err(e) => (false, None, Some(e.to_owned())),
+    };
+    b.push(
+        s,
+        Some(t),
+        ms + 2 + duration_ms as i64,
+        Event::ToolCallFinished {
+            step: 0,
+            call_id: call.into(),
+            tool: tool.into(),
+            success,
+            output,
+            error,
+            duration_ms,
+        },
+    );
+}
+
+/// One completed turn: a text block, an allowed tool call, a blocked one, a second step whose
+/// text stalls for 2.3 s.
+pub fn sample_turn() -> Vec<Envelope> {
+    let mut b = LogBuilder::new();
+    push_completed_turn(&mut b);
+    b.events
+}
+
+fn push_completed_turn(b: &mut LogBuilder) {
+    let (s, t) = ("sess_1", "turn_1");
+    b.push(s, Some(t), 0, turn_started("req_1", "msg_a1"));
+    b.push(
+        s,
+        Some(t),
+        5,
+        Event::TurnConfigured {
+            config: TurnConfigRecord {
+                provider: "scripted".into(),
+                model_id: "scripted-1".into(),
+                tool_names: vec!["search".into(), "delete_all".into()],
+                max_steps: 5,
+                ..TurnConfigRecord::default()
+            },
+        },
+    );
+    b.push(s, Some(t), 10, Event::StepStarted { step: 0 });
+    text(
+        b,
+        s,
+        t,
+        0,
+        200,
+        "t0",
+        &[(250, "Let me "), (300, "look that up.")],
+    );
+    tool_call(
+        b,
+        (s, t),
+        400,
+        ("call_1", "search", json!({"q": "rust 1.95"})),
+        DecisionAction::Allow,
+        Ok(json!(["Rust 1.95 released"])),
+        420,
+    );
+    tool_call(
+        b,
+        (s, t),
+        830,
+        ("call_2", "delete_all", json!({})),
+        DecisionAction::Block,
+        Err("blocked: destructive tools are off"),
+        0,
+    );
+    b.push(
+        s,
+        Some(t),
+        900,
+        chunk(
+            0,
+            StreamPart::Finish {
+                finish_reason: FinishReason::ToolCalls,
+                raw_finish_reason: None,
+                usage: usage(812, 40, Some(600)),
+                provider_metadata: None,
+            },
+        ),
+    );
+    b.push(
+        s,
+        Some(t),
+        901,
+        step_finished(0, FinishReason::ToolCalls, usage(812, 40, Some(600))),
+    );
+    b.push(s, Some(t), 910, Event::StepStarted { step: 1 });
+    text(
+        b,
+        s,
+        t,
+        1,
+        1000,
+        "t1",
+        &[
+            (1050, "Rust 1.95 "),
+            (1100, "is out"),
+            (3400, " — released today."),
+        ],
+    );
+    b.push(
+        s,
+        Some(t),
+        3460,
+        step_finished(1, FinishReason::Stop, usage(900, 12, None)),
+    );
+    b.push(
+        s,
+        Some(t),
+        3470,
+        Event::AssistantMessageSaved {
+            request_id: "req_1".into(),
+            message: UIMessage {
+                id: "msg_a1".into(),
+                role: Role::Assistant,
+                metadata: None,
+                parts: vec![
+                    UIPart::StepStart,
+                    UIPart::Text {
+                        text: "Let me look that up.".into(),
+                        streaming: false,
+                    },
+                    UIPart::Tool(ToolPart {
+                        call_id: "call_1".into(),
+                        tool_name: "search".into(),
+                        state: ToolPartState::OutputAvailable,
+                        input: json!({"q": "rust 1.95"}),
+                        output: Some(json!(["Rust 1.95 released"])),
+                        error_text: None,
+                        preliminary: false,
+                    }),
+                    UIPart::StepStart,
+                    UIPart::Text {
+                        text: "Rust 1.95 is out — released today.".into(),
+                        streaming: false,
+                    },
+                ],
+            },
+        },
+    );
+    b.push(
+        s,
+        Some(t),
+        3480,
+        Event::TurnFinished {
+            request_id: "req_1".into(),
+            status: TurnStatus::Completed,
+            error: None,
+            steps: 2,
+            usage: usage(1712, 52, Some(600)),
+        },
+    );
+}
+
+/// Two sessions: the first has a completed turn, a failed one and one still running; the
+/// second a single short turn.
+pub fn sample_log() -> Vec<Envelope> {
+    let mut b = LogBuilder::new();
+    let s = "sess_1";
+    b.push(
+        s,
+        None,
+        -20,
+        Event::SessionOpened {
+            agent: "demo".into(),
+            metadata: json!({}),
+        },
+    );
+    b.push(
+        s,
+        None,
+        -10,
+        Event::UserMessagesSaved {
+            request_id: Some("req_1".into()),
+            messages: vec![UIMessage::user("msg_u1", "What's new in Rust?")],
+        },
+    );
+    push_completed_turn(&mut b);
+
+    let t = "turn_2";
+    b.push(
+        s,
+        None,
+        10_000,
+        Event::UserMessagesSaved {
+            request_id: Some("req_2".into()),
+            messages: vec![UIMessage::user("msg_u2", "And in Go?")],
+        },
+    );
+    b.push(s, Some(t), 10_010, turn_started("req_2", "msg_a2"));
+    b.push(s, Some(t), 10_020, Event::StepStarted { step: 0 });
+    b.push(
+        s,
+        Some(t),
+        10_100,
+        chunk(0, StreamPart::ReasoningStart { id: "r0".into() }),
+    );
+    b.push(
+        s,
+        Some(t),
+        10_150,
+        chunk(
+            0,
+            StreamPart::ReasoningDelta {
+                id: "r0".into(),
+                text: "The user asks about Go; I have no tool for that.".into(),
+            },
+        ),
+    );
+    b.push(
+        s,
+        Some(t),
+        10_160,
+        chunk(0, StreamPart::ReasoningEnd { id: "r0".into() }),
+    );
+    b.push(
+        s,
+        Some(t),
+        12_000,
+        chunk(
+            0,
+            StreamPart::Error {
+                message: "upstream 529: overloaded".into(),
+            },
+        ),
+    );
+    b.push(
+        s,
+        Some(t),
+        12_001,
+        Event::TurnFailed {
+            request_id: Some("req_2".into()),
+            stage: ErrorStage::Stream,
+            messages_persisted: true,
+            classification: None,
+            error: "upstream 529: overloaded".into(),
+        },
+    );
+    b.push(
+        s,
+        Some(t),
+        12_002,
+        Event::TurnFinished {
+            request_id: "req_2".into(),
+            status: TurnStatus::Error,
+            error: Some("upstream 529: overloaded".into()),
+            steps: 1,
+            usage: Usage::default(),
+        },
+    );
+
+    let t = "turn_3";
+    b.push(
+        s,
+        None,
+        20_000,
+        Event::UserMessagesSaved {
+            request_id: Some("req_3".into()),
+            messages: vec![UIMessage::user("msg_u3", "Try again please.")],
+        },
+    );
+    b.push(s, Some(t), 20_010, turn_started("req_3", "msg_a3"));
+    b.push(s, Some(t), 20_020, Event::StepStarted { step: 0 });
+    text(&mut b, s, t, 0, 20_100, "t0", &[(20_150, "Go 1.26 ")]);
+    // Still streaming: drop the text-end the helper wrote.
+    b.events.pop();
+
+    let s = "sess_2";
+    let t = "turn_4";
+    b.push(
+        s,
+        None,
+        30_000,
+        Event::SessionOpened {
+            agent: "demo".into(),
+            metadata: json!({}),
+        },
+    );
+    b.push(
+        s,
+        None,
+        30_001,
+        Event::UserMessagesSaved {
+            request_id: Some("req_4".into()),
+            messages: vec![UIMessage::user("msg_u4", "Hello")],
+        },
+    );
+    b.push(s, Some(t), 30_010, turn_started("req_4", "msg_a4"));
+    b.push(s, Some(t), 30_020, Event::StepStarted { step: 0 });
+    text(
+        &mut b,
+        s,
+        t,
+        0,
+        30_100,
+        "t0",
+        &[(30_150, "Hi! How can I help?")],
+    );
+    b.push(
+        s,
+        Some(t),
+        30_200,
+        step_finished(0, FinishReason::Stop, usage(20, 7, None)),
+    );
+    b.push(
+        s,
+        Some(t),
+        30_210,
+        Event::AssistantMessageSaved {
+            request_id: "req_4".into(),
+            message: UIMessage::text("msg_a4", Role::Assistant, "Hi! How can I help?"),
+        },
+    );
+    b.push(
+        s,
+        Some(t),
+        30_220,
+        Event::TurnFinished {
+            request_id: "req_4".into(),
+            status: TurnStatus::Completed,
+            error: None,
+            steps: 1,
+            usage: usage(20, 7, None),
+        },
+    );
+    b.events
+}

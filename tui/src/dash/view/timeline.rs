@@ -1,0 +1,509 @@
+//! A turn's timeline beside the conversation as of the cursor, the turn's totals and its
+//! tool usage.
+
+use chrono::{DateTime, Utc};
+use mull_core::{Role, ToolPartState, UIMessage, UIPart};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Row, Table};
+use ratatui::Frame;
+
+use crate::dash::app::{item_matches, App, TurnView};
+use crate::dash::timeline::{tool_usage, Item, ItemKind};
+use crate::dash::view::{
+    decision_style, fmt_duration, fmt_usage, selected_style, status_style, wrap,
+};
+
+/// Lines of one text row shown before it is cut (the event view has the rest).
+const TEXT_LINES: usize = 12;
+/// Width of the time column: "+12.345s ".
+const TIME_COLUMN: usize = 10;
+
+/// Draws the timeline (left) and the conversation, totals and tool usage (right).
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let Some(turn) = &app.turn else {
+        frame.render_widget(Paragraph::new("no turn open"), area);
+        return;
+    };
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
+    let left = if turn.replay.is_some() {
+        let [list, bar] = Layout::vertical([Constraint::Min(3), Constraint::Length(3)]).areas(left);
+        render_replay_bar(frame, bar, turn);
+        list
+    } else {
+        left
+    };
+    render_items(frame, left, app, turn);
+
+    let tools = tool_usage(turn.items());
+    let tools_height = (tools.len() as u16 + 4).min(right.height / 2).max(4);
+    let [totals, conversation, tools_area] = Layout::vertical([
+        Constraint::Length(4),
+        Constraint::Min(3),
+        Constraint::Length(tools_height),
+    ])
+    .areas(right);
+    render_totals(frame, totals, app, turn);
+    render_conversation(frame, conversation, turn);
+    render_tools(frame, tools_area, &tools);
+}
+
+fn render_items(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
+    let title = format!(
+        " timeline · {} rows · {} events{} ",
+        turn.items().len(),
+        turn.events.len(),
+        if turn.loading { " · loading…" } else { "" }
+    );
+    let block = Block::bordered().title(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let height = inner.height as usize;
+    let width = inner.width as usize;
+    let first_at = turn.timeline.first_at();
+    let items = turn.items();
+    if items.is_empty() {
+        frame.render_widget(Paragraph::new("no events yet"), inner);
+        return;
+    }
+    let selected = turn.selected.min(items.len() - 1);
+    // Scroll so the selected row sits in the top two thirds of the pane.
+    let mut start = selected;
+    let mut used = 0usize;
+    while start > 0 {
+        let above = items
+            .get(start - 1)
+            .map(|i| item_lines(i, first_at, width, false).len())
+            .unwrap_or(1);
+        if used + above > height * 2 / 3 {
+            break;
+        }
+        used += above;
+        start -= 1;
+    }
+    let mut lines: Vec<Line> = Vec::with_capacity(height);
+    for (index, item) in items.iter().enumerate().skip(start) {
+        if lines.len() >= height {
+            break;
+        }
+        let is_selected = index == selected;
+        let matched = item_matches(&app.filter.query, item);
+        for mut line in item_lines(item, first_at, width, matched) {
+            if is_selected {
+                line = line.patch_style(selected_style());
+            }
+            lines.push(line);
+        }
+    }
+    lines.truncate(height);
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The lines one row takes: time column, stall badge, then what happened.
+fn item_lines(
+    item: &Item,
+    first_at: Option<DateTime<Utc>>,
+    width: usize,
+    matched: bool,
+) -> Vec<Line<'static>> {
+    let offset = first_at
+        .map(|t0| (item.at - t0).num_milliseconds().max(0) as f64 / 1000.0)
+        .unwrap_or(0.0);
+    let mut head = vec![Span::styled(
+        format!(
+            "{:>width$} ",
+            format!("+{offset:.3}s"),
+            width = TIME_COLUMN - 1
+        ),
+        Style::new().fg(if matched {
+            Color::Yellow
+        } else {
+            Color::DarkGray
+        }),
+    )];
+    if let Some(gap) = item.gap_ms {
+        head.push(Span::styled(
+            format!("⏱ +{:.1}s ", gap as f64 / 1000.0),
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        ));
+    }
+    let red = Style::new().fg(Color::Red);
+    let dim = Style::new().fg(Color::DarkGray);
+    let body_width = width.saturating_sub(TIME_COLUMN).max(10);
+    let indent = " ".repeat(TIME_COLUMN);
+    let mut extra: Vec<Line<'static>> = Vec::new();
+    match &item.kind {
+        ItemKind::TurnStarted { entry, attempt } => {
+            let retry = if *attempt > 0 {
+                format!(", attempt {attempt}")
+            } else {
+                String::new()
+            };
+            head.push(Span::styled(
+                format!("▶ turn started ({entry}{retry})"),
+                Style::new().fg(Color::Cyan),
+            ));
+        }
+        ItemKind::Configured { model_id, tools } => {
+            head.push(Span::styled(
+                format!("⚙ configured: {model_id}, {tools} tools"),
+                dim,
+            ));
+        }
+        ItemKind::StepStarted { step } => {
+            head.push(Span::styled(
+                format!("── step {step} ──"),
+                Style::new().fg(Color::Blue).add_modifier(Modifier::BOLD),
+            ));
+        }
+        ItemKind::StepFinished {
+            step,
+            finish_reason,
+            usage,
+        } => {
+            head.push(Span::styled(
+                format!(
+                    "── step {step} done: {} · {}",
+                    finish_reason.as_str(),
+                    fmt_usage(usage)
+                ),
+                Style::new().fg(Color::Blue),
+            ));
+        }
+        ItemKind::Text { text, open } => {
+            let mut wrapped = wrap(text, body_width);
+            if *open {
+                if let Some(last) = wrapped.last_mut() {
+                    last.push('▌');
+                }
+            }
+            let total = wrapped.len();
+            let mut rows = wrapped.into_iter();
+            head.push(Span::raw(rows.next().unwrap_or_default()));
+            for row in rows.by_ref().take(TEXT_LINES - 1) {
+                extra.push(Line::from(vec![Span::raw(indent.clone()), Span::raw(row)]));
+            }
+            if total > TEXT_LINES {
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    Span::styled(
+                        format!("… {} more lines (Enter: JSON)", total - TEXT_LINES),
+                        dim,
+                    ),
+                ]));
+            }
+        }
+        ItemKind::Reasoning { text, open } => {
+            let first: String = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(body_width.saturating_sub(24))
+                .collect();
+            head.push(Span::styled(
+                format!(
+                    "▸ reasoning{} ({} chars): {first}",
+                    if *open { "…" } else { "" },
+                    text.chars().count()
+                ),
+                dim.add_modifier(Modifier::ITALIC),
+            ));
+        }
+        ItemKind::Tool(tool) => {
+            head.push(Span::styled("⚒ ", Style::new().fg(Color::Cyan)));
+            head.push(Span::styled(
+                tool.tool.clone(),
+                Style::new().add_modifier(Modifier::BOLD),
+            ));
+            head.push(Span::raw(" "));
+            match tool.decision {
+                Some(action) => head.push(Span::styled(
+                    format!("[{}]", action.as_str()),
+                    decision_style(action).add_modifier(Modifier::BOLD),
+                )),
+                None if tool.client => head.push(Span::styled("[client]", dim)),
+                None => head.push(Span::styled("[…]", dim)),
+            }
+            if let Some(ms) = tool.duration_ms {
+                head.push(Span::raw(format!(" {}", fmt_duration(ms))));
+            }
+            match tool.success {
+                Some(true) => head.push(Span::styled(" ✓", Style::new().fg(Color::Green))),
+                Some(false) => head.push(Span::styled(" ✗", red)),
+                None => head.push(Span::styled(" running", dim)),
+            }
+            let input: String = tool
+                .input
+                .chars()
+                .take(body_width.saturating_sub(4))
+                .collect();
+            extra.push(Line::from(vec![
+                Span::raw(indent.clone()),
+                Span::styled(format!("in  {input}"), dim),
+            ]));
+            if let Some(reason) = &tool.reason {
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    Span::styled(format!("why {reason}"), Style::new().fg(Color::Yellow)),
+                ]));
+            }
+            if let Some(error) = &tool.error {
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    Span::styled(format!("err {error}"), red),
+                ]));
+            } else if let Some(output) = &tool.output {
+                let output: String = output.chars().take(body_width.saturating_sub(4)).collect();
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    Span::styled(format!("out {output}"), dim),
+                ]));
+            }
+        }
+        ItemKind::Retry { attempt, error } => {
+            head.push(Span::styled(
+                format!("↻ model retried (attempt {attempt}): {error}"),
+                Style::new().fg(Color::Yellow),
+            ));
+        }
+        ItemKind::Error { what, message } => {
+            head.push(Span::styled(
+                format!("✗ {what}: {message}"),
+                red.add_modifier(Modifier::BOLD),
+            ));
+        }
+        ItemKind::MessageSaved { parts } => {
+            head.push(Span::styled(
+                format!("■ assistant message saved ({parts} parts)"),
+                dim,
+            ));
+        }
+        ItemKind::TurnFinished { status, error } => {
+            let mut text = format!("■ turn {}", status.as_str());
+            if let Some(error) = error {
+                text.push_str(": ");
+                text.push_str(error);
+            }
+            head.push(Span::styled(
+                text,
+                status_style(*status).add_modifier(Modifier::BOLD),
+            ));
+        }
+        ItemKind::Other { kind } => {
+            head.push(Span::styled(format!("· {kind}"), dim));
+        }
+    }
+    if item.events > 1 && !matches!(item.kind, ItemKind::Tool(_)) {
+        head.push(Span::styled(format!("  ({} events)", item.events), dim));
+    }
+    let mut lines = vec![Line::from(head)];
+    lines.extend(extra);
+    if item.is_error() {
+        lines = lines.into_iter().map(|l| l.patch_style(red)).collect();
+    }
+    lines
+}
+
+fn render_replay_bar(frame: &mut Frame, area: Rect, turn: &TurnView) {
+    let Some(replay) = &turn.replay else {
+        return;
+    };
+    let len = turn.events.len().max(1);
+    let block = Block::bordered().title(format!(
+        " replay {} {} · space play/pause · s speed · [ ] step · {{ }} scrub · Home/End ",
+        if replay.playing { "▶" } else { "⏸" },
+        replay.speed.label()
+    ));
+    let inner = block.inner(area);
+    let label = match (turn.events.get(replay.cursor), turn.events.first()) {
+        (Some(now), Some(first)) => format!(
+            " {}/{} · seq {} · +{:.3}s",
+            replay.cursor + 1,
+            len,
+            now.seq,
+            (now.at - first.at).num_milliseconds() as f64 / 1000.0
+        ),
+        _ => " no events".to_owned(),
+    };
+    let bar_width = (inner.width as usize)
+        .saturating_sub(label.chars().count() + 2)
+        .max(4);
+    let filled = if len <= 1 {
+        bar_width
+    } else {
+        replay.cursor * bar_width / (len - 1)
+    };
+    let bar = format!(
+        "{}{}{}",
+        "━".repeat(filled.min(bar_width)),
+        "●",
+        "─".repeat(bar_width.saturating_sub(filled))
+    );
+    let line = Line::from(vec![
+        Span::styled(bar, Style::new().fg(Color::Magenta)),
+        Span::raw(label),
+    ]);
+    frame.render_widget(block, area);
+    frame.render_widget(Paragraph::new(line), inner);
+}
+
+fn render_totals(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
+    let mut lines = Vec::new();
+    match app.open_turn() {
+        Some(summary) => {
+            lines.push(Line::from(vec![
+                Span::styled(summary.status.as_str(), status_style(summary.status)),
+                Span::raw(format!(
+                    " · {} steps · {} · {} tool calls",
+                    summary.steps,
+                    summary
+                        .duration_ms
+                        .map(fmt_duration)
+                        .unwrap_or_else(|| "running".into()),
+                    summary.tools.calls
+                )),
+            ]));
+            lines.push(Line::from(format!("tokens {}", fmt_usage(&summary.usage))));
+        }
+        None => lines.push(Line::from(turn.turn_id.clone())),
+    }
+    let block = Block::bordered().title(" turn ");
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+fn message_lines(message: &UIMessage, width: usize, draft: bool, out: &mut Vec<Line<'static>>) {
+    let (who, style) = match message.role {
+        Role::User => (
+            "user",
+            Style::new().fg(Color::Green).add_modifier(Modifier::BOLD),
+        ),
+        Role::Assistant => (
+            "assistant",
+            Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+        ),
+        Role::System => (
+            "system",
+            Style::new()
+                .fg(Color::DarkGray)
+                .add_modifier(Modifier::BOLD),
+        ),
+    };
+    out.push(Line::from(Span::styled(
+        format!("{who}{}", if draft { " (streaming)" } else { "" }),
+        style,
+    )));
+    let dim = Style::new().fg(Color::DarkGray);
+    for part in &message.parts {
+        match part {
+            UIPart::Text { text, .. } => {
+                for row in wrap(text, width.saturating_sub(2)) {
+                    out.push(Line::from(format!("  {row}")));
+                }
+            }
+            UIPart::Reasoning { text, .. } => {
+                out.push(Line::from(Span::styled(
+                    format!("  ▸ reasoning ({} chars)", text.chars().count()),
+                    dim,
+                )));
+            }
+            UIPart::Tool(tool) => {
+                let state = match tool.state {
+                    ToolPartState::InputStreaming => "input-streaming",
+                    ToolPartState::InputAvailable => "input-available",
+                    ToolPartState::OutputAvailable => "output-available",
+                    ToolPartState::OutputError => "output-error",
+                    ToolPartState::OutputDenied => "output-denied",
+                };
+                let style = if matches!(
+                    tool.state,
+                    ToolPartState::OutputError | ToolPartState::OutputDenied
+                ) {
+                    Style::new().fg(Color::Red)
+                } else {
+                    dim
+                };
+                out.push(Line::from(Span::styled(
+                    format!("  ⚒ {} → {state}", tool.tool_name),
+                    style,
+                )));
+            }
+            UIPart::StepStart => {}
+            UIPart::SourceUrl { url, .. } => {
+                out.push(Line::from(Span::styled(format!("  ↗ {url}"), dim)))
+            }
+            UIPart::SourceDocument { title, .. } => {
+                out.push(Line::from(Span::styled(format!("  ↗ {title}"), dim)))
+            }
+            UIPart::File { media_type, .. } => out.push(Line::from(Span::styled(
+                format!("  ▤ file {media_type}"),
+                dim,
+            ))),
+            UIPart::Data { name, .. } => {
+                out.push(Line::from(Span::styled(format!("  ◆ data-{name}"), dim)))
+            }
+        }
+    }
+}
+
+fn render_conversation(frame: &mut Frame, area: Rect, turn: &TurnView) {
+    let title = match (&turn.replay, turn.cursor().and_then(|c| turn.events.get(c))) {
+        (Some(_), Some(env)) => format!(" conversation as of seq {} ", env.seq),
+        _ => " conversation ".to_owned(),
+    };
+    let block = Block::bordered().title(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let Some(state) = &turn.conversation else {
+        frame.render_widget(Paragraph::new("loading…"), inner);
+        return;
+    };
+    let width = inner.width as usize;
+    let mut lines = Vec::new();
+    for message in &state.messages {
+        message_lines(message, width, false, &mut lines);
+    }
+    if let Some(draft) = &state.draft {
+        message_lines(draft, width, true, &mut lines);
+    }
+    // Anchor at the bottom: the newest message stays in view.
+    let skip = lines.len().saturating_sub(inner.height as usize);
+    let shown: Vec<Line> = lines.into_iter().skip(skip).collect();
+    frame.render_widget(Paragraph::new(shown), inner);
+}
+
+fn render_tools(frame: &mut Frame, area: Rect, tools: &[crate::dash::timeline::ToolUsage]) {
+    let header = Row::new(vec!["tool", "calls", "fail", "block", "mean", "p95"])
+        .style(Style::new().add_modifier(Modifier::BOLD));
+    let rows: Vec<Row> = tools
+        .iter()
+        .map(|u| {
+            Row::new(vec![
+                u.tool.clone(),
+                u.calls.to_string(),
+                u.failures.to_string(),
+                u.blocks.to_string(),
+                u.mean_ms()
+                    .map(|m| fmt_duration(m.round() as u64))
+                    .unwrap_or_else(|| "-".into()),
+                u.p95_ms().map(fmt_duration).unwrap_or_else(|| "-".into()),
+            ])
+        })
+        .collect();
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Min(8),
+            Constraint::Length(5),
+            Constraint::Length(4),
+            Constraint::Length(5),
+            Constraint::Length(7),
+            Constraint::Length(7),
+        ],
+    )
+    .header(header)
+    .block(Block::bordered().title(" tool usage "));
+    frame.render_widget(table, area);
+}
