@@ -8,6 +8,7 @@ pub mod anthropic;
 pub mod config;
 pub mod http;
 pub mod openai;
+pub mod replay;
 pub mod scripted;
 
 pub use config::{model_from_env, model_from_spec, ConfigError};

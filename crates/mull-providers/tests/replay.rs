@@ -1,0 +1,288 @@
+//! The replay model serves recorded model output by request hash and explains misses.
+
+mod common;
+
+use common::collect;
+use mull_core::{
+    Clock, Envelope, Event, FinishReason, FixedClock, LanguageModel, ModelErrorKind, ModelMessage,
+    ModelRequest, ModelRole, StepRecord, StreamPart, Usage, EVENT_VERSION,
+};
+use mull_providers::replay::{recorded_steps, ReplayError, ReplayModel};
+use serde_json::json;
+
+/// Builds a log the way the engine writes one.
+struct LogBuilder {
+    clock: FixedClock,
+    envelopes: Vec<Envelope>,
+}
+
+impl LogBuilder {
+    fn new() -> Self {
+        Self {
+            clock: FixedClock::at_fixture_epoch(),
+            envelopes: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, turn: &str, event: Event) {
+        self.envelopes.push(Envelope {
+            seq: self.envelopes.len() as u64 + 1,
+            session_id: "s1".into(),
+            turn_id: Some(turn.into()),
+            at: self.clock.now(),
+            v: EVENT_VERSION,
+            event,
+        });
+    }
+
+    fn chunk(&mut self, turn: &str, step: u32, part: StreamPart) {
+        self.push(
+            turn,
+            Event::Chunk {
+                step,
+                part,
+                original: None,
+            },
+        );
+    }
+
+    fn finish(&mut self, turn: &str, step: u32, request: &ModelRequest) {
+        self.push(
+            turn,
+            Event::StepFinished {
+                record: StepRecord {
+                    step,
+                    model_id: "gpt-4o-mini".into(),
+                    request: json!({"hash": request.canonical_hash(), "system": request.system, "messages": request.messages}),
+                    ..StepRecord::default()
+                },
+            },
+        );
+    }
+}
+
+fn request(text: &str) -> ModelRequest {
+    ModelRequest {
+        system: Some("Be brief.".into()),
+        messages: vec![ModelMessage::text(ModelRole::User, text)],
+        ..ModelRequest::default()
+    }
+}
+
+fn text(id: &str, t: &str) -> StreamPart {
+    StreamPart::TextDelta {
+        id: id.into(),
+        text: t.into(),
+    }
+}
+
+fn finish(reason: FinishReason) -> StreamPart {
+    StreamPart::Finish {
+        finish_reason: reason,
+        raw_finish_reason: None,
+        usage: Usage {
+            input_tokens: Some(5),
+            ..Usage::default()
+        },
+        provider_metadata: None,
+    }
+}
+
+fn recorded_log() -> LogBuilder {
+    let mut log = LogBuilder::new();
+    let first = request("what time is it?");
+    // Turn 1, step 0: a tool call, its (engine-made) result, then a retry-free finish.
+    log.push("t1", Event::StepStarted { step: 0 });
+    log.chunk(
+        "t1",
+        0,
+        StreamPart::ToolInputStart {
+            call_id: "c1".into(),
+            tool_name: "clock".into(),
+        },
+    );
+    log.chunk(
+        "t1",
+        0,
+        StreamPart::ToolInputEnd {
+            call_id: "c1".into(),
+        },
+    );
+    log.chunk(
+        "t1",
+        0,
+        StreamPart::ToolCall {
+            call_id: "c1".into(),
+            tool_name: "clock".into(),
+            input: "{}".into(),
+        },
+    );
+    log.chunk("t1", 0, finish(FinishReason::ToolCalls));
+    log.chunk(
+        "t1",
+        0,
+        StreamPart::ToolResult {
+            call_id: "c1".into(),
+            tool_name: "clock".into(),
+            output: json!("noon"),
+            preliminary: false,
+        },
+    );
+    log.finish("t1", 0, &first);
+    // Turn 1, step 1: a failed attempt, a retry, and the attempt that counted; a transformed chunk.
+    log.push("t1", Event::StepStarted { step: 1 });
+    log.chunk("t1", 1, StreamPart::TextStart { id: "x".into() });
+    log.push(
+        "t1",
+        Event::ModelRetried {
+            step: 1,
+            attempt: 1,
+            error: "overloaded".into(),
+            delay_ms: 10,
+        },
+    );
+    log.chunk("t1", 1, StreamPart::TextStart { id: "a".into() });
+    log.push(
+        "t1",
+        Event::Chunk {
+            step: 1,
+            part: text("a", "NOON"),
+            original: Some(text("a", "noon")),
+        },
+    );
+    log.chunk("t1", 1, StreamPart::TextEnd { id: "a".into() });
+    log.chunk("t1", 1, finish(FinishReason::Stop));
+    let second = request("it is noon");
+    log.finish("t1", 1, &second);
+    // Turn 2 repeats the first request with a different answer.
+    log.push("t2", Event::StepStarted { step: 0 });
+    log.chunk("t2", 0, StreamPart::TextStart { id: "b".into() });
+    log.chunk("t2", 0, text("b", "again?"));
+    log.chunk("t2", 0, StreamPart::TextEnd { id: "b".into() });
+    log.chunk("t2", 0, finish(FinishReason::Stop));
+    log.finish("t2", 0, &first);
+    log
+}
+
+#[test]
+fn recorded_steps_keep_only_what_the_model_emitted() {
+    let steps = recorded_steps(recorded_log().envelopes).expect("steps");
+    assert_eq!(steps.len(), 3);
+    assert_eq!(
+        steps[0].parts.len(),
+        4,
+        "the tool result is the engine's, not the model's"
+    );
+    assert_eq!(
+        steps[1].parts,
+        vec![
+            StreamPart::TextStart { id: "a".into() },
+            text("a", "noon"),
+            StreamPart::TextEnd { id: "a".into() },
+            finish(FinishReason::Stop),
+        ],
+        "the failed attempt is dropped and the untransformed part served"
+    );
+    assert_eq!(steps[2].seq, 21);
+}
+
+#[tokio::test]
+async fn serves_steps_by_hash_first_in_first_out() {
+    let model = ReplayModel::from_envelopes(recorded_log().envelopes).expect("model");
+    assert_eq!(
+        (model.provider(), model.model_id()),
+        ("replay", "gpt-4o-mini")
+    );
+    assert_eq!(model.remaining(), 3);
+
+    let (parts, error) = collect(model.stream(request("it is noon")).await.expect("hit")).await;
+    assert_eq!(error, None);
+    assert_eq!(parts[1], text("a", "noon"));
+
+    let (parts, _) = collect(
+        model
+            .stream(request("what time is it?"))
+            .await
+            .expect("hit"),
+    )
+    .await;
+    assert!(matches!(parts[2], StreamPart::ToolCall { .. }), "{parts:?}");
+    let (parts, _) = collect(
+        model
+            .stream(request("what time is it?"))
+            .await
+            .expect("hit"),
+    )
+    .await;
+    assert_eq!(parts[1], text("b", "again?"));
+    assert_eq!(model.remaining(), 0);
+
+    let error = model
+        .stream(request("what time is it?"))
+        .await
+        .err()
+        .expect("exhausted");
+    assert_eq!(error.kind, ModelErrorKind::InvalidRequest);
+    assert!(
+        error.message.contains("already been served"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn a_miss_shows_a_diff_against_the_nearest_recorded_request() {
+    let model = ReplayModel::from_envelopes(recorded_log().envelopes).expect("model");
+    let mut changed = request("it is noon");
+    changed.system = Some("Be verbose.".into());
+    let error = model.stream(changed.clone()).await.err().expect("miss");
+    assert_eq!(error.kind, ModelErrorKind::InvalidRequest);
+    let message = error.message;
+    assert!(
+        message.contains(&format!(
+            "no recorded step matches request {}",
+            changed.canonical_hash()
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains("nearest recorded request: seq 15, session s1, step 1"),
+        "{message}"
+    );
+    assert!(
+        message.contains(r#"system: "Be brief." ≠ "Be verbose.""#),
+        "{message}"
+    );
+    assert!(
+        !message.contains("messages["),
+        "equal fields are not listed: {message}"
+    );
+    assert!(
+        !message.contains("tools"),
+        "fields the log did not record are not listed: {message}"
+    );
+}
+
+#[test]
+fn a_step_without_a_hash_is_refused_with_its_seq() {
+    let mut log = LogBuilder::new();
+    log.push("t1", Event::StepStarted { step: 0 });
+    log.push(
+        "t1",
+        Event::StepFinished {
+            record: StepRecord::default(),
+        },
+    );
+    assert_eq!(
+        ReplayModel::from_envelopes(log.envelopes).err(),
+        Some(ReplayError::MissingHash {
+            seq: 2,
+            session_id: "s1".into(),
+            step: 0
+        })
+    );
+    assert_eq!(
+        ReplayModel::from_envelopes(Vec::new()).err(),
+        Some(ReplayError::NoSteps)
+    );
+}
