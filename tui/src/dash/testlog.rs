@@ -172,6 +172,19 @@ fn tool_call(
         Ok(v) => (true, Some(v), None),
         Err(e) => (false, None, Some(e.to_owned())),
     };
+    let part = match (&output, &error) {
+        (Some(output), _) => StreamPart::ToolResult {
+            call_id: call.into(),
+            tool_name: tool.into(),
+            output: output.clone(),
+            preliminary: false,
+        },
+        (None, error) => StreamPart::ToolError {
+            call_id: call.into(),
+            tool_name: tool.into(),
+            error: error.clone().unwrap_or_default(),
+        },
+    };
     b.push(
         s,
         Some(t),
@@ -186,6 +199,7 @@ fn tool_call(
             duration_ms,
         },
     );
+    b.push(s, Some(t), ms + 3 + duration_ms as i64, chunk(0, part));
 }
 
 /// One completed turn: a text block, an allowed tool call, a blocked one, a second step whose
@@ -501,4 +515,24 @@ pub fn sample_log() -> Vec<Envelope> {
         },
     );
     b.events
+}
+
+/// Writes `events` into a fresh log at `dir/test.db` through the store (seqs come out the same
+/// as the envelopes' since the log is empty) and returns its path.
+pub fn write_db(dir: &std::path::Path, events: &[Envelope]) -> std::path::PathBuf {
+    let path = dir.join("test.db");
+    let log = mull_store::Log::open(&path).expect("open test log");
+    for env in events {
+        let written = log
+            .append(
+                &env.session_id,
+                env.turn_id.as_deref(),
+                env.at,
+                env.event.clone(),
+            )
+            .expect("append");
+        assert_eq!(written.seq, env.seq, "the test log must start empty");
+    }
+    log.close().expect("commit test log");
+    path
 }

@@ -1,1 +1,141 @@
+//! Every view drawn to a `TestBackend` from a log written through the store, checked with
+//! snapshots.
 
+use std::time::Duration;
+
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+use crate::dash::app::{FilterEdit, Msg, View};
+use crate::dash::keys::Action;
+use crate::dash::testlog::{sample_log, write_db};
+use crate::dash::Dash;
+
+const WIDTH: u16 = 120;
+const HEIGHT: u16 = 34;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    dash: Dash,
+}
+
+fn open() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_db(dir.path(), &sample_log());
+    let mut dash = Dash::open(&path).expect("open dashboard");
+    dash.app.db_label = "test.db".into();
+    Fixture { _dir: dir, dash }
+}
+
+fn press(dash: &mut Dash, actions: &[Action]) {
+    for action in actions {
+        dash.send(Msg::Action(*action));
+    }
+}
+
+fn screen(dash: &Dash) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(WIDTH, HEIGHT)).expect("terminal");
+    dash.draw(&mut terminal).expect("draw");
+    terminal
+}
+
+/// Opens the n-th turn (0-based) of the first session.
+fn open_turn(dash: &mut Dash, n: usize) {
+    press(dash, &[Action::Enter]);
+    for _ in 0..n {
+        press(dash, &[Action::Down]);
+    }
+    press(dash, &[Action::Enter]);
+    assert_eq!(dash.app.view, View::Timeline);
+}
+
+#[test]
+fn sessions_view() {
+    let f = open();
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}
+
+#[test]
+fn turns_view() {
+    let mut f = open();
+    press(&mut f.dash, &[Action::Enter]);
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}
+
+#[test]
+fn timeline_of_a_completed_turn() {
+    let mut f = open();
+    open_turn(&mut f.dash, 0);
+    assert!(!f.dash.app.follow, "a finished turn does not follow");
+    press(&mut f.dash, &[Action::Down, Action::Down, Action::Down]);
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}
+
+#[test]
+fn timeline_of_a_failed_turn() {
+    let mut f = open();
+    open_turn(&mut f.dash, 1);
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}
+
+#[test]
+fn timeline_of_a_running_turn_follows() {
+    let mut f = open();
+    open_turn(&mut f.dash, 2);
+    assert!(f.dash.app.follow, "a running turn turns follow on");
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}
+
+#[test]
+fn event_json_view() {
+    let mut f = open();
+    open_turn(&mut f.dash, 0);
+    press(
+        &mut f.dash,
+        &[
+            Action::Down,
+            Action::Down,
+            Action::Down,
+            Action::Down,
+            Action::Enter,
+        ],
+    );
+    assert_eq!(f.dash.app.view, View::Event);
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}
+
+#[test]
+fn help_overlay() {
+    let mut f = open();
+    press(&mut f.dash, &[Action::Help]);
+    insta::assert_snapshot!(screen(&f.dash).backend());
+    press(&mut f.dash, &[Action::Down]);
+    assert!(!f.dash.app.help, "any key closes the help");
+}
+
+#[test]
+fn replay_paused_midway_shows_the_conversation_as_of_the_cursor() {
+    let mut f = open();
+    open_turn(&mut f.dash, 0);
+    press(&mut f.dash, &[Action::Replay]);
+    // 1× for 1.05 s of recorded time: step 1's text has begun, its stall has not happened.
+    f.dash.send(Msg::Tick(Duration::from_millis(1100)));
+    press(&mut f.dash, &[Action::Pause]);
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}
+
+#[test]
+fn filter_highlights_matches_and_paused_counts_arrivals() {
+    let mut f = open();
+    open_turn(&mut f.dash, 0);
+    press(&mut f.dash, &[Action::Filter]);
+    for c in "tool:delete".chars() {
+        f.dash.send(Msg::FilterEdit(FilterEdit::Char(c)));
+    }
+    f.dash.send(Msg::FilterEdit(FilterEdit::Apply));
+    press(&mut f.dash, &[Action::Pause]);
+    let later = crate::dash::testlog::sample_log();
+    f.dash
+        .send(Msg::Appended(later.into_iter().take(3).collect()));
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}

@@ -313,7 +313,7 @@ fn render_replay_bar(frame: &mut Frame, area: Rect, turn: &TurnView) {
     };
     let len = turn.events.len().max(1);
     let block = Block::bordered().title(format!(
-        " replay {} {} · space play/pause · s speed · [ ] step · {{ }} scrub · Home/End ",
+        " replay {} {} · space ▶/⏸ · s speed · [ ] step · {{ }} scrub ",
         if replay.playing { "▶" } else { "⏸" },
         replay.speed.label()
     ));
@@ -357,7 +357,7 @@ fn render_totals(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
             lines.push(Line::from(vec![
                 Span::styled(summary.status.as_str(), status_style(summary.status)),
                 Span::raw(format!(
-                    " · {} steps · {} · {} tool calls",
+                    " · steps {} · {} · tool calls {}",
                     summary.steps,
                     summary
                         .duration_ms
