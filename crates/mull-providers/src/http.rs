@@ -8,7 +8,7 @@
 //!   `Transient`, 401 / 403 → `Auth`, other 4xx → `InvalidRequest` with the body kept (so
 //!   context-overflow messages stay classifiable), malformed SSE → `Protocol`.
 //! - **SSE decoding**, done by `eventsource-stream`: this module only turns its errors into
-//!   [`ModelError`]s and drives a provider's [`WireDecoder`] over the events.
+//!   [`ModelError`]s and drives a provider's decoder over the events.
 //!
 //! Secrets never leave this module: request headers are not echoed into errors and the
 //! [`Secret`] wrapper hides its value from `Debug` and `Display`.
@@ -484,6 +484,121 @@ mod tests {
         let cut = truncate_body(body.as_bytes());
         assert!(cut.len() <= MAX_ERROR_BODY_BYTES + '…'.len_utf8());
         assert!(cut.ends_with('…'));
+    }
+
+    /// Runs both providers' decoders over `chunks` and returns how many items each produced.
+    fn decode_both(chunks: &[Vec<u8>]) -> (usize, usize) {
+        let run = |decoder: Box<dyn FnOnce(Vec<Vec<u8>>) -> ModelStream>| {
+            let stream = decoder(chunks.to_vec());
+            futures::executor::block_on(stream.collect::<Vec<_>>()).len()
+        };
+        let bytes = |chunks: Vec<Vec<u8>>| {
+            futures::stream::iter(chunks.into_iter().map(Ok::<_, reqwest::Error>))
+        };
+        let openai = run(Box::new(move |c| {
+            let provider: Arc<str> = Arc::from("openai");
+            decode_sse(
+                provider.clone(),
+                bytes(c),
+                crate::openai::ChatCompletionsDecoder::new(provider),
+            )
+        }));
+        let anthropic = run(Box::new(move |c| {
+            let provider: Arc<str> = Arc::from("anthropic");
+            decode_sse(
+                provider.clone(),
+                bytes(c),
+                crate::anthropic::MessagesDecoder::new(provider),
+            )
+        }));
+        (openai, anthropic)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(chunks in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 0..16)) {
+            decode_both(&chunks);
+        }
+
+        #[test]
+        fn arbitrary_json_events_never_panic(values in proptest::collection::vec(arbitrary_event(), 0..12)) {
+            let wire: String = values.iter().map(|v| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap_or("message"))).collect();
+            let (openai, anthropic) = decode_both(&[wire.into_bytes()]);
+            // Every stream ends with something: a finish part or an error.
+            proptest::prop_assert!(openai >= 1 && anthropic >= 1);
+        }
+    }
+
+    /// JSON shaped like both providers' events, with fields of the wrong types mixed in.
+    fn arbitrary_event() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            (0u64..4).prop_map(serde_json::Value::from),
+            prop_oneof![
+                Just("text"),
+                Just("tool_use"),
+                Just("thinking"),
+                Just("text_delta"),
+                Just("input_json_delta"),
+                Just("stop"),
+                Just("tool_calls"),
+                Just("{\"a\""),
+                Just("")
+            ]
+            .prop_map(serde_json::Value::from),
+        ];
+        let value = leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("type"),
+                        Just("index"),
+                        Just("delta"),
+                        Just("content_block"),
+                        Just("choices"),
+                        Just("tool_calls"),
+                        Just("function"),
+                        Just("arguments"),
+                        Just("name"),
+                        Just("id"),
+                        Just("content"),
+                        Just("finish_reason"),
+                        Just("usage"),
+                        Just("text"),
+                        Just("partial_json")
+                    ]
+                    .prop_map(str::to_owned),
+                    inner,
+                    0..4,
+                )
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        });
+        let kind = prop_oneof![
+            Just("message_start"),
+            Just("content_block_start"),
+            Just("content_block_delta"),
+            Just("content_block_stop"),
+            Just("message_delta"),
+            Just("message_stop"),
+            Just("ping"),
+            Just("chunk")
+        ];
+        (kind, value).prop_map(|(kind, value)| {
+            let mut event = match value {
+                serde_json::Value::Object(map) => map,
+                other => {
+                    let mut map = serde_json::Map::new();
+                    map.insert("delta".into(), other);
+                    map
+                }
+            };
+            event.insert("type".into(), kind.into());
+            serde_json::Value::Object(event)
+        })
     }
 
     #[test]
