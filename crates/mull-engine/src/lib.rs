@@ -1,1 +1,41 @@
 //! mull's turn engine: the agentic loop with Think's lifecycle hooks, over the event log.
+//!
+//! An application implements [`Agent`] (model, tools, prompt, hooks), opens a [`Session`] on a
+//! [`mull_store::Log`], and drives turns through its entry paths. Every fact of a turn is an
+//! event appended to the log before anyone observes it; the session's state is the fold of
+//! those events ([`mull_store::SessionState`]).
+//!
+//! Where things are: [`agent`] (the trait), [`context`] (what hooks see and decide),
+//! [`config`] (TurnConfig / StepConfig and their merge), [`tool`] (tools, schemas, validation),
+//! [`stop`] (stop conditions), [`transform`] (stream transforms), [`session_config`]
+//! (compaction, overflow recovery), [`session`] (entry paths, the turn lock, cancellation,
+//! submissions, recovery), `turn` (the loop itself).
+
+pub mod agent;
+pub mod config;
+pub mod context;
+pub mod error;
+mod recorder;
+pub mod session;
+pub mod session_config;
+pub mod stop;
+pub mod tool;
+pub mod transform;
+mod turn;
+
+pub use agent::Agent;
+pub use config::{ModelChoice, StepConfig, Timeout, TurnConfig};
+pub use context::{
+    ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, StepContext,
+    ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
+};
+pub use error::{ChatError, EngineError, HookError, HookResult};
+pub use session::{
+    ChatStream, ClientToolOutcome, OutcomeStatus, Session, SessionOptions, SubmissionResult,
+    SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,
+};
+pub use session_config::{Compaction, CompactionRequest, ContextOverflow, SessionConfig};
+pub use stop::{has_tool_call, step_count_is, StopCondition};
+pub use tool::{FnTool, Tool, ToolEntry, ToolError, ToolExecution, ToolOutput, ToolSet};
+pub use transform::StreamTransform;
+pub use turn::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS, INTERRUPTED_TOOL_CALL};

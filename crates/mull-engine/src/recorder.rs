@@ -1,0 +1,97 @@
+//! The one way an event enters a session: appended to the log, folded into the session's
+//! [`SessionState`], then published on the session's bus. Holding the state lock across the
+//! append keeps the fold in `seq` order even when two tasks append at once.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_broadcast::{InactiveReceiver, Receiver, Sender};
+use mull_core::{Clock, Envelope, Event};
+use mull_store::{Log, SessionState};
+
+use crate::error::EngineError;
+
+/// Appends events for one session and keeps its projection current.
+pub(crate) struct Recorder {
+    log: Log,
+    session_id: String,
+    clock: Arc<dyn Clock>,
+    state: Mutex<SessionState>,
+    bus: Sender<Envelope>,
+    _keep_open: InactiveReceiver<Envelope>,
+}
+
+impl Recorder {
+    pub fn new(
+        log: Log,
+        session_id: String,
+        clock: Arc<dyn Clock>,
+        state: SessionState,
+        bus_capacity: usize,
+    ) -> Recorder {
+        let (mut bus, rx) = async_broadcast::broadcast(bus_capacity.max(1));
+        // A slow subscriber must never slow the agent: the oldest events are dropped for it and
+        // it sees `Overflowed(n)`, its cue to re-read the missed range from the log.
+        bus.set_overflow(true);
+        Recorder {
+            log,
+            session_id,
+            clock,
+            state: Mutex::new(state),
+            bus,
+            _keep_open: rx.deactivate(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn store_error(&self, source: mull_store::StoreError) -> EngineError {
+        EngineError::Store {
+            session_id: self.session_id.clone(),
+            source,
+        }
+    }
+
+    /// Appends `event`, folds it into the state and publishes it.
+    pub fn append(&self, turn_id: Option<&str>, event: Event) -> Result<Envelope, EngineError> {
+        let mut state = self.lock();
+        let envelope = self
+            .log
+            .append(&self.session_id, turn_id, self.clock.now(), event)
+            .map_err(|e| self.store_error(e))?;
+        state.apply(&envelope);
+        drop(state);
+        // With overflow on, a full channel drops its oldest event instead of failing; the only
+        // other error is "no receivers", which is kept from happening by `_keep_open`.
+        let _ = self.bus.try_broadcast(envelope.clone());
+        Ok(envelope)
+    }
+
+    /// Waits until every event appended so far is committed.
+    pub async fn flush(&self) -> Result<(), EngineError> {
+        self.log.flush().await.map_err(|e| self.store_error(e))
+    }
+
+    /// Reads the session state.
+    pub fn read<R>(&self, f: impl FnOnce(&SessionState) -> R) -> R {
+        f(&self.lock())
+    }
+
+    /// A new subscriber to every event appended from now on.
+    pub fn subscribe(&self) -> Receiver<Envelope> {
+        self.bus.new_receiver()
+    }
+
+    /// The log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// The clock events are stamped with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+}

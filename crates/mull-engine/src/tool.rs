@@ -1,0 +1,349 @@
+//! Tools: what the model may call. A server tool has an `execute` (scalar or streaming); a
+//! client tool has only a schema and is answered by the client. A [`ToolSet`] merges tools by
+//! name, later entries replacing earlier ones, in a stable order.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use mull_core::{ModelMessage, ToolSpec};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// The error a tool's execute returns; the model sees its text as the tool's error.
+pub type ToolError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What `execute` produces: one value, or a stream of values of which every one is a
+/// preliminary result and the last is also the final output.
+pub enum ToolOutput {
+    /// The final output.
+    Value(Value),
+    /// Preliminary outputs; the last item is the final output. An error item ends the call.
+    Stream(BoxStream<'static, Result<Value, ToolError>>),
+}
+
+impl std::fmt::Debug for ToolOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolOutput::Value(v) => f.debug_tuple("Value").field(v).finish(),
+            ToolOutput::Stream(_) => f.write_str("Stream(..)"),
+        }
+    }
+}
+
+/// What a tool's execute knows about the call it serves.
+#[derive(Debug, Clone)]
+pub struct ToolExecution {
+    pub call_id: String,
+    pub tool_name: String,
+    /// The step in which the model called the tool (zero-based).
+    pub step_number: u32,
+    /// The conversation as the model saw it for this step.
+    pub messages: Vec<ModelMessage>,
+    /// Context set by `StepConfig::context` (Null when none).
+    pub context: Value,
+    /// Cancelled when the turn is aborted.
+    pub cancel: CancellationToken,
+}
+
+/// A tool with an `execute`, run by the engine.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+    /// JSON Schema of the input; the model's input is validated against it before any hook.
+    fn input_schema(&self) -> Value;
+    /// Whether execute streams preliminary outputs. The engine must know before a decision is
+    /// made: a blocked or substituted streaming tool still yields one preliminary result.
+    fn is_streaming(&self) -> bool {
+        false
+    }
+    /// Runs the tool.
+    async fn execute(&self, input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError>;
+}
+
+/// A tool of a turn: run by the engine, or answered by the client.
+#[derive(Clone)]
+pub enum ToolEntry {
+    /// A tool with an execute.
+    Server(Arc<dyn Tool>),
+    /// A tool without execute: the turn ends waiting for the client's result.
+    Client(ToolSpec),
+}
+
+impl ToolEntry {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        match self {
+            ToolEntry::Server(t) => t.name(),
+            ToolEntry::Client(spec) => &spec.name,
+        }
+    }
+
+    /// The tool as the model sees it.
+    pub fn spec(&self) -> ToolSpec {
+        match self {
+            ToolEntry::Server(t) => ToolSpec {
+                name: t.name().to_owned(),
+                description: t.description().to_owned(),
+                input_schema: t.input_schema(),
+            },
+            ToolEntry::Client(spec) => spec.clone(),
+        }
+    }
+
+    /// JSON Schema of the input.
+    pub fn input_schema(&self) -> Value {
+        match self {
+            ToolEntry::Server(t) => t.input_schema(),
+            ToolEntry::Client(spec) => spec.input_schema.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ToolEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolEntry::Server(t) => write!(f, "Server({})", t.name()),
+            ToolEntry::Client(spec) => write!(f, "Client({})", spec.name),
+        }
+    }
+}
+
+/// Tools by name, in insertion order; inserting a name that exists replaces it in place.
+#[derive(Clone, Default, Debug)]
+pub struct ToolSet {
+    entries: Vec<ToolEntry>,
+}
+
+impl ToolSet {
+    /// An empty set.
+    pub fn new() -> ToolSet {
+        ToolSet::default()
+    }
+
+    /// Adds (or replaces) a server tool.
+    pub fn with(mut self, tool: Arc<dyn Tool>) -> ToolSet {
+        self.insert(ToolEntry::Server(tool));
+        self
+    }
+
+    /// Adds (or replaces) a client tool.
+    pub fn with_client(mut self, spec: ToolSpec) -> ToolSet {
+        self.insert(ToolEntry::Client(spec));
+        self
+    }
+
+    /// Adds an entry; an entry of the same name is replaced where it stood.
+    pub fn insert(&mut self, entry: ToolEntry) {
+        match self.entries.iter_mut().find(|e| e.name() == entry.name()) {
+            Some(slot) => *slot = entry,
+            None => self.entries.push(entry),
+        }
+    }
+
+    /// Merges `other` in; its tools win on a name clash.
+    pub fn merge(&mut self, other: &ToolSet) {
+        for entry in &other.entries {
+            self.insert(entry.clone());
+        }
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&ToolEntry> {
+        self.entries.iter().find(|e| e.name() == name)
+    }
+
+    /// Every name, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.entries.iter().map(|e| e.name().to_owned()).collect()
+    }
+
+    /// The entries, in order.
+    pub fn entries(&self) -> &[ToolEntry] {
+        &self.entries
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The specs the model is offered: all tools, or only `active` ones when limited.
+    pub fn specs(&self, active: Option<&[String]>) -> Vec<ToolSpec> {
+        self.entries
+            .iter()
+            .filter(|e| active.is_none_or(|a| a.iter().any(|n| n == e.name())))
+            .map(ToolEntry::spec)
+            .collect()
+    }
+}
+
+/// Checks `input` against `schema`; the error lists every violation with its location.
+pub fn validate_input(tool_name: &str, schema: &Value, input: &Value) -> Result<(), String> {
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| format!("tool {tool_name:?} has an invalid input schema: {e}"))?;
+    let problems: Vec<String> = validator
+        .iter_errors(input)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            if at.is_empty() {
+                e.to_string()
+            } else {
+                format!("{e} (at {at})")
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "Invalid input for tool {tool_name:?}: {}",
+            problems.join("; ")
+        ))
+    }
+}
+
+/// The JSON Schema of a Rust input type, as tools declare it.
+pub fn schema_of<I: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(I)).unwrap_or(Value::Null)
+}
+
+type ScalarFn =
+    dyn Fn(Value, ToolExecution) -> futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>
+        + Send
+        + Sync;
+
+/// A tool made from a closure over a typed input (its schema derived with `schemars`).
+pub struct FnTool {
+    name: String,
+    description: String,
+    schema: Value,
+    streaming: bool,
+    run: Box<ScalarFn>,
+}
+
+impl FnTool {
+    /// A scalar tool: `f` gets the decoded input and returns the output.
+    pub fn new<I, F, Fut>(name: &str, description: &str, f: F) -> FnTool
+    where
+        I: JsonSchema + DeserializeOwned + Send + 'static,
+        F: Fn(I, ToolExecution) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        FnTool {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            schema: schema_of::<I>(),
+            streaming: false,
+            run: Box::new(move |input, call| {
+                let f = Arc::clone(&f);
+                Box::pin(async move {
+                    let input: I = serde_json::from_value(input)?;
+                    Ok(ToolOutput::Value(f(input, call).await?))
+                })
+            }),
+        }
+    }
+
+    /// A streaming tool: `f` returns a stream of outputs; each is preliminary, the last final.
+    pub fn streaming<I, F>(name: &str, description: &str, f: F) -> FnTool
+    where
+        I: JsonSchema + DeserializeOwned + Send + 'static,
+        F: Fn(I, ToolExecution) -> BoxStream<'static, Result<Value, ToolError>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f = Arc::new(f);
+        FnTool {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            schema: schema_of::<I>(),
+            streaming: true,
+            run: Box::new(move |input, call| {
+                let f = Arc::clone(&f);
+                Box::pin(async move {
+                    let input: I = serde_json::from_value(input)?;
+                    Ok(ToolOutput::Stream(f(input, call).boxed()))
+                })
+            }),
+        }
+    }
+
+    /// Replaces the derived schema (for inputs described by hand).
+    pub fn with_schema(mut self, schema: Value) -> FnTool {
+        self.schema = schema;
+        self
+    }
+
+    /// The tool behind an `Arc`, ready for a [`ToolSet`].
+    pub fn shared(self) -> Arc<dyn Tool> {
+        Arc::new(self)
+    }
+}
+
+#[async_trait]
+impl Tool for FnTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+    fn is_streaming(&self) -> bool {
+        self.streaming
+    }
+    async fn execute(&self, input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
+        (self.run)(input, call.clone()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Lookup {
+        query: String,
+        limit: Option<u32>,
+    }
+
+    #[test]
+    fn derived_schemas_validate_inputs() {
+        let schema = schema_of::<Lookup>();
+        assert!(validate_input("lookup", &schema, &json!({"query": "rust"})).is_ok());
+        let err = validate_input("lookup", &schema, &json!({"limit": "x"})).unwrap_err();
+        assert!(err.contains("query"), "{err}");
+        assert!(err.contains("lookup"), "{err}");
+    }
+
+    #[test]
+    fn later_tools_replace_earlier_ones_in_place() {
+        let spec = |name: &str, d: &str| ToolSpec {
+            name: name.into(),
+            description: d.into(),
+            input_schema: json!({"type": "object"}),
+        };
+        let mut set = ToolSet::new()
+            .with_client(spec("a", "1"))
+            .with_client(spec("b", "1"));
+        set.merge(&ToolSet::new().with_client(spec("a", "2")));
+        assert_eq!(set.names(), ["a", "b"]);
+        assert_eq!(set.specs(None)[0].description, "2");
+        assert_eq!(set.specs(Some(&["b".to_owned()])).len(), 1);
+    }
+}
