@@ -120,7 +120,6 @@ pub fn run(args: GenArgs) -> Result<()> {
         }
     }
     let written = w.written;
-    drop(w);
     log.close()
         .with_context(|| format!("committing {}", args.db.display()))?;
     let secs = started.elapsed().as_secs_f64();

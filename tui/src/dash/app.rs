@@ -52,7 +52,7 @@ pub enum Msg {
     /// The session's state just before the turn began.
     Base {
         turn_id: String,
-        state: SessionState,
+        state: Box<SessionState>,
     },
     /// Every event of a turn, for replay.
     WholeTurn {
@@ -79,23 +79,23 @@ pub enum FilterEdit {
 /// A read the dashboard needs from the log; the runtime performs it and answers with a [`Msg`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    LoadSessions,
-    LoadTurns {
+    Sessions,
+    Turns {
         session_id: String,
     },
     /// The next page of a turn: its session's events after `after_seq`.
-    LoadTimeline {
+    TimelinePage {
         session_id: String,
         turn_id: String,
         after_seq: u64,
     },
     /// The session folded up to (not including) `before_seq`.
-    LoadBase {
+    BaseState {
         session_id: String,
         turn_id: String,
         before_seq: u64,
     },
-    LoadWholeTurn {
+    WholeTurn {
         turn_id: String,
     },
 }
@@ -355,7 +355,7 @@ impl App {
             status: None,
             quit: false,
         };
-        (app, vec![Effect::LoadSessions])
+        (app, vec![Effect::Sessions])
     }
 
     /// The turn the turns list has selected.
@@ -430,12 +430,12 @@ impl App {
             }
             Msg::Base { turn_id, state } => {
                 if let Some(turn) = self.turn.as_mut().filter(|t| t.turn_id == turn_id) {
-                    let mut conversation = state.clone();
+                    let mut conversation = (*state).clone();
                     let upto = turn.cursor().map(|c| c + 1).unwrap_or(0);
                     for env in turn.events.get(..upto).unwrap_or_default() {
                         conversation.apply(env);
                     }
-                    turn.base = Some(state);
+                    turn.base = Some(*state);
                     turn.conversation = Some(conversation);
                 }
                 Vec::new()
@@ -534,14 +534,14 @@ impl App {
     fn apply_appended(&mut self, events: Vec<Envelope>, force_refresh: bool) -> Vec<Effect> {
         let mut effects = Vec::new();
         if force_refresh || events.iter().any(|e| is_lifecycle(&e.event)) {
-            effects.push(Effect::LoadSessions);
+            effects.push(Effect::Sessions);
             if let Some(session_id) = &self.session_id {
                 if force_refresh
                     || events
                         .iter()
                         .any(|e| &e.session_id == session_id && is_lifecycle(&e.event))
                 {
-                    effects.push(Effect::LoadTurns {
+                    effects.push(Effect::Turns {
                         session_id: session_id.clone(),
                     });
                 }
@@ -572,7 +572,7 @@ impl App {
             return Vec::new();
         }
         turn.loading = true;
-        vec![Effect::LoadTimeline {
+        vec![Effect::TimelinePage {
             session_id: turn.session_id.clone(),
             turn_id: turn.turn_id.clone(),
             after_seq: turn.scanned_to,
@@ -599,12 +599,12 @@ impl App {
         self.turn = Some(TurnView::new(&session_id, &turn_id, first_seq));
         self.view = View::Timeline;
         vec![
-            Effect::LoadTimeline {
+            Effect::TimelinePage {
                 session_id: session_id.clone(),
                 turn_id: turn_id.clone(),
                 after_seq: first_seq.saturating_sub(1),
             },
-            Effect::LoadBase {
+            Effect::BaseState {
                 session_id,
                 turn_id,
                 before_seq: first_seq,
@@ -787,7 +787,7 @@ impl App {
         }
         self.follow = false;
         turn.loading = true;
-        vec![Effect::LoadWholeTurn {
+        vec![Effect::WholeTurn {
             turn_id: turn.turn_id.clone(),
         }]
     }
@@ -805,7 +805,7 @@ impl App {
                 }
                 self.session_id = Some(session_id.clone());
                 self.view = View::Turns;
-                vec![Effect::LoadTurns { session_id }]
+                vec![Effect::Turns { session_id }]
             }
             View::Turns => self.open_timeline(),
             View::Timeline => {
@@ -834,7 +834,7 @@ impl App {
                 self.view = View::Turns;
                 self.turn = None;
                 if let Some(session_id) = self.session_id.clone() {
-                    return vec![Effect::LoadTurns { session_id }];
+                    return vec![Effect::Turns { session_id }];
                 }
             }
             View::Event => {
@@ -922,5 +922,243 @@ impl App {
             None => self.status = Some(format!("no match for {query:?}")),
         }
         self.more_pages()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dash::testlog::{sample_log, write_db};
+    use crate::dash::timeline::ItemKind;
+    use crate::dash::Dash;
+
+    fn open_with(events: &[Envelope]) -> (tempfile::TempDir, Dash) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_db(dir.path(), events);
+        let dash = Dash::open(&path).expect("open");
+        (dir, dash)
+    }
+
+    fn press(dash: &mut Dash, actions: &[Action]) {
+        for action in actions {
+            dash.send(Msg::Action(*action));
+        }
+    }
+
+    /// Appends `events` to the log behind `dash` (as another process would) and delivers them
+    /// as the tail does.
+    fn commit_and_deliver(dir: &tempfile::TempDir, dash: &mut Dash, events: &[Envelope]) {
+        let log = mull_store::Log::open(dir.path().join("test.db")).expect("reopen writer");
+        for env in events {
+            let written = log
+                .append(
+                    &env.session_id,
+                    env.turn_id.as_deref(),
+                    env.at,
+                    env.event.clone(),
+                )
+                .expect("append");
+            assert_eq!(written.seq, env.seq);
+        }
+        log.close().expect("commit");
+        dash.send(Msg::Appended(events.to_vec()));
+    }
+
+    #[test]
+    fn enter_drills_in_and_esc_backs_out() {
+        let (_dir, mut dash) = open_with(&sample_log());
+        assert_eq!(dash.app.sessions.len(), 2);
+        press(&mut dash, &[Action::Enter]);
+        assert_eq!(dash.app.view, View::Turns);
+        assert_eq!(dash.app.turns.len(), 3);
+        press(&mut dash, &[Action::Enter]);
+        assert_eq!(dash.app.view, View::Timeline);
+        let turn = dash.app.turn.as_ref().expect("turn open");
+        assert_eq!(turn.turn_id, "turn_1");
+        assert!(turn.exhausted);
+        assert!(turn.conversation.is_some());
+        press(&mut dash, &[Action::Enter]);
+        assert_eq!(dash.app.view, View::Event);
+        assert_eq!(dash.app.selected_event().map(|e| e.seq), Some(3));
+        press(&mut dash, &[Action::StepForward]);
+        assert_eq!(dash.app.event_seq, Some(4));
+        press(&mut dash, &[Action::Back, Action::Back, Action::Back]);
+        assert_eq!(dash.app.view, View::Sessions);
+        press(&mut dash, &[Action::Back]);
+        assert_eq!(dash.app.view, View::Sessions);
+        press(&mut dash, &[Action::Quit]);
+        assert!(dash.app.quit);
+    }
+
+    #[test]
+    fn selection_clamps_at_both_ends() {
+        let (_dir, mut dash) = open_with(&sample_log());
+        press(&mut dash, &[Action::Up]);
+        assert_eq!(dash.app.session_selected, 0);
+        press(&mut dash, &[Action::PageDown]);
+        assert_eq!(dash.app.session_selected, 1);
+        press(&mut dash, &[Action::First]);
+        assert_eq!(dash.app.session_selected, 0);
+        press(&mut dash, &[Action::Last]);
+        assert_eq!(dash.app.session_selected, 1);
+    }
+
+    #[test]
+    fn live_events_extend_a_followed_timeline() {
+        let all = sample_log();
+        // Stop in the middle of turn_1's second step.
+        let cut = all
+            .iter()
+            .position(|e| matches!(&e.event, Event::StepStarted { step: 1 }))
+            .expect("step 1");
+        let (dir, mut dash) = open_with(&all[..=cut]);
+        press(&mut dash, &[Action::Enter, Action::Enter]);
+        assert!(dash.app.follow, "the turn is running, so follow is on");
+        let rows_before = dash.app.turn.as_ref().map(|t| t.items().len()).unwrap_or(0);
+        commit_and_deliver(&dir, &mut dash, &all[cut + 1..cut + 4]);
+        let turn = dash.app.turn.as_ref().expect("turn");
+        assert!(turn.items().len() > rows_before);
+        assert_eq!(
+            turn.selected,
+            turn.items().len() - 1,
+            "follow keeps the newest row selected"
+        );
+        assert!(matches!(
+            &turn.items().last().map(|i| &i.kind),
+            Some(ItemKind::Text { text, open: true }) if text.starts_with("Rust 1.95")
+        ));
+        assert_eq!(dash.app.live_events, 3);
+    }
+
+    #[test]
+    fn pause_freezes_the_view_and_counts_what_arrived() {
+        let all = sample_log();
+        let cut = all
+            .iter()
+            .position(|e| matches!(&e.event, Event::StepStarted { step: 1 }))
+            .expect("step 1");
+        let (dir, mut dash) = open_with(&all[..=cut]);
+        press(&mut dash, &[Action::Enter, Action::Enter, Action::Pause]);
+        let frozen = dash.app.turn.as_ref().map(|t| t.items().to_vec());
+        commit_and_deliver(&dir, &mut dash, &all[cut + 1..cut + 6]);
+        assert_eq!(dash.app.paused.as_ref().map(|p| p.arrived), Some(5));
+        assert_eq!(dash.app.turn.as_ref().map(|t| t.items().to_vec()), frozen);
+        press(&mut dash, &[Action::Pause]);
+        assert!(dash.app.paused.is_none());
+        let thawed = dash.app.turn.as_ref().map(|t| t.items().len()).unwrap_or(0);
+        assert!(thawed > frozen.map(|f| f.len()).unwrap_or(0));
+    }
+
+    #[test]
+    fn following_moves_on_to_the_next_turn_of_the_session() {
+        let all = sample_log();
+        let cut = all
+            .iter()
+            .position(|e| matches!(&e.event, Event::TurnFinished { .. }))
+            .expect("turn_1 finishes");
+        let (dir, mut dash) = open_with(&all[..=cut]);
+        press(&mut dash, &[Action::Enter, Action::Enter, Action::Follow]);
+        assert_eq!(
+            dash.app.turn.as_ref().map(|t| t.turn_id.as_str()),
+            Some("turn_1")
+        );
+        let next = all
+            .iter()
+            .position(|e| e.turn_id.as_deref() == Some("turn_2"))
+            .expect("turn_2");
+        commit_and_deliver(&dir, &mut dash, &all[cut + 1..=next + 1]);
+        assert_eq!(
+            dash.app.turn.as_ref().map(|t| t.turn_id.as_str()),
+            Some("turn_2")
+        );
+    }
+
+    #[test]
+    fn replay_steps_scrubs_and_leaves() {
+        let (_dir, mut dash) = open_with(&sample_log());
+        press(&mut dash, &[Action::Enter, Action::Enter]);
+        let all_rows = dash.app.turn.as_ref().map(|t| t.items().len()).unwrap_or(0);
+        press(&mut dash, &[Action::Replay]);
+        let turn = dash.app.turn.as_ref().expect("turn");
+        assert_eq!(turn.replay.as_ref().map(|r| r.cursor), Some(0));
+        assert_eq!(turn.items().len(), 1);
+        press(&mut dash, &[Action::StepForward, Action::StepForward]);
+        let turn = dash.app.turn.as_ref().expect("turn");
+        assert_eq!(
+            turn.replay.as_ref().map(|r| (r.cursor, r.playing)),
+            Some((2, false))
+        );
+        assert_eq!(turn.items().len(), 3);
+        press(&mut dash, &[Action::Last]);
+        let turn = dash.app.turn.as_ref().expect("turn");
+        assert_eq!(turn.items().len(), all_rows);
+        let final_messages = turn.conversation.as_ref().map(|c| c.messages.len());
+        press(&mut dash, &[Action::ScrubBack, Action::First]);
+        let turn = dash.app.turn.as_ref().expect("turn");
+        assert_eq!(turn.replay.as_ref().map(|r| r.cursor), Some(0));
+        // Before the turn's first event is applied only the user's message is there.
+        assert!(turn.conversation.as_ref().map(|c| c.messages.len()) < final_messages);
+        press(&mut dash, &[Action::Speed]);
+        assert_eq!(
+            dash.app
+                .turn
+                .as_ref()
+                .and_then(|t| t.replay.as_ref())
+                .map(|r| r.speed),
+            Some(crate::dash::replay::Speed::X10)
+        );
+        press(&mut dash, &[Action::Replay]);
+        let turn = dash.app.turn.as_ref().expect("turn");
+        assert!(turn.replay.is_none());
+        assert_eq!(turn.items().len(), all_rows);
+    }
+
+    #[test]
+    fn filter_jumps_between_matches_and_wraps() {
+        let (_dir, mut dash) = open_with(&sample_log());
+        press(&mut dash, &[Action::Enter, Action::Enter, Action::Filter]);
+        for c in "kind:tool".chars() {
+            dash.send(Msg::FilterEdit(FilterEdit::Char(c)));
+        }
+        dash.send(Msg::FilterEdit(FilterEdit::Apply));
+        let selected = |dash: &Dash| {
+            dash.app
+                .turn
+                .as_ref()
+                .and_then(|t| t.selected_item())
+                .and_then(|i| match &i.kind {
+                    ItemKind::Tool(t) => Some(t.tool.clone()),
+                    _ => None,
+                })
+        };
+        assert_eq!(selected(&dash).as_deref(), Some("search"));
+        press(&mut dash, &[Action::NextMatch]);
+        assert_eq!(selected(&dash).as_deref(), Some("delete_all"));
+        press(&mut dash, &[Action::NextMatch]);
+        assert_eq!(selected(&dash).as_deref(), Some("search"), "wraps around");
+        press(&mut dash, &[Action::PrevMatch]);
+        assert_eq!(selected(&dash).as_deref(), Some("delete_all"));
+        press(&mut dash, &[Action::Filter]);
+        for c in "zebra".chars() {
+            dash.send(Msg::FilterEdit(FilterEdit::Char(c)));
+        }
+        dash.send(Msg::FilterEdit(FilterEdit::Apply));
+        assert_eq!(dash.app.status.as_deref(), Some("no match for \"zebra\""));
+        press(&mut dash, &[Action::Back]);
+        assert!(
+            dash.app.filter.query.is_empty(),
+            "Esc clears the filter first"
+        );
+        assert_eq!(dash.app.view, View::Timeline);
+    }
+
+    #[test]
+    fn queries_match_by_field_or_text() {
+        assert!(query_matches("tool:sea", "tool", "search", "allow", ""));
+        assert!(!query_matches("tool:sea", "text", "", "", "search me"));
+        assert!(query_matches("status:err", "turn", "", "error", ""));
+        assert!(query_matches("kind:step", "step_started", "", "", ""));
+        assert!(query_matches("RUST", "text", "", "", "rust 1.95"));
+        assert!(!query_matches("  ", "text", "", "", "anything"));
     }
 }

@@ -43,12 +43,12 @@ impl Source {
 
     fn try_perform(&self, effect: &Effect) -> Result<Msg, StoreError> {
         Ok(match effect {
-            Effect::LoadSessions => Msg::Sessions(self.reader.sessions()?),
-            Effect::LoadTurns { session_id } => Msg::Turns {
+            Effect::Sessions => Msg::Sessions(self.reader.sessions()?),
+            Effect::Turns { session_id } => Msg::Turns {
                 session_id: session_id.clone(),
                 turns: self.reader.turns(session_id)?,
             },
-            Effect::LoadTimeline {
+            Effect::TimelinePage {
                 session_id,
                 turn_id,
                 after_seq,
@@ -68,7 +68,7 @@ impl Source {
                     exhausted,
                 }
             }
-            Effect::LoadBase {
+            Effect::BaseState {
                 session_id,
                 turn_id,
                 before_seq,
@@ -91,10 +91,10 @@ impl Source {
                 }
                 Msg::Base {
                     turn_id: turn_id.clone(),
-                    state,
+                    state: Box::new(state),
                 }
             }
-            Effect::LoadWholeTurn { turn_id } => Msg::WholeTurn {
+            Effect::WholeTurn { turn_id } => Msg::WholeTurn {
                 turn_id: turn_id.clone(),
                 events: self.reader.turn_events(turn_id)?,
             },
