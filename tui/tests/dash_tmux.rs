@@ -1,0 +1,218 @@
+//! End to end: the real `mull dash` runs in a tmux pane while this test process appends events
+//! to the same database; the new tool call must show on screen.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use mull_core::{DecisionAction, EntryPath, Event, StreamPart, UIMessage};
+use mull_store::Log;
+use serde_json::json;
+
+/// A tmux server of our own (its own socket), killed when the test ends.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("running tmux")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "dash"]).stdout)
+            .into_owned()
+    }
+
+    fn wait_for(&self, needle: &str, timeout: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{needle:?} did not appear within {timeout:?}; the screen was:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn append(log: &Log, turn: Option<&str>, ms: i64, event: Event) {
+    let at = Utc
+        .with_ymd_and_hms(2025, 1, 1, 12, 0, 0)
+        .single()
+        .expect("valid time")
+        + chrono::Duration::milliseconds(ms);
+    log.append("sess_e2e", turn, at, event).expect("append");
+}
+
+fn start_turn(db: &Path) {
+    let log = Log::open(db).expect("open log");
+    append(
+        &log,
+        None,
+        0,
+        Event::SessionOpened {
+            agent: "e2e".into(),
+            metadata: json!({}),
+        },
+    );
+    append(
+        &log,
+        None,
+        1,
+        Event::UserMessagesSaved {
+            request_id: Some("req_1".into()),
+            messages: vec![UIMessage::user("msg_u1", "What is the weather?")],
+        },
+    );
+    append(
+        &log,
+        Some("turn_1"),
+        2,
+        Event::TurnStarted {
+            request_id: "req_1".into(),
+            message_id: "msg_a1".into(),
+            entry: EntryPath::SaveMessages,
+            continuation: false,
+            attempt: 0,
+            body: json!({}),
+        },
+    );
+    append(&log, Some("turn_1"), 3, Event::StepStarted { step: 0 });
+    log.close().expect("commit");
+}
+
+#[test]
+fn a_tool_call_committed_by_another_process_shows_up_live() {
+    if !tmux_available() {
+        eprintln!("SKIPPED: tmux is not installed; the live dashboard test needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("live.db");
+    start_turn(&db);
+
+    let tmux = Tmux {
+        socket: format!("mull-e2e-{}", std::process::id()),
+    };
+    let command = format!("{} dash {}", env!("CARGO_BIN_EXE_mull"), db.display());
+    let started = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "dash",
+        "-x",
+        "160",
+        "-y",
+        "40",
+        &command,
+    ]);
+    assert!(
+        started.status.success(),
+        "tmux new-session failed: {}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    tmux.wait_for("sess_e2e", Duration::from_secs(20));
+    tmux.run(&["send-keys", "-t", "dash", "Enter"]);
+    tmux.wait_for("running", Duration::from_secs(10));
+    tmux.run(&["send-keys", "-t", "dash", "Enter"]);
+    let screen = tmux.wait_for("[FOLLOW]", Duration::from_secs(10));
+    assert!(screen.contains("turn started"), "{screen}");
+    assert!(!screen.contains("weather_lookup"), "nothing was called yet: {screen}");
+
+    // The writer: this process, appending to the database the dashboard has open read-only.
+    let log = Log::open(&db).expect("a second process can write while the dashboard reads");
+    let turn = Some("turn_1");
+    let input = json!({"city": "Lisbon"});
+    append(
+        &log,
+        turn,
+        10,
+        Event::Chunk {
+            step: 0,
+            part: StreamPart::ToolCall {
+                call_id: "call_1".into(),
+                tool_name: "weather_lookup".into(),
+                input: input.to_string(),
+            },
+            original: None,
+        },
+    );
+    append(
+        &log,
+        turn,
+        11,
+        Event::ToolCallStarted {
+            step: 0,
+            call_id: "call_1".into(),
+            tool: "weather_lookup".into(),
+            input: input.clone(),
+            client: false,
+        },
+    );
+    append(
+        &log,
+        turn,
+        12,
+        Event::ToolDecided {
+            step: 0,
+            call_id: "call_1".into(),
+            tool: "weather_lookup".into(),
+            action: DecisionAction::Allow,
+            model_input: input.clone(),
+            effective_input: input,
+            reason: None,
+            output: None,
+        },
+    );
+    append(
+        &log,
+        turn,
+        320,
+        Event::ToolCallFinished {
+            step: 0,
+            call_id: "call_1".into(),
+            tool: "weather_lookup".into(),
+            success: true,
+            output: Some(json!({"sky": "clear"})),
+            error: None,
+            duration_ms: 308,
+        },
+    );
+    log.flush_blocking().expect("commit");
+
+    let screen = tmux.wait_for("weather_lookup", Duration::from_secs(10));
+    let screen = if screen.contains("308ms") {
+        screen
+    } else {
+        tmux.wait_for("308ms", Duration::from_secs(5))
+    };
+    assert!(screen.contains("[allow]"), "{screen}");
+
+    tmux.run(&["send-keys", "-t", "dash", "q"]);
+    log.close().expect("close");
+}
