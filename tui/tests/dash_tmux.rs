@@ -142,7 +142,10 @@ fn a_tool_call_committed_by_another_process_shows_up_live() {
     tmux.run(&["send-keys", "-t", "dash", "Enter"]);
     let screen = tmux.wait_for("[FOLLOW]", Duration::from_secs(10));
     assert!(screen.contains("turn started"), "{screen}");
-    assert!(!screen.contains("weather_lookup"), "nothing was called yet: {screen}");
+    assert!(
+        !screen.contains("weather_lookup"),
+        "nothing was called yet: {screen}"
+    );
 
     // The writer: this process, appending to the database the dashboard has open read-only.
     let log = Log::open(&db).expect("a second process can write while the dashboard reads");

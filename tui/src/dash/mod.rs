@@ -150,20 +150,50 @@ fn event_loop<B: Backend>(
     }
 }
 
-/// Opens `db`, draws the first frame to an off-screen terminal and returns how long that took,
-/// with the process's peak resident memory (for the benchmark).
-pub fn bench_first_frame(db: &Path, width: u16, height: u16) -> Result<(Duration, Duration)> {
+/// What the first-frame benchmark measured.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchTimes {
+    /// Opening the log and drawing the session list.
+    pub first_frame: Duration,
+    /// From the start to the newest turn's timeline drawn.
+    pub newest_timeline: Duration,
+    /// Mean time of one key press (row down) plus one frame, over the sessions, turns and
+    /// timeline lists.
+    pub scroll_frame: Duration,
+}
+
+/// Opens `db`, draws the first frame to an off-screen terminal, then takes the path a user
+/// takes first (newest session, newest turn) and scrolls each list, timing it all.
+pub fn bench_first_frame(db: &Path, width: u16, height: u16) -> Result<BenchTimes> {
     let start = Instant::now();
     let mut dash = Dash::open(db)?;
     let mut terminal = Terminal::new(TestBackend::new(width, height))
         .map_err(|e| anyhow::anyhow!("creating the off-screen terminal: {e}"))?;
     dash.draw(&mut terminal)?;
-    let first = start.elapsed();
-    // Then the path a user takes first: the newest session, its newest turn's timeline.
+    let first_frame = start.elapsed();
     dash.send(Msg::Action(keys::Action::Last));
     dash.send(Msg::Action(keys::Action::Enter));
     dash.send(Msg::Action(keys::Action::Last));
     dash.send(Msg::Action(keys::Action::Enter));
     dash.draw(&mut terminal)?;
-    Ok((first, start.elapsed()))
+    let newest_timeline = start.elapsed();
+
+    let mut frames = 0u32;
+    let scrolling = Instant::now();
+    for back_out in [false, true, true] {
+        if back_out {
+            dash.send(Msg::Action(keys::Action::Back));
+        }
+        dash.send(Msg::Action(keys::Action::First));
+        for _ in 0..200 {
+            dash.send(Msg::Action(keys::Action::Down));
+            dash.draw(&mut terminal)?;
+            frames += 1;
+        }
+    }
+    Ok(BenchTimes {
+        first_frame,
+        newest_timeline,
+        scroll_frame: scrolling.elapsed() / frames.max(1),
+    })
 }

@@ -139,3 +139,84 @@ fn filter_highlights_matches_and_paused_counts_arrivals() {
         .send(Msg::Appended(later.into_iter().take(3).collect()));
     insta::assert_snapshot!(screen(&f.dash).backend());
 }
+
+/// Every recorded fixture (fixtures/*.jsonl at the workspace root) opens, and every turn's
+/// timeline draws; replaying a turn to its end gives the same rows and conversation as the
+/// plain view. With no fixtures yet, there is nothing to check.
+#[test]
+fn every_fixture_turn_draws_and_replays_to_the_same_state() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures");
+    let Ok(entries) = std::fs::read_dir(&fixtures) else {
+        return;
+    };
+    let mut paths: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    paths.sort();
+    for fixture in paths {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("fixture.db");
+        let log = mull_store::Log::open(&db).expect("open");
+        let file = std::fs::File::open(&fixture).expect("fixture");
+        mull_store::import_jsonl(
+            std::io::BufReader::new(file),
+            &fixture.display().to_string(),
+            &log,
+        )
+        .expect("fixture imports");
+        log.close().expect("commit");
+        let mut dash = Dash::open(&db).expect("open dashboard");
+        for s in 0..dash.app.sessions.len() {
+            press(&mut dash, &[Action::First]);
+            for _ in 0..s {
+                press(&mut dash, &[Action::Down]);
+            }
+            press(&mut dash, &[Action::Enter]);
+            for t in 0..dash.app.turns.len() {
+                press(&mut dash, &[Action::First]);
+                for _ in 0..t {
+                    press(&mut dash, &[Action::Down]);
+                }
+                press(&mut dash, &[Action::Enter]);
+                screen(&dash);
+                let plain = dash.app.turn.as_ref().map(|t| {
+                    (
+                        t.items().to_vec(),
+                        t.conversation.as_ref().map(|c| c.messages.clone()),
+                    )
+                });
+                press(&mut dash, &[Action::Replay, Action::Last]);
+                screen(&dash);
+                let replayed = dash.app.turn.as_ref().map(|t| {
+                    (
+                        t.items().to_vec(),
+                        t.conversation.as_ref().map(|c| c.messages.clone()),
+                    )
+                });
+                assert_eq!(plain, replayed, "{} turn {t}", fixture.display());
+                dash.app.follow = false;
+                press(&mut dash, &[Action::Back]);
+            }
+            press(&mut dash, &[Action::Back]);
+        }
+    }
+}
+
+#[test]
+fn replaying_the_sample_to_the_end_matches_the_plain_view() {
+    let mut f = open();
+    for t in 0..3 {
+        press(&mut f.dash, &[Action::Enter]);
+        for _ in 0..t {
+            press(&mut f.dash, &[Action::Down]);
+        }
+        press(&mut f.dash, &[Action::Enter]);
+        let plain = f.dash.app.turn.as_ref().map(|t| t.items().to_vec());
+        press(&mut f.dash, &[Action::Replay, Action::Last]);
+        let replayed = f.dash.app.turn.as_ref().map(|t| t.items().to_vec());
+        assert_eq!(plain, replayed, "turn {t}");
+        f.dash.app.follow = false;
+        press(&mut f.dash, &[Action::Back, Action::Back]);
+    }
+}
