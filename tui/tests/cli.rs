@@ -1,0 +1,226 @@
+//! The subcommands, run as the real binary: export → import → export round-trips, `replay`
+//! prints the conversation and turn table, `stats` counts.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use chrono::{TimeZone, Utc};
+use mull_core::{
+    DecisionAction, EntryPath, Event, FinishReason, Role, StepRecord, StreamPart, TurnStatus,
+    UIMessage, Usage,
+};
+use mull_store::Log;
+use serde_json::json;
+
+fn mull(args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(args)
+        .output()
+        .expect("run mull");
+    assert!(
+        output.status.success(),
+        "mull {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn write_sample(db: &Path) {
+    let log = Log::open(db).expect("open");
+    let t0 = Utc
+        .with_ymd_and_hms(2025, 1, 1, 0, 0, 0)
+        .single()
+        .expect("time");
+    let at = |ms: i64| t0 + chrono::Duration::milliseconds(ms);
+    let s = "sess_cli";
+    let t = Some("turn_1");
+    let usage = Usage {
+        input_tokens: Some(100),
+        output_tokens: Some(7),
+        cached_input_tokens: Some(40),
+        ..Usage::default()
+    };
+    let events = vec![
+        (
+            None,
+            Event::SessionOpened {
+                agent: "cli".into(),
+                metadata: json!({}),
+            },
+        ),
+        (
+            None,
+            Event::UserMessagesSaved {
+                request_id: Some("req_1".into()),
+                messages: vec![UIMessage::user("msg_u1", "Ping?")],
+            },
+        ),
+        (
+            t,
+            Event::TurnStarted {
+                request_id: "req_1".into(),
+                message_id: "msg_a1".into(),
+                entry: EntryPath::SaveMessages,
+                continuation: false,
+                attempt: 0,
+                body: json!({}),
+            },
+        ),
+        (t, Event::StepStarted { step: 0 }),
+        (
+            t,
+            Event::ToolDecided {
+                step: 0,
+                call_id: "call_1".into(),
+                tool: "ping".into(),
+                action: DecisionAction::Allow,
+                model_input: json!({}),
+                effective_input: json!({}),
+                reason: None,
+                output: None,
+            },
+        ),
+        (
+            t,
+            Event::ToolCallFinished {
+                step: 0,
+                call_id: "call_1".into(),
+                tool: "ping".into(),
+                success: true,
+                output: Some(json!("pong")),
+                error: None,
+                duration_ms: 12,
+            },
+        ),
+        (
+            t,
+            Event::Chunk {
+                step: 0,
+                part: StreamPart::TextStart { id: "a".into() },
+                original: None,
+            },
+        ),
+        (
+            t,
+            Event::Chunk {
+                step: 0,
+                part: StreamPart::TextDelta {
+                    id: "a".into(),
+                    text: "Pong!".into(),
+                },
+                original: None,
+            },
+        ),
+        (
+            t,
+            Event::StepFinished {
+                record: StepRecord {
+                    step: 0,
+                    finish_reason: FinishReason::Stop,
+                    usage: usage.clone(),
+                    ..StepRecord::default()
+                },
+            },
+        ),
+        (
+            t,
+            Event::AssistantMessageSaved {
+                request_id: "req_1".into(),
+                message: UIMessage::text("msg_a1", Role::Assistant, "Pong!"),
+            },
+        ),
+        (
+            t,
+            Event::TurnFinished {
+                request_id: "req_1".into(),
+                status: TurnStatus::Completed,
+                error: None,
+                steps: 1,
+                usage,
+            },
+        ),
+    ];
+    for (i, (turn, event)) in events.into_iter().enumerate() {
+        log.append(s, turn, at(i as i64 * 10), event)
+            .expect("append");
+    }
+    log.close().expect("commit");
+}
+
+#[test]
+fn export_import_export_is_byte_identical() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("a.db");
+    write_sample(&db);
+    let first = mull(&["export", db.to_str().expect("utf-8 path")]).stdout;
+    assert_eq!(String::from_utf8_lossy(&first).lines().count(), 11);
+    let jsonl = dir.path().join("a.jsonl");
+    std::fs::write(&jsonl, &first).expect("write jsonl");
+    let copy = dir.path().join("b.db");
+    mull(&[
+        "import",
+        jsonl.to_str().expect("utf-8 path"),
+        copy.to_str().expect("utf-8 path"),
+    ]);
+    let second = mull(&["export", copy.to_str().expect("utf-8 path")]).stdout;
+    assert_eq!(first, second);
+    let one = mull(&[
+        "export",
+        db.to_str().expect("utf-8 path"),
+        "--session",
+        "nobody",
+    ])
+    .stdout;
+    assert!(one.is_empty(), "an unknown session exports nothing");
+}
+
+#[test]
+fn replay_prints_the_conversation_and_a_turn_table() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("a.db");
+    write_sample(&db);
+    let jsonl = dir.path().join("a.jsonl");
+    std::fs::write(
+        &jsonl,
+        mull(&["export", db.to_str().expect("utf-8 path")]).stdout,
+    )
+    .expect("write jsonl");
+    let out = String::from_utf8(mull(&["replay", jsonl.to_str().expect("utf-8 path")]).stdout)
+        .expect("utf-8");
+    assert!(out.contains("session sess_cli"), "{out}");
+    assert!(
+        out.contains("  user:\n    Ping?\n  assistant:\n    Pong!\n"),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("turn_1"))
+        .expect("a row for turn_1");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        vec!["turn_1", "completed", "1", "100", "7", "40", "1", "0"],
+        "{out}"
+    );
+}
+
+#[test]
+fn stats_counts_sessions_turns_kinds_and_tokens() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("a.db");
+    write_sample(&db);
+    let out = String::from_utf8(mull(&["stats", db.to_str().expect("utf-8 path")]).stdout)
+        .expect("utf-8");
+    assert!(out.contains("sessions  1\n"), "{out}");
+    assert!(out.contains("turns     1 (1 completed)\n"), "{out}");
+    assert!(out.contains("events    11\n"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["chunk", "2"]),
+        "{out}"
+    );
+    assert!(
+        out.contains("tokens    in 100 · out 7 · cached 40"),
+        "{out}"
+    );
+}
