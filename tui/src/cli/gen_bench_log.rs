@@ -90,6 +90,13 @@ impl Writer<'_> {
 /// Writes the log and reports its size and speed.
 pub fn run(args: GenArgs) -> Result<()> {
     let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    if log.last_seq() > 0 {
+        anyhow::bail!(
+            "{} already holds {} events; give the benchmark log a new path",
+            args.db.display(),
+            log.last_seq()
+        );
+    }
     let started = Instant::now();
     let ids = SequentialIds::new();
     let mut dice = Dice(0x9e37_79b9_7f4a_7c15);

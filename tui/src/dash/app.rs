@@ -991,6 +991,26 @@ mod tests {
     }
 
     #[test]
+    fn following_opens_the_newest_running_turn() {
+        let (_dir, mut dash) = open_with(&sample_log()[..44]);
+        dash.follow_newest();
+        assert!(dash.app.follow);
+        assert_eq!(dash.app.view, View::Timeline);
+        assert_eq!(
+            dash.app.turn.as_ref().map(|t| t.turn_id.as_str()),
+            Some("turn_3")
+        );
+        let (_dir, mut dash) = open_with(&sample_log());
+        dash.follow_newest();
+        assert_eq!(
+            dash.app.view,
+            View::Turns,
+            "sess_2's newest turn has finished"
+        );
+        assert_eq!(dash.app.session_id.as_deref(), Some("sess_2"));
+    }
+
+    #[test]
     fn selection_clamps_at_both_ends() {
         let (_dir, mut dash) = open_with(&sample_log());
         press(&mut dash, &[Action::Up]);

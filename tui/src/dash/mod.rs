@@ -63,6 +63,20 @@ impl Dash {
         }
     }
 
+    /// Turns follow on and opens the newest session, and its newest turn when that is still
+    /// running.
+    pub fn follow_newest(&mut self) {
+        self.send(Msg::Action(keys::Action::Follow));
+        self.send(Msg::Action(keys::Action::Enter));
+        let running = self
+            .app
+            .selected_turn()
+            .is_some_and(|t| t.status == mull_core::TurnStatus::Running);
+        if running {
+            self.send(Msg::Action(keys::Action::Enter));
+        }
+    }
+
     /// Draws one frame.
     pub fn draw<B: Backend>(&self, terminal: &mut Terminal<B>) -> Result<()> {
         terminal
@@ -96,8 +110,7 @@ pub fn run(db: &Path, options: DashOptions) -> Result<()> {
     let follower = Follower::spawn(db.to_owned(), dash.app.max_seq)
         .with_context(|| format!("tailing {}", db.display()))?;
     if options.follow {
-        dash.send(Msg::Action(keys::Action::Follow));
-        dash.send(Msg::Action(keys::Action::Enter));
+        dash.follow_newest();
     }
     let mut terminal = ratatui::init();
     let result = event_loop(&mut terminal, &mut dash, &follower);
