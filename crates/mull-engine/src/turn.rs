@@ -401,7 +401,8 @@ pub(crate) async fn finish_interrupted(
             .filter(|d| d.id == turn.message_id)
             .map(closed)
     });
-    if let Some(message) = draft.filter(|m| !m.parts.is_empty()) {
+    let has_content = |m: &UIMessage| m.parts.iter().any(|p| !matches!(p, UIPart::StepStart));
+    if let Some(message) = draft.filter(has_content) {
         inner.recorder.append(
             turn_id,
             Event::AssistantMessageSaved {
@@ -697,12 +698,16 @@ impl TurnRun<'_> {
                 .filter(|d| d.id == self.message_id)
                 .map(closed)
         });
-        let message = draft.unwrap_or_else(|| UIMessage {
+        let mut message = draft.unwrap_or_else(|| UIMessage {
             id: self.message_id.clone(),
             role: Role::Assistant,
             metadata: None,
             parts: Vec::new(),
         });
+        // Step boundaries alone are not content: an empty stream persists nothing.
+        if message.parts.iter().all(|p| matches!(p, UIPart::StepStart)) {
+            message.parts.clear();
+        }
         let persisted = !message.parts.is_empty();
         if persisted {
             self.append(Event::AssistantMessageSaved {
