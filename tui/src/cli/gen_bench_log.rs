@@ -25,6 +25,9 @@ pub struct GenArgs {
     /// Turns per session.
     #[arg(long, default_value_t = 25)]
     pub turns_per_session: u64,
+    /// Text deltas per step (default: 10 to 70, at random); a large value makes huge turns.
+    #[arg(long)]
+    pub deltas_per_step: Option<u64>,
 }
 
 /// A tiny deterministic generator (xorshift) so the log is the same every run.
@@ -120,7 +123,7 @@ pub fn run(args: GenArgs) -> Result<()> {
             if w.written >= args.events {
                 break;
             }
-            write_turn(&mut w, &ids, &mut dice, &session)?;
+            write_turn(&mut w, &ids, &mut dice, &session, args.deltas_per_step)?;
         }
         if w.written % 100_000 < 2_000 {
             log.flush_blocking()?;
@@ -139,7 +142,13 @@ pub fn run(args: GenArgs) -> Result<()> {
     Ok(())
 }
 
-fn write_turn(w: &mut Writer, ids: &SequentialIds, dice: &mut Dice, session: &str) -> Result<()> {
+fn write_turn(
+    w: &mut Writer,
+    ids: &SequentialIds,
+    dice: &mut Dice,
+    session: &str,
+    deltas_per_step: Option<u64>,
+) -> Result<()> {
     let request = ids.next_id("req");
     let turn_id = ids.next_id("turn");
     let turn = Some(turn_id.as_str());
@@ -222,7 +231,8 @@ fn write_turn(w: &mut Writer, ids: &SequentialIds, dice: &mut Dice, session: &st
             200,
             chunk(StreamPart::TextStart { id: id.clone() }),
         )?;
-        for _ in 0..(10 + dice.roll(60)) {
+        let deltas = deltas_per_step.unwrap_or_else(|| 10 + dice.roll(60));
+        for _ in 0..deltas {
             let text = WORDS[dice.roll(WORDS.len() as u64) as usize].to_owned();
             // Now and then the stream stalls.
             let gap = if dice.roll(200) == 0 {

@@ -18,6 +18,8 @@ pub const PAGE_ROWS: usize = 10;
 pub const TIMELINE_PAGE: usize = 2000;
 /// Load the next page when the selection is this close to the last row.
 const PAGE_AHEAD: usize = 50;
+/// In replay, load the next page when the cursor is this many events from the last loaded.
+const REPLAY_AHEAD: usize = 500;
 
 /// The screen being shown, from the outside in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +56,6 @@ pub enum Msg {
         turn_id: String,
         state: Box<SessionState>,
     },
-    /// Every event of a turn, for replay.
-    WholeTurn {
-        turn_id: String,
-        events: Vec<Envelope>,
-    },
     /// Events another process committed.
     Appended(Vec<Envelope>),
     /// Wall time passed (drives replay).
@@ -94,9 +91,6 @@ pub enum Effect {
         session_id: String,
         turn_id: String,
         before_seq: u64,
-    },
-    WholeTurn {
-        turn_id: String,
     },
 }
 
@@ -426,7 +420,13 @@ impl App {
                 if follow && turn.replay.is_none() {
                     turn.selected = turn.items().len().saturating_sub(1);
                 }
-                self.more_pages()
+                // One page per look: the next is read when the user (or follow, or the replay
+                // cursor) moves near the end, so a long turn is never read in one go.
+                if follow || turn.replay.is_some() {
+                    self.more_pages()
+                } else {
+                    Vec::new()
+                }
             }
             Msg::Base { turn_id, state } => {
                 if let Some(turn) = self.turn.as_mut().filter(|t| t.turn_id == turn_id) {
@@ -440,31 +440,23 @@ impl App {
                 }
                 Vec::new()
             }
-            Msg::WholeTurn { turn_id, events } => {
-                if let Some(turn) = self.turn.as_mut().filter(|t| t.turn_id == turn_id) {
-                    turn.events = events;
-                    turn.exhausted = true;
-                    turn.loading = false;
-                    let mut replay = Replay::new();
-                    replay.seek(0, turn.events.len());
-                    turn.replay = Some(replay);
-                    turn.timeline = TimelineBuilder::new();
-                    turn.conversation = turn.base.clone();
-                    turn.seek_to(0);
-                }
-                Vec::new()
-            }
             Msg::Appended(events) => self.appended(events),
             Msg::Tick(elapsed) => {
+                let mut moved = false;
                 if let Some(turn) = self.turn.as_mut() {
                     if let Some(replay) = turn.replay.as_mut() {
                         if replay.tick(&turn.events, elapsed) {
                             let cursor = replay.cursor;
                             turn.seek_to(cursor);
+                            moved = true;
                         }
                     }
                 }
-                Vec::new()
+                if moved {
+                    self.more_pages()
+                } else {
+                    Vec::new()
+                }
             }
             Msg::Failed(message) => {
                 self.status = Some(message);
@@ -567,7 +559,10 @@ impl App {
         let Some(turn) = self.turn.as_mut() else {
             return Vec::new();
         };
-        let near_end = turn.selected + PAGE_AHEAD >= turn.items().len();
+        let near_end = match &turn.replay {
+            Some(replay) => replay.cursor + REPLAY_AHEAD >= turn.events.len(),
+            None => turn.selected + PAGE_AHEAD >= turn.items().len(),
+        };
         if turn.exhausted || turn.loading || !(near_end || follow) {
             return Vec::new();
         }
@@ -701,7 +696,7 @@ impl App {
             }
             Action::Last if in_replay => {
                 self.replay_move(|r, len| r.seek(len, len));
-                Vec::new()
+                self.more_pages()
             }
             Action::First => self.move_selection(isize::MIN / 2),
             Action::Last => self.move_selection(isize::MAX / 2),
@@ -752,6 +747,7 @@ impl App {
                         r.playing = false;
                         r.step(delta, len);
                     });
+                    return self.more_pages();
                 }
                 Vec::new()
             }
@@ -761,7 +757,7 @@ impl App {
                     let tenth = (len / 10).max(1) as isize;
                     r.step(if back { -tenth } else { tenth }, len);
                 });
-                Vec::new()
+                self.more_pages()
             }
             Action::Filter => {
                 self.filter.editing = true;
@@ -785,11 +781,14 @@ impl App {
             turn.selected = turn.selected.min(turn.items().len().saturating_sub(1));
             return Vec::new();
         }
+        // Replay pages through the turn like the plain view: it starts on the events loaded
+        // and reads more as the cursor nears their end.
         self.follow = false;
-        turn.loading = true;
-        vec![Effect::WholeTurn {
-            turn_id: turn.turn_id.clone(),
-        }]
+        turn.replay = Some(Replay::new());
+        turn.timeline = TimelineBuilder::new();
+        turn.conversation = turn.base.clone();
+        turn.seek_to(0);
+        self.more_pages()
     }
 
     fn drill_in(&mut self) -> Vec<Effect> {
@@ -1131,6 +1130,76 @@ mod tests {
         let turn = dash.app.turn.as_ref().expect("turn");
         assert!(turn.replay.is_none());
         assert_eq!(turn.items().len(), all_rows);
+    }
+
+    #[test]
+    fn replay_pages_through_a_turn_longer_than_a_page() {
+        use crate::dash::testlog::LogBuilder;
+        use mull_core::StreamPart;
+        let mut b = LogBuilder::new();
+        let (s, t) = ("sess_big", Some("turn_big"));
+        b.push(s, t, 0, sample_log().remove(2).event);
+        for i in 0..(TIMELINE_PAGE as i64 * 2 + 500) {
+            b.push(
+                s,
+                t,
+                1 + i,
+                Event::Chunk {
+                    step: 0,
+                    part: StreamPart::TextDelta {
+                        id: "t".into(),
+                        text: "x".into(),
+                    },
+                    original: None,
+                },
+            );
+        }
+        b.push(
+            s,
+            t,
+            TIMELINE_PAGE as i64 * 3,
+            Event::TurnFinished {
+                request_id: "req_1".into(),
+                status: TurnStatus::Completed,
+                error: None,
+                steps: 1,
+                usage: Usage::default(),
+            },
+        );
+        let total = b.events.len();
+        let (_dir, mut dash) = open_with(&b.events);
+        press(&mut dash, &[Action::Enter, Action::Enter]);
+        let turn = dash.app.turn.as_ref().expect("turn");
+        assert!(
+            turn.events.len() < total,
+            "the first look reads one page, not the turn"
+        );
+        assert!(!turn.exhausted);
+        let first_look = turn.events.len();
+        press(&mut dash, &[Action::Down]);
+        let after_scroll = dash.app.turn.as_ref().map_or(0, |t| t.events.len());
+        assert!(after_scroll > first_look, "moving near the end reads the next page");
+        assert!(after_scroll < total);
+        press(&mut dash, &[Action::Replay, Action::Speed, Action::Speed]);
+        for _ in 0..total {
+            dash.send(Msg::Tick(Duration::from_millis(20)));
+        }
+        let turn = dash.app.turn.as_ref().expect("turn");
+        assert_eq!(
+            turn.events.len(),
+            total,
+            "replay read the rest page by page"
+        );
+        assert_eq!(turn.replay.as_ref().map(|r| r.cursor), Some(total - 1));
+        let text_len = turn
+            .items()
+            .iter()
+            .map(|i| match &i.kind {
+                ItemKind::Text { text, .. } => text.len(),
+                _ => 0,
+            })
+            .sum::<usize>();
+        assert_eq!(text_len, total - 2);
     }
 
     #[test]

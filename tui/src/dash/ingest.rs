@@ -94,10 +94,6 @@ impl Source {
                     state: Box::new(state),
                 }
             }
-            Effect::WholeTurn { turn_id } => Msg::WholeTurn {
-                turn_id: turn_id.clone(),
-                events: self.reader.turn_events(turn_id)?,
-            },
         })
     }
 }

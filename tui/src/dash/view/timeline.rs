@@ -173,7 +173,14 @@ fn item_lines(
             ));
         }
         ItemKind::Text { text, open } => {
-            let mut wrapped = wrap(text, body_width);
+            // Wrap only what can show: a streamed text can grow to megabytes.
+            let budget = (TEXT_LINES + 1) * body_width;
+            let shown_end = text
+                .char_indices()
+                .nth(budget)
+                .map(|(i, _)| i)
+                .unwrap_or(text.len());
+            let mut wrapped = wrap(text.get(..shown_end).unwrap_or(text), body_width);
             if *open {
                 if let Some(last) = wrapped.last_mut() {
                     last.push('▌');
@@ -185,13 +192,15 @@ fn item_lines(
             for row in rows.by_ref().take(TEXT_LINES - 1) {
                 extra.push(Line::from(vec![Span::raw(indent.clone()), Span::raw(row)]));
             }
-            if total > TEXT_LINES {
+            if total > TEXT_LINES || shown_end < text.len() {
+                let more = if shown_end < text.len() {
+                    "… more text (Enter: JSON)".to_owned()
+                } else {
+                    format!("… {} more lines (Enter: JSON)", total - TEXT_LINES)
+                };
                 extra.push(Line::from(vec![
                     Span::raw(indent.clone()),
-                    Span::styled(
-                        format!("… {} more lines (Enter: JSON)", total - TEXT_LINES),
-                        dim,
-                    ),
+                    Span::styled(more, dim),
                 ]));
             }
         }
@@ -506,4 +515,29 @@ fn render_tools(frame: &mut Frame, area: Rect, tools: &[crate::dash::timeline::T
     .header(header)
     .block(Block::bordered().title(" tool usage "));
     frame.render_widget(table, area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dash::testlog::t0;
+
+    #[test]
+    fn a_huge_text_row_shows_a_bounded_number_of_lines() {
+        let item = Item {
+            first_seq: 1,
+            last_seq: 50_000,
+            events: 50_000,
+            at: t0(),
+            gap_ms: None,
+            kind: ItemKind::Text {
+                text: "word ".repeat(50_000),
+                open: true,
+            },
+        };
+        let lines = item_lines(&item, Some(t0()), 60, false);
+        assert_eq!(lines.len(), TEXT_LINES + 1);
+        let last = lines.last().map(|l| l.to_string()).unwrap_or_default();
+        assert!(last.contains("… more text"), "{last}");
+    }
 }
