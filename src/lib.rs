@@ -2,11 +2,11 @@
 //!
 //! This facade re-exports the crates of the workspace so applications depend on one crate:
 //! [`core`] (the vocabulary), [`store`] (the log), [`engine`] (the turn loop and hooks) and
-//! [`providers`] (models), plus `demo`, a scripted agent that shows a few turns.
+//! [`providers`] (models), plus [`demo`], a scripted agent that shows a few turns.
 
 pub use mull_core as core;
 pub use mull_engine as engine;
 pub use mull_providers as providers;
 pub use mull_store as store;
 
-
+pub mod demo;
