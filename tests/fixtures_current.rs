@@ -1,0 +1,302 @@
+//! The recorded fixtures in `fixtures/` are real engine runs: this test regenerates each one
+//! from a deterministic scripted session and fails when the committed file differs. Run with
+//! `MULL_UPDATE_FIXTURES=1` to rewrite them after an intended change (then review the diff).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mull::core::{LanguageModel, SequentialIds, StreamPart, UIMessage};
+use mull::demo::{DemoOptions, TickingClock};
+use mull::engine::{
+    Agent, ChunkContext, FnTool, HookResult, Session, SessionOptions, ToolCallContext,
+    ToolCallDecision, ToolError, ToolSet, TurnOptions,
+};
+use mull::providers::scripted::ScriptedModel;
+use mull::store::{export_jsonl, import_jsonl, Log, LogReader};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+const SESSION: &str = "sess_1";
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Query {
+    query: String,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct City {
+    city: String,
+    when: Option<String>,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct FilePath {
+    path: String,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Nothing {}
+
+/// The fixtures' agent: scripted model, a few tools, a policy, and (for the aborted fixture) a
+/// hook that presses stop after the fourth text delta.
+struct FixtureAgent {
+    model: ScriptedModel,
+    session: OnceLock<Session>,
+    stop_after_deltas: Option<usize>,
+    deltas: Mutex<usize>,
+}
+
+impl FixtureAgent {
+    fn new(model: ScriptedModel) -> FixtureAgent {
+        FixtureAgent {
+            model,
+            session: OnceLock::new(),
+            stop_after_deltas: None,
+            deltas: Mutex::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl Agent for FixtureAgent {
+    fn name(&self) -> &str {
+        "demo"
+    }
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::new(self.model.clone())
+    }
+    fn system_prompt(&self) -> String {
+        "You are a helpful assistant.".into()
+    }
+    fn tools(&self) -> ToolSet {
+        let search = FnTool::new("search", "Web search.", |q: Query, _| async move {
+            Ok::<Value, ToolError>(json!({"results": [
+                {"title": format!("{} - official site", q.query), "url": "https://www.louvre.fr/en/visit"}
+            ]}))
+        })
+        .shared();
+        let weather = FnTool::new("weather", "Forecast.", |c: City, _| async move {
+            Ok::<Value, ToolError>(json!({"city": c.city, "when": c.when, "high_c": 19, "sky": "light rain"}))
+        })
+        .shared();
+        let delete = FnTool::new("delete_file", "Deletes a file.", |f: FilePath, _| async move {
+            Ok::<Value, ToolError>(json!({"deleted": f.path}))
+        })
+        .shared();
+        let status = FnTool::new("status_page", "Reads the status page.", |_: Nothing, _| async move {
+            Err::<Value, ToolError>("status page timed out after 3000 ms".into())
+        })
+        .shared();
+        ToolSet::new().with(search).with(weather).with(delete).with(status)
+    }
+    async fn before_tool_call(
+        &self,
+        ctx: &ToolCallContext,
+    ) -> HookResult<Option<ToolCallDecision>> {
+        Ok(match ctx.tool_name.as_str() {
+            "delete_file" => Some(ToolCallDecision::Block { reason: None }),
+            "weather" if ctx.step_number == 0 => Some(ToolCallDecision::Substitute {
+                output: json!({"city": "Oslo", "high_c": 4, "sky": "snow", "cached": true}),
+                input: None,
+            }),
+            _ => None,
+        })
+    }
+    async fn on_chunk(&self, ctx: &ChunkContext) -> HookResult<()> {
+        if let (Some(limit), StreamPart::TextDelta { .. }) = (self.stop_after_deltas, &ctx.chunk) {
+            let mut seen = self.deltas.lock().map_err(|e| e.to_string())?;
+            *seen += 1;
+            if *seen == limit {
+                if let Some(session) = self.session.get() {
+                    session.cancel_chat(&ctx.request_id)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn options() -> SessionOptions {
+    SessionOptions::deterministic(SESSION)
+        .with_clock(Arc::new(TickingClock::from_fixture_epoch(Duration::from_millis(1))))
+        .with_ids(Arc::new(SequentialIds::new()))
+}
+
+async fn record(agent: FixtureAgent, prompt: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.db");
+    let log = Log::open(&path).unwrap();
+    let agent = Arc::new(agent);
+    let session = Session::open(&log, agent.clone(), options()).await.unwrap();
+    let _ = agent.session.set(session.clone());
+    session
+        .save_messages(vec![UIMessage::user("u_1", prompt)], TurnOptions::default())
+        .await
+        .unwrap();
+    export(&log, &path).await
+}
+
+async fn export(log: &Log, path: &std::path::Path) -> Vec<u8> {
+    log.flush().await.unwrap();
+    let mut out = Vec::new();
+    export_jsonl(&LogReader::open(path).unwrap(), None, &mut out).unwrap();
+    out
+}
+
+async fn two_tools() -> Vec<u8> {
+    let model = ScriptedModel::builder("scripted-1")
+        .step(|s| {
+            s.reasoning("Need the museum's location, then the weather there.")
+                .text_deltas(["Let me look up ", "where the Louvre is."])
+                .tool_call("call_1", "search", json!({"query": "Louvre address"}))
+                .usage(310, 42)
+        })
+        .step(|s| {
+            s.tool_call("call_2", "weather", json!({"city": "Paris", "when": "tomorrow"}))
+                .usage(402, 18)
+        })
+        .step(|s| {
+            s.source_url("src_1", "https://www.louvre.fr/en/visit", Some("Visit the Louvre"))
+                .text_deltas([
+                    "The Louvre is in Paris (Rue de Rivoli). ",
+                    "Tomorrow: light rain, 19 °C — bring an umbrella.",
+                ])
+                .usage(455, 31)
+        })
+        .build();
+    record(
+        FixtureAgent::new(model),
+        "Where is the Louvre, and what's the weather there tomorrow?",
+    )
+    .await
+}
+
+async fn tool_decisions() -> Vec<u8> {
+    let model = ScriptedModel::builder("scripted-1")
+        .step(|s| {
+            s.text_deltas(["I'll take care of ", "all three."])
+                .tool_call("call_1", "delete_file", json!({"path": "reports/q3.xlsx"}))
+                .tool_call("call_2", "weather", json!({"city": "Oslo"}))
+                .tool_call("call_3", "status_page", json!({}))
+                .usage(520, 64)
+        })
+        .step(|s| {
+            s.text_deltas([
+                "I couldn't delete the report (blocked by policy). ",
+                "Oslo: 4 °C and snow. The status page timed out.",
+            ])
+            .usage(690, 27)
+        })
+        .build();
+    record(
+        FixtureAgent::new(model),
+        "Delete reports/q3.xlsx, check Oslo's weather and the status page.",
+    )
+    .await
+}
+
+async fn aborted() -> Vec<u8> {
+    let model = ScriptedModel::builder("scripted-1")
+        .step(|s| {
+            s.text_deltas([
+                "The lighthouse on Skerry Point ",
+                "had not missed a night in ninety years. ",
+                "Its keeper, Ilse, ",
+                "climbed the hundred and twelve steps at dusk, ",
+                "as she always had.",
+            ])
+        })
+        .build();
+    let mut agent = FixtureAgent::new(model);
+    agent.stop_after_deltas = Some(4);
+    record(agent, "Tell me a long story about a lighthouse.").await
+}
+
+async fn demo() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.db");
+    let log = Log::open(&path).unwrap();
+    mull::demo::run(
+        &log,
+        DemoOptions {
+            deterministic: true,
+            session_id: SESSION.into(),
+            ..DemoOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    export(&log, &path).await
+}
+
+fn check(name: &str, fresh: &[u8]) -> Option<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
+    if std::env::var("MULL_UPDATE_FIXTURES").as_deref() == Ok("1") {
+        std::fs::write(&path, fresh).unwrap();
+        return None;
+    }
+    let committed = std::fs::read(&path).unwrap_or_default();
+    if committed == fresh {
+        return None;
+    }
+    let fresh_text = String::from_utf8_lossy(fresh);
+    let committed_text = String::from_utf8_lossy(&committed);
+    let line = fresh_text
+        .lines()
+        .zip(committed_text.lines())
+        .position(|(a, b)| a != b)
+        .map(|i| i + 1)
+        .unwrap_or_else(|| fresh_text.lines().count().min(committed_text.lines().count()) + 1);
+    Some(format!(
+        "fixtures/{name} is out of date (first difference at line {line}); \
+         rerun with MULL_UPDATE_FIXTURES=1 and review the diff"
+    ))
+}
+
+#[tokio::test]
+async fn fixtures_are_current_engine_runs() {
+    let runs = [
+        ("two-tools.jsonl", two_tools().await),
+        ("tool-decisions.jsonl", tool_decisions().await),
+        ("aborted.jsonl", aborted().await),
+        ("demo.jsonl", demo().await),
+    ];
+    for (name, fresh) in &runs {
+        replays_through_the_store(name, fresh);
+    }
+    let stale: Vec<String> = runs
+        .iter()
+        .filter_map(|(name, fresh)| check(name, fresh))
+        .collect();
+    assert!(stale.is_empty(), "{}", stale.join("\n"));
+}
+
+/// A fixture imports into a fresh log, exports byte for byte, and folds into a session whose
+/// every turn ended and whose conversation alternates user and assistant messages.
+fn replays_through_the_store(name: &str, fresh: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path().join("replay.db")).unwrap();
+    import_jsonl(std::io::BufReader::new(fresh), name, &log).unwrap();
+    log.flush_blocking().unwrap();
+    let reader = log.reader().unwrap();
+    let mut again = Vec::new();
+    export_jsonl(&reader, None, &mut again).unwrap();
+    assert!(again == fresh, "{name}: export after import differs");
+    let state = reader.load_session(SESSION).unwrap();
+    assert!(state.draft.is_none(), "{name}: a turn was left running");
+    assert!(
+        state.turns.iter().all(|t| t.finished_at.is_some()),
+        "{name}: unfinished turn"
+    );
+    let roles: Vec<_> = state.messages.iter().map(|m| m.role).collect();
+    for pair in roles.chunks(2) {
+        assert_eq!(pair[0], mull::core::Role::User, "{name}: {roles:?}");
+        if let Some(second) = pair.get(1) {
+            assert_eq!(*second, mull::core::Role::Assistant, "{name}: {roles:?}");
+        }
+    }
+}
