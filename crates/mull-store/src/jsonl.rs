@@ -220,7 +220,11 @@ mod tests {
         let second = fresh(dir.path(), "b.db");
         import_jsonl(exported.as_slice(), "a.jsonl", &second).expect("imports");
         assert_eq!(export(&second, None), exported);
-        let state = second.reader().expect("reader").load_session("sess_1").expect("loads");
+        let state = second
+            .reader()
+            .expect("reader")
+            .load_session("sess_1")
+            .expect("loads");
         assert_eq!(state.unknown_events, 1);
         assert_eq!(state.last_seq, 7);
     }
@@ -268,10 +272,16 @@ mod tests {
                 "is not fixed-width RFC 3339",
             ),
             (
-                &LINE_1.replace(r#"{"type":"step_started","step":0}"#, r#"{"type":"step_started","step":"zero"}"#),
+                &LINE_1.replace(
+                    r#"{"type":"step_started","step":0}"#,
+                    r#"{"type":"step_started","step":"zero"}"#,
+                ),
                 "bad.jsonl:1: seq 1: event of kind \"step_started\" does not fit its shape",
             ),
-            (&format!("{LINE_1}\n{LINE_1}"), "bad.jsonl:2: seq 1 does not come after seq 1"),
+            (
+                &format!("{LINE_1}\n{LINE_1}"),
+                "bad.jsonl:2: seq 1 does not come after seq 1",
+            ),
         ];
         for (source, expected) in cases {
             let (err, _log, _dir) = import_err(&format!("{source}\n"));
@@ -286,13 +296,19 @@ mod tests {
         log.append("s", None, at(0), Event::StepStarted { step: 0 })
             .expect("appends");
         log.flush_blocking().expect("flushes");
-        let err = import_jsonl(format!("{LINE_1}\n").as_bytes(), "x.jsonl", &log)
-            .expect_err("seq clash");
-        assert!(err.to_string().contains("x.jsonl:1: seq 1 does not come after seq 1"), "{err}");
+        let err =
+            import_jsonl(format!("{LINE_1}\n").as_bytes(), "x.jsonl", &log).expect_err("seq clash");
+        assert!(
+            err.to_string()
+                .contains("x.jsonl:1: seq 1 does not come after seq 1"),
+            "{err}"
+        );
         assert_eq!(log.reader().expect("reader").max_seq().expect("max"), 1);
         let later = LINE_1.replace("\"seq\":1", "\"seq\":5");
         import_jsonl(format!("{later}\n").as_bytes(), "x.jsonl", &log).expect("imports");
-        let next = log.append("s", None, at(1), Event::StepStarted { step: 1 }).expect("appends");
+        let next = log
+            .append("s", None, at(1), Event::StepStarted { step: 1 })
+            .expect("appends");
         assert_eq!(next.seq, 6, "appends continue after the imported seqs");
     }
 
@@ -301,7 +317,10 @@ mod tests {
         prop_oneof![
             text.prop_map(|t| Event::Chunk {
                 step: 0,
-                part: StreamPart::TextDelta { id: "t0".into(), text: t },
+                part: StreamPart::TextDelta {
+                    id: "t0".into(),
+                    text: t
+                },
                 original: None,
             }),
             Just(Event::Chunk {
@@ -331,8 +350,11 @@ mod tests {
                 original: None,
             }),
             (text, any::<i64>()).prop_map(|(t, x)| {
-                Event::decode(1, &json!({"type": "future_kind", "t": t, "x": x}).to_string())
-                    .expect("unknown kinds decode")
+                Event::decode(
+                    1,
+                    &json!({"type": "future_kind", "t": t, "x": x}).to_string(),
+                )
+                .expect("unknown kinds decode")
             }),
         ]
     }

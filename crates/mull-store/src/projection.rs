@@ -676,14 +676,20 @@ mod tests {
             None,
             Event::UserMessagesSaved {
                 request_id: None,
-                messages: vec![UIMessage::user("msg_1", "hi"), UIMessage::user("msg_9", "b")],
+                messages: vec![
+                    UIMessage::user("msg_1", "hi"),
+                    UIMessage::user("msg_9", "b"),
+                ],
             },
         );
         feed.at(
             None,
             Event::UserMessagesSaved {
                 request_id: None,
-                messages: vec![UIMessage::user("msg_1", "edited"), UIMessage::user("msg_3", "c")],
+                messages: vec![
+                    UIMessage::user("msg_1", "edited"),
+                    UIMessage::user("msg_3", "c"),
+                ],
             },
         );
         let ids: Vec<_> = feed.state.messages.iter().map(|m| m.id.as_str()).collect();
@@ -876,16 +882,18 @@ mod tests {
         let mut feed = Feed::new();
         feed.started().turn(Event::StepStarted { step: 0 });
         let before = feed.state.draft.clone();
-        feed.chunk(StreamPart::Raw { value: json!({"x": 1}) })
-            .chunk(StreamPart::Error {
-                message: "overloaded".into(),
-            })
-            .chunk(StreamPart::Finish {
-                finish_reason: FinishReason::Stop,
-                raw_finish_reason: None,
-                usage: Usage::default(),
-                provider_metadata: None,
-            });
+        feed.chunk(StreamPart::Raw {
+            value: json!({"x": 1}),
+        })
+        .chunk(StreamPart::Error {
+            message: "overloaded".into(),
+        })
+        .chunk(StreamPart::Finish {
+            finish_reason: FinishReason::Stop,
+            raw_finish_reason: None,
+            usage: Usage::default(),
+            provider_metadata: None,
+        });
         assert_eq!(feed.state.draft, before);
         assert!(feed.state.messages.is_empty());
     }
@@ -893,7 +901,8 @@ mod tests {
     #[test]
     fn the_saved_assistant_message_is_authoritative_and_ends_the_draft() {
         let mut feed = Feed::new();
-        feed.started().chunk(StreamPart::TextStart { id: "t0".into() });
+        feed.started()
+            .chunk(StreamPart::TextStart { id: "t0".into() });
         feed.turn(Event::AssistantMessageSaved {
             request_id: "req_1".into(),
             message: UIMessage::text("msg_2", Role::Assistant, "final"),
@@ -912,7 +921,8 @@ mod tests {
     #[test]
     fn turn_finished_sets_status_steps_usage_and_duration() {
         let mut feed = Feed::new();
-        feed.started().chunk(StreamPart::TextStart { id: "t0".into() });
+        feed.started()
+            .chunk(StreamPart::TextStart { id: "t0".into() });
         let usage = Usage {
             input_tokens: Some(10),
             output_tokens: Some(5),
@@ -1018,7 +1028,13 @@ mod tests {
         }
         let stats = &feed.state.turns[0].tools;
         assert_eq!(
-            (stats.allowed, stats.rewritten, stats.blocked, stats.substituted, stats.invalid),
+            (
+                stats.allowed,
+                stats.rewritten,
+                stats.blocked,
+                stats.substituted,
+                stats.invalid
+            ),
             (2, 1, 1, 1, 1)
         );
         assert_eq!((stats.calls, stats.failures), (3, 1));
@@ -1113,7 +1129,10 @@ mod tests {
         };
         feed.at(
             None,
-            compact(&["m3", "m2"], Some(UIMessage::text("sum", Role::System, "s"))),
+            compact(
+                &["m3", "m2"],
+                Some(UIMessage::text("sum", Role::System, "s")),
+            ),
         );
         let ids: Vec<_> = feed.state.messages.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["m1", "sum", "m4"]);
@@ -1144,7 +1163,10 @@ mod tests {
             },
         );
         assert_eq!(feed.state.submissions[0].phase, SubmissionPhase::Applied);
-        assert_eq!(feed.state.submissions[0].request_id.as_deref(), Some("req_1"));
+        assert_eq!(
+            feed.state.submissions[0].request_id.as_deref(),
+            Some("req_1")
+        );
         feed.at(
             None,
             Event::SubmissionFinished {

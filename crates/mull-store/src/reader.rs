@@ -457,7 +457,10 @@ mod tests {
             .collect();
         assert_eq!(
             brief,
-            [("req_1", TurnStatus::Completed), ("req_3", TurnStatus::Running)]
+            [
+                ("req_1", TurnStatus::Completed),
+                ("req_3", TurnStatus::Running)
+            ]
         );
     }
 
@@ -484,7 +487,11 @@ mod tests {
                 .expect("appends");
         }
         log.flush_blocking().expect("flushes");
-        let state = log.reader().expect("reader").load_session("s").expect("loads");
+        let state = log
+            .reader()
+            .expect("reader")
+            .load_session("s")
+            .expect("loads");
         assert_eq!(state.last_seq, deltas as u64 + 2);
         let draft = state.draft.expect("draft");
         assert_eq!(draft.plain_text().len(), deltas);
@@ -514,7 +521,10 @@ mod tests {
         assert!(err.to_string().contains("seq 2") && err.to_string().contains("turn_started"));
         let unknown = reader.range(3, 3).expect("unknown kinds read");
         assert_eq!(unknown[0].kind(), "from_the_future");
-        assert_eq!(unknown[0].event.encode(), r#"{"type":"from_the_future","z":[1,2]}"#);
+        assert_eq!(
+            unknown[0].event.encode(),
+            r#"{"type":"from_the_future","z":[1,2]}"#
+        );
     }
 
     #[test]

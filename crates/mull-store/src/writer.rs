@@ -552,7 +552,10 @@ mod tests {
         let env = log.append("s", None, precise, delta("x")).expect("appends");
         assert_eq!(env.at.timestamp_subsec_nanos(), 123_456_000);
         log.flush_blocking().expect("flushes");
-        assert_eq!(log.reader().expect("reader").range(1, 1).expect("range"), vec![env]);
+        assert_eq!(
+            log.reader().expect("reader").range(1, 1).expect("range"),
+            vec![env]
+        );
     }
 
     #[test]
@@ -661,7 +664,10 @@ mod tests {
         let err = log.flush_blocking().expect_err("commit fails");
         let text = err.to_string();
         assert!(matches!(err, StoreError::WriterFailed { .. }), "{text}");
-        assert!(text.contains("disk is full") && text.contains("5..="), "{text}");
+        assert!(
+            text.contains("disk is full") && text.contains("5..="),
+            "{text}"
+        );
         let err = log
             .append("s", None, at(6), delta("refused"))
             .expect_err("writer stopped");

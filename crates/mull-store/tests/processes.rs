@@ -34,7 +34,12 @@ fn event(i: u64) -> Event {
 
 fn spawn_child(role: &str, db: &Path) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "child_process", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ROLE, role)
         .env(DB, db)
         .stdout(Stdio::piped())
@@ -86,7 +91,8 @@ fn child_process() {
         }
         "write" => {
             for i in 1..=TAIL_EVENTS {
-                log.append("sess_1", None, at(i), event(i)).expect("appends");
+                log.append("sess_1", None, at(i), event(i))
+                    .expect("appends");
                 if i % 25 == 0 {
                     log.flush_blocking().expect("flushes");
                     std::thread::sleep(Duration::from_millis(3));
@@ -114,7 +120,10 @@ fn a_killed_writer_keeps_everything_before_its_last_barrier_with_contiguous_seqs
     let log = Log::open(&db).expect("reopens after the crash");
     let reader = log.reader().expect("reader");
     let max = reader.max_seq().expect("max");
-    assert!(max >= barrier, "lost events before the barrier: max {max} < {barrier}");
+    assert!(
+        max >= barrier,
+        "lost events before the barrier: max {max} < {barrier}"
+    );
     let events = reader.load_session("sess_1").expect("every event decodes");
     assert_eq!(events.last_seq, max);
     let mut expected = 1;
@@ -157,5 +166,8 @@ fn a_tail_in_one_process_sees_exactly_what_another_process_writes() {
         .expect("range");
     assert_eq!(seen, written);
     let expected: Vec<Event> = (1..=TAIL_EVENTS).map(event).collect();
-    assert_eq!(seen.into_iter().map(|e| e.event).collect::<Vec<_>>(), expected);
+    assert_eq!(
+        seen.into_iter().map(|e| e.event).collect::<Vec<_>>(),
+        expected
+    );
 }
