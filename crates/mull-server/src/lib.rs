@@ -1,9 +1,162 @@
-//! mull's chat server: an axum router that speaks the Vercel AI SDK's chat protocols (the UI
-//! message stream over SSE, and the WebSocket chat transport), served from the event log.
+//! mull's chat server: an axum router that speaks the Vercel AI SDK's chat protocols — the UI
+//! message stream over SSE and the WebSocket chat transport — served from the event log.
 //!
+//! A service mounts [`router`] (or runs [`serve`]); `mull serve` only wires it up.
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /api/chat` | the AI SDK chat request; answers with the UI message stream (SSE) |
+//! | `GET /api/chat/{id}/stream` | resume: the running turn from its first chunk, then live; 204 when none runs |
+//! | `POST /api/chat/{id}/cancel` | abort the running turn (its partial message is kept) |
+//! | `GET /api/chat/ws` | WebSocket: `WebSocketChatTransport` frames, several chats per socket |
+//!
+//! Where things are:
 //! - [`wire`]: the AI SDK's camelCase messages and chat requests, mapped to mull's model.
 //! - [`ui_stream`]: logged events → UI message stream chunks, one pure mapping for live and
 //!   resumed streams.
+//! - [`follow`]: one turn's events from the log and then the live bus, each exactly once.
+//! - [`chat`]: what a request asks of its session, and the numbered chunk stream of a turn.
+//! - `http` and `ws`: the two framings; [`error`]: refusals as JSON; [`state`]: sessions.
+//!
+//! One session per chat id; a stream only ever carries events of its own chat's session.
 
+pub mod chat;
+pub mod error;
+pub mod follow;
+mod http;
+pub mod state;
 pub mod ui_stream;
 pub mod wire;
+mod ws;
+
+use std::net::SocketAddr;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+
+pub use error::ApiError;
+pub use http::{sse_frame, SSE_DONE, UI_MESSAGE_STREAM_HEADERS};
+pub use state::{AgentSource, OptionsSource, ServerState, DEFAULT_MAX_BODY_BYTES};
+
+/// The router a service mounts. Requests need the state's token when one is set.
+pub fn router(state: ServerState) -> Router {
+    let limit = state.inner.max_body_bytes;
+    Router::new()
+        .route("/api/chat", post(http::post_chat))
+        .route("/api/chat/ws", get(ws::upgrade))
+        .route("/api/chat/{id}/stream", get(http::resume_chat))
+        .route("/api/chat/{id}/cancel", post(http::cancel_chat))
+        .fallback(http::not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http::require_token,
+        ))
+        .with_state(state)
+}
+
+/// Where and how to serve.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The address to bind; loopback unless a token is set.
+    pub addr: SocketAddr,
+    /// The bearer token every request must carry (`MULL_TOKEN`).
+    pub token: Option<String>,
+}
+
+impl ServerConfig {
+    /// Loopback port 3000, token from `MULL_TOKEN` when set.
+    pub fn from_env() -> ServerConfig {
+        ServerConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            token: std::env::var("MULL_TOKEN").ok().filter(|t| !t.is_empty()),
+        }
+    }
+
+    /// Refuses a non-loopback address without a token: anyone on the network could read and
+    /// drive every chat.
+    pub fn check(&self) -> Result<(), ServeError> {
+        if !self.addr.ip().is_loopback() && self.token.is_none() {
+            return Err(ServeError::TokenRequired(self.addr));
+        }
+        Ok(())
+    }
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "refusing to listen on {0} without a token: set MULL_TOKEN to bind a non-loopback address"
+    )]
+    TokenRequired(SocketAddr),
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("serving on {addr}: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A bound listener, ready to serve: tells the address actually bound (port 0 picks one).
+pub struct Bound {
+    listener: tokio::net::TcpListener,
+    app: Router,
+    addr: SocketAddr,
+}
+
+impl Bound {
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until `shutdown` resolves, then finishes open requests and returns.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let addr = self.addr;
+        axum::serve(self.listener, self.app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|source| ServeError::Serve { addr, source })
+    }
+}
+
+/// Checks the config, applies its token to the state and binds the address.
+pub async fn bind(config: &ServerConfig, state: ServerState) -> Result<Bound, ServeError> {
+    config.check()?;
+    let state = state.with_token(config.token.clone());
+    let listener = tokio::net::TcpListener::bind(config.addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.addr,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: config.addr,
+        source,
+    })?;
+    Ok(Bound {
+        listener,
+        app: router(state),
+        addr,
+    })
+}
+
+/// Binds and serves until `shutdown` resolves.
+pub async fn serve(
+    config: ServerConfig,
+    state: ServerState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    bind(&config, state).await?.run(shutdown).await
+}

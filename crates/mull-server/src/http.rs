@@ -1,0 +1,150 @@
+//! The HTTP side: `POST /api/chat` answers with the UI message stream over SSE,
+//! `GET /api/chat/{id}/stream` resumes the running turn (204 when none runs),
+//! `POST /api/chat/{id}/cancel` aborts it. Every refusal is JSON (see [`crate::error`]).
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use crate::chat::{self, TurnStream};
+use crate::error::ApiError;
+use crate::state::ServerState;
+use crate::ui_stream::UiChunk;
+use crate::wire::ChatRequest;
+
+/// The headers of a UI message stream response, as the AI SDK sends them.
+pub const UI_MESSAGE_STREAM_HEADERS: [(&str, &str); 5] = [
+    ("content-type", "text/event-stream"),
+    ("cache-control", "no-cache"),
+    ("connection", "keep-alive"),
+    ("x-vercel-ai-ui-message-stream", "v1"),
+    ("x-accel-buffering", "no"),
+];
+
+/// One SSE event carrying a chunk.
+pub fn sse_frame(chunk: &UiChunk) -> Bytes {
+    Bytes::from(format!("data: {}\n\n", chunk.to_json()))
+}
+
+/// The SSE event that ends a UI message stream.
+pub const SSE_DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Whether the request carries the server's bearer token (always true when none is set).
+/// Also accepts `?token=` on the query string, for WebSocket clients that cannot set headers.
+pub(crate) fn authorized(state: &ServerState, headers: &HeaderMap, query: Option<&str>) -> bool {
+    let Some(expected) = state.inner.token.as_deref() else {
+        return true;
+    };
+    let from_header = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let from_query = query.and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(k, _)| *k == "token")
+            .map(|(_, v)| v)
+    });
+    [from_header, from_query]
+        .into_iter()
+        .flatten()
+        .any(|given| bool::from(given.as_bytes().ct_eq(expected.as_bytes())))
+}
+
+/// Refuses every request without the bearer token.
+pub(crate) async fn require_token(
+    State(state): State<ServerState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if authorized(&state, request.headers(), request.uri().query()) {
+        next.run(request).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+/// Answers unknown routes with a JSON 404.
+pub(crate) async fn not_found(request: Request) -> ApiError {
+    ApiError::NotFound(format!("{} {}", request.method(), request.uri().path()))
+}
+
+fn body_error(state: &ServerState, rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::TooLarge {
+            limit: state.inner.max_body_bytes,
+        }
+    } else {
+        ApiError::BadRequest(format!(
+            "request body could not be read: {}",
+            rejection.body_text()
+        ))
+    }
+}
+
+/// `POST /api/chat`: runs what the request asks and streams the turn back.
+pub(crate) async fn post_chat(
+    State(state): State<ServerState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| body_error(&state, rejection))?;
+    let request =
+        ChatRequest::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let started = chat::start(&state, request).await?;
+    Ok(sse_response(started.stream))
+}
+
+/// `GET /api/chat/{id}/stream`: the running turn from its first chunk, then live.
+pub(crate) async fn resume_chat(
+    State(state): State<ServerState>,
+    Path(chat_id): Path<String>,
+) -> Result<Response, ApiError> {
+    match chat::resume(&state, &chat_id).await? {
+        Some(started) => Ok(sse_response(started.stream)),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// `POST /api/chat/{id}/cancel`: aborts the running turn; its partial message is kept.
+pub(crate) async fn cancel_chat(
+    State(state): State<ServerState>,
+    Path(chat_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let cancelled = chat::cancel(&state, &chat_id).await?;
+    Ok(Json(json!({"cancelled": !cancelled.is_empty(), "requestIds": cancelled})).into_response())
+}
+
+/// Streams a turn as SSE: one `data:` event per chunk, then `data: [DONE]`.
+fn sse_response(stream: TurnStream) -> Response {
+    let frames = futures::stream::unfold(Some(stream), |stream| async move {
+        let mut stream = stream?;
+        match stream.next().await {
+            Ok(Some((_, chunk))) => Some((Ok::<_, Infallible>(sse_frame(&chunk)), Some(stream))),
+            Ok(None) => Some((Ok(Bytes::from_static(SSE_DONE)), None)),
+            Err(error) => {
+                let chunk = UiChunk::Error {
+                    error_text: error.to_string(),
+                };
+                let mut bytes = sse_frame(&chunk).to_vec();
+                bytes.extend_from_slice(SSE_DONE);
+                Some((Ok(Bytes::from(bytes)), None))
+            }
+        }
+    });
+    let mut response = Body::from_stream(frames).into_response();
+    for (name, value) in UI_MESSAGE_STREAM_HEADERS {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
+    response
+}

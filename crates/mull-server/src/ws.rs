@@ -1,0 +1,244 @@
+//! The WebSocket side, speaking the AI SDK's `WebSocketChatTransport` protocol: one socket
+//! carries several chat requests at once, told apart by a client-chosen `requestId`.
+//!
+//! Client frames: `send {requestId, id, trigger, messageId, messages, headers, body}`,
+//! `resume {requestId, id, lastSequence?, headers, body}`, `abort {requestId}`.
+//! Server frames: `start`, `chunk {sequence, chunk}`, `end`, `error {errorText}`, `no-active`,
+//! each with the `requestId` it answers. Sequences count a turn's chunks from 0; `resume` with
+//! `lastSequence` continues right after that chunk, replayed from the log, then live.
+
+use std::collections::HashMap;
+
+use axum::extract::ws::{Message, WebSocket};
+use axum::extract::{State, WebSocketUpgrade};
+use axum::response::Response;
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::chat::{self, Started};
+use crate::error::ApiError;
+use crate::state::ServerState;
+use crate::wire::{decode_at_path, ChatRequest, Trigger, WireMessage};
+
+/// A frame a client sends.
+#[derive(Debug, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
+enum ClientFrame {
+    Send {
+        request_id: String,
+        id: String,
+        #[serde(default = "submit")]
+        trigger: Trigger,
+        #[serde(default)]
+        message_id: Option<String>,
+        messages: Vec<WireMessage>,
+        #[serde(default)]
+        body: Map<String, Value>,
+    },
+    Resume {
+        request_id: String,
+        id: String,
+        #[serde(default)]
+        last_sequence: Option<u64>,
+    },
+    Abort {
+        request_id: String,
+    },
+}
+
+fn submit() -> Trigger {
+    Trigger::SubmitMessage
+}
+
+/// `GET /api/chat/ws`: upgrades to the chat transport.
+pub(crate) async fn upgrade(State(state): State<ServerState>, ws: WebSocketUpgrade) -> Response {
+    let limit = state.inner.max_body_bytes;
+    ws.max_message_size(limit)
+        .on_upgrade(move |socket| serve_socket(state, socket))
+}
+
+/// What a request task tells the socket: a frame to send.
+type Outbox = mpsc::UnboundedSender<Value>;
+
+/// Runs one socket: reads client frames, runs one task per request, writes their frames.
+async fn serve_socket(state: ServerState, socket: WebSocket) {
+    let (mut sink, mut source) = socket.split();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = out_rx.recv().await {
+            if sink
+                .send(Message::Text(frame.to_string().into()))
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let mut requests: HashMap<String, Request> = HashMap::new();
+    while let Some(Ok(message)) = source.next().await {
+        let text = match message {
+            Message::Text(text) => text.to_string(),
+            Message::Binary(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Message::Close(_) => break,
+            Message::Ping(_) | Message::Pong(_) => continue,
+        };
+        requests.retain(|_, r| !r.task.is_finished());
+        handle_frame(&state, &text, &out_tx, &mut requests).await;
+    }
+    // The client is gone: stop streaming to it; turns go on and stay resumable.
+    for (_, request) in requests {
+        request.task.abort();
+    }
+    drop(out_tx);
+    let _ = writer.await;
+}
+
+/// A request being served on the socket.
+struct Request {
+    task: JoinHandle<()>,
+    chat_id: String,
+    /// The turn's request id, once known: `abort` cancels it.
+    turn_request: tokio::sync::watch::Receiver<Option<String>>,
+}
+
+async fn handle_frame(
+    state: &ServerState,
+    text: &str,
+    out: &Outbox,
+    requests: &mut HashMap<String, Request>,
+) {
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(e) => {
+            tracing::debug!(error = %e, "websocket frame is not JSON");
+            return send_error(out, None, &format!("frame is not JSON: {e}"));
+        }
+    };
+    let request_id = value
+        .get("requestId")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let frame: ClientFrame = match decode_at_path(value) {
+        Ok(frame) => frame,
+        Err(e) => return send_error(out, request_id.as_deref(), &e.to_string()),
+    };
+    match frame {
+        ClientFrame::Abort { request_id } => {
+            if let Some(request) = requests.remove(&request_id) {
+                request.task.abort();
+                let turn = request.turn_request.borrow().clone();
+                if let Some(turn) = turn {
+                    if let Ok(session) = state.existing_session(&request.chat_id).await {
+                        let _ = session.cancel_chat(&turn);
+                    }
+                }
+            }
+        }
+        ClientFrame::Send {
+            request_id,
+            id,
+            trigger,
+            message_id,
+            messages,
+            body,
+        } => {
+            let request = ChatRequest {
+                chat_id: id.clone(),
+                messages: messages.into_iter().map(|m| m.0).collect(),
+                trigger,
+                message_id,
+                body,
+            };
+            let started = chat::start(state, request).await;
+            spawn_request(out, requests, request_id, id, started.map(Some), None);
+        }
+        ClientFrame::Resume {
+            request_id,
+            id,
+            last_sequence,
+        } => {
+            let started = chat::resume(state, &id).await;
+            spawn_request(out, requests, request_id, id, started, last_sequence);
+        }
+    }
+}
+
+fn send_error(out: &Outbox, request_id: Option<&str>, text: &str) {
+    let mut frame = json!({"type": "error", "errorText": text});
+    if let Some(request_id) = request_id {
+        frame["requestId"] = json!(request_id);
+    }
+    let _ = out.send(frame);
+}
+
+fn spawn_request(
+    out: &Outbox,
+    requests: &mut HashMap<String, Request>,
+    request_id: String,
+    chat_id: String,
+    started: Result<Option<Started>, ApiError>,
+    last_sequence: Option<u64>,
+) {
+    let started = match started {
+        Ok(Some(started)) => started,
+        Ok(None) => {
+            let _ = out.send(json!({"type": "no-active", "requestId": request_id}));
+            return;
+        }
+        Err(error) => return send_error(out, Some(&request_id), &error.to_string()),
+    };
+    let (turn_tx, turn_rx) = tokio::sync::watch::channel(started.request_id.clone());
+    let out = out.clone();
+    let id = request_id.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = started.stream;
+        let _ = out.send(json!({"type": "start", "requestId": id}));
+        if let Some(last) = last_sequence {
+            if let Err(error) = stream.skip_through(last).await {
+                return send_error(&out, Some(&id), &error.to_string());
+            }
+        }
+        loop {
+            match stream.next().await {
+                Ok(Some((sequence, chunk))) => {
+                    if turn_tx.borrow().is_none() {
+                        if let Some(turn) = stream.request_id() {
+                            let _ = turn_tx.send(Some(turn.to_owned()));
+                        }
+                    }
+                    let frame = json!({
+                        "type": "chunk",
+                        "requestId": id,
+                        "sequence": sequence,
+                        "chunk": chunk,
+                    });
+                    if out.send(frame).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    let _ = out.send(json!({"type": "end", "requestId": id}));
+                    return;
+                }
+                Err(error) => return send_error(&out, Some(&id), &error.to_string()),
+            }
+        }
+    });
+    requests.insert(
+        request_id,
+        Request {
+            task,
+            chat_id,
+            turn_request: turn_rx,
+        },
+    );
+}
