@@ -51,23 +51,38 @@ impl Agent for Support {
     }
 
     fn tools(&self) -> ToolSet {
-        let lookup = FnTool::new("order_status", "Looks an order up.", |q: OrderQuery, _| async move {
-            Ok::<Value, ToolError>(json!({"order": q.order, "status": "delivered", "total_cents": 12900}))
-        })
+        let lookup = FnTool::new(
+            "order_status",
+            "Looks an order up.",
+            |q: OrderQuery, _| async move {
+                Ok::<Value, ToolError>(
+                    json!({"order": q.order, "status": "delivered", "total_cents": 12900}),
+                )
+            },
+        )
         .shared();
-        let refund = FnTool::new("refund", "Refunds part of an order.", |r: Refund, _| async move {
-            Ok::<Value, ToolError>(json!({"refunded_cents": r.amount_cents, "order": r.order}))
-        })
+        let refund = FnTool::new(
+            "refund",
+            "Refunds part of an order.",
+            |r: Refund, _| async move {
+                Ok::<Value, ToolError>(json!({"refunded_cents": r.amount_cents, "order": r.order}))
+            },
+        )
         .shared();
         ToolSet::new().with(lookup).with(refund)
     }
 
-    async fn before_tool_call(&self, ctx: &ToolCallContext) -> HookResult<Option<ToolCallDecision>> {
+    async fn before_tool_call(
+        &self,
+        ctx: &ToolCallContext,
+    ) -> HookResult<Option<ToolCallDecision>> {
         if ctx.tool_name == "refund" {
             let amount = ctx.input["amount_cents"].as_u64().unwrap_or(u64::MAX);
             if amount > 5_000 {
                 return Ok(Some(ToolCallDecision::Block {
-                    reason: Some(format!("Refunds over 50 EUR need a human; asked for {amount} cents.")),
+                    reason: Some(format!(
+                        "Refunds over 50 EUR need a human; asked for {amount} cents."
+                    )),
                 }));
             }
         }
@@ -81,11 +96,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let log = Log::open(&path)?;
 
     let model = ScriptedModel::builder("scripted-support")
-        .step(|s| s.text("Let me check.").tool_call("c1", "order_status", json!({"order": "A-1001"})))
-        .step(|s| s.tool_call("c2", "refund", json!({"order": "A-1001", "amount_cents": 12900})))
+        .step(|s| {
+            s.text("Let me check.")
+                .tool_call("c1", "order_status", json!({"order": "A-1001"}))
+        })
+        .step(|s| {
+            s.tool_call(
+                "c2",
+                "refund",
+                json!({"order": "A-1001", "amount_cents": 12900}),
+            )
+        })
         .step(|s| s.text("A full refund needs a colleague's approval; I've flagged it."))
         .build();
-    let agent = Arc::new(Support { model: Arc::new(model) });
+    let agent = Arc::new(Support {
+        model: Arc::new(model),
+    });
     let session = Session::open(&log, agent, SessionOptions::new("customer-42")).await?;
 
     // Watch every event as it is appended (a lagging watcher re-reads the log).
@@ -106,7 +132,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Stream a turn back to the caller.
     let mut chat = session.chat(
-        vec![UIMessage::user("m1", "Order A-1001 arrived broken, refund it please.")],
+        vec![UIMessage::user(
+            "m1",
+            "Order A-1001 arrived broken, refund it please.",
+        )],
         TurnOptions::default(),
     )?;
     while let Some(part) = chat.next().await {
@@ -117,6 +146,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!();
     let outcome = chat.finish().await?;
     println!("request {} ended {:?}", outcome.request_id, outcome.status);
-    println!("{} events observed; the log at {path} holds them all", watcher.await?);
+    println!(
+        "{} events observed; the log at {path} holds them all",
+        watcher.await?
+    );
     Ok(())
 }

@@ -13,9 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use futures::StreamExt;
-use mull_core::{
-    Clock, IdSource, LanguageModel, RandomIds, SequentialIds, SystemClock, UIMessage,
-};
+use mull_core::{Clock, IdSource, LanguageModel, RandomIds, SequentialIds, SystemClock, UIMessage};
 use mull_engine::{
     Agent, EngineError, FnTool, HookResult, OutcomeStatus, Session, SessionOptions,
     ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions,

@@ -31,7 +31,8 @@ use tokio_util::sync::CancellationToken;
 // ---------------------------------------------------------------------------------------------
 
 type Slot<F> = Option<Box<F>>;
-type BeforeTurnFn = dyn Fn(&TurnContext) -> HookResult<Option<TurnConfig>> + Send + std::marker::Sync;
+type BeforeTurnFn =
+    dyn Fn(&TurnContext) -> HookResult<Option<TurnConfig>> + Send + std::marker::Sync;
 type BeforeStepFn =
     dyn Fn(&PrepareStepContext) -> HookResult<Option<StepConfig>> + Send + std::marker::Sync;
 type BeforeToolFn =
@@ -40,8 +41,9 @@ type ObserveFn<C> = dyn Fn(&C) -> HookResult<()> + Send + std::marker::Sync;
 type ResponseFn =
     dyn Fn(ChatResponseResult) -> BoxFuture<'static, HookResult<()>> + Send + std::marker::Sync;
 type ErrorFn = dyn Fn(ChatError, &ChatErrorContext) -> ChatError + Send + std::marker::Sync;
-type ClassifyFn =
-    dyn Fn(&ChatError, &ChatErrorContext) -> Option<ChatErrorClassification> + Send + std::marker::Sync;
+type ClassifyFn = dyn Fn(&ChatError, &ChatErrorContext) -> Option<ChatErrorClassification>
+    + Send
+    + std::marker::Sync;
 type ConfigureFn = dyn Fn(SessionConfig) -> SessionConfig + Send + std::marker::Sync;
 
 /// An agent whose hooks record every call and optionally do something.
@@ -679,13 +681,17 @@ struct LookupInput {
 
 /// A tool that looks a word up and records every input it ran with.
 fn lookup_tool(ran: Arc<Mutex<Vec<Value>>>) -> Arc<dyn mull::engine::Tool> {
-    FnTool::new("lookup", "Looks a word up.", move |input: LookupInput, _call| {
-        let ran = ran.clone();
-        async move {
-            ran.lock().unwrap().push(json!({"q": input.q}));
-            Ok::<Value, ToolError>(json!({"word": input.q, "hits": 3}))
-        }
-    })
+    FnTool::new(
+        "lookup",
+        "Looks a word up.",
+        move |input: LookupInput, _call| {
+            let ran = ran.clone();
+            async move {
+                ran.lock().unwrap().push(json!({"q": input.q}));
+                Ok::<Value, ToolError>(json!({"word": input.q, "hits": 3}))
+            }
+        },
+    )
     .shared()
 }
 
@@ -795,7 +801,11 @@ async fn a02_stop_when_adds_to_step_count() {
     s2.save_messages(user("u1", "go"), TurnOptions::default())
         .await
         .unwrap();
-    assert_eq!(model2.remaining_steps(), 1, "step_count_is(1) stopped the loop");
+    assert_eq!(
+        model2.remaining_steps(),
+        1,
+        "step_count_is(1) stopped the loop"
+    );
     insta::assert_snapshot!("a02_stop_when", env.trace().await);
 }
 
@@ -840,8 +850,15 @@ async fn b01_tools_merge_in_order_and_turn_tools_win() {
         ..TurnOptions::default()
     };
     session.save_messages(user("u1", "go"), opts).await.unwrap();
-    assert!(agent_ran.lock().unwrap().is_empty(), "the agent's lookup was replaced");
-    assert_eq!(turn_ran.lock().unwrap().len(), 1, "TurnConfig.tools won the name clash");
+    assert!(
+        agent_ran.lock().unwrap().is_empty(),
+        "the agent's lookup was replaced"
+    );
+    assert_eq!(
+        turn_ran.lock().unwrap().len(),
+        1,
+        "TurnConfig.tools won the name clash"
+    );
     let requests = model.requests();
     let names: Vec<_> = requests[0].tools.iter().map(|t| t.name.clone()).collect();
     assert_eq!(names, ["lookup", "ask_user"]);
@@ -995,7 +1012,13 @@ async fn b04_before_turn_runs_once_and_the_merged_config_is_one_event() {
         .await
         .unwrap();
     let calls = agent.calls();
-    assert_eq!(calls.iter().filter(|c| c.starts_with("before_turn")).count(), 1);
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.starts_with("before_turn"))
+            .count(),
+        1
+    );
     let kinds = env.kinds().await;
     assert_eq!(kinds.iter().filter(|k| *k == "turn_configured").count(), 1);
     insta::assert_snapshot!("b04_trace", env.trace().await);
@@ -1039,10 +1062,7 @@ async fn c06_before_step_config_applies_to_its_step_only() {
             .tools(ToolSet::new().with(lookup_tool(ran())))
             .before_step(move |ctx| {
                 if ctx.step_number == 1 {
-                    seen2
-                        .lock()
-                        .unwrap()
-                        .push(ctx.steps[0].tool_results.len());
+                    seen2.lock().unwrap().push(ctx.steps[0].tool_results.len());
                     return Ok(None);
                 }
                 Ok(Some(StepConfig {
@@ -1060,7 +1080,11 @@ async fn c06_before_step_config_applies_to_its_step_only() {
         .save_messages(user("u1", "define mull"), TurnOptions::default())
         .await
         .unwrap();
-    assert_eq!(*seen_results.lock().unwrap(), [1], "step 1 sees step 0's tool result");
+    assert_eq!(
+        *seen_results.lock().unwrap(),
+        [1],
+        "step 1 sees step 0's tool result"
+    );
     let requests = model.requests();
     assert_eq!(
         requests[0].tool_choice,
@@ -1142,7 +1166,10 @@ async fn c07_send_reasoning_false_logs_reasoning_but_does_not_send_it() {
             _ => None,
         })
         .collect();
-    assert_eq!(logged, ["reasoning-start", "reasoning-delta", "reasoning-end"]);
+    assert_eq!(
+        logged,
+        ["reasoning-start", "reasoning-delta", "reasoning-end"]
+    );
 }
 
 #[tokio::test]
@@ -1374,8 +1401,14 @@ async fn d12_the_decision_is_durable_before_execute_runs() {
         .unwrap();
     assert_eq!(*seen.lock().unwrap(), [true]);
     let hooks = agent.calls();
-    let before = hooks.iter().position(|c| c.starts_with("before_tool_call")).unwrap();
-    let after = hooks.iter().position(|c| c.starts_with("after_tool_call")).unwrap();
+    let before = hooks
+        .iter()
+        .position(|c| c.starts_with("before_tool_call"))
+        .unwrap();
+    let after = hooks
+        .iter()
+        .position(|c| c.starts_with("after_tool_call"))
+        .unwrap();
     assert!(before < after);
 }
 
@@ -1389,10 +1422,9 @@ async fn d13_no_decision_executes_once_with_the_models_input() {
 
 #[tokio::test]
 async fn d14_allow_with_input_runs_substituted_input() {
-    let (env, agent, ran, _) = run_tool_scenario(|_| {
-        Ok(Some(ToolCallDecision::AllowWithInput(json!({"q": "MULL"}))))
-    })
-    .await;
+    let (env, agent, ran, _) =
+        run_tool_scenario(|_| Ok(Some(ToolCallDecision::AllowWithInput(json!({"q": "MULL"})))))
+            .await;
     assert_eq!(*ran.lock().unwrap(), [json!({"q": "MULL"})]);
     let after = agent
         .calls()
@@ -1473,9 +1505,9 @@ async fn d17_execute_failure_is_a_tool_error_and_the_turn_goes_on() {
         .await
         .unwrap();
     assert_eq!(out.status, OutcomeStatus::Completed);
-    assert!(agent.calls().iter().any(|c| c.starts_with(
-        "after_tool_call(lookup, decision=allow, success=false"
-    ) && c.contains("dictionary service unavailable")));
+    assert!(agent.calls().iter().any(|c| c
+        .starts_with("after_tool_call(lookup, decision=allow, success=false")
+        && c.contains("dictionary service unavailable")));
     insta::assert_snapshot!("d17_execute_failure", env.trace().await);
 }
 
@@ -1607,7 +1639,10 @@ async fn d19_duration_is_measured_with_the_injected_clock() {
         })
         .collect();
     assert_eq!(durations, [250]);
-    assert!(agent.calls().iter().any(|c| c.ends_with("duration_ms=250)")));
+    assert!(agent
+        .calls()
+        .iter()
+        .any(|c| c.ends_with("duration_ms=250)")));
     // A skipped call takes 0.
     let (env2, _, _, _) =
         run_tool_scenario(|_| Ok(Some(ToolCallDecision::Block { reason: None }))).await;
@@ -1663,7 +1698,11 @@ async fn d20_client_tools_fire_no_hooks_and_auto_continue_after_results() {
     assert_eq!(cont.status, OutcomeStatus::Completed);
     assert!(!agent.calls().iter().any(|c| c.contains("tool_call(")));
     let state = session.state();
-    assert_eq!(state.messages.len(), 3, "the continuation wrote a new assistant message");
+    assert_eq!(
+        state.messages.len(),
+        3,
+        "the continuation wrote a new assistant message"
+    );
     insta::assert_snapshot!("d20_trace", env.trace().await);
     insta::assert_snapshot!("d20_hooks", agent.calls_folded());
 }
@@ -1736,10 +1775,13 @@ async fn e22_an_empty_stream_persists_nothing_and_reports_no_parts() {
     assert!(out.message.is_none());
     assert_eq!(session.state().messages.len(), 1);
     let calls = agent.calls();
-    assert!(calls
-        .last()
-        .unwrap()
-        .starts_with("on_chat_response(completed, parts=0"), "{calls:?}");
+    assert!(
+        calls
+            .last()
+            .unwrap()
+            .starts_with("on_chat_response(completed, parts=0"),
+        "{calls:?}"
+    );
 }
 
 #[tokio::test]
@@ -1865,7 +1907,10 @@ async fn e24_abort_all_aborts_the_running_turn() {
     assert_eq!(session.abort_all("again").unwrap(), 0);
     let kinds = env.kinds().await;
     assert_eq!(
-        kinds.iter().filter(|k| *k == "cancellation_requested").count(),
+        kinds
+            .iter()
+            .filter(|k| *k == "cancellation_requested")
+            .count(),
         1
     );
 }
@@ -1952,7 +1997,10 @@ async fn e25_a_failed_request_is_a_stream_error_after_retries() {
 #[tokio::test]
 async fn e25_retries_recover_a_transient_failure() {
     let model = ScriptedModel::builder("scripted-1")
-        .refuse(ModelError::new(ModelErrorKind::Transient, "502 Bad Gateway"))
+        .refuse(ModelError::new(
+            ModelErrorKind::Transient,
+            "502 Bad Gateway",
+        ))
         .step(|s| s.text("fine now"))
         .build();
     let agent = Arc::new(Rec::new(&model));
@@ -1964,7 +2012,10 @@ async fn e25_retries_recover_a_transient_failure() {
         .unwrap();
     assert_eq!(out.status, OutcomeStatus::Completed);
     let trace = env.trace().await;
-    assert!(trace.contains("model_retried 0 attempt=1 delay_ms=1 \"502 Bad Gateway\""), "{trace}");
+    assert!(
+        trace.contains("model_retried 0 attempt=1 delay_ms=1 \"502 Bad Gateway\""),
+        "{trace}"
+    );
 }
 
 #[tokio::test]
@@ -2034,7 +2085,10 @@ async fn e26_stage_turn_before_turn_fails_or_the_model_cannot_be_resolved() {
             .await
             .unwrap();
         assert_eq!(out.error.unwrap().stage, ErrorStage::Turn, "{case}");
-        assert!(!agent.calls().iter().any(|c| c.starts_with("on_chat_response")));
+        assert!(!agent
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("on_chat_response")));
         insta::assert_snapshot!(format!("e26_turn_{case}"), env.trace().await);
     }
 }
@@ -2186,8 +2240,8 @@ async fn e26_stage_recovery_and_g34_reopen_resolves_unfinished_submissions() {
         .step(|s| s.text("Second answered."))
         .build();
     let agent = Arc::new(Rec::new(&model));
-    let options = SessionOptions::deterministic("s1")
-        .with_retry_base_delay(Duration::from_millis(1));
+    let options =
+        SessionOptions::deterministic("s1").with_retry_base_delay(Duration::from_millis(1));
     let session = Session::open(&log, agent.clone(), options).await.unwrap();
     let b = session.wait_submission("sub_b").await.unwrap();
     assert_eq!(b.status, mull::core::SubmissionStatus::Completed);
@@ -2195,7 +2249,10 @@ async fn e26_stage_recovery_and_g34_reopen_resolves_unfinished_submissions() {
     assert_eq!(a.status, mull::core::SubmissionStatus::Error);
     let state = session.state();
     let texts: Vec<String> = state.messages.iter().map(UIMessage::plain_text).collect();
-    assert_eq!(texts, ["first", "Half an ans", "second", "Second answered."]);
+    assert_eq!(
+        texts,
+        ["first", "Half an ans", "second", "Second answered."]
+    );
     assert!(agent
         .calls()
         .iter()
@@ -2289,12 +2346,7 @@ async fn e27_failures_are_events_and_broadcast() {
 // F. Context overflow
 // ---------------------------------------------------------------------------------------------
 
-fn overflow_agent(
-    model: &ScriptedModel,
-    reactive: bool,
-    max_retries: u32,
-    shorten: bool,
-) -> Rec {
+fn overflow_agent(model: &ScriptedModel, reactive: bool, max_retries: u32, shorten: bool) -> Rec {
     Rec::new(model)
         .configure(move |c| {
             c.context_overflow(reactive, max_retries)
@@ -2342,7 +2394,10 @@ async fn seed_history(session: &Session) {
 #[tokio::test]
 async fn f28_reactive_overflow_compacts_and_reruns_with_the_same_request_id() {
     let model = ScriptedModel::builder("scripted-1")
-        .step(|s| s.text("partial").error("prompt is too long: 212345 tokens > 200000 maximum"))
+        .step(|s| {
+            s.text("partial")
+                .error("prompt is too long: 212345 tokens > 200000 maximum")
+        })
         .step(|s| s.text("Answered after compaction."))
         .build();
     let agent = Arc::new(overflow_agent(&model, true, 1, true));
@@ -2362,7 +2417,11 @@ async fn f28_reactive_overflow_compacts_and_reruns_with_the_same_request_id() {
         .collect();
     assert_eq!(
         texts,
-        ["Earlier: greetings.", "and now?", "Answered after compaction."]
+        [
+            "Earlier: greetings.",
+            "and now?",
+            "Answered after compaction."
+        ]
     );
     let hooks = agent.calls();
     let before_turns: Vec<_> = hooks
@@ -2466,7 +2525,9 @@ async fn g31_every_entry_path_records_itself_and_fires_the_same_hooks() {
         .unwrap();
     assert_eq!(skipped.status, OutcomeStatus::Skipped);
     assert_eq!(skipped.request_id, "");
-    let chat = session.chat(user("u1", "a"), TurnOptions::default()).unwrap();
+    let chat = session
+        .chat(user("u1", "a"), TurnOptions::default())
+        .unwrap();
     chat.finish().await.unwrap();
     session
         .save_messages(user("u2", "b"), TurnOptions::default())
@@ -2496,7 +2557,10 @@ async fn g31_every_entry_path_records_itself_and_fires_the_same_hooks() {
         .unwrap();
     assert!(dup.duplicate);
     assert_eq!(dup.submission_id, receipt.submission_id);
-    let result = session.wait_submission(&receipt.submission_id).await.unwrap();
+    let result = session
+        .wait_submission(&receipt.submission_id)
+        .await
+        .unwrap();
     assert_eq!(result.status, mull::core::SubmissionStatus::Completed);
     let cont = session
         .continue_last_turn(TurnOptions::default())
@@ -2539,24 +2603,30 @@ async fn g32_turns_queue_in_order_and_a_blocking_turn_from_a_hook_is_refused() {
     *holder.lock().unwrap() = Some(session.clone());
     let (a, b, c) = (session.clone(), session.clone(), session.clone());
     let t1 = tokio::spawn(async move {
-        a.save_messages(user("u1", "1"), TurnOptions::default()).await
+        a.save_messages(user("u1", "1"), TurnOptions::default())
+            .await
     });
     while !agent.calls().iter().any(|c| c.starts_with("before_turn")) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let t2 = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        b.save_messages(user("u2", "2"), TurnOptions::default()).await
+        b.save_messages(user("u2", "2"), TurnOptions::default())
+            .await
     });
     let t3 = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(40)).await;
-        c.save_messages(user("u3", "3"), TurnOptions::default()).await
+        c.save_messages(user("u3", "3"), TurnOptions::default())
+            .await
     });
     for t in [t1, t2, t3] {
         assert_eq!(t.await.unwrap().unwrap().status, OutcomeStatus::Completed);
     }
     let refusal = refusal.lock().unwrap().clone().unwrap();
-    assert!(refusal.contains("from inside a hook of running turn"), "{refusal}");
+    assert!(
+        refusal.contains("from inside a hook of running turn"),
+        "{refusal}"
+    );
     let texts: Vec<String> = session
         .state()
         .messages
@@ -2565,7 +2635,16 @@ async fn g32_turns_queue_in_order_and_a_blocking_turn_from_a_hook_is_refused() {
         .collect();
     assert_eq!(
         texts,
-        ["1", "one", "from hook", "submitted from a hook", "2", "two", "3", "three"]
+        [
+            "1",
+            "one",
+            "from hook",
+            "submitted from a hook",
+            "2",
+            "two",
+            "3",
+            "three"
+        ]
     );
 }
 
@@ -2782,7 +2861,10 @@ async fn submit_messages_is_idempotent_by_submission_id() {
         .submit_messages(user("u1", "hi"), opts.clone())
         .await
         .unwrap();
-    let b = session.submit_messages(user("u1", "hi"), opts).await.unwrap();
+    let b = session
+        .submit_messages(user("u1", "hi"), opts)
+        .await
+        .unwrap();
     assert!(!a.duplicate && b.duplicate);
     session.wait_submission("client-42").await.unwrap();
     assert_eq!(model.requests().len(), 1);

@@ -78,18 +78,30 @@ impl Agent for FixtureAgent {
         })
         .shared();
         let weather = FnTool::new("weather", "Forecast.", |c: City, _| async move {
-            Ok::<Value, ToolError>(json!({"city": c.city, "when": c.when, "high_c": 19, "sky": "light rain"}))
+            Ok::<Value, ToolError>(
+                json!({"city": c.city, "when": c.when, "high_c": 19, "sky": "light rain"}),
+            )
         })
         .shared();
-        let delete = FnTool::new("delete_file", "Deletes a file.", |f: FilePath, _| async move {
-            Ok::<Value, ToolError>(json!({"deleted": f.path}))
-        })
+        let delete = FnTool::new(
+            "delete_file",
+            "Deletes a file.",
+            |f: FilePath, _| async move { Ok::<Value, ToolError>(json!({"deleted": f.path})) },
+        )
         .shared();
-        let status = FnTool::new("status_page", "Reads the status page.", |_: Nothing, _| async move {
-            Err::<Value, ToolError>("status page timed out after 3000 ms".into())
-        })
+        let status = FnTool::new(
+            "status_page",
+            "Reads the status page.",
+            |_: Nothing, _| async move {
+                Err::<Value, ToolError>("status page timed out after 3000 ms".into())
+            },
+        )
         .shared();
-        ToolSet::new().with(search).with(weather).with(delete).with(status)
+        ToolSet::new()
+            .with(search)
+            .with(weather)
+            .with(delete)
+            .with(status)
     }
     async fn before_tool_call(
         &self,
@@ -120,7 +132,9 @@ impl Agent for FixtureAgent {
 
 fn options() -> SessionOptions {
     SessionOptions::deterministic(SESSION)
-        .with_clock(Arc::new(TickingClock::from_fixture_epoch(Duration::from_millis(1))))
+        .with_clock(Arc::new(TickingClock::from_fixture_epoch(
+            Duration::from_millis(1),
+        )))
         .with_ids(Arc::new(SequentialIds::new()))
 }
 
@@ -154,16 +168,24 @@ async fn two_tools() -> Vec<u8> {
                 .usage(310, 42)
         })
         .step(|s| {
-            s.tool_call("call_2", "weather", json!({"city": "Paris", "when": "tomorrow"}))
-                .usage(402, 18)
+            s.tool_call(
+                "call_2",
+                "weather",
+                json!({"city": "Paris", "when": "tomorrow"}),
+            )
+            .usage(402, 18)
         })
         .step(|s| {
-            s.source_url("src_1", "https://www.louvre.fr/en/visit", Some("Visit the Louvre"))
-                .text_deltas([
-                    "The Louvre is in Paris (Rue de Rivoli). ",
-                    "Tomorrow: light rain, 19 °C — bring an umbrella.",
-                ])
-                .usage(455, 31)
+            s.source_url(
+                "src_1",
+                "https://www.louvre.fr/en/visit",
+                Some("Visit the Louvre"),
+            )
+            .text_deltas([
+                "The Louvre is in Paris (Rue de Rivoli). ",
+                "Tomorrow: light rain, 19 °C — bring an umbrella.",
+            ])
+            .usage(455, 31)
         })
         .build();
     record(
@@ -250,7 +272,13 @@ fn check(name: &str, fresh: &[u8]) -> Option<String> {
         .zip(committed_text.lines())
         .position(|(a, b)| a != b)
         .map(|i| i + 1)
-        .unwrap_or_else(|| fresh_text.lines().count().min(committed_text.lines().count()) + 1);
+        .unwrap_or_else(|| {
+            fresh_text
+                .lines()
+                .count()
+                .min(committed_text.lines().count())
+                + 1
+        });
     Some(format!(
         "fixtures/{name} is out of date (first difference at line {line}); \
          rerun with MULL_UPDATE_FIXTURES=1 and review the diff"

@@ -229,7 +229,11 @@ impl ResolvedTurn {
                 .total_timeout
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             stall_timeout_ms: self.stall_timeout_ms,
-            transforms: self.transforms.iter().map(|t| t.name().to_owned()).collect(),
+            transforms: self
+                .transforms
+                .iter()
+                .map(|t| t.name().to_owned())
+                .collect(),
             output_schema: self.output.clone(),
             overrides: self.overrides.clone(),
         }

@@ -38,7 +38,9 @@ pub enum EngineError {
         submission_id: String,
     },
     /// The task running a turn ended without reporting (it was cancelled by the runtime).
-    #[error("session {session_id}: the task running request {request_id} ended without an outcome")]
+    #[error(
+        "session {session_id}: the task running request {request_id} ended without an outcome"
+    )]
     TurnTaskLost {
         session_id: String,
         request_id: String,

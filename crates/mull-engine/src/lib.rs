@@ -9,12 +9,14 @@
 //! [`config`] (TurnConfig / StepConfig and their merge), [`tool`] (tools, schemas, validation),
 //! [`stop`] (stop conditions), [`transform`] (stream transforms), [`session_config`]
 //! (compaction, overflow recovery), [`session`] (entry paths, the turn lock, cancellation,
-//! submissions, recovery), `turn` (the loop itself).
+//! submissions, recovery), `turn` (the loop itself), [`extension`] (hook subscribers outside
+//! the agent, in-process or in another process).
 
 pub mod agent;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod extension;
 mod recorder;
 pub mod session;
 pub mod session_config;
@@ -30,6 +32,10 @@ pub use context::{
     ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
 };
 pub use error::{ChatError, EngineError, HookError, HookResult};
+pub use extension::{
+    ChunkSnapshot, Extension, ExtensionHook, ExtensionHost, Extensions, HostCallError,
+    StepSnapshot, ToolCallSnapshot, ToolResultSnapshot, TurnConfigPatch, TurnSnapshot,
+};
 pub use session::{
     ChatStream, ClientToolOutcome, OutcomeStatus, Session, SessionOptions, SubmissionResult,
     SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,

@@ -33,8 +33,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::error::{ChatError, EngineError};
-use crate::session_config::SessionConfig;
+use crate::extension::{Extension, Extensions};
 use crate::recorder::Recorder;
+use crate::session_config::SessionConfig;
 use crate::tool::ToolSet;
 use crate::turn::{self, TurnSpec};
 
@@ -57,6 +58,8 @@ pub struct SessionOptions {
     pub bus_capacity: usize,
     /// Record tool inputs and outputs on tracing spans (off: spans carry names, ids and counts).
     pub capture_content: bool,
+    /// Extensions, in load order; each runs right after the agent's own hook.
+    pub extensions: Extensions,
 }
 
 impl SessionOptions {
@@ -71,6 +74,7 @@ impl SessionOptions {
             metadata: Value::Null,
             bus_capacity: 1024,
             capture_content: false,
+            extensions: Extensions::new(),
         }
     }
 
@@ -98,6 +102,17 @@ impl SessionOptions {
     /// Turns auto-continuation after client tool results on or off.
     pub fn with_auto_continue(mut self, on: bool) -> SessionOptions {
         self.auto_continue = on;
+        self
+    }
+
+    /// Loads `extensions`, in order, after any already loaded.
+    pub fn with_extensions(
+        mut self,
+        extensions: impl IntoIterator<Item = Arc<dyn Extension>>,
+    ) -> SessionOptions {
+        for extension in extensions {
+            self.extensions.push(extension);
+        }
         self
     }
 
@@ -477,11 +492,8 @@ impl Session {
     /// end with an assistant message.
     pub async fn continue_last_turn(&self, opts: TurnOptions) -> Result<TurnOutcome, EngineError> {
         let inline = self.entry_mode("continue_last_turn")?;
-        let ends_with_assistant = self.read_state(|s| {
-            s.messages
-                .last()
-                .is_some_and(|m| m.role == Role::Assistant)
-        });
+        let ends_with_assistant =
+            self.read_state(|s| s.messages.last().is_some_and(|m| m.role == Role::Assistant));
         if !ends_with_assistant {
             return Ok(TurnOutcome {
                 request_id: String::new(),
@@ -576,7 +588,11 @@ impl Session {
         }
         let inline = self.entry_mode("add_tool_result")?;
         let body = self.last_body().await?;
-        let spec = self.new_spec(EntryPath::AutoContinue, Vec::new(), TurnOptions::with_body(body));
+        let spec = self.new_spec(
+            EntryPath::AutoContinue,
+            Vec::new(),
+            TurnOptions::with_body(body),
+        );
         turn::run_entry(&self.inner, spec, inline).await.map(Some)
     }
 
@@ -628,7 +644,11 @@ impl Session {
     fn spawn_submission(&self, submission_id: String, messages: Vec<UIMessage>, body: Value) {
         let (tx, _rx) = watch::channel(None);
         lock(&self.inner.waiters).insert(submission_id.clone(), tx);
-        let mut spec = self.new_spec(EntryPath::SubmitMessages, messages, TurnOptions::with_body(body));
+        let mut spec = self.new_spec(
+            EntryPath::SubmitMessages,
+            messages,
+            TurnOptions::with_body(body),
+        );
         spec.submission_id = Some(submission_id.clone());
         let inner = Arc::clone(&self.inner);
         tokio::spawn(async move {
@@ -689,7 +709,9 @@ impl Session {
         self.read_state(|s| {
             s.submissions
                 .iter()
-                .find(|sub| sub.submission_id == submission_id && sub.phase == SubmissionPhase::Finished)
+                .find(|sub| {
+                    sub.submission_id == submission_id && sub.phase == SubmissionPhase::Finished
+                })
                 .map(|sub| SubmissionResult {
                     submission_id: sub.submission_id.clone(),
                     request_id: sub.request_id.clone(),

@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use mull_core::StepRecord;
 
+type StepTest = dyn Fn(&[StepRecord]) -> bool + Send + Sync;
+
 /// A named predicate over the steps completed so far.
 #[derive(Clone)]
 pub struct StopCondition {
     name: String,
-    test: Arc<dyn Fn(&[StepRecord]) -> bool + Send + Sync>,
+    test: Arc<StepTest>,
 }
 
 impl StopCondition {

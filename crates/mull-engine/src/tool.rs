@@ -215,10 +215,9 @@ pub fn schema_of<I: JsonSchema>() -> Value {
     serde_json::to_value(schemars::schema_for!(I)).unwrap_or(Value::Null)
 }
 
-type ScalarFn =
-    dyn Fn(Value, ToolExecution) -> futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>
-        + Send
-        + Sync;
+type ScalarFn = dyn Fn(Value, ToolExecution) -> futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>
+    + Send
+    + Sync;
 
 /// A tool made from a closure over a typed input (its schema derived with `schemars`).
 pub struct FnTool {

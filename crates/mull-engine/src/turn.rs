@@ -41,6 +41,7 @@ use crate::context::{
     ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
 };
 use crate::error::{ChatError, EngineError, HookResult};
+use crate::extension;
 use crate::session::{Inner, OutcomeStatus, Session, TurnOutcome, TurnScope, TURN_SCOPE};
 use crate::tool::{validate_input, ToolEntry, ToolExecution, ToolOutput, ToolSet};
 use crate::transform::apply_all;
@@ -141,7 +142,7 @@ async fn run_attempts(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<Ended, Engi
         );
         match run_attempt(inner, spec, attempt).instrument(span).await? {
             Attempt::Retry => attempt += 1,
-            Attempt::Done(ended) => return Ok(ended),
+            Attempt::Done(ended) => return Ok(*ended),
         }
     }
 }
@@ -220,7 +221,7 @@ fn outcome(
 enum Attempt {
     /// Overflow recovery compacted the history: run the turn again.
     Retry,
-    Done(Ended),
+    Done(Box<Ended>),
 }
 
 async fn run_attempt(
@@ -231,10 +232,10 @@ async fn run_attempt(
     if attempt == 0 {
         if let Err(error) = repair_transcript(inner, spec).await? {
             let shown = fail(inner, None, error, true).await;
-            return Ok(Attempt::Done(Ended {
+            return Ok(Attempt::Done(Box::new(Ended {
                 outcome: outcome(spec, OutcomeStatus::Error, Some(shown), None),
                 response: None,
-            }));
+            })));
         }
     }
     let turn_id = inner.options.ids.next_id("turn");
@@ -261,11 +262,19 @@ async fn run_attempt(
         tool_context: Value::Null,
     };
     if spec.signal.is_cancelled() {
-        return run.finish(TurnStatus::Aborted, None).await.map(Attempt::Done);
+        return run
+            .finish(TurnStatus::Aborted, None)
+            .await
+            .map(|e| Attempt::Done(Box::new(e)));
     }
     let resolved = match run.configure().await? {
         Ok(resolved) => resolved,
-        Err(error) => return run.fail_setup(error).await.map(Attempt::Done),
+        Err(error) => {
+            return run
+                .fail_setup(error)
+                .await
+                .map(|e| Attempt::Done(Box::new(e)))
+        }
     };
     let ended = match resolved.total_timeout {
         Some(limit) => match tokio::time::timeout(limit, run.run_steps(&resolved)).await {
@@ -278,8 +287,14 @@ async fn run_attempt(
         None => run.run_steps(&resolved).await?,
     };
     match ended {
-        StepsEnd::Completed => run.finish(TurnStatus::Completed, None).await.map(Attempt::Done),
-        StepsEnd::Aborted => run.finish(TurnStatus::Aborted, None).await.map(Attempt::Done),
+        StepsEnd::Completed => run
+            .finish(TurnStatus::Completed, None)
+            .await
+            .map(|e| Attempt::Done(Box::new(e))),
+        StepsEnd::Aborted => run
+            .finish(TurnStatus::Aborted, None)
+            .await
+            .map(|e| Attempt::Done(Box::new(e))),
         StepsEnd::Failed(error) => run.stream_failed(error, attempt).await,
     }
 }
@@ -299,7 +314,11 @@ async fn repair_transcript(
             for part in &message.parts {
                 let UIPart::Tool(tool) = part else { continue };
                 if let Some((_, first)) = seen.iter().find(|(id, _)| *id == tool.call_id) {
-                    duplicate.get_or_insert((tool.call_id.clone(), first.to_string(), message.id.clone()));
+                    duplicate.get_or_insert((
+                        tool.call_id.clone(),
+                        first.to_string(),
+                        message.id.clone(),
+                    ));
                 }
                 seen.push((&tool.call_id, &message.id));
                 let open = matches!(
@@ -311,7 +330,11 @@ async fn repair_transcript(
                     .iter()
                     .any(|p| p.call_id == tool.call_id);
                 if message.role == Role::Assistant && open && !awaited {
-                    repairs.push((message.id.clone(), tool.call_id.clone(), tool.tool_name.clone()));
+                    repairs.push((
+                        message.id.clone(),
+                        tool.call_id.clone(),
+                        tool.tool_name.clone(),
+                    ));
                 }
             }
         }
@@ -382,7 +405,13 @@ pub(crate) async fn fail(
     match std::panic::catch_unwind(AssertUnwindSafe(|| agent.on_chat_error(error, &ctx))) {
         Ok(shown) => shown,
         Err(panic) => {
-            record_hook_failure(inner, turn_id, HookName::OnChatError, panic_text(&panic), true);
+            record_hook_failure(
+                inner,
+                turn_id,
+                HookName::OnChatError,
+                panic_text(&panic),
+                true,
+            );
             original
         }
     }
@@ -657,6 +686,7 @@ impl TurnRun<'_> {
             Err(message) => return Ok(Err(self.error(ErrorStage::Turn, message))),
         };
         let resolved = ResolvedTurn::merge(defaults, config, model);
+        let resolved = extension::before_turn(inner, self.tid(), &ctx, resolved).await?;
         if resolved.messages.is_empty() {
             return Ok(Err(self.error(
                 ErrorStage::Turn,
@@ -757,7 +787,7 @@ impl TurnRun<'_> {
             return self
                 .finish(TurnStatus::Error, Some(error))
                 .await
-                .map(Attempt::Done);
+                .map(|e| Attempt::Done(Box::new(e)));
         }
         let ctx = ChatErrorContext {
             request_id: Some(self.spec.request_id.clone()),
@@ -785,7 +815,7 @@ impl TurnRun<'_> {
             return self
                 .finish(TurnStatus::Error, Some(error))
                 .await
-                .map(Attempt::Done);
+                .map(|e| Attempt::Done(Box::new(e)));
         }
         // The partial of an overflowed attempt is discarded: the retry starts afresh.
         self.append(Event::TurnFinished {
@@ -796,20 +826,21 @@ impl TurnRun<'_> {
             usage: self.usage.clone(),
         })?;
         self.inner.recorder.flush().await?;
-        if !self.spec.signal.is_cancelled() && attempt < overflow.max_retries {
-            if self.compact(attempt + 1).await? {
-                return Ok(Attempt::Retry);
-            }
+        if !self.spec.signal.is_cancelled()
+            && attempt < overflow.max_retries
+            && self.compact(attempt + 1).await?
+        {
+            return Ok(Attempt::Retry);
         }
         let error = ChatError {
             classification: Some(ChatErrorClassification::ContextOverflow),
             ..error
         };
         let shown = fail(self.inner, self.tid(), error, true).await;
-        Ok(Attempt::Done(Ended {
+        Ok(Attempt::Done(Box::new(Ended {
             outcome: outcome(self.spec, OutcomeStatus::Error, Some(shown), None),
             response: None,
-        }))
+        })))
     }
 
     /// Runs the compaction callback; returns whether the history got shorter.
@@ -822,26 +853,26 @@ impl TurnRun<'_> {
                     reason: CompactionReason::Reactive,
                     attempt,
                 };
-                match guard_hook(
+                // A failed callback is logged as `hook_failed` and shortens nothing.
+                guard_hook(
                     self.inner,
                     self.tid(),
                     HookName::OnCompaction,
                     compaction(request),
                 )
                 .await?
-                {
-                    Ok(done) => done,
-                    Err(_) => Default::default(),
-                }
+                .unwrap_or_default()
             }
             None => Default::default(),
         };
-        let replaced: Vec<String> = result
-            .replaced_ids
-            .into_iter()
-            .filter(|id| messages.iter().any(|m| &m.id == id))
-            .collect();
-        let after = messages.len() - replaced.len() + usize::from(result.summary.is_some());
+        let mut replaced: Vec<String> = Vec::new();
+        for id in result.replaced_ids {
+            if messages.iter().any(|m| m.id == id) && !replaced.contains(&id) {
+                replaced.push(id);
+            }
+        }
+        let after =
+            messages.len().saturating_sub(replaced.len()) + usize::from(result.summary.is_some());
         let shortened = !replaced.is_empty() && after < messages.len();
         self.append(Event::CompactionApplied {
             reason: CompactionReason::Reactive,
@@ -872,7 +903,11 @@ impl TurnRun<'_> {
                 gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
                 mull.step = step,
             );
-            match self.run_step(resolved, step, &span).instrument(span.clone()).await? {
+            match self
+                .run_step(resolved, step, &span)
+                .instrument(span.clone())
+                .await?
+            {
                 StepEnd::Continue => step += 1,
                 StepEnd::Stop => return Ok(StepsEnd::Completed),
                 StepEnd::Aborted => return Ok(StepsEnd::Aborted),
@@ -1090,7 +1125,7 @@ impl TurnRun<'_> {
             s.draft
                 .as_ref()
                 .filter(|d| d.id == self.message_id)
-                .map(|d| last_step_messages(d))
+                .map(last_step_messages)
                 .unwrap_or_default()
         });
         let ctx = StepContext {
@@ -1106,6 +1141,7 @@ impl TurnRun<'_> {
             self.inner.agent.on_step_finish(&ctx),
         )
         .await?;
+        extension::on_step_finish(self.inner, self.tid(), &ctx).await?;
         if parts.waits_for_client || record.tool_calls.is_empty() {
             return Ok(StepEnd::Stop);
         }
@@ -1192,6 +1228,7 @@ impl TurnRun<'_> {
             self.inner.agent.on_chunk(&ctx),
         )
         .await?;
+        extension::on_chunk(self.inner, self.tid(), &ctx).await?;
         Ok(())
     }
 
@@ -1245,7 +1282,9 @@ impl TurnRun<'_> {
             None => None,
         };
         let checked = match &tool {
-            None => Err(format!("Model tried to call unavailable tool {tool_name:?}.")),
+            None => Err(format!(
+                "Model tried to call unavailable tool {tool_name:?}."
+            )),
             Some(tool) => parsed.and_then(|v| validate_input(&tool_name, &tool.input_schema(), &v)),
         };
         let exec_span = tracing::info_span!(
@@ -1315,6 +1354,7 @@ impl TurnRun<'_> {
             self.inner.agent.before_tool_call(&ctx),
         )
         .await?;
+        extension::before_tool_call(self.inner, self.tid(), &ctx).await?;
         let (action, effective_input, reason, skip_output) = match decided {
             Ok(None | Some(ToolCallDecision::Allow)) => {
                 (DecisionAction::Allow, model_input.clone(), None, None)
@@ -1371,7 +1411,14 @@ impl TurnRun<'_> {
                 };
                 let started = self.inner.recorder.clock().now();
                 let run = self
-                    .execute(resolved, step, &*tool, effective_input.clone(), &execution, parts)
+                    .execute(
+                        resolved,
+                        step,
+                        &*tool,
+                        effective_input.clone(),
+                        &execution,
+                        parts,
+                    )
                     .instrument(exec_span.clone())
                     .await?;
                 let elapsed = self.inner.recorder.clock().now() - started;
@@ -1562,6 +1609,7 @@ impl TurnRun<'_> {
                 self.inner.agent.after_tool_call(&ctx),
             )
             .await?;
+            extension::after_tool_call(self.inner, self.tid(), &ctx).await?;
         }
         let part = match outcome.result {
             Ok(output) => StreamPart::ToolResult {

@@ -85,7 +85,8 @@ impl StepScript {
         S: Into<String>,
     {
         let id = self.next_block_id("txt");
-        self.items.push(part(StreamPart::TextStart { id: id.clone() }));
+        self.items
+            .push(part(StreamPart::TextStart { id: id.clone() }));
         for text in deltas {
             self.items.push(part(StreamPart::TextDelta {
                 id: id.clone(),
@@ -481,7 +482,10 @@ mod tests {
     #[test]
     fn tool_calls_stream_their_input_and_finish_with_tool_calls() {
         let model = ScriptedModel::builder("m")
-            .step(|s| s.tool_call("c1", "lookup", json!({"q": "rust"})).usage(5, 2))
+            .step(|s| {
+                s.tool_call("c1", "lookup", json!({"q": "rust"}))
+                    .usage(5, 2)
+            })
             .build();
         let parts: Vec<StreamPart> = collect(&model).into_iter().flatten().collect();
         let kinds: Vec<&str> = parts.iter().map(StreamPart::kind).collect();
