@@ -239,7 +239,11 @@ fn item_lines(
             if let Some(ms) = tool.duration_ms {
                 head.push(Span::raw(format!(" {}", fmt_duration(ms))));
             }
+            let not_run = tool.decision.is_some_and(|d| !d.executes());
             match tool.success {
+                Some(true) if not_run => {
+                    head.push(Span::styled(" not run", Style::new().fg(Color::Yellow)))
+                }
                 Some(true) => head.push(Span::styled(" ✓", Style::new().fg(Color::Green))),
                 Some(false) => head.push(Span::styled(" ✗", red)),
                 None => head.push(Span::styled(" running", dim)),
@@ -371,7 +375,7 @@ fn render_totals(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
                     summary
                         .duration_ms
                         .map(fmt_duration)
-                        .unwrap_or_else(|| "running".into()),
+                        .unwrap_or_else(|| "…".into()),
                     summary.tools.calls
                 )),
             ]));
