@@ -1178,7 +1178,10 @@ mod tests {
         let first_look = turn.events.len();
         press(&mut dash, &[Action::Down]);
         let after_scroll = dash.app.turn.as_ref().map_or(0, |t| t.events.len());
-        assert!(after_scroll > first_look, "moving near the end reads the next page");
+        assert!(
+            after_scroll > first_look,
+            "moving near the end reads the next page"
+        );
         assert!(after_scroll < total);
         press(&mut dash, &[Action::Replay, Action::Speed, Action::Speed]);
         for _ in 0..total {
