@@ -1,2 +1,33 @@
-//! mull's bench binary.
-fn main() {}
+//! mull's bench binary: `cargo run --release -p mull-bench -- <bench> [--json]`.
+//!
+//! Each bench prints a table, or one JSON object per result with `--json`. Speed goals live
+//! here, never in timed tests.
+
+mod log;
+mod report;
+
+use clap::{Parser, Subcommand};
+
+/// Measures mull's speeds on this machine.
+#[derive(Parser)]
+#[command(name = "mull-bench")]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// The event log: append throughput, projection rebuild, cross-process tail latency.
+    Log(log::LogArgs),
+    /// The tailing side of the tail-latency bench, run as a child process.
+    #[command(hide = true)]
+    LogTailChild(log::TailChildArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().bench {
+        Bench::Log(args) => log::run(&args),
+        Bench::LogTailChild(args) => log::tail_child(&args),
+    }
+}

@@ -56,6 +56,7 @@
 //! [`export_jsonl`] and [`import_jsonl`] move logs in and out as one envelope per line,
 //! byte-for-byte round-trippable; see [`jsonl`].
 
+pub mod decode;
 pub mod error;
 pub mod jsonl;
 pub mod projection;

@@ -4,6 +4,8 @@
 //! current as it appends, and opening a session rebuilds the same state from the log.
 //! Applying is cheap (no per-event allocation beyond what the state keeps).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use mull_core::{
     DecisionAction, EntryPath, Envelope, ErrorStage, Event, Role, Source, StreamPart,
@@ -103,6 +105,8 @@ pub struct SessionState {
     pub submissions: Vec<Submission>,
     /// Usage of every finished step of the session.
     pub usage: Usage,
+    /// The current value of every context block, by name, from `context_block_updated`.
+    pub context_blocks: BTreeMap<String, String>,
     /// The last event applied (0 before any).
     pub last_seq: u64,
     /// Events of kinds this build does not know: counted, otherwise ignored.
@@ -123,6 +127,7 @@ impl SessionState {
             pending_client_calls: Vec::new(),
             submissions: Vec::new(),
             usage: Usage::default(),
+            context_blocks: BTreeMap::new(),
             last_seq: 0,
             unknown_events: 0,
             open_blocks: Vec::new(),
@@ -315,6 +320,9 @@ impl SessionState {
                 summary,
                 ..
             } => self.compact(replaced_ids, summary.as_ref()),
+            Event::ContextBlockUpdated { block, content, .. } => {
+                self.context_blocks.insert(block.clone(), content.clone());
+            }
             Event::SubmissionAccepted {
                 submission_id,
                 idempotency_key,
@@ -1139,6 +1147,30 @@ mod tests {
         feed.at(None, compact(&["m1"], None));
         let ids: Vec<_> = feed.state.messages.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["sum", "m4"]);
+    }
+
+    #[test]
+    fn context_block_updates_keep_the_latest_value_of_each_block() {
+        let mut feed = Feed::new();
+        let update = |block: &str, content: &str| Event::ContextBlockUpdated {
+            block: block.into(),
+            content: content.into(),
+            source: mull_core::ContextBlockSource::Model,
+            call_id: None,
+        };
+        feed.at(None, update("memory", "Likes tea."));
+        feed.at(None, update("soul", "Be kind."));
+        feed.at(None, update("memory", "Likes coffee now."));
+        let blocks: Vec<_> = feed
+            .state
+            .context_blocks
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            blocks,
+            [("memory", "Likes coffee now."), ("soul", "Be kind.")]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use mull_core::{Envelope, Event};
+use mull_core::Envelope;
 use rusqlite::{params, Connection, Params};
 use serde::Serialize;
 
@@ -316,7 +316,7 @@ fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
     let seq: u64 = row.get(0)?;
     let v: u16 = row.get(4)?;
     let at = parse_at(seq, text(row, 3)?).map_err(RowError::Store)?;
-    let event = Event::decode(v, text(row, 5)?)
+    let event = crate::decode::decode(v, text(row, 5)?)
         .map_err(|source| RowError::Store(StoreError::Decode { seq, source }))?;
     Ok(Envelope {
         seq,
@@ -353,7 +353,7 @@ fn text_or_null<'a>(row: &'a rusqlite::Row<'_>, index: usize) -> rusqlite::Resul
 mod tests {
     use super::*;
     use crate::writer::Log;
-    use mull_core::{EntryPath, StreamPart, TurnStatus, Usage};
+    use mull_core::{EntryPath, Event, StreamPart, TurnStatus, Usage};
     use serde_json::json;
 
     fn at(micros: i64) -> DateTime<Utc> {

@@ -2,7 +2,7 @@
 //! (`2025-01-01T00:00:00.000000Z`), so that text order is time order and a JSONL export
 //! round-trips byte for byte.
 
-use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, SecondsFormat, SubsecRound, Timelike, Utc};
 
 /// Drops what the log cannot keep (anything below a microsecond), so that an envelope returned
 /// by `append` equals the one read back.
@@ -12,18 +12,62 @@ pub fn truncate(at: DateTime<Utc>) -> DateTime<Utc> {
 
 /// The stored text of a timestamp.
 pub fn format(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+    let t = at.naive_utc();
+    let micros = t.nanosecond() / 1000;
+    // Years outside 0..=9999 and leap seconds do not fit the fixed width: let chrono write them.
+    if !(0..=9999).contains(&t.year()) || micros > 999_999 {
+        return at.to_rfc3339_opts(SecondsFormat::Micros, true);
+    }
+    let mut buf = *b"0000-00-00T00:00:00.000000Z";
+    put_digits(&mut buf[0..4], t.year() as u32);
+    put_digits(&mut buf[5..7], t.month());
+    put_digits(&mut buf[8..10], t.day());
+    put_digits(&mut buf[11..13], t.hour());
+    put_digits(&mut buf[14..16], t.minute());
+    put_digits(&mut buf[17..19], t.second());
+    put_digits(&mut buf[20..26], micros);
+    buf.iter().map(|&b| char::from(b)).collect()
+}
+
+fn put_digits(out: &mut [u8], mut value: u32) {
+    for slot in out.iter_mut().rev() {
+        *slot = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
+}
+
+fn digits(text: &[u8]) -> Option<u32> {
+    text.iter().try_fold(0u32, |acc, &b| {
+        b.is_ascii_digit().then(|| acc * 10 + u32::from(b - b'0'))
+    })
 }
 
 /// Parses the stored form; `None` when the text is not exactly what [`format`] writes.
 pub fn parse(text: &str) -> Option<DateTime<Utc>> {
-    // Fixed width check first: it rejects offsets, missing fractions and other precisions.
-    if text.len() != 27 || !text.ends_with('Z') || text.as_bytes().get(19) != Some(&b'.') {
+    let b = text.as_bytes();
+    if b.len() != 27
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+        || b[19] != b'.'
+        || b[26] != b'Z'
+    {
         return None;
     }
-    DateTime::parse_from_rfc3339(text)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
+    let date = NaiveDate::from_ymd_opt(
+        digits(&b[0..4])? as i32,
+        digits(&b[5..7])?,
+        digits(&b[8..10])?,
+    )?;
+    let time = date.and_hms_micro_opt(
+        digits(&b[11..13])?,
+        digits(&b[14..16])?,
+        digits(&b[17..19])?,
+        digits(&b[20..26])?,
+    )?;
+    Some(time.and_utc())
 }
 
 #[cfg(test)]
@@ -56,7 +100,25 @@ mod tests {
     }
 
     #[test]
+    fn the_fast_form_agrees_with_chrono() {
+        for micros in [
+            0i64,
+            1,
+            999_999,
+            1_735_689_600_123_456,
+            253_402_300_799_999_999,
+        ] {
+            let at = DateTime::from_timestamp_micros(micros).expect("valid");
+            let text = format(at);
+            assert_eq!(text, at.to_rfc3339_opts(SecondsFormat::Micros, true));
+            assert_eq!(parse(&text), Some(at));
+        }
+    }
+
+    #[test]
     fn other_forms_are_refused() {
+        assert_eq!(parse("2025-13-01T00:00:00.000000Z"), None);
+        assert_eq!(parse("2025-01-01T00:00:00.00000aZ"), None);
         assert_eq!(parse("2025-01-01T00:00:00Z"), None);
         assert_eq!(parse("2025-01-01T00:00:00.000000+00:00"), None);
         assert_eq!(parse("2025-01-01T00:00:00.000Z"), None);
