@@ -8,7 +8,7 @@ use mull_store::{export_jsonl, import_jsonl, Log, SessionState};
 
 #[test]
 fn fixtures_replay_into_session_state() {
-    insta::glob!("../fixtures/*.jsonl", |path| {
+    insta::glob!("../fixtures", "*.jsonl", |path| {
         let name = path.display().to_string();
         let dir = tempfile::tempdir().expect("tempdir");
         let log = Log::open(dir.path().join("replay.db")).expect("opens a log");
