@@ -18,6 +18,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the demo agent into ./mull.db and watch it live in the dashboard.
+    Demo(cli::demo::DemoArgs),
     /// Live dashboard over a log (read-only; another process may be writing it).
     Dash(cli::dash::DashArgs),
     /// Write a log (or one session of it) as JSONL to standard output.
@@ -53,6 +55,7 @@ enum Command {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => cli::demo::run(args),
         Command::Dash(args) => cli::dash::run(args),
         Command::Export { db, session } => cli::export::run(&db, session.as_deref()),
         Command::Import { file, db } => cli::import::run(&file, &db),

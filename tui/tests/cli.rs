@@ -224,3 +224,20 @@ fn stats_counts_sessions_turns_kinds_and_tokens() {
         "{out}"
     );
 }
+
+#[test]
+fn the_deterministic_headless_demo_writes_the_same_log_every_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut exports = Vec::new();
+    for name in ["one.db", "two.db"] {
+        let db = dir.path().join(name);
+        let db = db.to_str().expect("utf-8 path");
+        let out =
+            String::from_utf8(mull(&["demo", "--headless", "--deterministic", "--db", db]).stdout)
+                .expect("utf-8");
+        assert!(out.contains("3 turns"), "{out}");
+        exports.push(mull(&["export", db]).stdout);
+    }
+    assert!(!exports[0].is_empty());
+    assert_eq!(exports[0], exports[1]);
+}

@@ -1,6 +1,7 @@
 //! One module per subcommand; each is thin wiring over `mull-store` and the dashboard.
 
 pub mod dash;
+pub mod demo;
 pub mod export;
 pub mod gen_bench_log;
 pub mod import;

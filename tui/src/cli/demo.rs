@@ -1,0 +1,107 @@
+//! `mull demo`: the scripted demo agent writing a log, shown live in the dashboard in one
+//! command; `--headless` runs it without a screen.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use mull::demo::{self, DemoOptions, DemoReport};
+use mull_core::{IdSource, RandomIds};
+use mull_store::{Log, LogReader};
+
+use crate::dash::{self as dashboard, DashOptions};
+
+/// Arguments of `mull demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The database the demo writes.
+    #[arg(long, default_value = "mull.db")]
+    pub db: PathBuf,
+    /// Run without the dashboard and print what happened.
+    #[arg(long)]
+    pub headless: bool,
+    /// Fixed clock, counting ids and no pacing: the same log bytes every run.
+    #[arg(long)]
+    pub deterministic: bool,
+}
+
+/// How long the dashboard waits for the demo's first turn before opening anyway.
+const FIRST_TURN_WAIT: Duration = Duration::from_secs(5);
+
+/// Runs the demo, headless or under the dashboard.
+pub fn run(args: DemoArgs) -> Result<()> {
+    let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let mut options = DemoOptions {
+        deterministic: args.deterministic,
+        ..DemoOptions::default()
+    };
+    if !args.deterministic {
+        // A fresh session per run, so running the demo again adds to the log.
+        options.session_id = RandomIds.next_id("demo");
+    }
+    let session_id = options.session_id.clone();
+    if args.headless {
+        let report = run_demo(&log, options)?;
+        log.close()
+            .with_context(|| format!("committing {}", args.db.display()))?;
+        print_report(&report, &args.db);
+        return Ok(());
+    }
+
+    let writer = log.clone();
+    let agent = std::thread::Builder::new()
+        .name("mull-demo".into())
+        .spawn(move || run_demo(&writer, options))
+        .context("starting the demo thread")?;
+    wait_for_first_turn(&args.db, &session_id);
+    let shown = dashboard::run(&args.db, DashOptions { follow: true });
+    let report = agent
+        .join()
+        .map_err(|_| anyhow::anyhow!("the demo thread panicked"))?;
+    log.close()
+        .with_context(|| format!("committing {}", args.db.display()))?;
+    shown?;
+    let report = report?;
+    print_report(&report, &args.db);
+    Ok(())
+}
+
+fn run_demo(log: &Log, options: DemoOptions) -> Result<DemoReport> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the demo's runtime")?;
+    let report = runtime.block_on(demo::run(log, options))?;
+    Ok(report)
+}
+
+/// Lets the dashboard open on a running turn rather than an empty log.
+fn wait_for_first_turn(db: &Path, session_id: &str) {
+    let start = Instant::now();
+    while start.elapsed() < FIRST_TURN_WAIT {
+        let started = LogReader::open(db)
+            .and_then(|reader| reader.turns(session_id))
+            .map(|turns| !turns.is_empty())
+            .unwrap_or(false);
+        if started {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn print_report(report: &DemoReport, db: &Path) {
+    println!(
+        "demo session {} · {} turns · {} events in {}",
+        report.session_id,
+        report.turns.len(),
+        report.events,
+        db.display()
+    );
+    for turn in &report.turns {
+        println!("  {} {:?}", turn.request_id, turn.status);
+    }
+    println!("look again with: mull dash {}", db.display());
+}
