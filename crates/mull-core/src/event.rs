@@ -162,6 +162,18 @@ pub enum CompactionReason {
     Manual,
 }
 
+/// Who gave a context block its new value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextBlockSource {
+    /// The block's provider computed it for a turn.
+    Provider,
+    /// The model wrote it through the session's `update_context` tool.
+    Model,
+    /// The application set it.
+    Application,
+}
+
 /// How a durable submission ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -389,6 +401,16 @@ pub enum Event {
         tokens_before: u64,
         tokens_after: u64,
     },
+    /// A context block got a new value. Block values live in the log: the system prompt built
+    /// from the blocks changes only after one of these.
+    ContextBlockUpdated {
+        block: String,
+        content: String,
+        source: ContextBlockSource,
+        /// The tool call that wrote it, when the model did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+    },
     /// A durable submission was accepted (before anything runs).
     SubmissionAccepted {
         submission_id: String,
@@ -482,6 +504,7 @@ impl Event {
         TurnFinished => "turn_finished",
         TurnFailed => "turn_failed",
         CompactionApplied => "compaction_applied",
+        ContextBlockUpdated => "context_block_updated",
         SubmissionAccepted => "submission_accepted",
         SubmissionApplied => "submission_applied",
         SubmissionFinished => "submission_finished",
@@ -595,6 +618,22 @@ mod tests {
         kinds.sort_unstable();
         kinds.dedup();
         assert_eq!(kinds.len(), Event::KNOWN_KINDS.len());
+    }
+
+    #[test]
+    fn context_block_updates_round_trip() {
+        let event = Event::ContextBlockUpdated {
+            block: "memory".into(),
+            content: "Prefers tea.".into(),
+            source: ContextBlockSource::Model,
+            call_id: Some("call_1".into()),
+        };
+        let text = event.encode();
+        assert_eq!(
+            text,
+            r#"{"type":"context_block_updated","block":"memory","content":"Prefers tea.","source":"model","call_id":"call_1"}"#
+        );
+        assert_eq!(Event::decode(1, &text).expect("decodes"), event);
     }
 
     #[test]

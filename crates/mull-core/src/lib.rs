@@ -17,9 +17,9 @@ pub use classify::{default_context_overflow_classifier, ChatErrorClassification,
 pub use clock::{Clock, FixedClock, IdSource, RandomIds, SequentialIds, SystemClock};
 pub use convert::{to_model_messages, truncate_for_context};
 pub use event::{
-    CompactionReason, DecisionAction, EntryPath, Envelope, ErrorStage, Event, EventDecodeError,
-    HookName, StepRecord, SubmissionStatus, ToolCallRecord, ToolResultRecord, TurnConfigRecord,
-    TurnStatus, EVENT_VERSION,
+    CompactionReason, ContextBlockSource, DecisionAction, EntryPath, Envelope, ErrorStage, Event,
+    EventDecodeError, HookName, StepRecord, SubmissionStatus, ToolCallRecord, ToolResultRecord,
+    TurnConfigRecord, TurnStatus, EVENT_VERSION,
 };
 pub use message::{Role, ToolPart, ToolPartState, UIMessage, UIPart};
 pub use model::{
