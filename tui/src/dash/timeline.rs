@@ -395,6 +395,10 @@ impl TimelineBuilder {
                 );
             }
             Event::TurnFinished { status, error, .. } => {
+                // Blocks an aborted stream left open are over once the turn is.
+                for index in std::mem::take(&mut self.open_blocks).into_values() {
+                    self.close_block(index);
+                }
                 self.new_item(
                     env,
                     gap_ms,

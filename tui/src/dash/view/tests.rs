@@ -220,3 +220,33 @@ fn replaying_the_sample_to_the_end_matches_the_plain_view() {
         press(&mut f.dash, &[Action::Back, Action::Back]);
     }
 }
+
+/// Opens the last turn of the first session of a recorded fixture.
+fn open_fixture(name: &str) -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures")
+        .join(name);
+    let db = dir.path().join("fixture.db");
+    let log = mull_store::Log::open(&db).expect("open");
+    let file = std::fs::File::open(&fixture).expect("fixture exists");
+    mull_store::import_jsonl(std::io::BufReader::new(file), name, &log).expect("imports");
+    log.close().expect("commit");
+    let mut dash = Dash::open(&db).expect("open dashboard");
+    dash.app.db_label = name.into();
+    press(&mut dash, &[Action::Enter, Action::Last, Action::Enter]);
+    dash.app.follow = false;
+    Fixture { _dir: dir, dash }
+}
+
+#[test]
+fn fixture_tool_decisions_timeline() {
+    let f = open_fixture("tool-decisions.jsonl");
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}
+
+#[test]
+fn fixture_aborted_timeline() {
+    let f = open_fixture("aborted.jsonl");
+    insta::assert_snapshot!(screen(&f.dash).backend());
+}

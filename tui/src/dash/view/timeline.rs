@@ -236,10 +236,10 @@ fn item_lines(
                 None if tool.client => head.push(Span::styled("[client]", dim)),
                 None => head.push(Span::styled("[…]", dim)),
             }
-            if let Some(ms) = tool.duration_ms {
+            let not_run = tool.decision.is_some_and(|d| !d.executes());
+            if let Some(ms) = tool.duration_ms.filter(|_| !not_run) {
                 head.push(Span::raw(format!(" {}", fmt_duration(ms))));
             }
-            let not_run = tool.decision.is_some_and(|d| !d.executes());
             match tool.success {
                 Some(true) if not_run => {
                     head.push(Span::styled(" not run", Style::new().fg(Color::Yellow)))
@@ -310,7 +310,11 @@ fn item_lines(
         }
     }
     if item.events > 1 && !matches!(item.kind, ItemKind::Tool(_)) {
-        head.push(Span::styled(format!("  ({} events)", item.events), dim));
+        let count = format!("  ({} events)", item.events);
+        // Only where it fits: a cut-off count reads as noise.
+        if Line::from(head.clone()).width() + count.len() <= width {
+            head.push(Span::styled(count, dim));
+        }
     }
     let mut lines = vec![Line::from(head)];
     lines.extend(extra);
