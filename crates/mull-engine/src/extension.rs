@@ -27,15 +27,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use mull_core::{
-    Event, HookName, ModelMessage, StreamPart, ToolChoice, UIMessage, Usage,
-};
+use mull_core::{Event, HookName, ModelMessage, StreamPart, ToolChoice, UIMessage, Usage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::ResolvedTurn;
-use crate::context::{ChunkContext, StepContext, ToolCallContext, ToolCallResultContext, TurnContext};
+use crate::context::{
+    ChunkContext, StepContext, ToolCallContext, ToolCallResultContext, TurnContext,
+};
 use crate::error::{EngineError, HookResult};
 use crate::session::Inner;
 use crate::stop::step_count_is;
@@ -44,7 +44,9 @@ use crate::stop::step_count_is;
 pub const DEFAULT_EXTENSION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The hooks an extension may subscribe to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ExtensionHook {
     BeforeTurn,
@@ -426,7 +428,11 @@ pub trait Extension: Send + Sync + 'static {
     }
 
     /// A stream part was logged (observation only).
-    async fn on_chunk(&self, _snapshot: &ChunkSnapshot, _host: &dyn ExtensionHost) -> HookResult<()> {
+    async fn on_chunk(
+        &self,
+        _snapshot: &ChunkSnapshot,
+        _host: &dyn ExtensionHost,
+    ) -> HookResult<()> {
         Ok(())
     }
 
@@ -536,7 +542,11 @@ pub(crate) async fn before_turn(
     mut resolved: ResolvedTurn,
 ) -> Result<ResolvedTurn, EngineError> {
     let host = SessionHost { inner };
-    for extension in inner.options.extensions.subscribed(ExtensionHook::BeforeTurn) {
+    for extension in inner
+        .options
+        .extensions
+        .subscribed(ExtensionHook::BeforeTurn)
+    {
         let snapshot = TurnSnapshot {
             system: resolved.system.clone(),
             tool_names: resolved.tools.names(),
@@ -655,9 +665,10 @@ fn apply_patch(resolved: &mut ResolvedTurn, extension: &str, patch: TurnConfigPa
     if !ignored.is_empty() {
         tracing::debug!(extension, ?ignored, "extension before_turn fields ignored");
     }
-    resolved
-        .overrides
-        .extend(set.into_iter().map(|field| format!("ext:{extension}:{field}")));
+    resolved.overrides.extend(
+        set.into_iter()
+            .map(|field| format!("ext:{extension}:{field}")),
+    );
 }
 
 /// Offers a decided tool call to every `before_tool_call` subscriber.
@@ -684,7 +695,14 @@ pub(crate) async fn before_tool_call(
     };
     for extension in subscribers {
         let fut = extension.before_tool_call(&snapshot, &host);
-        guarded(inner, turn_id, &**extension, ExtensionHook::BeforeToolCall, fut).await?;
+        guarded(
+            inner,
+            turn_id,
+            &**extension,
+            ExtensionHook::BeforeToolCall,
+            fut,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -717,7 +735,14 @@ pub(crate) async fn after_tool_call(
     };
     for extension in subscribers {
         let fut = extension.after_tool_call(&snapshot, &host);
-        guarded(inner, turn_id, &**extension, ExtensionHook::AfterToolCall, fut).await?;
+        guarded(
+            inner,
+            turn_id,
+            &**extension,
+            ExtensionHook::AfterToolCall,
+            fut,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -751,7 +776,14 @@ pub(crate) async fn on_step_finish(
         }
         if extension.subscribes(ExtensionHook::OnStepFinish) {
             let fut = extension.on_step_finish(&snapshot, &host);
-            guarded(inner, turn_id, &**extension, ExtensionHook::OnStepFinish, fut).await?;
+            guarded(
+                inner,
+                turn_id,
+                &**extension,
+                ExtensionHook::OnStepFinish,
+                fut,
+            )
+            .await?;
         }
     }
     Ok(())
