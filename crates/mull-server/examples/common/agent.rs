@@ -1,0 +1,117 @@
+//! A scripted agent for the server's tests, end-to-end run and load bench: the Scripted model
+//! plays a script chosen by the chat id's prefix, with one server tool (`weather`), one
+//! streaming server tool (`progress`) and one client tool (`get_location`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use mull_core::{LanguageModel, ToolSpec};
+use mull_engine::{Agent, FnTool, ToolSet};
+use mull_providers::scripted::ScriptedModel;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// The agent: a scripted model and three tools.
+pub struct ScriptAgent {
+    model: ScriptedModel,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct City {
+    city: String,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Steps {
+    steps: u32,
+}
+
+impl ScriptAgent {
+    /// The agent of chat `chat_id` (see [`script_for`]).
+    pub fn for_chat(chat_id: &str) -> Arc<dyn Agent> {
+        Arc::new(ScriptAgent {
+            model: script_for(chat_id),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Agent for ScriptAgent {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::new(self.model.clone())
+    }
+
+    fn tools(&self) -> ToolSet {
+        let weather = FnTool::new(
+            "weather",
+            "Current weather in a city",
+            |input: City, _| async move {
+                Ok::<Value, mull_engine::ToolError>(
+                    json!({"city": input.city, "sky": "sunny", "celsius": 21}),
+                )
+            },
+        );
+        let progress = FnTool::streaming("progress", "Reports progress", |input: Steps, _| {
+            futures::stream::iter((1..=input.steps).map(|i| Ok(json!({"done": i})))).boxed()
+        });
+        ToolSet::new()
+            .with(Arc::new(weather))
+            .with(Arc::new(progress))
+            .with_client(ToolSpec {
+                name: "get_location".to_owned(),
+                description: "The user's location, answered by the client".to_owned(),
+                input_schema: json!({"type": "object", "properties": {}}),
+            })
+    }
+}
+
+/// How many text deltas a `slow-` chat streams, one every [`SLOW_DELAY`].
+pub const SLOW_DELTAS: usize = 60;
+/// The pause before each part of a `slow-` chat.
+pub const SLOW_DELAY: Duration = Duration::from_millis(40);
+/// How many text deltas a `load-` chat streams.
+pub const LOAD_DELTAS: usize = 50;
+
+/// The script of a chat, by the prefix of its id:
+/// - `text-`: reasoning, then "Hello, world!" in three deltas.
+/// - `tool-`: a `weather` call, a `progress` call (3 preliminary results), then an answer.
+/// - `client-`: a `get_location` call the client answers; the continuation answers with it.
+/// - `slow-`: [`SLOW_DELTAS`] deltas, [`SLOW_DELAY`] apart (for resume and cancel).
+/// - `load-`: [`LOAD_DELTAS`] deltas, no pause.
+/// - anything else: one text "ok".
+pub fn script_for(chat_id: &str) -> ScriptedModel {
+    let builder = ScriptedModel::builder("scripted-1");
+    let prefix = chat_id.split('-').next().unwrap_or_default();
+    match prefix {
+        "text" => builder
+            .step(|s| {
+                s.reasoning("The user greets me.")
+                    .text_deltas(["Hello", ", ", "world!"])
+            })
+            .build(),
+        "tool" => builder
+            .step(|s| {
+                s.tool_call("call_weather", "weather", json!({"city": "Paris"}))
+                    .tool_call("call_progress", "progress", json!({"steps": 3}))
+            })
+            .step(|s| s.text("It is sunny in Paris."))
+            .build(),
+        "client" => builder
+            .step(|s| s.tool_call("call_location", "get_location", json!({})))
+            .step(|s| s.text("You are in Berlin."))
+            .build(),
+        "slow" => builder
+            .part_delay(SLOW_DELAY)
+            .step(|s| s.text_deltas((0..SLOW_DELTAS).map(|i| format!("w{i} "))))
+            .build(),
+        "load" => builder
+            .step(|s| s.text_deltas((0..LOAD_DELTAS).map(|i| format!("w{i} "))))
+            .build(),
+        _ => builder.step(|s| s.text("ok")).build(),
+    }
+}
