@@ -1089,13 +1089,7 @@ impl TurnRun<'_> {
             raw_finish_reason: parts.raw_finish_reason.clone(),
             usage: parts.usage.clone(),
             warnings: Vec::new(),
-            request: json!({
-                "hash": request.canonical_hash(),
-                "provider": step_model.provider(),
-                "model_id": step_model.model_id(),
-                "message_count": request.messages.len(),
-                "tools": request.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
-            }),
+            request: request_metadata(&request),
             response: json!({
                 "provider": step_model.provider(),
                 "model_id": step_model.model_id(),
@@ -1715,6 +1709,22 @@ fn step_overrides(config: &StepConfig) -> Vec<String> {
         }
     }
     out
+}
+
+/// What a step's record keeps of its model request: the canonical hash, then the request
+/// itself with header values redacted (system, messages, tools, tool choice, settings, output
+/// schema), so a replay that misses can show what changed, field by field.
+fn request_metadata(request: &ModelRequest) -> Value {
+    let mut fields = serde_json::Map::new();
+    fields.insert("hash".to_owned(), Value::String(request.canonical_hash()));
+    let redacted = ModelRequest {
+        settings: request.settings.redacted(),
+        ..request.clone()
+    };
+    if let Ok(Value::Object(request)) = serde_json::to_value(redacted) {
+        fields.extend(request);
+    }
+    Value::Object(fields)
 }
 
 /// The model messages of the draft's last step.
