@@ -2,6 +2,9 @@
 //!
 //! - [`targets`]: the bodies of the fuzz targets (SSE decoders, `Event::decode`, JSONL import),
 //!   shared by the cargo-fuzz project in `fuzz/` and the property tests in `tests/`.
+//! - [`crash`]: crash trials: a child process running a scripted agent is killed with
+//!   SIGKILL at a seeded moment, then the log is reopened and checked.
+//! - [`load`]: many sessions with concurrent turns in one process; checks no turn interleaves.
 //! - [`corpus`]: writes the damaged databases of the bad-input corpus.
 //! - [`sse_server`]: a local server that feeds arbitrary bytes to the real provider clients.
 //!
@@ -9,5 +12,7 @@
 //! has no dependency on this crate), so those modules use only crates the facade's tests have.
 
 pub mod corpus;
+pub mod crash;
+pub mod load;
 pub mod sse_server;
 pub mod targets;
