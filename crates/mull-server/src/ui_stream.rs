@@ -185,8 +185,14 @@ impl UiStreamMapper {
             return;
         }
         match &envelope.event {
-            Event::TurnStarted { message_id, .. } => out.push(UiChunk::Start {
-                message_id: Some(message_id.clone()),
+            // A continuation extends the client's last assistant message (the AI SDK starts a
+            // new message when `start` names another id), so it names none.
+            Event::TurnStarted {
+                message_id,
+                continuation,
+                ..
+            } => out.push(UiChunk::Start {
+                message_id: (!continuation).then(|| message_id.clone()),
             }),
             Event::TurnConfigured { config } => self.send_reasoning = config.send_reasoning,
             Event::StepStarted { .. } => out.push(UiChunk::StartStep),
@@ -707,6 +713,22 @@ mod tests {
                 json!({"type": "finish", "finishReason": "tool-calls"})
             ]
         );
+    }
+
+    #[test]
+    fn a_continuation_starts_without_a_message_id() {
+        let parts = run(
+            vec![Event::TurnStarted {
+                request_id: "r2".into(),
+                message_id: "m2".into(),
+                entry: EntryPath::AutoContinue,
+                continuation: true,
+                attempt: 0,
+                body: json!({}),
+            }],
+            &mut UiStreamMapper::new(),
+        );
+        assert_eq!(parts, vec![json!({"type": "start"})]);
     }
 
     #[test]
