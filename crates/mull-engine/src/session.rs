@@ -277,6 +277,8 @@ pub(crate) struct Inner {
     /// Cancellation tokens of requests that have not ended yet (queued or running).
     pub active: Mutex<HashMap<String, CancellationToken>>,
     pub waiters: Mutex<HashMap<String, watch::Sender<Option<SubmissionResult>>>>,
+    /// The full-text index of the conversation, built on first search.
+    pub search: crate::search::SearchIndex,
     failures: Sender<TurnFailure>,
     _failures_open: InactiveReceiver<TurnFailure>,
 }
@@ -337,6 +339,7 @@ impl Session {
                 queue: tokio::sync::Mutex::new(()),
                 active: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
+                search: crate::search::SearchIndex::default(),
                 failures,
                 _failures_open: failures_rx.deactivate(),
             }),

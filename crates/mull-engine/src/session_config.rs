@@ -1,5 +1,22 @@
-//! What `configure_session` sets up once per session: the compaction callback and context
-//! overflow recovery. (Context blocks, search and skills come with the full Session.)
+//! What `configure_session` sets up once per session: context blocks (and the system prompt
+//! built from them), compaction and when it runs, context-overflow recovery (reactive and
+//! proactive), the token counter, and the tools the session itself offers the model.
+//!
+//! ```no_run
+//! # use mull_engine::{SessionConfig, ContextBlock, CompactOptions, compact_function, summarizer, ProactiveGuard};
+//! # fn configure(session: SessionConfig) -> SessionConfig {
+//! session
+//!     .with_context("soul", ContextBlock::provided(|| async { Ok("You are a helpful coding assistant.".to_owned()) }))
+//!     .with_context("memory", ContextBlock::writable("Learned facts about the user.", 1100))
+//!     .on_compaction(compact_function(CompactOptions::new(summarizer(|prompt| async move {
+//!         Ok(format!("(a model call would summarize {} characters)", prompt.len()))
+//!     }))))
+//!     .compact_after(100_000)
+//!     .proactive(ProactiveGuard::new(200_000))
+//!     .with_cached_prompt()
+//!     .with_search_tool()
+//! # }
+//! ```
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,16 +24,33 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use mull_core::{CompactionReason, UIMessage};
 
+use crate::context_blocks::ContextBlock;
 use crate::error::HookError;
+use crate::tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
 
 /// What a compaction callback is asked to shorten.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CompactionRequest {
-    /// The conversation as it stands.
+    /// The conversation as it stands (the running turn's own message is not part of it).
     pub messages: Vec<UIMessage>,
     pub reason: CompactionReason,
-    /// 1 for the first compaction of this turn.
+    /// 1 for the first compaction of this turn (for reactive recovery: the retry it prepares).
     pub attempt: u32,
+    /// The session's token counter, for the counts the result reports.
+    pub counter: SharedTokenCounter,
+    /// A fresh id, from the session's id source, for a summary message.
+    pub summary_id: String,
+}
+
+impl std::fmt::Debug for CompactionRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompactionRequest")
+            .field("messages", &self.messages.len())
+            .field("reason", &self.reason)
+            .field("attempt", &self.attempt)
+            .field("summary_id", &self.summary_id)
+            .finish()
+    }
 }
 
 /// What a compaction callback did: which messages it replaced and by what.
@@ -26,11 +60,13 @@ pub struct Compaction {
     pub replaced_ids: Vec<String>,
     /// A message shown where the first replaced one stood.
     pub summary: Option<UIMessage>,
+    /// Tokens of the conversation before and after; the engine counts them with the session's
+    /// counter when both are left at 0.
     pub tokens_before: u64,
     pub tokens_after: u64,
 }
 
-type CompactionFn =
+pub(crate) type CompactionFn =
     dyn Fn(CompactionRequest) -> BoxFuture<'static, Result<Compaction, HookError>> + Send + Sync;
 
 /// Recovery from a context-overflow error.
@@ -51,26 +87,110 @@ impl Default for ContextOverflow {
     }
 }
 
+/// The proactive overflow guard: compact between steps before the context fills up, instead of
+/// waiting for the provider to refuse a request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProactiveGuard {
+    /// The model's context window, in input tokens.
+    pub max_input_tokens: u64,
+    /// The share of the window at which a step's input triggers compaction (0.9).
+    pub headroom: f64,
+    /// How many proactive compactions one turn may run (1).
+    pub max_compactions: u32,
+}
+
+impl ProactiveGuard {
+    /// A guard for a window of `max_input_tokens`, with headroom 0.9 and one compaction a turn.
+    pub fn new(max_input_tokens: u64) -> ProactiveGuard {
+        ProactiveGuard {
+            max_input_tokens,
+            headroom: 0.9,
+            max_compactions: 1,
+        }
+    }
+
+    /// The input-token count at which the guard compacts.
+    pub fn threshold(&self) -> u64 {
+        // Float to integer: saturating by definition, and windows are far below 2^53.
+        (self.max_input_tokens as f64 * self.headroom).ceil() as u64
+    }
+}
+
 /// The session's configuration, built in `configure_session`.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct SessionConfig {
     pub(crate) compaction: Option<Arc<CompactionFn>>,
     pub(crate) context_overflow: ContextOverflow,
+    pub(crate) proactive: Option<ProactiveGuard>,
+    pub(crate) compact_after: Option<u64>,
+    pub(crate) blocks: Vec<(String, ContextBlock)>,
+    pub(crate) cached_prompt: bool,
+    pub(crate) search_tool: bool,
+    pub(crate) counter: SharedTokenCounter,
+}
+
+impl Default for SessionConfig {
+    fn default() -> SessionConfig {
+        SessionConfig {
+            compaction: None,
+            context_overflow: ContextOverflow::default(),
+            proactive: None,
+            compact_after: None,
+            blocks: Vec::new(),
+            cached_prompt: false,
+            search_tool: false,
+            counter: Arc::new(CharEstimator),
+        }
+    }
 }
 
 impl SessionConfig {
-    /// A configuration with nothing set: no compaction, overflow recovery off.
+    /// A configuration with nothing set: no blocks, no compaction, overflow recovery off.
     pub fn new() -> SessionConfig {
         SessionConfig::default()
     }
 
-    /// The callback that shortens the conversation when it must be compacted.
+    /// Adds a context block. Once a session has blocks, its system prompt is built from them
+    /// (in the order they were added) instead of `Agent::system_prompt`. Adding a name again
+    /// replaces the earlier block in place.
+    pub fn with_context(mut self, name: impl Into<String>, block: ContextBlock) -> SessionConfig {
+        let name = name.into();
+        match self.blocks.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = block,
+            None => self.blocks.push((name, block)),
+        }
+        self
+    }
+
+    /// Freezes the built system prompt across turns so providers' prompt caches hit: block
+    /// providers run once (when a block has no value yet), and the prompt changes only when a
+    /// block changes — an event in the log.
+    pub fn with_cached_prompt(mut self) -> SessionConfig {
+        self.cached_prompt = true;
+        self
+    }
+
+    /// The callback that shortens the conversation when it must be compacted
+    /// ([`crate::compact_function`] makes a ready one).
     pub fn on_compaction<F, Fut>(mut self, f: F) -> SessionConfig
     where
         F: Fn(CompactionRequest) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Compaction, HookError>> + Send + 'static,
     {
         self.compaction = Some(Arc::new(move |req| Box::pin(f(req))));
+        self
+    }
+
+    /// Compacts before a turn whenever the conversation holds more than `tokens` (counted with
+    /// the session's token counter).
+    pub fn compact_after(mut self, tokens: u64) -> SessionConfig {
+        self.compact_after = Some(tokens);
+        self
+    }
+
+    /// Counts tokens with `counter` instead of the four-characters-a-token estimate.
+    pub fn token_counter(mut self, counter: impl TokenCounter + 'static) -> SessionConfig {
+        self.counter = Arc::new(counter);
         self
     }
 
@@ -83,14 +203,46 @@ impl SessionConfig {
         self
     }
 
+    /// Turns the proactive overflow guard on.
+    pub fn proactive(mut self, guard: ProactiveGuard) -> SessionConfig {
+        self.proactive = Some(guard);
+        self
+    }
+
+    /// Offers the model a `search_messages` tool over the session's history.
+    pub fn with_search_tool(mut self) -> SessionConfig {
+        self.search_tool = true;
+        self
+    }
+
     /// The overflow recovery settings.
     pub fn overflow(&self) -> ContextOverflow {
         self.context_overflow
     }
 
+    /// The proactive guard, when on.
+    pub fn proactive_guard(&self) -> Option<ProactiveGuard> {
+        self.proactive
+    }
+
     /// Whether a compaction callback is registered.
     pub fn has_compaction(&self) -> bool {
         self.compaction.is_some()
+    }
+
+    /// The context blocks, in prompt order.
+    pub fn blocks(&self) -> &[(String, ContextBlock)] {
+        &self.blocks
+    }
+
+    /// The session's token counter.
+    pub fn counter(&self) -> &SharedTokenCounter {
+        &self.counter
+    }
+
+    /// The block called `name`.
+    pub(crate) fn block(&self, name: &str) -> Option<&ContextBlock> {
+        self.blocks.iter().find(|(n, _)| n == name).map(|(_, b)| b)
     }
 }
 
@@ -99,6 +251,31 @@ impl std::fmt::Debug for SessionConfig {
         f.debug_struct("SessionConfig")
             .field("compaction", &self.compaction.is_some())
             .field("context_overflow", &self.context_overflow)
+            .field("proactive", &self.proactive)
+            .field("compact_after", &self.compact_after)
+            .field(
+                "blocks",
+                &self
+                    .blocks
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("cached_prompt", &self.cached_prompt)
+            .field("search_tool", &self.search_tool)
             .finish()
     }
+}
+
+/// The tools the session itself offers (the second layer of the merge, after the agent's):
+/// `update_context` when a block is writable, `search_messages` when asked for.
+pub(crate) fn session_tools(inner: &std::sync::Arc<crate::session::Inner>) -> crate::tool::ToolSet {
+    let mut tools = crate::tool::ToolSet::new();
+    for tool in crate::context_blocks::update_context_tool(inner)
+        .into_iter()
+        .chain(crate::search::search_tool(inner))
+    {
+        tools = tools.with(tool);
+    }
+    tools
 }

@@ -634,10 +634,12 @@ impl TurnRun<'_> {
         let inner = self.inner;
         let agent = &inner.agent;
         let mut tools = agent.tools();
+        tools.merge(&crate::session_config::session_tools(inner));
         for spec in &self.spec.client_tools {
             tools.insert(ToolEntry::Client(spec.clone()));
         }
         tools.merge(&self.spec.caller_tools);
+        crate::compaction::compact_if_over_threshold(inner, self.tid()).await?;
         let mut messages = inner.recorder.read(|s| to_model_messages(&s.messages));
         truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
         if messages.is_empty() {
@@ -646,9 +648,15 @@ impl TurnRun<'_> {
                 "the conversation is empty: there is nothing to send to the model",
             )));
         }
+        let refresh = !inner.config.cached_prompt;
+        let system =
+            match crate::context_blocks::build_system_prompt(inner, self.tid(), refresh).await? {
+                Some(system) => system,
+                None => agent.system_prompt(),
+            };
         let defaults = TurnDefaults {
             model: agent.model(),
-            system: agent.system_prompt(),
+            system,
             messages,
             tools,
             max_steps: agent.max_steps(),
@@ -845,49 +853,16 @@ impl TurnRun<'_> {
 
     /// Runs the compaction callback; returns whether the history got shorter.
     async fn compact(&mut self, attempt: u32) -> Result<bool, EngineError> {
-        let messages = self.inner.recorder.read(|s| s.messages.clone());
-        let result = match &self.inner.config.compaction {
-            Some(compaction) => {
-                let request = crate::session_config::CompactionRequest {
-                    messages: messages.clone(),
-                    reason: CompactionReason::Reactive,
-                    attempt,
-                };
-                // A failed callback is logged as `hook_failed` and shortens nothing.
-                guard_hook(
-                    self.inner,
-                    self.tid(),
-                    HookName::OnCompaction,
-                    compaction(request),
-                )
-                .await?
-                .unwrap_or_default()
-            }
-            None => Default::default(),
-        };
-        let mut replaced: Vec<String> = Vec::new();
-        for id in result.replaced_ids {
-            if messages.iter().any(|m| m.id == id) && !replaced.contains(&id) {
-                replaced.push(id);
-            }
-        }
-        let after =
-            messages.len().saturating_sub(replaced.len()) + usize::from(result.summary.is_some());
-        let shortened = !replaced.is_empty() && after < messages.len();
-        self.append(Event::CompactionApplied {
-            reason: CompactionReason::Reactive,
-            attempt,
-            shortened,
-            replaced_ids: if shortened { replaced } else { Vec::new() },
-            summary: if shortened { result.summary } else { None },
-            tokens_before: result.tokens_before,
-            tokens_after: result.tokens_after,
-        })?;
-        self.inner.recorder.flush().await?;
-        Ok(shortened)
+        crate::compaction::apply(self.inner, self.tid(), CompactionReason::Reactive, attempt).await
     }
 
     async fn run_steps(&mut self, resolved: &ResolvedTurn) -> Result<StepsEnd, EngineError> {
+        let mut resolved = std::borrow::Cow::Borrowed(resolved);
+        let overridden = resolved
+            .overrides
+            .iter()
+            .any(|o| o == "messages" || o.ends_with(":messages"));
+        let mut compactions = 0;
         let mut step = 0;
         loop {
             let span = tracing::info_span!(
@@ -904,11 +879,26 @@ impl TurnRun<'_> {
                 mull.step = step,
             );
             match self
-                .run_step(resolved, step, &span)
+                .run_step(&resolved, step, &span)
                 .instrument(span.clone())
                 .await?
             {
-                StepEnd::Continue => step += 1,
+                StepEnd::Continue => {
+                    step += 1;
+                    let last = self.steps.last();
+                    let tid = Some(self.turn_id.as_str());
+                    let guarded = crate::compaction::proactive(
+                        self.inner,
+                        tid,
+                        last,
+                        &mut compactions,
+                        overridden,
+                    )
+                    .await?;
+                    if let Some(messages) = guarded {
+                        resolved.to_mut().messages = messages;
+                    }
+                }
                 StepEnd::Stop => return Ok(StepsEnd::Completed),
                 StepEnd::Aborted => return Ok(StepsEnd::Aborted),
                 StepEnd::Failed(error) => return Ok(StepsEnd::Failed(error)),

@@ -1,0 +1,464 @@
+//! Context blocks: named pieces of the system prompt. A block is either *provided* (an async
+//! closure computes it) or *writable* (the model updates it through the `update_context` tool,
+//! or the application through [`Session::set_context_block`]), within a token budget.
+//!
+//! Block values live in the log: every new value is a `context_block_updated` event and the
+//! projection ([`mull_store::SessionState::context_blocks`]) holds the current ones. The system
+//! prompt is rendered from the projection, so a replay of the log rebuilds the same prompt. A
+//! provider's value is recorded only when it differs from the current one. Without a cached
+//! prompt, providers run before every turn; with one, they run only for a block that has no
+//! value yet (or on [`Session::refresh_context_blocks`]), so the prompt stays byte-identical
+//! until a block changes.
+//!
+//! A write by the model takes effect from the next turn: a turn's prompt is fixed when the turn
+//! is configured.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use mull_core::{ContextBlockSource, Event, HookName, TurnStatus};
+use serde_json::{json, Value};
+
+use crate::error::{EngineError, HookError};
+use crate::session::{Inner, Session};
+use crate::session_config::SessionConfig;
+use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
+
+/// The name of the tool through which the model writes a block.
+pub const UPDATE_CONTEXT_TOOL: &str = "update_context";
+
+type ProviderFn = dyn Fn() -> BoxFuture<'static, Result<String, HookError>> + Send + Sync;
+
+/// Computes a block's value (e.g. from a file, a database, the time of day).
+#[derive(Clone)]
+pub struct BlockProvider(Arc<ProviderFn>);
+
+impl BlockProvider {
+    /// A provider from an async closure.
+    pub fn new<F, Fut>(f: F) -> BlockProvider
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, HookError>> + Send + 'static,
+    {
+        BlockProvider(Arc::new(move || f().boxed()))
+    }
+
+    async fn get(&self) -> Result<String, HookError> {
+        (self.0)().await
+    }
+}
+
+impl std::fmt::Debug for BlockProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BlockProvider(..)")
+    }
+}
+
+/// One named piece of the system prompt.
+#[derive(Debug, Clone, Default)]
+pub struct ContextBlock {
+    /// Computes the value; a block without one is written by the model or the application.
+    pub provider: Option<BlockProvider>,
+    /// What the block holds, shown to the model (and in the `update_context` tool).
+    pub description: Option<String>,
+    /// The most tokens a written value may have.
+    pub max_tokens: Option<u64>,
+    /// A block without a provider that only the application may write.
+    pub read_only: bool,
+}
+
+impl ContextBlock {
+    /// A block computed by `f` before turns.
+    pub fn provided<F, Fut>(f: F) -> ContextBlock
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, HookError>> + Send + 'static,
+    {
+        ContextBlock {
+            provider: Some(BlockProvider::new(f)),
+            ..ContextBlock::default()
+        }
+    }
+
+    /// A block the model may rewrite, described for it and held to `max_tokens`.
+    pub fn writable(description: impl Into<String>, max_tokens: u64) -> ContextBlock {
+        ContextBlock {
+            description: Some(description.into()),
+            max_tokens: Some(max_tokens),
+            ..ContextBlock::default()
+        }
+    }
+
+    /// Sets the description.
+    pub fn with_description(mut self, description: impl Into<String>) -> ContextBlock {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Sets the token budget.
+    pub fn with_max_tokens(mut self, max_tokens: u64) -> ContextBlock {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// Keeps the model from writing the block (the application still may).
+    pub fn read_only(mut self) -> ContextBlock {
+        self.read_only = true;
+        self
+    }
+
+    /// Whether the model may write the block.
+    pub fn is_writable(&self) -> bool {
+        self.provider.is_none() && !self.read_only
+    }
+}
+
+/// A write that was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    #[error("no context block {block:?} (the session has: {known})")]
+    UnknownBlock { block: String, known: String },
+    #[error("context block {block:?} is not writable by the model")]
+    NotWritable { block: String },
+    #[error(
+        "content for context block {block:?} is {tokens} tokens; the block allows at most {max_tokens}"
+    )]
+    OverBudget {
+        block: String,
+        tokens: u64,
+        max_tokens: u64,
+    },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Checks a write against the block's existence, writability and budget; returns its tokens.
+fn check_write(
+    config: &SessionConfig,
+    block: &str,
+    content: &str,
+    by_model: bool,
+) -> Result<u64, ContextError> {
+    let Some(spec) = config.block(block) else {
+        let known: Vec<&str> = config.blocks.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(ContextError::UnknownBlock {
+            block: block.to_owned(),
+            known: known.join(", "),
+        });
+    };
+    if by_model && !spec.is_writable() {
+        return Err(ContextError::NotWritable {
+            block: block.to_owned(),
+        });
+    }
+    let tokens = config.counter.count_text(content);
+    match spec.max_tokens {
+        Some(max_tokens) if tokens > max_tokens => Err(ContextError::OverBudget {
+            block: block.to_owned(),
+            tokens,
+            max_tokens,
+        }),
+        _ => Ok(tokens),
+    }
+}
+
+/// Renders the system prompt from the blocks' current values, in the order they were added.
+/// A block with no value is left out unless the model may write it.
+pub(crate) fn render(config: &SessionConfig, values: &BTreeMap<String, String>) -> String {
+    let mut sections = Vec::new();
+    for (name, block) in &config.blocks {
+        let value = values.get(name).map(String::as_str).unwrap_or("");
+        if value.is_empty() && !block.is_writable() {
+            continue;
+        }
+        let mut section = format!("## {name}");
+        if let Some(description) = &block.description {
+            section.push('\n');
+            section.push_str(description);
+        }
+        if block.is_writable() {
+            let used = config.counter.count_text(value);
+            let budget = match block.max_tokens {
+                Some(max) => format!("{used}/{max} tokens"),
+                None => format!("{used} tokens"),
+            };
+            section.push_str(&format!(
+                "\n(Writable with the {UPDATE_CONTEXT_TOOL} tool; {budget}.)"
+            ));
+        }
+        section.push('\n');
+        section.push_str(if value.is_empty() { "(empty)" } else { value });
+        sections.push(section);
+    }
+    sections.join("\n\n")
+}
+
+/// The system prompt of the session's blocks for the turn about to be configured, or `None`
+/// when the session has no blocks. Providers run (all of them when `refresh`, else only for
+/// blocks without a value); each value that differs from the current one is recorded first.
+/// A failing provider is a `hook_failed` event and its block keeps its current value.
+pub(crate) async fn build_system_prompt(
+    inner: &Arc<Inner>,
+    turn_id: Option<&str>,
+    refresh: bool,
+) -> Result<Option<String>, EngineError> {
+    let config = &inner.config;
+    if config.blocks.is_empty() {
+        return Ok(None);
+    }
+    for (name, block) in &config.blocks {
+        let Some(provider) = &block.provider else {
+            continue;
+        };
+        let current = inner.recorder.read(|s| s.context_blocks.get(name).cloned());
+        if current.is_some() && !refresh {
+            continue;
+        }
+        match std::panic::AssertUnwindSafe(provider.get())
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(value)) if current.as_ref() != Some(&value) => {
+                inner.recorder.append(
+                    turn_id,
+                    Event::ContextBlockUpdated {
+                        block: name.clone(),
+                        content: value,
+                        source: ContextBlockSource::Provider,
+                        call_id: None,
+                    },
+                )?;
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => record_provider_failure(inner, turn_id, name, error.to_string())?,
+            Err(_) => record_provider_failure(inner, turn_id, name, "panicked".to_owned())?,
+        }
+    }
+    inner.recorder.flush().await?;
+    Ok(Some(
+        inner.recorder.read(|s| render(config, &s.context_blocks)),
+    ))
+}
+
+fn record_provider_failure(
+    inner: &Arc<Inner>,
+    turn_id: Option<&str>,
+    block: &str,
+    error: String,
+) -> Result<(), EngineError> {
+    inner.recorder.append(
+        turn_id,
+        Event::HookFailed {
+            hook: HookName::ConfigureSession,
+            source: format!("context_block:{block}"),
+            error,
+            panicked: false,
+            timed_out: false,
+        },
+    )?;
+    Ok(())
+}
+
+/// Records a checked write.
+async fn write(
+    inner: &Arc<Inner>,
+    block: &str,
+    content: &str,
+    source: ContextBlockSource,
+    call_id: Option<String>,
+) -> Result<(), EngineError> {
+    let turn_id = inner.recorder.read(|s| {
+        s.turns
+            .iter()
+            .rev()
+            .find(|t| t.status == TurnStatus::Running)
+            .and_then(|t| t.turn_id.clone())
+    });
+    inner.recorder.append(
+        turn_id.as_deref(),
+        Event::ContextBlockUpdated {
+            block: block.to_owned(),
+            content: content.to_owned(),
+            source,
+            call_id,
+        },
+    )?;
+    inner.recorder.flush().await
+}
+
+impl Session {
+    /// The current value of every context block.
+    pub fn context_blocks(&self) -> BTreeMap<String, String> {
+        self.read_state(|s| s.context_blocks.clone())
+    }
+
+    /// Sets a block's value as the application (any declared block, held to its budget). The
+    /// next turn's prompt shows it.
+    pub async fn set_context_block(&self, block: &str, content: &str) -> Result<(), ContextError> {
+        check_write(&self.inner.config, block, content, false)?;
+        write(
+            &self.inner,
+            block,
+            content,
+            ContextBlockSource::Application,
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The system prompt built from the blocks' current values (what the next turn of a cached
+    /// prompt sends), or `None` when the session has no blocks.
+    pub fn context_prompt(&self) -> Option<String> {
+        let config = &self.inner.config;
+        (!config.blocks.is_empty()).then(|| self.read_state(|s| render(config, &s.context_blocks)))
+    }
+
+    /// Runs every block provider now and records the values that changed (a cached prompt picks
+    /// them up from the next turn).
+    pub async fn refresh_context_blocks(&self) -> Result<(), EngineError> {
+        build_system_prompt(&self.inner, None, true)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// The `update_context` tool: the model rewrites one writable block.
+struct UpdateContextTool {
+    inner: Weak<Inner>,
+    description: String,
+    schema: Value,
+}
+
+/// The `update_context` tool when the session has a writable block.
+pub(crate) fn update_context_tool(inner: &Arc<Inner>) -> Option<Arc<dyn Tool>> {
+    let writable: Vec<(&String, &ContextBlock)> = inner
+        .config
+        .blocks
+        .iter()
+        .filter(|(_, b)| b.is_writable())
+        .map(|(n, b)| (n, b))
+        .collect();
+    if writable.is_empty() {
+        return None;
+    }
+    let mut description = String::from(
+        "Replaces the whole content of a context block of your system prompt. Blocks:",
+    );
+    for (name, block) in &writable {
+        description.push_str(&format!("\n- {name}"));
+        if let Some(d) = &block.description {
+            description.push_str(&format!(": {d}"));
+        }
+        if let Some(max) = block.max_tokens {
+            description.push_str(&format!(" (at most {max} tokens)"));
+        }
+    }
+    let names: Vec<&String> = writable.iter().map(|(n, _)| *n).collect();
+    Some(Arc::new(UpdateContextTool {
+        inner: Arc::downgrade(inner),
+        description,
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "block": {"type": "string", "enum": names},
+                "content": {"type": "string", "description": "The block's new content, in full."}
+            },
+            "required": ["block", "content"],
+            "additionalProperties": false
+        }),
+    }))
+}
+
+#[async_trait]
+impl Tool for UpdateContextTool {
+    fn name(&self) -> &str {
+        UPDATE_CONTEXT_TOOL
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+    async fn execute(&self, input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
+        let inner = self
+            .inner
+            .upgrade()
+            .ok_or("the session of this tool is closed")?;
+        let block = input.get("block").and_then(Value::as_str).unwrap_or("");
+        let content = input.get("content").and_then(Value::as_str).unwrap_or("");
+        let tokens = check_write(&inner.config, block, content, true)?;
+        write(
+            &inner,
+            block,
+            content,
+            ContextBlockSource::Model,
+            Some(call.call_id.clone()),
+        )
+        .await?;
+        let max_tokens = inner.config.block(block).and_then(|b| b.max_tokens);
+        Ok(ToolOutput::Value(
+            json!({"block": block, "tokens": tokens, "max_tokens": max_tokens}),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> SessionConfig {
+        SessionConfig::new()
+            .with_context(
+                "soul",
+                ContextBlock::provided(|| async { Ok("Be kind.".to_owned()) }),
+            )
+            .with_context("memory", ContextBlock::writable("Facts about the user.", 3))
+            .with_context("notes", ContextBlock::default().read_only())
+    }
+
+    #[test]
+    fn the_prompt_renders_blocks_in_order_and_skips_empty_read_only_ones() {
+        let mut values = BTreeMap::new();
+        values.insert("soul".to_owned(), "Be kind.".to_owned());
+        let prompt = render(&config(), &values);
+        assert_eq!(
+            prompt,
+            "## soul\nBe kind.\n\n## memory\nFacts about the user.\n\
+             (Writable with the update_context tool; 0/3 tokens.)\n(empty)"
+        );
+        values.insert("memory".to_owned(), "Tea.".to_owned());
+        assert!(render(&config(), &values).ends_with("1/3 tokens.)\nTea."));
+    }
+
+    #[test]
+    fn writes_are_checked_for_block_writability_and_budget() {
+        let c = config();
+        assert_eq!(check_write(&c, "memory", "Likes tea.", true).ok(), Some(3));
+        let over = check_write(&c, "memory", "Likes tea and long walks.", true)
+            .expect_err("over budget")
+            .to_string();
+        assert!(
+            over.contains("\"memory\"") && over.contains("at most 3"),
+            "{over}"
+        );
+        assert!(matches!(
+            check_write(&c, "soul", "x", true),
+            Err(ContextError::NotWritable { .. })
+        ));
+        assert!(matches!(
+            check_write(&c, "notes", "x", true),
+            Err(ContextError::NotWritable { .. })
+        ));
+        assert!(check_write(&c, "notes", "x", false).is_ok());
+        let unknown = check_write(&c, "diary", "x", true)
+            .expect_err("unknown")
+            .to_string();
+        assert!(unknown.contains("soul, memory, notes"), "{unknown}");
+    }
+}
