@@ -281,6 +281,14 @@ fn script(part_delay: Duration) -> ScriptedModel {
         .build()
 }
 
+/// The demo's agent, unpaced: what a recorded demo session is re-executed against.
+pub fn agent() -> Arc<dyn Agent> {
+    Arc::new(TravelDesk {
+        model: script(Duration::ZERO),
+        paced: false,
+    })
+}
+
 /// Runs the demo's three turns into `log` under `options.session_id`.
 pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoError> {
     let session_id = options.session_id.clone();

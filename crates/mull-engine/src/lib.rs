@@ -23,6 +23,7 @@ pub mod context_blocks;
 pub mod error;
 pub mod extension;
 mod recorder;
+pub mod replay;
 pub mod search;
 pub mod session;
 pub mod session_config;
@@ -46,6 +47,7 @@ pub use extension::{
     StepSnapshot, ToolCallSnapshot, ToolResultSnapshot, TurnConfigPatch, TurnSnapshot,
 };
 pub use search::{SearchError, SearchHit, SEARCH_TOOL};
+pub use replay::{reexecute, Divergence, Recording, ReplayError, ReplayOptions, ReplayReport};
 pub use session::{
     ChatStream, ClientToolOutcome, OutcomeStatus, Session, SessionOptions, SubmissionResult,
     SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,
