@@ -5,6 +5,7 @@
 
 mod log;
 mod report;
+mod turns;
 
 use clap::{Parser, Subcommand};
 
@@ -23,11 +24,18 @@ enum Bench {
     /// The tailing side of the tail-latency bench, run as a child process.
     #[command(hide = true)]
     LogTailChild(log::TailChildArgs),
+    /// The engine per streamed chunk: the AI SDK peer's three turn shapes, every chunk logged.
+    Turns(turns::TurnsArgs),
+    /// One measured run of one turn shape, run as a child process.
+    #[command(hide = true)]
+    TurnsCell(turns::CellArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().bench {
         Bench::Log(args) => log::run(&args),
         Bench::LogTailChild(args) => log::tail_child(&args),
+        Bench::Turns(args) => turns::run(&args),
+        Bench::TurnsCell(args) => turns::cell(&args),
     }
 }
