@@ -17,10 +17,11 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use mull_core::{
-    to_model_messages, truncate_for_context, CompactionReason, Event, HookName, ModelMessage, Role,
-    StepRecord, ToolPartState, UIMessage, UIPart,
+    to_model_messages, truncate_for_context, CompactionReason, Event, HookName, LanguageModel,
+    ModelMessage, ModelRequest, ModelRole, Role, StepRecord, StreamPart, ToolPartState, UIMessage,
+    UIPart,
 };
 use serde_json::json;
 
@@ -40,6 +41,31 @@ where
     Fut: Future<Output = Result<String, HookError>> + Send + 'static,
 {
     Arc::new(move |prompt| f(prompt).boxed())
+}
+
+/// A [`Summarizer`] that asks `model`: the prompt as one user message, the streamed text as
+/// the summary. An error from the model (refused request, in-band error part, cut stream)
+/// fails the compaction, which then shortens nothing.
+pub fn model_summarizer(model: Arc<dyn LanguageModel>) -> Summarizer {
+    summarizer(move |prompt| {
+        let model = Arc::clone(&model);
+        async move {
+            let request = ModelRequest {
+                messages: vec![ModelMessage::text(ModelRole::User, prompt)],
+                ..ModelRequest::default()
+            };
+            let mut stream = model.stream(request).await?;
+            let mut text = String::new();
+            while let Some(part) = stream.next().await {
+                match part? {
+                    StreamPart::TextDelta { text: delta, .. } => text.push_str(&delta),
+                    StreamPart::Error { message } => return Err(message.into()),
+                    _ => {}
+                }
+            }
+            Ok(text)
+        }
+    })
 }
 
 /// How [`compact_function`] compacts.

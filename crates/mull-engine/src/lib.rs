@@ -34,7 +34,9 @@ pub mod transform;
 mod turn;
 
 pub use agent::Agent;
-pub use compaction::{compact_function, summarizer, CompactOptions, Summarizer};
+pub use compaction::{
+    compact_function, model_summarizer, summarizer, CompactOptions, Summarizer, SUMMARY_PREFIX,
+};
 pub use config::{ModelChoice, StepConfig, Timeout, TurnConfig};
 pub use context::{
     ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, StepContext,
