@@ -284,7 +284,7 @@ async fn without_a_cached_prompt_providers_run_every_turn_and_only_changes_are_r
             "clock",
             ContextBlock::provided(move || {
                 let n = turn.fetch_add(1, Ordering::SeqCst);
-                async move { Ok(format!("Day {}", (n + 1) / 2)) }
+                async move { Ok(format!("Day {}", n.div_ceil(2))) }
             })
             .with_description("What day it is."),
         )
