@@ -41,6 +41,10 @@ enum Command {
     Replay {
         /// The JSONL file.
         file: PathBuf,
+        /// Re-execute the demo agent over the log instead, and exit 1 at the first event that
+        /// differs.
+        #[arg(long)]
+        check: bool,
     },
     /// Counts of a log: sessions, turns, events by kind, tokens.
     Stats {
@@ -59,7 +63,13 @@ fn main() -> Result<()> {
         Command::Dash(args) => cli::dash::run(args),
         Command::Export { db, session } => cli::export::run(&db, session.as_deref()),
         Command::Import { file, db } => cli::import::run(&file, &db),
-        Command::Replay { file } => cli::replay::run(&file),
+        Command::Replay { file, check: false } => cli::replay::run(&file),
+        Command::Replay { file, check: true } => {
+            if !cli::check::run(&file)? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Stats { db } => cli::stats::run(&db),
         Command::GenBenchLog(args) => cli::gen_bench_log::run(args),
     }

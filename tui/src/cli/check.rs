@@ -1,0 +1,77 @@
+//! `mull replay --check FILE`: re-executes the demo agent over every session of a recorded
+//! JSONL log, with model output, tool results, time and ids served from the log, and says
+//! whether today's code writes the same events.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use mull::engine::replay::{reexecute, Recording, ReplayOptions};
+use mull::providers::replay::ReplayModel;
+use mull_store::{import_jsonl, Log, LogReader};
+
+/// Replays every session of `file`; prints the verdict and returns whether all were identical.
+pub fn run(file: &Path) -> Result<bool> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the replay's runtime")?;
+    runtime.block_on(check(file))
+}
+
+async fn check(file: &Path) -> Result<bool> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let recorded_db = dir.path().join("recorded.db");
+    let recorded =
+        Log::open(&recorded_db).with_context(|| format!("opening {}", recorded_db.display()))?;
+    let input =
+        BufReader::new(File::open(file).with_context(|| format!("opening {}", file.display()))?);
+    import_jsonl(input, &file.display().to_string(), &recorded)?;
+    recorded
+        .close()
+        .with_context(|| format!("committing {}", recorded_db.display()))?;
+    let reader = LogReader::open(&recorded_db)?;
+    let sessions = reader.sessions()?;
+    if sessions.is_empty() {
+        anyhow::bail!("{}: the log holds no session to replay", file.display());
+    }
+    let replayed_db = dir.path().join("replayed.db");
+    let replayed =
+        Log::open(&replayed_db).with_context(|| format!("opening {}", replayed_db.display()))?;
+    let mut identical = true;
+    let mut events = 0;
+    for session in sessions {
+        let recording = Recording::read(&reader, &session.session_id)
+            .with_context(|| format!("{}: session {}", file.display(), session.session_id))?;
+        let model = ReplayModel::from_envelopes(recording.envelopes().to_vec())
+            .with_context(|| format!("{}: session {}", file.display(), session.session_id))?;
+        let report = reexecute(
+            &replayed,
+            mull::demo::agent(),
+            Arc::new(model),
+            &recording,
+            ReplayOptions::default(),
+        )
+        .await
+        .with_context(|| format!("{}: session {}", file.display(), session.session_id))?;
+        events += report.expected_events;
+        if let Some(divergence) = report.divergence {
+            identical = false;
+            println!(
+                "diverged: session {} of {}\n{divergence}",
+                report.session_id,
+                file.display()
+            );
+        }
+    }
+    replayed
+        .close()
+        .with_context(|| format!("committing {}", replayed_db.display()))?;
+    if identical {
+        println!("identical: {events} events");
+    }
+    Ok(identical)
+}
