@@ -78,7 +78,9 @@ fn a_full_disk_fails_the_commit_naming_it_and_loses_nothing_flushed() {
     let exe = std::env::current_exe().expect("test binary");
     let output = Command::new("bash")
         .arg("-c")
-        .arg(format!("trap '' XFSZ; ulimit -f {LIMIT_KIB}; exec \"$0\" \"$@\""))
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f {LIMIT_KIB}; exec \"$0\" \"$@\""
+        ))
         .arg(exe)
         .args(["--exact", "disk_child", "--nocapture", "--test-threads=1"])
         .env(DB, &db)
@@ -88,7 +90,11 @@ fn a_full_disk_fails_the_commit_naming_it_and_loses_nothing_flushed() {
         .expect("spawns the child")
         .wait_with_output()
         .expect("the child ends");
-    assert!(output.status.success(), "the child died: {:?}", output.status);
+    assert!(
+        output.status.success(),
+        "the child died: {:?}",
+        output.status
+    );
     let mut barrier = 0u64;
     let mut failed = None;
     let mut refused = None;
@@ -113,13 +119,20 @@ fn a_full_disk_fails_the_commit_naming_it_and_loses_nothing_flushed() {
         failed.contains("disk") || failed.contains("full"),
         "the failure must name the cause: {failed}"
     );
-    assert_eq!(refused.as_deref(), Some(failed.as_str()), "later appends give the same cause");
+    assert_eq!(
+        refused.as_deref(),
+        Some(failed.as_str()),
+        "later appends give the same cause"
+    );
     assert!(barrier > 0, "no barrier completed before the disk filled");
 
     // Nothing flushed is lost, seqs are contiguous, and the log takes writes again.
     let reader = LogReader::open(&db).expect("the log opens after the fault");
     let max = reader.max_seq().expect("max");
-    assert!(max >= barrier, "max seq {max} is before the last barrier {barrier}");
+    assert!(
+        max >= barrier,
+        "max seq {max} is before the last barrier {barrier}"
+    );
     let events = reader.range(1, max).expect("reads every event");
     assert_eq!(events.len() as u64, max, "seqs are contiguous");
     let log = match Log::open(&db) {
@@ -128,8 +141,17 @@ fn a_full_disk_fails_the_commit_naming_it_and_loses_nothing_flushed() {
         Err(err) => panic!("reopening failed: {err}"),
     };
     let env = log
-        .append("sess_disk", None, FixedClock::at_fixture_epoch().now(), delta(0))
+        .append(
+            "sess_disk",
+            None,
+            FixedClock::at_fixture_epoch().now(),
+            delta(0),
+        )
         .expect("appends after the fault");
-    assert_eq!(env.seq, max + 1, "seqs continue after the last committed one");
+    assert_eq!(
+        env.seq,
+        max + 1,
+        "seqs continue after the last committed one"
+    );
     log.close().expect("commits");
 }

@@ -25,8 +25,12 @@ fn runner(cases: u32) -> TestRunner {
 }
 
 fn corpus(rel: &str) -> Vec<u8> {
-    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/badinput").join(rel))
-        .expect("reads the corpus")
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/badinput")
+            .join(rel),
+    )
+    .expect("reads the corpus")
 }
 
 /// Edits of a valid input: cut it, overwrite a byte, insert bytes, or splice in another input.
@@ -42,7 +46,10 @@ fn edits() -> impl Strategy<Value = Vec<Edit>> {
     let edit = prop_oneof![
         any::<usize>().prop_map(Edit::Truncate),
         (any::<usize>(), any::<u8>()).prop_map(|(at, b)| Edit::Overwrite(at, b)),
-        (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..12))
+        (
+            any::<usize>(),
+            proptest::collection::vec(any::<u8>(), 1..12)
+        )
             .prop_map(|(at, bytes)| Edit::Insert(at, bytes)),
         (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Edit::Splice(a, b)),
     ];
@@ -79,13 +86,18 @@ fn apply(base: &[u8], donor: &[u8], edits: &[Edit]) -> Vec<u8> {
 
 /// Every corpus file of one wire format, valid and not.
 fn wire_corpus(wire: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/badinput/sse").join(wire);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/badinput/sse")
+        .join(wire);
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .expect("lists the corpus")
         .map(|e| e.expect("entry").path())
         .collect();
     files.sort();
-    files.into_iter().map(|p| std::fs::read(p).expect("reads")).collect()
+    files
+        .into_iter()
+        .map(|p| std::fs::read(p).expect("reads"))
+        .collect()
 }
 
 fn sse_property(wire: Wire, name: &str) {
@@ -193,9 +205,12 @@ fn jsonl_import_is_all_or_nothing_and_round_trips_on_edited_files() {
     // The untouched valid file is imported and round-trips.
     targets::jsonl_import(&inputs[0]);
     runner(64)
-        .run(&(0..inputs.len(), 0..inputs.len(), edits()), |(base, donor, edits)| {
-            targets::jsonl_import(&apply(&inputs[base], &inputs[donor], &edits));
-            Ok(())
-        })
+        .run(
+            &(0..inputs.len(), 0..inputs.len(), edits()),
+            |(base, donor, edits)| {
+                targets::jsonl_import(&apply(&inputs[base], &inputs[donor], &edits));
+                Ok(())
+            },
+        )
         .expect("edited JSONL");
 }

@@ -6,9 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use mull_core::{
-    Clock, EntryPath, Event, FixedClock, StreamPart, TurnStatus, UIMessage, Usage,
-};
+use mull_core::{Clock, EntryPath, Event, FixedClock, StreamPart, TurnStatus, UIMessage, Usage};
 use mull_store::{writer::lock_path, Log};
 
 /// Events in the damaged logs: enough pages that damage in the middle hits rows.

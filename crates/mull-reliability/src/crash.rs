@@ -30,8 +30,8 @@ use anyhow::{bail, ensure, Context};
 use async_trait::async_trait;
 use futures::StreamExt;
 use mull_core::{
-    Event, FinishReason, LanguageModel, ModelError, ModelRequest, ModelRole,
-    ModelStream, StreamPart, SubmissionStatus, ToolPartState, TurnStatus, UIMessage, UIPart, Usage,
+    Event, FinishReason, LanguageModel, ModelError, ModelRequest, ModelRole, ModelStream,
+    StreamPart, SubmissionStatus, ToolPartState, TurnStatus, UIMessage, UIPart, Usage,
 };
 use mull_engine::{Agent, FnTool, Session, SessionOptions, SubmitOptions, ToolSet, TurnOptions};
 use mull_store::{Log, LogReader, SubmissionPhase};
@@ -169,7 +169,9 @@ impl Agent for EffectAgent {
                             .create(true)
                             .append(true)
                             .open(&effects)?;
-                        writeln!(file, "{}", call.call_id)?;
+                        // One write of the whole line: with O_APPEND it lands whole or not at
+                        // all, so a kill cannot leave half a line for the next writer to join.
+                        file.write_all(format!("{}\n", call.call_id).as_bytes())?;
                         drop(file);
                         tokio::time::sleep(delay).await;
                         Ok(serde_json::json!({"wrote": input}))
@@ -185,7 +187,10 @@ impl Agent for EffectAgent {
 /// How fast the child's turns go.
 fn child_agent(effects: &Path) -> Arc<EffectAgent> {
     Arc::new(EffectAgent::new(
-        EffectModel::new(format!("call_{}", std::process::id()), Duration::from_millis(1)),
+        EffectModel::new(
+            format!("call_{}", std::process::id()),
+            Duration::from_millis(1),
+        ),
         effects.to_owned(),
         Duration::from_millis(3),
     ))
@@ -199,7 +204,8 @@ pub fn child_main(db: &Path, effects: &Path) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         let log = Log::open(db)?;
-        let session = Session::open(&log, child_agent(effects), SessionOptions::new(SESSION)).await?;
+        let session =
+            Session::open(&log, child_agent(effects), SessionOptions::new(SESSION)).await?;
         println!("{READY}");
         for turn in 0u64.. {
             let message = UIMessage::user(format!("u_{}_{turn}", std::process::id()), "go on");
@@ -347,13 +353,19 @@ pub fn check_trial(db: &Path, effects: &Path, last_barrier: u64) -> anyhow::Resu
     );
     report.unbarriered_events = max - last_barrier;
     let before = reader.range(1, max).context("every event must decode")?;
-    ensure!(before.len() as u64 == max, "seqs are not contiguous: {} rows up to {max}", before.len());
+    ensure!(
+        before.len() as u64 == max,
+        "seqs are not contiguous: {} rows up to {max}",
+        before.len()
+    );
     let effects_before = read_effects(effects)?;
     report.effects = effects_before.values().sum();
     let allowed: BTreeSet<&str> = before
         .iter()
         .filter_map(|e| match &e.event {
-            Event::ToolDecided { call_id, action, .. } if action.executes() => Some(call_id.as_str()),
+            Event::ToolDecided {
+                call_id, action, ..
+            } if action.executes() => Some(call_id.as_str()),
             _ => None,
         })
         .collect();
@@ -408,7 +420,10 @@ pub fn check_trial(db: &Path, effects: &Path, last_barrier: u64) -> anyhow::Resu
             let result = tokio::time::timeout(Duration::from_secs(30), session.wait_submission(id))
                 .await
                 .with_context(|| format!("submission {id} was never resolved"))??;
-            ensure!(result.status != SubmissionStatus::Duplicate, "submission {id} became a duplicate");
+            ensure!(
+                result.status != SubmissionStatus::Duplicate,
+                "submission {id} became a duplicate"
+            );
         }
         let outcome = session
             .save_messages(
@@ -433,13 +448,20 @@ pub fn check_trial(db: &Path, effects: &Path, last_barrier: u64) -> anyhow::Resu
         "a turn is still running after recovery"
     );
     ensure!(
-        state.submissions.iter().all(|s| s.phase == SubmissionPhase::Finished),
+        state
+            .submissions
+            .iter()
+            .all(|s| s.phase == SubmissionPhase::Finished),
         "a submission is unresolved after recovery"
     );
     report.submissions_resolved = finished_submissions(&reader)?;
     let mut ids = BTreeSet::new();
     for message in &state.messages {
-        ensure!(ids.insert(message.id.clone()), "duplicate message {}", message.id);
+        ensure!(
+            ids.insert(message.id.clone()),
+            "duplicate message {}",
+            message.id
+        );
         for part in &message.parts {
             if let UIPart::Tool(tool) = part {
                 ensure!(
@@ -482,7 +504,10 @@ pub fn check_trial(db: &Path, effects: &Path, last_barrier: u64) -> anyhow::Resu
         matches!(&e.event, Event::ToolDecided { call_id, action, .. }
             if e.seq > max && action.executes() && effects_before.contains_key(call_id))
     });
-    ensure!(!executed_again, "a decision after reopening re-ran a call of the killed process");
+    ensure!(
+        !executed_again,
+        "a decision after reopening re-ran a call of the killed process"
+    );
     Ok(report)
 }
 

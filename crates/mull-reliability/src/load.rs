@@ -82,7 +82,9 @@ pub async fn run(db: &Path, plan: LoadPlan) -> anyhow::Result<LoadReport> {
     for s in 0..plan.sessions {
         let mut builder = ScriptedModel::builder("scripted-load");
         for _ in 0..plan.turns_per_session {
-            let deltas: Vec<String> = (0..plan.chunks_per_turn).map(|i| format!("w{i} ")).collect();
+            let deltas: Vec<String> = (0..plan.chunks_per_turn)
+                .map(|i| format!("w{i} "))
+                .collect();
             builder = builder.step(move |step| step.text_deltas(deltas).usage(20, 10));
         }
         let agent = Arc::new(LoadAgent {
@@ -167,17 +169,32 @@ pub fn check_log(reader: &LogReader, plan: LoadPlan) -> anyhow::Result<Vec<u64>>
                 (Event::TurnStarted { request_id, .. }, None) => {
                     open.insert(session.clone(), (env.turn_id.clone(), request_id.clone()));
                 }
-                (Event::TurnFinished { request_id, status, .. }, Some((_, running))) => {
+                (
+                    Event::TurnFinished {
+                        request_id, status, ..
+                    },
+                    Some((_, running)),
+                ) => {
                     ensure!(
                         request_id == running,
                         "seq {}: turn {request_id} of {session} finished inside {running}",
                         env.seq
                     );
-                    ensure!(*status == TurnStatus::Completed, "seq {}: turn {request_id} ended {status:?}", env.seq);
+                    ensure!(
+                        *status == TurnStatus::Completed,
+                        "seq {}: turn {request_id} ended {status:?}",
+                        env.seq
+                    );
                     open.remove(session);
                     *finished.entry(session.clone()).or_default() += 1;
                 }
-                (Event::UserMessagesSaved { request_id: Some(request_id), .. }, Some((_, running))) => {
+                (
+                    Event::UserMessagesSaved {
+                        request_id: Some(request_id),
+                        ..
+                    },
+                    Some((_, running)),
+                ) => {
                     ensure!(
                         request_id == running,
                         "seq {}: messages of {request_id} saved inside turn {running} of {session}",
@@ -198,9 +215,17 @@ pub fn check_log(reader: &LogReader, plan: LoadPlan) -> anyhow::Result<Vec<u64>>
         }
     }
     ensure!(open.is_empty(), "{} turn(s) never finished", open.len());
-    ensure!(finished.len() == plan.sessions, "{} sessions ran turns, not {}", finished.len(), plan.sessions);
+    ensure!(
+        finished.len() == plan.sessions,
+        "{} sessions ran turns, not {}",
+        finished.len(),
+        plan.sessions
+    );
     for (session, count) in &finished {
-        ensure!(*count == plan.turns_per_session, "{session} finished {count} turns");
+        ensure!(
+            *count == plan.turns_per_session,
+            "{session} finished {count} turns"
+        );
     }
     let mut durations: Vec<u64> = Vec::new();
     for s in 0..plan.sessions {

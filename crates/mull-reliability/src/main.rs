@@ -101,16 +101,32 @@ fn crash_trials(trials: u64, seed: u64, max_kill_ms: u64) -> anyhow::Result<()> 
     })?;
     println!("trials                          {}", summary.trials);
     println!("passed                          {}", summary.passed);
-    println!("killed inside a turn            {}", summary.killed_mid_turn);
-    println!("events committed after barrier  {}", summary.unbarriered_events);
+    println!(
+        "killed inside a turn            {}",
+        summary.killed_mid_turn
+    );
+    println!(
+        "events committed after barrier  {}",
+        summary.unbarriered_events
+    );
     println!("side effects                    {}", summary.effects);
-    println!("  started, not finished         {}", summary.effects_unfinished);
+    println!(
+        "  started, not finished         {}",
+        summary.effects_unfinished
+    );
     println!("tool calls repaired             {}", summary.calls_repaired);
-    println!("elapsed                         {:.1} s", summary.elapsed.as_secs_f64());
+    println!(
+        "elapsed                         {:.1} s",
+        summary.elapsed.as_secs_f64()
+    );
     for failure in &summary.failures {
         println!("FAILED {failure}");
     }
-    anyhow::ensure!(summary.failures.is_empty(), "{} trial(s) failed", summary.failures.len());
+    anyhow::ensure!(
+        summary.failures.is_empty(),
+        "{} trial(s) failed",
+        summary.failures.len()
+    );
     Ok(())
 }
 
@@ -141,13 +157,29 @@ fn load(plan: load::LoadPlan, json: bool) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    println!("sessions × turns × chunks   {} × {} × {}", plan.sessions, plan.turns_per_session, plan.chunks_per_turn);
+    println!(
+        "sessions × turns × chunks   {} × {} × {}",
+        plan.sessions, plan.turns_per_session, plan.chunks_per_turn
+    );
     println!("turns                       {}", r.turns);
     println!("events                      {}", r.events);
-    println!("elapsed                     {:.2} s", r.elapsed.as_secs_f64());
-    println!("throughput                  {:.0} turns/s, {:.0} events/s", r.turns_per_sec, r.events_per_sec);
-    println!("call latency p50 / p99      {:.1} / {:.1} ms (queueing included)", r.call_p50.as_secs_f64() * 1e3, r.call_p99.as_secs_f64() * 1e3);
-    println!("turn duration p50 / p99     {} / {} ms (turn_started → turn_finished)", r.turn_p50_ms, r.turn_p99_ms);
+    println!(
+        "elapsed                     {:.2} s",
+        r.elapsed.as_secs_f64()
+    );
+    println!(
+        "throughput                  {:.0} turns/s, {:.0} events/s",
+        r.turns_per_sec, r.events_per_sec
+    );
+    println!(
+        "call latency p50 / p99      {:.1} / {:.1} ms (queueing included)",
+        r.call_p50.as_secs_f64() * 1e3,
+        r.call_p99.as_secs_f64() * 1e3
+    );
+    println!(
+        "turn duration p50 / p99     {} / {} ms (turn_started → turn_finished)",
+        r.turn_p50_ms, r.turn_p99_ms
+    );
     match r.peak_rss_kib {
         Some(kib) => println!("peak RSS                    {:.1} MiB", kib as f64 / 1024.0),
         None => println!("peak RSS                    unknown"),

@@ -54,7 +54,11 @@ pub fn check_event_payload(v: u16, payload: &str) {
             let first = event.encode();
             let decoded = Event::decode(EVENT_VERSION, &first)
                 .unwrap_or_else(|e| panic!("re-decoding {first} failed: {e}"));
-            assert_eq!(decoded.kind(), event.kind(), "the kind survives a round trip");
+            assert_eq!(
+                decoded.kind(),
+                event.kind(),
+                "the kind survives a round trip"
+            );
             let second = decoded.encode();
             let third = Event::decode(EVENT_VERSION, &second)
                 .unwrap_or_else(|e| panic!("re-decoding {second} failed: {e}"))
@@ -63,8 +67,15 @@ pub fn check_event_payload(v: u16, payload: &str) {
         }
         Err(EventDecodeError::BadShape { kind, source }) => {
             assert!(Event::KNOWN_KINDS.contains(&kind.as_str()));
-            let text = EventDecodeError::BadShape { kind: kind.clone(), source }.to_string();
-            assert!(text.contains(&kind), "a shape error must name the kind: {text}");
+            let text = EventDecodeError::BadShape {
+                kind: kind.clone(),
+                source,
+            }
+            .to_string();
+            assert!(
+                text.contains(&kind),
+                "a shape error must name the kind: {text}"
+            );
         }
         Err(EventDecodeError::TooNew(found)) => {
             assert!(found > EVENT_VERSION && found == v);
@@ -109,7 +120,10 @@ pub fn jsonl_import(data: &[u8]) {
             other.flush_blocking().expect("flush");
             let mut second = Vec::new();
             export_jsonl(&other.reader().expect("reader"), None, &mut second).expect("export");
-            assert!(first == second, "export → import → export must be byte-identical");
+            assert!(
+                first == second,
+                "export → import → export must be byte-identical"
+            );
         }
         Err(StoreError::Jsonl {
             source_name,
@@ -119,9 +133,14 @@ pub fn jsonl_import(data: &[u8]) {
             assert_eq!(source_name, "fuzz.jsonl");
             assert!(line >= 1 && line <= lines + 1, "line {line} of {lines}");
             assert!(!message.is_empty());
-            log.flush_blocking().expect("the log still works after a refused import");
+            log.flush_blocking()
+                .expect("the log still works after a refused import");
             let reader = log.reader().expect("reader");
-            assert_eq!(reader.max_seq().expect("max"), 0, "a refused import wrote rows");
+            assert_eq!(
+                reader.max_seq().expect("max"),
+                0,
+                "a refused import wrote rows"
+            );
         }
         Err(other) => panic!("import failed with a non-JSONL error: {other}"),
     }
@@ -152,7 +171,10 @@ impl SseTarget {
             Wire::OpenAi => {
                 let mut config = OpenAiConfig::openai("gpt-fuzz", Secret::new("sk-fuzz"));
                 config.base_url = server.base_url.clone();
-                (Arc::new(OpenAiModel::new(config).expect("client")), "openai")
+                (
+                    Arc::new(OpenAiModel::new(config).expect("client")),
+                    "openai",
+                )
             }
             Wire::Anthropic => {
                 let mut config = AnthropicConfig::new("claude-fuzz", Secret::new("sk-fuzz"));
