@@ -18,6 +18,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Chat in the terminal with the model MULL_MODEL names; every event goes to the log.
+    Chat(cli::chat::ChatArgs),
     /// Run the demo agent into ./mull.db and watch it live in the dashboard.
     Demo(cli::demo::DemoArgs),
     /// Live dashboard over a log (read-only; another process may be writing it).
@@ -59,6 +61,7 @@ enum Command {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Chat(args) => cli::chat::run(args),
         Command::Demo(args) => cli::demo::run(args),
         Command::Dash(args) => cli::dash::run(args),
         Command::Export { db, session } => cli::export::run(&db, session.as_deref()),

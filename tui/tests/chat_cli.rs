@@ -1,0 +1,92 @@
+//! `mull chat` driven by a script through the real binary: piped lines are turns, answers go to
+//! standard output, every event goes to the log; configuration mistakes name the variable.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use mull_core::TurnStatus;
+use mull_store::LogReader;
+
+fn chat(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mull"));
+    command
+        .arg("chat")
+        .args(args)
+        .env_remove("MULL_MODEL")
+        .env_remove("OPENAI_API_KEY")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("run mull chat");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write input");
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn piped_lines_are_turns_and_answers_go_to_stdout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("chat.db");
+    let db_arg = db.to_str().expect("utf-8 path");
+    let output = chat(
+        &["--db", db_arg, "--model", "scripted-demo"],
+        &[],
+        "What's Lisbon like?\n\nWeather, and a walk?\nPlease cancel LIS-2291.\n",
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "Lisbon is a hilly, sunny city on the Tagus: trams, tiled façades, and custard tarts in Belém.",
+            "Checking the forecast and the guides.",
+            "Friday is the sunny one (24 °C): walk Alfama in the morning. Saturday turns cloudy, good for museums; pack a jacket for Sunday's rain.",
+            "I can't cancel bookings myself. Please confirm the cancellation of LIS-2291 in the app.",
+        ],
+        "{stderr}"
+    );
+    // Tool activity is on standard error, never mixed into the answers.
+    assert!(stderr.contains("[tool weather"), "{stderr}");
+
+    let reader = LogReader::open(&db).expect("open log");
+    let sessions = reader.sessions().expect("sessions");
+    assert_eq!(sessions.len(), 1);
+    let turns = reader.turns(&sessions[0].session_id).expect("turns");
+    assert_eq!(turns.len(), 3, "the blank line is not a turn");
+    assert!(turns.iter().all(|t| t.status == TurnStatus::Completed));
+}
+
+#[test]
+fn without_mull_model_it_says_how_to_set_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("chat.db");
+    let output = chat(&["--db", db.to_str().expect("utf-8")], &[], "hi\n");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("MULL_MODEL is not set"), "{stderr}");
+    assert!(stderr.contains("--model scripted-demo"), "{stderr}");
+}
+
+#[test]
+fn a_missing_key_names_its_variable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("chat.db");
+    let output = chat(
+        &["--db", db.to_str().expect("utf-8")],
+        &[("MULL_MODEL", "openai:gpt-4o-mini")],
+        "hi\n",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("set OPENAI_API_KEY"), "{stderr}");
+}
