@@ -906,14 +906,14 @@ impl fmt::Display for Divergence {
             return write!(f, "\n  {label}: {}", clip(&comparable(shown).to_string()));
         }
         let lines = self.differences();
-        writeln!(f, "\n  expected → actual:")?;
+        write!(f, "\n  expected → actual:")?;
         for line in lines.iter().take(MAX_DIFF_LINES) {
-            writeln!(f, "  {line}")?;
+            write!(f, "\n  {line}")?;
         }
         if lines.len() > MAX_DIFF_LINES {
-            writeln!(
+            write!(
                 f,
-                "  … and {} more differences",
+                "\n  … and {} more differences",
                 lines.len() - MAX_DIFF_LINES
             )?;
         }
