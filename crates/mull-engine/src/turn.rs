@@ -1188,11 +1188,18 @@ impl TurnRun<'_> {
         parts: &mut StepParts,
     ) -> Result<(), EngineError> {
         let (shown, original) = apply_all(&resolved.transforms, part);
-        self.append(Event::Chunk {
-            step,
-            part: shown.clone(),
-            original,
-        })?;
+        let envelope = self.inner.recorder.append(
+            self.tid(),
+            Event::Chunk {
+                step,
+                part: shown,
+                original,
+            },
+        )?;
+        // The log hands the event back: its part is reused, not copied before the append.
+        let Event::Chunk { part: shown, .. } = envelope.event else {
+            unreachable!("the log returns the chunk event it was given")
+        };
         parts.observe(&shown);
         if let Some(client) = &self.spec.client {
             if resolved.send_reasoning || !shown.is_reasoning() {
