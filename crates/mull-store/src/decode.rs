@@ -32,8 +32,18 @@ struct DeltaPart<'a> {
 /// Decodes a stored payload of version `v`: the same result as [`Event::decode`], faster for
 /// text and reasoning deltas.
 pub fn decode(v: u16, payload: &str) -> Result<Event, EventDecodeError> {
-    if v == EVENT_VERSION && payload.starts_with(r#"{"type":"chunk","#) {
-        if let Ok(chunk) = serde_json::from_str::<DeltaChunk<'_>>(payload) {
+    match fast_delta(v, payload.as_bytes()) {
+        Some(event) => Ok(event),
+        None => Event::decode(v, payload),
+    }
+}
+
+/// A text or reasoning delta read straight from the payload's bytes by plain structs (serde_json
+/// checks the UTF-8 of every string it reads); `None` for anything else, which then goes
+/// through [`Event::decode`].
+pub fn fast_delta(v: u16, payload: &[u8]) -> Option<Event> {
+    if v == EVENT_VERSION && payload.starts_with(br#"{"type":"chunk","#) {
+        if let Ok(chunk) = serde_json::from_slice::<DeltaChunk<'_>>(payload) {
             let DeltaPart { kind, id, text } = chunk.part;
             let part = match (&*chunk.kind, &*kind) {
                 ("chunk", "text-delta") => Some(StreamPart::TextDelta { id, text }),
@@ -41,7 +51,7 @@ pub fn decode(v: u16, payload: &str) -> Result<Event, EventDecodeError> {
                 _ => None,
             };
             if let Some(part) = part {
-                return Ok(Event::Chunk {
+                return Some(Event::Chunk {
                     step: chunk.step,
                     part,
                     original: None,
@@ -49,7 +59,7 @@ pub fn decode(v: u16, payload: &str) -> Result<Event, EventDecodeError> {
             }
         }
     }
-    Event::decode(v, payload)
+    None
 }
 
 #[cfg(test)]
@@ -72,6 +82,17 @@ mod tests {
             let reference = Event::decode(1, payload).expect("decodes");
             assert_eq!(fast, reference, "{payload}");
         }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_left_to_the_checked_path() {
+        let mut payload =
+            br#"{"type":"chunk","step":0,"part":{"type":"text-delta","id":"t0","text":"#.to_vec();
+        payload.extend_from_slice(b"\"a\xff\"}}");
+        assert_eq!(fast_delta(1, &payload), None);
+        let good =
+            br#"{"type":"chunk","step":0,"part":{"type":"text-delta","id":"t0","text":"a"}}"#;
+        assert!(fast_delta(1, good).is_some());
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub fn format(at: DateTime<Utc>) -> String {
     put_digits(&mut buf[14..16], t.minute());
     put_digits(&mut buf[17..19], t.second());
     put_digits(&mut buf[20..26], micros);
-    buf.iter().map(|&b| char::from(b)).collect()
+    // Only ASCII digits and separators were written, so this never takes the lossy branch.
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 fn put_digits(out: &mut [u8], mut value: u32) {
