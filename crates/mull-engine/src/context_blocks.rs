@@ -137,7 +137,7 @@ pub enum ContextError {
 }
 
 /// Checks a write against the block's existence, writability and budget; returns its tokens.
-fn check_write(
+pub(crate) fn check_write(
     config: &SessionConfig,
     block: &str,
     content: &str,
@@ -271,6 +271,18 @@ async fn write(
     source: ContextBlockSource,
     call_id: Option<String>,
 ) -> Result<(), EngineError> {
+    append_write(inner, block, content, source, call_id)?;
+    inner.recorder.flush().await
+}
+
+/// Records a block's new value on the running turn (if any), without waiting for the flush.
+pub(crate) fn append_write(
+    inner: &Inner,
+    block: &str,
+    content: &str,
+    source: ContextBlockSource,
+    call_id: Option<String>,
+) -> Result<(), EngineError> {
     let turn_id = inner.recorder.read(|s| {
         s.turns
             .iter()
@@ -287,7 +299,7 @@ async fn write(
             call_id,
         },
     )?;
-    inner.recorder.flush().await
+    Ok(())
 }
 
 impl Session {

@@ -331,6 +331,9 @@ pub enum HostCallError {
     /// The session offers no such facility.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The call was understood but refused (an unknown block, a write over budget …).
+    #[error("refused: {0}")]
+    Rejected(String),
 }
 
 /// What the session lets an extension read and write back during a hook (Think's host
@@ -347,8 +350,10 @@ pub trait ExtensionHost: Send + Sync {
     fn write_context_block(&self, name: &str, text: &str) -> Result<(), HostCallError>;
 }
 
-/// The session's side of host calls. Sessions keep no context blocks yet, so block calls are
-/// answered `unsupported` (after any permission check the loader applies).
+/// The session's side of host calls: the conversation from the projection, and the session's
+/// declared context blocks. A write is held to the block's budget and recorded as a
+/// `context_block_updated` event (source `application`); it becomes durable at the turn's next
+/// flush barrier and shows in the prompt from the next turn, like any application write.
 struct SessionHost<'a> {
     inner: &'a Inner,
 }
@@ -361,16 +366,28 @@ impl ExtensionHost for SessionHost<'_> {
         self.inner.recorder.read(|s| s.messages.clone())
     }
     fn read_context_block(&self, name: &str) -> Result<Option<String>, HostCallError> {
-        Err(HostCallError::Unsupported(format!(
-            "session {} keeps no context blocks (asked to read {name:?})",
-            self.inner.session_id
-        )))
+        if self.inner.config.block(name).is_none() {
+            return Err(HostCallError::Rejected(format!(
+                "session {} has no context block {name:?}",
+                self.inner.session_id
+            )));
+        }
+        Ok(self
+            .inner
+            .recorder
+            .read(|s| s.context_blocks.get(name).cloned()))
     }
-    fn write_context_block(&self, name: &str, _text: &str) -> Result<(), HostCallError> {
-        Err(HostCallError::Unsupported(format!(
-            "session {} keeps no context blocks (asked to write {name:?})",
-            self.inner.session_id
-        )))
+    fn write_context_block(&self, name: &str, text: &str) -> Result<(), HostCallError> {
+        crate::context_blocks::check_write(&self.inner.config, name, text, false)
+            .map_err(|e| HostCallError::Rejected(e.to_string()))?;
+        crate::context_blocks::append_write(
+            self.inner,
+            name,
+            text,
+            mull_core::ContextBlockSource::Application,
+            None,
+        )
+        .map_err(|e| HostCallError::Rejected(format!("the log refused the write: {e}")))
     }
 }
 

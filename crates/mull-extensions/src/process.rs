@@ -552,6 +552,7 @@ fn host_error(e: HostCallError) -> RpcError {
     let code = match e {
         HostCallError::PermissionDenied { .. } => code::PERMISSION_DENIED,
         HostCallError::Unsupported(_) => code::UNSUPPORTED,
+        HostCallError::Rejected(_) => code::REJECTED,
     };
     RpcError {
         code,

@@ -48,6 +48,8 @@ pub mod code {
     pub const PERMISSION_DENIED: i64 = -32001;
     /// The session offers no such facility.
     pub const UNSUPPORTED: i64 = -32002;
+    /// The host understood the call but refused it (unknown block, over budget).
+    pub const REJECTED: i64 = -32003;
 }
 
 /// `initialize` params: who the extension is to the host.

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use mull_core::{DecisionAction, Envelope, Event, LanguageModel, TurnConfigRecord, UIMessage};
 use mull_engine::{
-    ChunkSnapshot, Extension, ExtensionHook, ExtensionHost, FnTool, HostCallError, OutcomeStatus,
-    Session, SessionOptions, ToolError, ToolSet, TurnOptions, TurnSnapshot,
+    ChunkSnapshot, ContextBlock, Extension, ExtensionHook, ExtensionHost, FnTool, HostCallError,
+    OutcomeStatus, Session, SessionConfig, SessionOptions, ToolError, ToolSet, TurnOptions,
+    TurnSnapshot,
 };
 use mull_extensions::{start_all, Manifest, ProcessExtension};
 use mull_providers::scripted::ScriptedModel;
@@ -315,6 +316,115 @@ async fn an_ungranted_host_call_is_denied_and_a_granted_one_answers() {
     let configured = env.configured().await;
     assert_eq!(configured[0].system.as_deref(), Some("messages=1"));
     assert_eq!(configured[0].overrides, ["ext:trusted:system"]);
+}
+
+/// An agent whose session declares a writable "memory" block of at most 8 tokens.
+struct MemoryAgent {
+    model: ScriptedModel,
+}
+
+#[async_trait]
+impl mull_engine::Agent for MemoryAgent {
+    fn name(&self) -> &str {
+        "memory-agent"
+    }
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::new(self.model.clone())
+    }
+    async fn configure_session(&self, session: SessionConfig) -> SessionConfig {
+        session.with_context(
+            "memory",
+            ContextBlock::writable("What the user told us.", 8),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_granted_extension_reads_and_writes_a_context_block_through_the_log() {
+    let env = Env::new();
+    let extensions = start_all(vec![misbehave(
+        "scribe",
+        "memory",
+        "hooks = [\"before_turn\"]\n[permissions]\nread_context_blocks = [\"memory\"]\nwrite_context_blocks = [\"memory\"]",
+    )])
+    .await
+    .unwrap();
+    let options = SessionOptions::deterministic("s1").with_extensions(
+        extensions
+            .iter()
+            .map(|e| Arc::clone(e) as Arc<dyn Extension>),
+    );
+    let model = ScriptedModel::builder("scripted-1")
+        .step(|s| s.text("One."))
+        .step(|s| s.text("Two."))
+        .build();
+    let session = Session::open(&env.log, Arc::new(MemoryAgent { model }), options)
+        .await
+        .unwrap();
+    assert_eq!(turn(&session, "u1").await, OutcomeStatus::Completed);
+    assert_eq!(turn(&session, "u2").await, OutcomeStatus::Completed);
+
+    assert_eq!(env.failures().await, vec![]);
+    // The first turn saw an empty block and wrote it; the second saw that write.
+    let configured = env.configured().await;
+    assert_eq!(configured[0].overrides, ["ext:scribe:system"]);
+    assert_eq!(configured[0].system.as_deref(), Some("memory=None"));
+    assert_eq!(configured[1].system.as_deref(), Some("memory=seen:none"));
+    // Each write is a context_block_updated event on its turn, recorded as the application's.
+    let writes: Vec<(Option<String>, String)> = env
+        .events()
+        .await
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::ContextBlockUpdated {
+                content, source, ..
+            } => {
+                assert_eq!(source, mull_core::ContextBlockSource::Application);
+                Some((e.turn_id, content))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(writes.iter().all(|(turn, _)| turn.is_some()));
+    assert_eq!(writes[1].1, "seen:seen:none");
+    assert_eq!(session.context_blocks()["memory"], "seen:seen:none");
+}
+
+#[tokio::test]
+async fn a_write_over_the_blocks_budget_is_refused_and_logged() {
+    let env = Env::new();
+    let extensions = start_all(vec![misbehave(
+        "scribe",
+        "memory",
+        "hooks = [\"before_turn\"]\n[permissions]\nread_context_blocks = [\"memory\"]\nwrite_context_blocks = [\"memory\"]",
+    )])
+    .await
+    .unwrap();
+    let options = SessionOptions::deterministic("s1").with_extensions(
+        extensions
+            .iter()
+            .map(|e| Arc::clone(e) as Arc<dyn Extension>),
+    );
+    let session = Session::open(
+        &env.log,
+        Arc::new(MemoryAgent {
+            model: answer("Hi."),
+        }),
+        options,
+    )
+    .await
+    .unwrap();
+    // 8 tokens at four characters each: a 40-character value is over budget.
+    session
+        .set_context_block("memory", "0123456789012345678901234567890")
+        .await
+        .unwrap();
+    assert_eq!(turn(&session, "u1").await, OutcomeStatus::Completed);
+    let failures = env.failures().await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].1, "scribe");
+    assert!(failures[0].2.contains("refused"), "{}", failures[0].2);
 }
 
 #[tokio::test]
