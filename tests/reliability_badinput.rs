@@ -451,35 +451,47 @@ async fn streams_with_noise_the_decoder_should_skip_complete_normally() {
     }
 }
 
-/// A chunk of the wrong shape (`choices` not a list; a delta that is not an object) is skipped
-/// by the tolerant decoders; with the end marker after it the step ends empty. Nothing may be invented from it, and the empty
-/// step is visible in the log as a finished turn with no text.
+/// A chunk of the wrong shape (`choices` not a list; a delta that is not an object) is valid JSON
+/// but not what the provider documents: the turn fails at stage `stream` with a `Protocol` error
+/// naming the provider and the field, nothing is invented from the chunk, the user's message is
+/// kept, and the next turn runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chunk_of_the_wrong_shape_is_skipped_without_inventing_parts() {
-    for wire in ["openai", "anthropic"] {
+async fn a_chunk_of_the_wrong_shape_fails_the_turn_naming_the_field() {
+    for (wire, field) in [("openai", "`choices`"), ("anthropic", "`delta`")] {
         let run = run_wire_case(wire, "wrong_shape.sse").await;
-        assert_eq!(
-            run.status,
-            OutcomeStatus::Completed,
-            "{wire}: {:?}",
-            run.error
+        let error = run.error.clone().unwrap_or_default();
+        assert_eq!(run.status, OutcomeStatus::Error, "{wire}: {error}");
+        assert!(
+            error.contains(wire) && error.contains("malformed") && error.contains(field),
+            "{wire}: {error:?} should name the provider and {field}"
         );
-        let invented = run
+        assert_eq!(
+            failed_stage(&run.events),
+            Some(ErrorStage::Stream),
+            "{wire}"
+        );
+        let mut first_turn = run
             .events
             .iter()
-            .take_while(|e| !matches!(e, Event::TurnFinished { .. }))
-            .any(|e| {
-                matches!(
-                    e,
-                    Event::Chunk {
-                        part: StreamPart::TextDelta { .. } | StreamPart::ToolCall { .. },
-                        ..
-                    }
-                )
-            });
+            .take_while(|e| !matches!(e, Event::TurnFailed { .. } | Event::TurnFinished { .. }));
+        let invented = first_turn.any(|e| {
+            matches!(
+                e,
+                Event::Chunk {
+                    part: StreamPart::TextDelta { .. } | StreamPart::ToolCall { .. },
+                    ..
+                }
+            )
+        });
         assert!(
             !invented,
             "{wire}: parts were invented from a malformed chunk"
+        );
+        assert!(run.user_message_kept, "{wire}: the user's message was lost");
+        assert_eq!(
+            run.second_turn,
+            OutcomeStatus::Completed,
+            "{wire}: next turn"
         );
     }
 }

@@ -27,8 +27,11 @@
 //! **Errors.** HTTP failures map as described in [`crate::http`] (Anthropic's 529 "overloaded" is a
 //! 5xx, so `Transient`). An `error` event ends the stream with an error whose kind follows its
 //! `error.type` (`overloaded_error` → `Transient`, `rate_limit_error` → `RateLimit` …) and whose
-//! body is the event data. Invalid JSON, a delta for a block that was never started, or a stream
-//! that ends before `message_stop` is a `Protocol` error.
+//! body is the event data. Invalid JSON, a known event whose fields have the wrong type or are
+//! missing (a `content_block_delta` without a `delta` object, a `text_delta` whose `text` is not a
+//! string, a `tool_use` block without `id` or `name` …), a delta for a block that was never
+//! started, or a stream that ends before `message_stop` is a `Protocol` error naming the event and
+//! field. Unknown events, block types, delta types and fields are ignored.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -36,6 +39,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use eventsource_stream::Event as SseEvent;
+use futures::Stream;
 use mull_core::{
     Clock, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelRequest,
     ModelRole, ModelStream, StreamPart, SystemClock, ToolChoice, Usage,
@@ -148,12 +152,25 @@ impl LanguageModel for AnthropicModel {
             builder = builder.header(name.as_str(), value.as_str());
         }
         let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
-        Ok(http::sse_parts(
+        Ok(decode_sse(
             self.provider.clone(),
-            response,
-            MessagesDecoder::new(self.provider.clone()),
+            http::response_bytes(response),
         ))
     }
+}
+
+/// Decodes a Messages SSE byte stream into stream parts, exactly as the client does with a
+/// response body, so the decoder can be exercised (or fuzzed) without HTTP. `provider` names
+/// the source in error messages; a failed read of `bytes` is a `Transient` cut connection, bad
+/// provider output a `Protocol` error, and the first error ends the stream.
+pub fn decode_sse<S, B, E>(provider: impl Into<Arc<str>>, bytes: S) -> ModelStream
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    let provider = provider.into();
+    http::decode_sse(provider.clone(), bytes, MessagesDecoder::new(provider))
 }
 
 /// Maps a [`ModelRequest`] to a streaming Messages body for `model`.
@@ -349,33 +366,71 @@ impl MessagesDecoder {
         )
     }
 
-    fn read_usage(&mut self, usage: &Value) {
-        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
-        if let Some(n) = count("input_tokens") {
-            self.input_tokens = Some(n);
-        }
-        if let Some(n) = count("output_tokens") {
-            self.output_tokens = Some(n);
-        }
-        if let Some(n) = count("cache_read_input_tokens") {
-            self.cache_read = Some(n);
-        }
-        if let Some(n) = count("cache_creation_input_tokens") {
-            self.cache_creation = Some(n);
-        }
+    /// Reads the optional field `key` of the part of a `event` at `at`, as
+    /// [`http::optional_field`].
+    fn field<'v, T>(
+        &self,
+        event: &str,
+        parent: &'v Value,
+        at: &str,
+        key: &str,
+        expected: &str,
+        read: impl FnOnce(&'v Value) -> Option<T>,
+    ) -> Result<Option<T>, ModelError> {
+        http::optional_field(&self.provider, event, parent, at, key, expected, read)
     }
 
-    fn block_start(&mut self, index: u64, block: &Value, out: &mut Vec<StreamPart>) {
-        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+    /// Reads the field `key` that a known `event` must carry, as [`http::required_field`].
+    fn required<'v, T>(
+        &self,
+        event: &str,
+        parent: &'v Value,
+        at: &str,
+        key: &str,
+        expected: &str,
+        read: impl FnOnce(&'v Value) -> Option<T>,
+    ) -> Result<T, ModelError> {
+        http::required_field(&self.provider, event, parent, at, key, expected, read)
+    }
+
+    fn read_usage(&mut self, event: &str, at: &str, usage: &Value) -> Result<(), ModelError> {
+        let count = |key: &str| self.field(event, usage, at, key, "an integer", Value::as_u64);
+        let (input, output, cache_read, cache_creation) = (
+            count("input_tokens")?,
+            count("output_tokens")?,
+            count("cache_read_input_tokens")?,
+            count("cache_creation_input_tokens")?,
+        );
+        if let Some(n) = input {
+            self.input_tokens = Some(n);
+        }
+        if let Some(n) = output {
+            self.output_tokens = Some(n);
+        }
+        if let Some(n) = cache_read {
+            self.cache_read = Some(n);
+        }
+        if let Some(n) = cache_creation {
+            self.cache_creation = Some(n);
+        }
+        Ok(())
+    }
+
+    fn block_start(
+        &mut self,
+        index: u64,
+        block: &Value,
+        out: &mut Vec<StreamPart>,
+    ) -> Result<(), ModelError> {
+        const EVENT: &str = "content_block_start";
+        const AT: &str = "content_block";
+        let kind = self.required(EVENT, block, AT, "type", "a string", Value::as_str)?;
         let state = match kind {
             "text" => {
+                let text = self.field(EVENT, block, AT, "text", "a string", Value::as_str)?;
                 let id = format!("text-{index}");
                 out.push(StreamPart::TextStart { id: id.clone() });
-                if let Some(text) = block
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .filter(|t| !t.is_empty())
-                {
+                if let Some(text) = text.filter(|t| !t.is_empty()) {
                     out.push(StreamPart::TextDelta {
                         id: id.clone(),
                         text: text.to_owned(),
@@ -384,13 +439,10 @@ impl MessagesDecoder {
                 Block::Text { id }
             }
             "thinking" => {
+                let text = self.field(EVENT, block, AT, "thinking", "a string", Value::as_str)?;
                 let id = format!("reasoning-{index}");
                 out.push(StreamPart::ReasoningStart { id: id.clone() });
-                if let Some(text) = block
-                    .get("thinking")
-                    .and_then(Value::as_str)
-                    .filter(|t| !t.is_empty())
-                {
+                if let Some(text) = text.filter(|t| !t.is_empty()) {
                     out.push(StreamPart::ReasoningDelta {
                         id: id.clone(),
                         text: text.to_owned(),
@@ -399,15 +451,11 @@ impl MessagesDecoder {
                 Block::Reasoning { id }
             }
             "tool_use" => {
-                let call_id = block
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
+                let call_id = self
+                    .required(EVENT, block, AT, "id", "a string", Value::as_str)?
                     .to_owned();
-                let tool_name = block
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
+                let tool_name = self
+                    .required(EVENT, block, AT, "name", "a string", Value::as_str)?
                     .to_owned();
                 out.push(StreamPart::ToolInputStart {
                     call_id: call_id.clone(),
@@ -428,6 +476,7 @@ impl MessagesDecoder {
             _ => Block::Ignored,
         };
         self.blocks.insert(index, state);
+        Ok(())
     }
 
     fn block_delta(
@@ -441,17 +490,41 @@ impl MessagesDecoder {
                 "content_block_delta for block {index}, which was never started"
             )));
         };
-        let kind = delta.get("type").and_then(Value::as_str).unwrap_or("");
-        let field = |key: &str| {
-            delta
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned()
+        const EVENT: &str = "content_block_delta";
+        let kind = http::required_field(
+            &self.provider,
+            EVENT,
+            delta,
+            "delta",
+            "type",
+            "a string",
+            Value::as_str,
+        )?;
+        // Each known delta type carries its content in one string field; unknown types carry
+        // whatever they like and are passed over below.
+        let content_key = match kind {
+            "text_delta" => Some("text"),
+            "thinking_delta" => Some("thinking"),
+            "signature_delta" => Some("signature"),
+            "input_json_delta" => Some("partial_json"),
+            _ => None,
+        };
+        let content = match content_key {
+            Some(key) => http::required_field(
+                &self.provider,
+                EVENT,
+                delta,
+                "delta",
+                key,
+                "a string",
+                Value::as_str,
+            )?
+            .to_owned(),
+            None => String::new(),
         };
         match (kind, block) {
             ("text_delta", Block::Text { id }) => {
-                let text = field("text");
+                let text = content;
                 if !text.is_empty() {
                     out.push(StreamPart::TextDelta {
                         id: id.clone(),
@@ -460,7 +533,7 @@ impl MessagesDecoder {
                 }
             }
             ("thinking_delta", Block::Reasoning { id }) => {
-                let text = field("thinking");
+                let text = content;
                 if !text.is_empty() {
                     out.push(StreamPart::ReasoningDelta {
                         id: id.clone(),
@@ -476,11 +549,10 @@ impl MessagesDecoder {
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_owned();
-                self.signatures
-                    .insert(id, json!(previous + &field("signature")));
+                self.signatures.insert(id, json!(previous + &content));
             }
             ("input_json_delta", Block::Tool { call_id, json, .. }) => {
-                let partial = field("partial_json");
+                let partial = content;
                 if !partial.is_empty() {
                     json.push_str(&partial);
                     out.push(StreamPart::ToolInputDelta {
@@ -586,45 +658,82 @@ impl WireDecoder for MessagesDecoder {
             return Ok(out);
         }
         let data = http::parse_data(&self.provider, event)?;
+        if !data.is_object() {
+            return Err(http::wrong_shape(
+                &self.provider,
+                &event.event,
+                &format!("data should be an object, found {}", http::json_kind(&data)),
+            ));
+        }
         // The `type` field inside the data is authoritative; the SSE event name mirrors it.
         let kind = data
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or(event.event.as_str());
-        let index = || data.get("index").and_then(Value::as_u64);
+        let index = |decoder: &Self| {
+            decoder.required(kind, &data, "", "index", "an integer", Value::as_u64)
+        };
         match kind {
             "message_start" => {
                 self.started = true;
-                if let Some(usage) = data.pointer("/message/usage") {
-                    self.read_usage(usage);
+                let message =
+                    self.field(kind, &data, "", "message", "an object", http::as_object)?;
+                if let Some(message) = message {
+                    let usage = self.field(
+                        kind,
+                        message,
+                        "message",
+                        "usage",
+                        "an object",
+                        http::as_object,
+                    )?;
+                    if let Some(usage) = usage {
+                        self.read_usage(kind, "message.usage", usage)?;
+                    }
                 }
             }
             "content_block_start" => {
-                let (Some(i), Some(block)) = (index(), data.get("content_block")) else {
-                    return Err(
-                        self.protocol("content_block_start without index or content_block".into())
-                    );
-                };
-                self.block_start(i, block, &mut out);
+                let i = index(self)?;
+                let block = self.required(
+                    kind,
+                    &data,
+                    "",
+                    "content_block",
+                    "an object",
+                    http::as_object,
+                )?;
+                self.block_start(i, block, &mut out)?;
             }
             "content_block_delta" => {
-                let (Some(i), Some(delta)) = (index(), data.get("delta")) else {
-                    return Err(self.protocol("content_block_delta without index or delta".into()));
-                };
+                let i = index(self)?;
+                let delta =
+                    self.required(kind, &data, "", "delta", "an object", http::as_object)?;
                 self.block_delta(i, delta, &mut out)?;
             }
             "content_block_stop" => {
-                let Some(i) = index() else {
-                    return Err(self.protocol("content_block_stop without index".into()));
-                };
+                let i = index(self)?;
                 self.block_stop(i, &mut out)?;
             }
             "message_delta" => {
-                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    self.stop_reason = Some(reason.to_owned());
+                if let Some(delta) =
+                    self.field(kind, &data, "", "delta", "an object", http::as_object)?
+                {
+                    let reason = self.field(
+                        kind,
+                        delta,
+                        "delta",
+                        "stop_reason",
+                        "a string",
+                        Value::as_str,
+                    )?;
+                    if let Some(reason) = reason {
+                        self.stop_reason = Some(reason.to_owned());
+                    }
                 }
-                if let Some(usage) = data.get("usage") {
-                    self.read_usage(usage);
+                if let Some(usage) =
+                    self.field(kind, &data, "", "usage", "an object", http::as_object)?
+                {
+                    self.read_usage(kind, "usage", usage)?;
                 }
             }
             "message_stop" => {

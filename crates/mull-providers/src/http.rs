@@ -246,21 +246,23 @@ pub(crate) trait WireDecoder: Send + 'static {
     fn is_done(&self) -> bool;
 }
 
-/// Streams a successful SSE response through `decoder`.
-pub(crate) fn sse_parts<D: WireDecoder>(
-    provider: Arc<str>,
+/// The bytes of a successful response, with transport failures described once (causes
+/// included, URL query left out) so the decoder needs nothing from reqwest.
+pub(crate) fn response_bytes(
     response: reqwest::Response,
-    decoder: D,
-) -> ModelStream {
-    decode_sse(provider, response.bytes_stream(), decoder)
+) -> impl Stream<Item = Result<impl AsRef<[u8]> + Send + 'static, String>> + Send + 'static {
+    response
+        .bytes_stream()
+        .map(|chunk| chunk.map_err(|e| describe_reqwest_error(&e)))
 }
 
 /// Drives `decoder` over a byte stream of SSE: parts come out in order; the first error is
-/// yielded and ends the stream.
-pub(crate) fn decode_sse<S, B, D>(provider: Arc<str>, bytes: S, decoder: D) -> ModelStream
+/// yielded and ends the stream. A failed read of `bytes` is a cut connection (`Transient`).
+pub(crate) fn decode_sse<S, B, E, D>(provider: Arc<str>, bytes: S, decoder: D) -> ModelStream
 where
-    S: Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
+    S: Stream<Item = Result<B, E>> + Send + 'static,
     B: AsRef<[u8]> + Send + 'static,
+    E: fmt::Display + Send + 'static,
     D: WireDecoder,
 {
     struct State<E, D> {
@@ -324,15 +326,12 @@ fn push_all(
     }
 }
 
-fn sse_error(provider: &str, error: EventStreamError<reqwest::Error>) -> ModelError {
+fn sse_error<E: fmt::Display>(provider: &str, error: EventStreamError<E>) -> ModelError {
     match error {
-        // Whatever reqwest calls it, a byte stream failing after a 2xx is a cut connection.
+        // Whatever the transport calls it, a byte stream failing after a 2xx is a cut connection.
         EventStreamError::Transport(e) => ModelError::new(
             ModelErrorKind::Transient,
-            format!(
-                "{provider}: connection lost mid-stream: {}",
-                describe_reqwest_error(&e)
-            ),
+            format!("{provider}: connection lost mid-stream: {e}"),
         ),
         EventStreamError::Utf8(e) => ModelError::new(
             ModelErrorKind::Protocol,
@@ -363,6 +362,84 @@ pub(crate) fn parse_data(
             ),
         )
     })
+}
+
+/// The `Protocol` error for a known event whose fields do not have the documented shape.
+pub(crate) fn wrong_shape(provider: &str, event: &str, what: &str) -> ModelError {
+    ModelError::new(
+        ModelErrorKind::Protocol,
+        format!("{provider}: malformed `{event}` event: {what}"),
+    )
+}
+
+/// Reads the optional field `key` of `parent` (an event or part of one) with `read`; `null`
+/// counts as absent. A value `read` rejects is a [`wrong_shape`] error naming `at.key` and
+/// what was `expected`, so bad provider output is never mistaken for an empty event.
+pub(crate) fn optional_field<'v, T>(
+    provider: &str,
+    event: &str,
+    parent: &'v serde_json::Value,
+    at: &str,
+    key: &str,
+    expected: &str,
+    read: impl FnOnce(&'v serde_json::Value) -> Option<T>,
+) -> Result<Option<T>, ModelError> {
+    match parent.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(found) => read(found).map(Some).ok_or_else(|| {
+            let path = if at.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{at}.{key}")
+            };
+            wrong_shape(
+                provider,
+                event,
+                &format!("`{path}` should be {expected}, found {}", json_kind(found)),
+            )
+        }),
+    }
+}
+
+/// Like [`optional_field`], but a missing (or `null`) field is an error too.
+pub(crate) fn required_field<'v, T>(
+    provider: &str,
+    event: &str,
+    parent: &'v serde_json::Value,
+    at: &str,
+    key: &str,
+    expected: &str,
+    read: impl FnOnce(&'v serde_json::Value) -> Option<T>,
+) -> Result<T, ModelError> {
+    optional_field(provider, event, parent, at, key, expected, read)?.ok_or_else(|| {
+        let path = if at.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{at}.{key}")
+        };
+        wrong_shape(
+            provider,
+            event,
+            &format!("`{path}` ({expected}) is missing"),
+        )
+    })
+}
+
+/// `value` itself when it is a JSON object: a reader for [`optional_field`].
+pub(crate) fn as_object(value: &serde_json::Value) -> Option<&serde_json::Value> {
+    value.is_object().then_some(value)
+}
+
+/// The JSON type of `value`, for error messages.
+pub(crate) fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 /// Maps a provider's in-band error type or code (`overloaded_error`, `rate_limit_exceeded` …) to

@@ -20,8 +20,10 @@
 //!
 //! **Errors.** HTTP failures map as described in [`crate::http`]. An `error` object in a data line
 //! ends the stream with an error whose kind follows its `type` / `code` and whose body is the
-//! line. Invalid JSON in a data line, or a stream that ends before any `finish_reason` or
-//! `[DONE]`, is a `Protocol` error.
+//! line. Invalid JSON in a data line, a chunk whose known fields have the wrong type (`choices` not a
+//! list, a `delta` that is not an object, `content` that is not a string …), or a stream that
+//! ends before any `finish_reason` or `[DONE]`, is a `Protocol` error naming the field. Unknown
+//! fields are ignored.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,6 +31,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use eventsource_stream::Event as SseEvent;
+use futures::Stream;
 use mull_core::{
     Clock, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelMessage,
     ModelRequest, ModelRole, ModelStream, StreamPart, SystemClock, ToolChoice, Usage,
@@ -172,12 +175,29 @@ impl LanguageModel for OpenAiModel {
             builder = builder.header(name.as_str(), value.as_str());
         }
         let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
-        Ok(http::sse_parts(
+        Ok(decode_sse(
             self.provider.clone(),
-            response,
-            ChatCompletionsDecoder::new(self.provider.clone()),
+            http::response_bytes(response),
         ))
     }
+}
+
+/// Decodes a Chat Completions SSE byte stream into stream parts, exactly as the client does with a
+/// response body, so the decoder can be exercised (or fuzzed) without HTTP. `provider` names
+/// the source in error messages; a failed read of `bytes` is a `Transient` cut connection, bad
+/// provider output a `Protocol` error, and the first error ends the stream.
+pub fn decode_sse<S, B, E>(provider: impl Into<Arc<str>>, bytes: S) -> ModelStream
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    let provider = provider.into();
+    http::decode_sse(
+        provider.clone(),
+        bytes,
+        ChatCompletionsDecoder::new(provider),
+    )
 }
 
 /// Maps a [`ModelRequest`] to a streaming Chat Completions body.
@@ -357,6 +377,9 @@ fn user_part(content: &ModelContent) -> Option<Value> {
     }
 }
 
+/// The event name used in shape errors: every data line is one of these.
+const CHUNK: &str = "chat.completion.chunk";
+
 /// One tool call being assembled from `tool_calls` fragments.
 #[derive(Debug, Default)]
 struct PendingCall {
@@ -400,26 +423,63 @@ impl ChatCompletionsDecoder {
         id
     }
 
+    /// Reads the optional field `key` of the part of a chunk at `at`, as [`http::optional_field`].
+    fn field<'v, T>(
+        &self,
+        parent: &'v Value,
+        at: &str,
+        key: &str,
+        expected: &str,
+        read: impl FnOnce(&'v Value) -> Option<T>,
+    ) -> Result<Option<T>, ModelError> {
+        http::optional_field(&self.provider, CHUNK, parent, at, key, expected, read)
+    }
+
     fn chunk(&mut self, chunk: &Value, out: &mut Vec<StreamPart>) -> Result<(), ModelError> {
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+        if !chunk.is_object() {
+            return Err(http::wrong_shape(
+                &self.provider,
+                CHUNK,
+                &format!("data should be an object, found {}", http::json_kind(chunk)),
+            ));
+        }
+        if let Some(usage) = self.field(chunk, "", "usage", "an object", http::as_object)? {
             self.usage = usage_from(usage);
         }
-        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+        let Some(choices) = self.field(chunk, "", "choices", "an array", Value::as_array)? else {
             return Ok(());
         };
         // Only the first choice is streamed; mull never asks for `n > 1`.
-        let Some(choice) = choices
-            .iter()
-            .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
-        else {
+        let mut first = None;
+        for (position, choice) in choices.iter().enumerate() {
+            let at = format!("choices[{position}]");
+            if !choice.is_object() {
+                return Err(http::wrong_shape(
+                    &self.provider,
+                    CHUNK,
+                    &format!(
+                        "`{at}` should be an object, found {}",
+                        http::json_kind(choice)
+                    ),
+                ));
+            }
+            let index = self.field(choice, &at, "index", "an integer", Value::as_u64)?;
+            if index.unwrap_or(0) == 0 && first.is_none() {
+                first = Some((at, choice));
+            }
+        }
+        let Some((at, choice)) = first else {
             return Ok(());
         };
-        if let Some(delta) = choice.get("delta") {
-            let reasoning = ["reasoning_content", "reasoning"]
-                .iter()
-                .find_map(|key| delta.get(*key).and_then(Value::as_str))
-                .filter(|s| !s.is_empty());
-            if let Some(text) = reasoning {
+        if let Some(delta) = self.field(choice, &at, "delta", "an object", http::as_object)? {
+            let at = format!("{at}.delta");
+            let mut reasoning = None;
+            for key in ["reasoning_content", "reasoning"] {
+                if let Some(text) = self.field(delta, &at, key, "a string", Value::as_str)? {
+                    reasoning = reasoning.or(Some(text));
+                }
+            }
+            if let Some(text) = reasoning.filter(|s| !s.is_empty()) {
                 let id = match &self.reasoning_open {
                     Some(id) => id.clone(),
                     None => {
@@ -434,9 +494,8 @@ impl ChatCompletionsDecoder {
                     text: text.to_owned(),
                 });
             }
-            if let Some(text) = delta
-                .get("content")
-                .and_then(Value::as_str)
+            if let Some(text) = self
+                .field(delta, &at, "content", "a string", Value::as_str)?
                 .filter(|s| !s.is_empty())
             {
                 self.close_reasoning(out);
@@ -454,14 +513,17 @@ impl ChatCompletionsDecoder {
                     text: text.to_owned(),
                 });
             }
-            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            if let Some(calls) =
+                self.field(delta, &at, "tool_calls", "an array", Value::as_array)?
+            {
                 self.close_reasoning(out);
                 for (position, call) in calls.iter().enumerate() {
-                    self.tool_call_fragment(position as u64, call, out)?;
+                    let at = format!("{at}.tool_calls[{position}]");
+                    self.tool_call_fragment(&at, position as u64, call, out)?;
                 }
             }
         }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+        if let Some(reason) = self.field(choice, &at, "finish_reason", "a string", Value::as_str)? {
             self.finish_reason = Some(reason.to_owned());
             self.flush_blocks(out)?;
         }
@@ -470,6 +532,7 @@ impl ChatCompletionsDecoder {
 
     fn tool_call_fragment(
         &mut self,
+        at: &str,
         position: u64,
         call: &Value,
         out: &mut Vec<StreamPart>,
@@ -480,30 +543,37 @@ impl ChatCompletionsDecoder {
                 format!("{}: tool call fragment after finish_reason", self.provider),
             ));
         }
-        let index = call
-            .get("index")
-            .and_then(Value::as_u64)
+        if !call.is_object() {
+            return Err(http::wrong_shape(
+                &self.provider,
+                CHUNK,
+                &format!(
+                    "`{at}` should be an object, found {}",
+                    http::json_kind(call)
+                ),
+            ));
+        }
+        let index = self
+            .field(call, at, "index", "an integer", Value::as_u64)?
             .unwrap_or(position);
+        let id = self.field(call, at, "id", "a string", Value::as_str)?;
+        let function = self.field(call, at, "function", "an object", http::as_object)?;
+        let at = format!("{at}.function");
+        let (name, arguments) = match function {
+            Some(function) => (
+                self.field(function, &at, "name", "a string", Value::as_str)?,
+                self.field(function, &at, "arguments", "a string", Value::as_str)?,
+            ),
+            None => (None, None),
+        };
+        let arguments = arguments.unwrap_or("");
         let pending = self.calls.entry(index).or_default();
-        if let Some(id) = call
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-        {
+        if let Some(id) = id.filter(|s| !s.is_empty()) {
             pending.id.get_or_insert_with(|| id.to_owned());
         }
-        let function = call.get("function");
-        if let Some(name) = function
-            .and_then(|f| f.get("name"))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-        {
+        if let Some(name) = name.filter(|s| !s.is_empty()) {
             pending.name.get_or_insert_with(|| name.to_owned());
         }
-        let arguments = function
-            .and_then(|f| f.get("arguments"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
         if !pending.started {
             pending.arguments.push_str(arguments);
             if let Some(name) = pending.name.clone() {

@@ -405,3 +405,118 @@ async fn max_tokens_defaults_when_unset() {
     assert!(body.get("system").is_none());
     assert!(body.get("tools").is_none());
 }
+
+/// Decodes `wire` with the pure decoder entry point, in one read.
+async fn decode(wire: &str) -> (Vec<StreamPart>, Option<mull_core::ModelError>) {
+    let bytes =
+        futures::stream::iter([Ok::<_, std::convert::Infallible>(wire.as_bytes().to_vec())]);
+    collect(mull_providers::anthropic::decode_sse("anthropic", bytes)).await
+}
+
+#[tokio::test]
+async fn the_pure_decoder_matches_the_client() {
+    let (parts, error) = decode(&full_stream()).await;
+    assert_eq!(error, None);
+    assert_eq!(parts, expected_full());
+}
+
+#[tokio::test]
+async fn known_events_of_the_wrong_shape_are_protocol_errors_naming_the_field() {
+    let text_block = event(
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    );
+    let cases = [
+        (
+            delta(0, json!("not an object")),
+            "`content_block_delta` event: `delta` should be an object, found a string",
+        ),
+        (
+            event(json!({"type": "content_block_delta", "index": 0})),
+            "`content_block_delta` event: `delta` (an object) is missing",
+        ),
+        (
+            delta(0, json!({"text": "no type"})),
+            "`delta.type` (a string) is missing",
+        ),
+        (
+            delta(0, json!({"type": "text_delta", "text": 5})),
+            "`delta.text` should be a string, found a number",
+        ),
+        (
+            delta(0, json!({"type": "text_delta"})),
+            "`delta.text` (a string) is missing",
+        ),
+        (
+            event(json!({"type": "content_block_stop", "index": "0"})),
+            "`index` should be an integer, found a string",
+        ),
+        (
+            event(
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "name": "x"}}),
+            ),
+            "`content_block.id` (a string) is missing",
+        ),
+        (
+            event(json!({"type": "content_block_start", "index": 1, "content_block": []})),
+            "`content_block` should be an object",
+        ),
+        (
+            event(json!({"type": "message_delta", "delta": {"stop_reason": 1}})),
+            "`delta.stop_reason` should be a string",
+        ),
+        (
+            event(json!({"type": "message_delta", "delta": {}, "usage": {"output_tokens": "5"}})),
+            "`usage.output_tokens` should be an integer",
+        ),
+        (
+            "event: message_stop\ndata: [1]\n\n".to_owned(),
+            "data should be an object, found an array",
+        ),
+    ];
+    for (bad, what) in cases {
+        let wire = [
+            message_start(),
+            text_block.clone(),
+            bad.clone(),
+            event(json!({"type": "content_block_stop", "index": 0})),
+            event(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})),
+            event(json!({"type": "message_stop"})),
+        ]
+        .concat();
+        let (parts, error) = decode(&wire).await;
+        assert_eq!(
+            parts,
+            vec![StreamPart::TextStart {
+                id: "text-0".into()
+            }],
+            "{bad}"
+        );
+        let error = error.unwrap_or_else(|| panic!("{bad}: no error"));
+        assert_eq!(error.kind, ModelErrorKind::Protocol, "{bad}");
+        assert!(
+            error.message.starts_with("anthropic: malformed `") && error.message.contains(what),
+            "{bad}: {}",
+            error.message
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_delta_types_and_extra_fields_are_not_errors() {
+    let wire = [
+        message_start(),
+        event(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "", "citations": null}})),
+        delta(0, json!({"type": "citations_delta", "citation": {"any": "shape"}})),
+        delta(0, json!({"type": "text_delta", "text": "hi", "extra": [1]})),
+        event(json!({"type": "content_block_stop", "index": 0, "extra": true})),
+        event(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 2, "server_tool_use": {}}})),
+        event(json!({"type": "message_stop"})),
+    ]
+    .concat();
+    let (parts, error) = decode(&wire).await;
+    assert_eq!(error, None);
+    assert!(parts.contains(&StreamPart::TextDelta {
+        id: "text-0".into(),
+        text: "hi".into()
+    }));
+}

@@ -517,3 +517,102 @@ async fn compatible_servers_get_max_tokens_and_top_k_and_no_auth() {
     assert!(request.body.get("max_completion_tokens").is_none());
     assert_eq!(request.body["model"], json!("qwen3"));
 }
+
+/// Decodes `wire` with the pure decoder entry point, in one read.
+async fn decode(wire: &str) -> (Vec<StreamPart>, Option<mull_core::ModelError>) {
+    let bytes =
+        futures::stream::iter([Ok::<_, std::convert::Infallible>(wire.as_bytes().to_vec())]);
+    collect(mull_providers::openai::decode_sse("openai", bytes)).await
+}
+
+#[tokio::test]
+async fn the_pure_decoder_matches_the_client() {
+    let (parts, error) = decode(&tool_stream()).await;
+    assert_eq!(error, None);
+    assert_eq!(parts, expected_tool_parts());
+}
+
+#[tokio::test]
+async fn known_fields_of_the_wrong_type_are_protocol_errors_naming_the_field() {
+    let cases = [
+        (
+            r#"{"id":"c1","choices":"not a list"}"#,
+            "`choices` should be an array, found a string",
+        ),
+        (
+            r#"["a chunk in a list"]"#,
+            "data should be an object, found an array",
+        ),
+        (
+            r#"{"choices":[7]}"#,
+            "`choices[0]` should be an object, found a number",
+        ),
+        (
+            r#"{"choices":[{"index":0,"delta":"text"}]}"#,
+            "`choices[0].delta` should be an object",
+        ),
+        (
+            r#"{"choices":[{"index":0,"delta":{"content":["a"]}}]}"#,
+            "`choices[0].delta.content` should be a string",
+        ),
+        (
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":1}}]}"#,
+            "`choices[0].delta.reasoning_content` should be a string",
+        ),
+        (
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":{}}}]}"#,
+            "`choices[0].delta.tool_calls` should be an array",
+        ),
+        (
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":3}}]}}]}"#,
+            "`choices[0].delta.tool_calls[0].function.name` should be a string",
+        ),
+        (
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":true}]}"#,
+            "`choices[0].finish_reason` should be a string",
+        ),
+        (
+            r#"{"choices":[{"index":"0","delta":{}}]}"#,
+            "`choices[0].index` should be an integer",
+        ),
+        (
+            r#"{"choices":[],"usage":[1]}"#,
+            "`usage` should be an object",
+        ),
+    ];
+    for (data, what) in cases {
+        let wire = format!("data: {data}\n\ndata: [DONE]\n\n");
+        let (parts, error) = decode(&wire).await;
+        assert_eq!(parts, vec![], "{data}");
+        let error = error.unwrap_or_else(|| panic!("{data}: no error"));
+        assert_eq!(error.kind, ModelErrorKind::Protocol, "{data}");
+        assert!(
+            error
+                .message
+                .starts_with("openai: malformed `chat.completion.chunk` event: ")
+                && error.message.contains(what),
+            "{data}: {}",
+            error.message
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_and_null_fields_are_not_errors() {
+    let data = json!({
+        "id": "c1", "system_fingerprint": null, "service_tier": {"new": true},
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok", "refusal": null, "audio": {}},
+                     "logprobs": null, "finish_reason": null, "extra": [1]}],
+        "usage": null
+    });
+    let wire = format!(
+        "data: {data}\n\n{}data: [DONE]\n\n",
+        chunk(json!({}), Some("stop"))
+    );
+    let (parts, error) = decode(&wire).await;
+    assert_eq!(error, None);
+    assert!(parts.contains(&StreamPart::TextDelta {
+        id: "text-0".into(),
+        text: "ok".into()
+    }));
+}
