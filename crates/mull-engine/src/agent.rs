@@ -3,6 +3,7 @@
 //! subclass overrides only its hooks.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use mull_core::{ChatErrorClassification, LanguageModel};
@@ -65,6 +66,14 @@ pub trait Agent: Send + Sync + 'static {
     /// Retries of a retryable model error per model call (2).
     fn max_retries(&self) -> u32 {
         2
+    }
+
+    /// The longest any one async hook may run (`None`, as in Think: no limit). Set one to bound
+    /// every hook: a hook that outlives it is a `hook_failed` event with `timed_out: true` and
+    /// then counts as that hook's failure. Synchronous hooks (`on_chat_error`,
+    /// `classify_chat_error`) cannot be interrupted and are not bounded.
+    fn hook_timeout(&self) -> Option<Duration> {
+        None
     }
 
     /// Called once when a session opens: register compaction and overflow recovery.

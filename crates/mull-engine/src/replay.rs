@@ -651,6 +651,10 @@ impl Agent for ReplayAgent {
         self.agent.max_retries()
     }
 
+    fn hook_timeout(&self) -> Option<std::time::Duration> {
+        self.agent.hook_timeout()
+    }
+
     async fn configure_session(&self, session: SessionConfig) -> SessionConfig {
         self.agent.configure_session(session).await
     }

@@ -411,6 +411,7 @@ pub(crate) async fn fail(
                 HookName::OnChatError,
                 panic_text(&panic),
                 true,
+                false,
             );
             original
         }
@@ -488,6 +489,7 @@ fn record_hook_failure(
     hook: HookName,
     error: String,
     panicked: bool,
+    timed_out: bool,
 ) {
     if let Err(e) = inner.recorder.append(
         turn_id,
@@ -496,31 +498,46 @@ fn record_hook_failure(
             source: "agent".to_owned(),
             error,
             panicked,
-            timed_out: false,
+            timed_out,
         },
     ) {
         tracing::warn!(error = %e, "hook_failed could not be recorded");
     }
 }
 
-/// Runs a hook future, turning an error or a panic into a `hook_failed` event. `Ok(Err(text))`
-/// means the hook failed and the caller applies that hook's failure rule.
+/// Runs a hook future, turning an error, a panic or outliving [`Agent::hook_timeout`] into a
+/// `hook_failed` event. `Ok(Err(text))` means the hook failed and the caller applies that hook's
+/// failure rule.
+///
+/// [`Agent::hook_timeout`]: crate::Agent::hook_timeout
 async fn guard_hook<T>(
     inner: &Arc<Inner>,
     turn_id: Option<&str>,
     hook: HookName,
     fut: impl Future<Output = HookResult<T>>,
 ) -> Result<Result<T, String>, EngineError> {
-    match AssertUnwindSafe(fut).catch_unwind().await {
+    let guarded = AssertUnwindSafe(fut).catch_unwind();
+    let outcome = match inner.agent.hook_timeout() {
+        None => guarded.await,
+        Some(limit) => match tokio::time::timeout(limit, guarded).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let text = format!("timed out after {} ms", limit.as_millis());
+                record_hook_failure(inner, turn_id, hook, text.clone(), false, true);
+                return Ok(Err(text));
+            }
+        },
+    };
+    match outcome {
         Ok(Ok(value)) => Ok(Ok(value)),
         Ok(Err(error)) => {
             let text = error.to_string();
-            record_hook_failure(inner, turn_id, hook, text.clone(), false);
+            record_hook_failure(inner, turn_id, hook, text.clone(), false, false);
             Ok(Err(text))
         }
         Err(panic) => {
             let text = format!("panicked: {}", panic_text(&panic));
-            record_hook_failure(inner, turn_id, hook, text.clone(), true);
+            record_hook_failure(inner, turn_id, hook, text.clone(), true, false);
             Ok(Err(text))
         }
     }
@@ -815,6 +832,7 @@ impl TurnRun<'_> {
                     HookName::ClassifyChatError,
                     panic_text(&panic),
                     true,
+                    false,
                 );
                 None
             }
