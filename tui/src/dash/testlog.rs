@@ -536,3 +536,160 @@ pub fn write_db(dir: &std::path::Path, events: &[Envelope]) -> std::path::PathBu
     log.close().expect("commit test log");
     path
 }
+
+/// One session whose second turn compacts the first exchange (four messages) into a summary
+/// before its step runs.
+pub fn compaction_log() -> Vec<Envelope> {
+    let mut b = LogBuilder::new();
+    let s = "sess_c";
+    let said = |b: &mut LogBuilder, turn: &str, ms: i64, id: &str, text: &str| {
+        b.push(
+            s,
+            Some(turn),
+            ms,
+            Event::AssistantMessageSaved {
+                request_id: format!("req_{turn}"),
+                message: UIMessage {
+                    id: id.into(),
+                    role: Role::Assistant,
+                    metadata: None,
+                    parts: vec![
+                        UIPart::StepStart,
+                        UIPart::Text {
+                            text: text.into(),
+                            streaming: false,
+                        },
+                    ],
+                },
+            },
+        );
+    };
+    b.push(
+        s,
+        None,
+        0,
+        Event::SessionOpened {
+            agent: "demo".into(),
+            metadata: json!({}),
+        },
+    );
+    b.push(
+        s,
+        None,
+        10,
+        Event::UserMessagesSaved {
+            request_id: Some("req_turn_1".into()),
+            messages: vec![
+                UIMessage::user("msg_u1", "Plan a trip to Lisbon."),
+                UIMessage::user("msg_u2", "Three days, in May."),
+            ],
+        },
+    );
+    b.push(s, Some("turn_1"), 20, turn_started("req_turn_1", "msg_a1"));
+    b.push(s, Some("turn_1"), 30, Event::StepStarted { step: 0 });
+    text(
+        &mut b,
+        s,
+        "turn_1",
+        0,
+        40,
+        "t0",
+        &[(60, "Day 1: Alfama. Day 2: Belém. Day 3: Sintra.")],
+    );
+    b.push(
+        s,
+        Some("turn_1"),
+        80,
+        step_finished(0, FinishReason::Stop, usage(40_000, 900, None)),
+    );
+    said(
+        &mut b,
+        "turn_1",
+        90,
+        "msg_a1",
+        "Day 1: Alfama. Day 2: Belém. Day 3: Sintra.",
+    );
+    b.push(
+        s,
+        Some("turn_1"),
+        100,
+        Event::TurnFinished {
+            request_id: "req_turn_1".into(),
+            status: TurnStatus::Completed,
+            error: None,
+            steps: 1,
+            usage: usage(40_000, 900, None),
+        },
+    );
+    let t = "turn_2";
+    b.push(
+        s,
+        None,
+        5_000,
+        Event::UserMessagesSaved {
+            request_id: Some("req_turn_2".into()),
+            messages: vec![UIMessage::user("msg_u3", "Where should we eat?")],
+        },
+    );
+    b.push(s, Some(t), 5_010, turn_started("req_turn_2", "msg_a2"));
+    b.push(
+        s,
+        Some(t),
+        5_020,
+        Event::CompactionApplied {
+            reason: mull_core::CompactionReason::Proactive,
+            attempt: 0,
+            shortened: false,
+            replaced_ids: vec!["msg_u1".into(), "msg_u2".into(), "msg_a1".into()],
+            summary: Some(UIMessage {
+                id: "msg_sum1".into(),
+                role: Role::User,
+                metadata: Some(json!({"compaction": {"replaced": 3}})),
+                parts: vec![UIPart::Text {
+                    text: "Summary of the earlier conversation:\nA three-day Lisbon trip in May \
+                           was planned: Alfama, Belém, Sintra."
+                        .into(),
+                    streaming: false,
+                }],
+            }),
+            tokens_before: 41_200,
+            tokens_after: 1_350,
+        },
+    );
+    b.push(s, Some(t), 5_030, Event::StepStarted { step: 0 });
+    text(
+        &mut b,
+        s,
+        t,
+        0,
+        5_040,
+        "t1",
+        &[(5_060, "Try Time Out Market in Cais do Sodré.")],
+    );
+    b.push(
+        s,
+        Some(t),
+        5_080,
+        step_finished(0, FinishReason::Stop, usage(1_400, 20, None)),
+    );
+    said(
+        &mut b,
+        t,
+        5_090,
+        "msg_a2",
+        "Try Time Out Market in Cais do Sodré.",
+    );
+    b.push(
+        s,
+        Some(t),
+        5_100,
+        Event::TurnFinished {
+            request_id: "req_turn_2".into(),
+            status: TurnStatus::Completed,
+            error: None,
+            steps: 1,
+            usage: usage(1_400, 20, None),
+        },
+    );
+    b.events
+}

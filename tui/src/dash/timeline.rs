@@ -55,6 +55,14 @@ pub enum ItemKind {
     Retry { attempt: u32, error: String },
     /// Something failed: a stream error, a failed turn, a failed hook.
     Error { what: String, message: String },
+    /// History was compacted: `replaced` messages now read as one summary (or were shortened).
+    Compacted {
+        replaced: usize,
+        reason: String,
+        shortened: bool,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
     /// The assistant message was saved.
     MessageSaved { parts: usize },
     /// The turn ended.
@@ -110,6 +118,7 @@ impl Item {
             ItemKind::Tool(_) => "tool",
             ItemKind::Retry { .. } => "model_retried",
             ItemKind::Error { .. } => "error",
+            ItemKind::Compacted { .. } => "compaction_applied",
             ItemKind::MessageSaved { .. } => "assistant_message_saved",
             ItemKind::TurnFinished { .. } => "turn_finished",
             ItemKind::Other { kind } => kind,
@@ -132,6 +141,7 @@ impl Item {
                 format!("{} {}", status.as_str(), error.as_deref().unwrap_or(""))
             }
             ItemKind::Retry { error, .. } => error.clone(),
+            ItemKind::Compacted { reason, .. } => format!("compacted {reason}"),
             ItemKind::Configured { model_id, .. } => model_id.clone(),
             _ => String::new(),
         }
@@ -382,6 +392,30 @@ impl TimelineBuilder {
                     ItemKind::Error {
                         what: format!("hook {hook} failed ({source})"),
                         message: error.clone(),
+                    },
+                );
+            }
+            Event::CompactionApplied {
+                reason,
+                shortened,
+                replaced_ids,
+                tokens_before,
+                tokens_after,
+                ..
+            } => {
+                let reason = serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                self.new_item(
+                    env,
+                    gap_ms,
+                    ItemKind::Compacted {
+                        replaced: replaced_ids.len(),
+                        reason,
+                        shortened: *shortened,
+                        tokens_before: *tokens_before,
+                        tokens_after: *tokens_after,
                     },
                 );
             }

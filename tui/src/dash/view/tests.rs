@@ -140,6 +140,27 @@ fn filter_highlights_matches_and_paused_counts_arrivals() {
     insta::assert_snapshot!(screen(&f.dash).backend());
 }
 
+#[test]
+fn timeline_of_a_compacting_turn_shows_the_compaction_and_the_summary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_db(dir.path(), &crate::dash::testlog::compaction_log());
+    let mut dash = Dash::open(&path).expect("open dashboard");
+    dash.app.db_label = "test.db".into();
+    open_turn(&mut dash, 1);
+    let screen = screen(&dash);
+    let text = format!("{}", screen.backend());
+    assert!(
+        text.contains("⇲ compacted 3 messages (proactive) tokens 41.2k → 1350"),
+        "{text}"
+    );
+    assert!(text.contains("Summary of the earlier"), "{text}");
+    assert!(
+        !text.contains("Alfama. Day 2"),
+        "replaced messages still shown: {text}"
+    );
+    insta::assert_snapshot!(screen.backend());
+}
+
 /// Every recorded fixture (fixtures/*.jsonl at the workspace root) opens, and every turn's
 /// timeline draws; replaying a turn to its end gives the same rows and conversation as the
 /// plain view. With no fixtures yet, there is nothing to check.

@@ -12,7 +12,7 @@ use ratatui::Frame;
 use crate::dash::app::{item_matches, App, TurnView};
 use crate::dash::timeline::{tool_usage, Item, ItemKind};
 use crate::dash::view::{
-    decision_style, fmt_duration, fmt_usage, selected_style, status_style, wrap,
+    decision_style, fmt_duration, fmt_tokens, fmt_usage, selected_style, status_style, wrap,
 };
 
 /// Lines of one text row shown before it is cut (the event view has the rest).
@@ -286,6 +286,28 @@ fn item_lines(
             head.push(Span::styled(
                 format!("✗ {what}: {message}"),
                 red.add_modifier(Modifier::BOLD),
+            ));
+        }
+        ItemKind::Compacted {
+            replaced,
+            reason,
+            shortened,
+            tokens_before,
+            tokens_after,
+        } => {
+            let what = if *shortened { "shortened" } else { "compacted" };
+            let noun = if *replaced == 1 {
+                "message"
+            } else {
+                "messages"
+            };
+            head.push(Span::styled(
+                format!(
+                    "⇲ {what} {replaced} {noun} ({reason}) tokens {} → {}",
+                    fmt_tokens(Some(*tokens_before)),
+                    fmt_tokens(Some(*tokens_after))
+                ),
+                Style::new().fg(Color::Magenta),
             ));
         }
         ItemKind::MessageSaved { parts } => {
