@@ -276,6 +276,8 @@ mod tests {
         let log = Log::open(dir.path().join("log.db")).expect("open log");
         let (mut tx, rx) = async_broadcast::broadcast(capacity);
         tx.set_overflow(true);
+        // As the engine's bus: a broadcast with no active receiver must not wait for one.
+        tx.set_await_active(false);
         Fixture {
             _dir: dir,
             log,
