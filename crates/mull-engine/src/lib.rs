@@ -48,8 +48,8 @@ pub use extension::{
     ChunkSnapshot, Extension, ExtensionHook, ExtensionHost, Extensions, HostCallError,
     StepSnapshot, ToolCallSnapshot, ToolResultSnapshot, TurnConfigPatch, TurnSnapshot,
 };
-pub use search::{SearchError, SearchHit, SEARCH_TOOL};
 pub use replay::{reexecute, Divergence, Recording, ReplayError, ReplayOptions, ReplayReport};
+pub use search::{SearchError, SearchHit, SEARCH_TOOL};
 pub use session::{
     ChatStream, ClientToolOutcome, OutcomeStatus, Session, SessionOptions, SubmissionResult,
     SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,
