@@ -390,16 +390,10 @@ impl Env {
 
     async fn events(&self) -> Vec<Envelope> {
         self.log.flush().await.unwrap();
-        let reader = LogReader::open(&self.path).unwrap();
-        let mut out = Vec::new();
-        let mut after = 0;
-        loop {
-            let page = reader.session_page("s1", after, 500).unwrap();
-            let Some(last) = page.last() else { break };
-            after = last.seq;
-            out.extend(page);
-        }
-        out
+        LogReader::open(&self.path)
+            .unwrap()
+            .session_events("s1", 0)
+            .unwrap()
     }
 
     async fn trace(&self) -> String {

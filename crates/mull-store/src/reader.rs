@@ -181,25 +181,50 @@ impl LogReader {
     /// Rebuilds a session's state by folding all its events, page by page.
     pub fn load_session(&self, session_id: &str) -> Result<SessionState, StoreError> {
         let mut state = SessionState::new(session_id);
+        self.for_each_session_event(session_id, 0, |env| state.apply(&env))?;
+        Ok(state)
+    }
+
+    /// Every event of one session after `after_seq`, in order (read page by page, so each read
+    /// transaction stays short). For a session too big to hold, use
+    /// [`LogReader::for_each_session_event`].
+    pub fn session_events(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let mut out = Vec::new();
+        self.for_each_session_event(session_id, after_seq, |env| out.push(env))?;
+        Ok(out)
+    }
+
+    /// Calls `f` with every event of one session after `after_seq`, in order, one page per read
+    /// transaction.
+    pub fn for_each_session_event(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        mut f: impl FnMut(Envelope),
+    ) -> Result<(), StoreError> {
         let sql = format!(
             "SELECT {COLUMNS} FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
         );
-        let mut after = 0u64;
+        let mut after = after_seq;
         loop {
             let mut rows = 0usize;
             let from = after;
             self.scan(
                 &sql,
                 params![session_id, from, PAGE_ROWS as i64],
-                "loading a session",
+                "reading a session",
                 |env| {
                     rows += 1;
                     after = env.seq;
-                    state.apply(&env);
+                    f(env);
                 },
             )?;
             if rows < PAGE_ROWS {
-                return Ok(state);
+                return Ok(());
             }
         }
     }
@@ -513,6 +538,26 @@ mod tests {
         assert_eq!(state.last_seq, deltas as u64 + 2);
         let draft = state.draft.expect("draft");
         assert_eq!(draft.plain_text().len(), deltas);
+    }
+
+    #[test]
+    fn session_events_cross_pages_and_skip_other_sessions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        let n = PAGE_ROWS + 5;
+        for i in 0..n {
+            let session = if i % 2 == 0 { "even" } else { "odd" };
+            log.append(session, None, at(i as i64), delta())
+                .expect("appends");
+        }
+        log.flush_blocking().expect("flushes");
+        let reader = log.reader().expect("reader");
+        let even = reader.session_events("even", 0).expect("reads");
+        assert_eq!(even.len(), n.div_ceil(2));
+        assert!(even.iter().all(|e| e.session_id == "even"));
+        assert!(even.windows(2).all(|w| w[0].seq < w[1].seq));
+        let later = reader.session_events("even", even[10].seq).expect("reads");
+        assert_eq!(later.len(), even.len() - 11);
     }
 
     #[test]
