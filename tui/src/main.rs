@@ -20,6 +20,8 @@ struct Cli {
 enum Command {
     /// Chat in the terminal with the model MULL_MODEL names; every event goes to the log.
     Chat(cli::chat::ChatArgs),
+    /// Serve chats over HTTP and WebSocket (the AI SDK's protocols), every event to the log.
+    Serve(cli::serve::ServeArgs),
     /// Run the demo agent into ./mull.db and watch it live in the dashboard.
     Demo(cli::demo::DemoArgs),
     /// Live dashboard over a log (read-only; another process may be writing it).
@@ -62,6 +64,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Chat(args) => cli::chat::run(args),
+        Command::Serve(args) => cli::serve::run(args),
         Command::Demo(args) => cli::demo::run(args),
         Command::Dash(args) => cli::dash::run(args),
         Command::Export { db, session } => cli::export::run(&db, session.as_deref()),

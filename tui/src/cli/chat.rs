@@ -58,7 +58,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
     result
 }
 
-fn choose_agent(model: Option<&str>) -> Result<Arc<dyn Agent>> {
+pub(crate) fn choose_agent(model: Option<&str>) -> Result<Arc<dyn Agent>> {
     match model {
         Some(SCRIPTED_DEMO) => Ok(mull::demo::agent()),
         Some(other) => anyhow::bail!(

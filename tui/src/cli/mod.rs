@@ -8,4 +8,5 @@ pub mod export;
 pub mod gen_bench_log;
 pub mod import;
 pub mod replay;
+pub mod serve;
 pub mod stats;

@@ -1,0 +1,62 @@
+//! `mull serve`: the chat server (AI SDK UI message stream over SSE, and the WebSocket chat
+//! transport) on a log, wired up from `mull-server`. All the protocol lives there.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use mull::store::Log;
+use mull_server::{AgentSource, ServerConfig, ServerState};
+
+use super::chat::{choose_agent, SCRIPTED_DEMO};
+
+/// Arguments of `mull serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The log every chat is written to.
+    #[arg(long, default_value = "mull.db")]
+    pub db: PathBuf,
+    /// Where to listen. A non-loopback address needs MULL_TOKEN (every request must carry it).
+    #[arg(long, default_value = "127.0.0.1:3000")]
+    pub addr: SocketAddr,
+    /// `scripted-demo` to serve the demo's scripted travel desk offline (a fresh script per
+    /// chat); otherwise the model MULL_MODEL names.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+/// Serves until Ctrl-C, then finishes open requests and commits the log.
+pub fn run(args: ServeArgs) -> Result<()> {
+    // Resolve the agent first, so a missing key is reported before anything binds.
+    let shared = choose_agent(args.model.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the server's runtime")?;
+    let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let state = if args.model.as_deref() == Some(SCRIPTED_DEMO) {
+        // A scripted model plays its script once: every chat gets its own copy.
+        let per_chat: AgentSource = Arc::new(|_chat_id: &str| mull::demo::agent());
+        ServerState::with_agents(log.clone(), per_chat)
+    } else {
+        ServerState::new(log.clone(), shared)
+    };
+    let config = ServerConfig {
+        addr: args.addr,
+        ..ServerConfig::from_env()
+    };
+    let result = runtime.block_on(async {
+        let bound = mull_server::bind(&config, state).await?;
+        // Scripts (and tests) read the bound address from this line; port 0 picks one.
+        println!("listening on http://{}", bound.local_addr());
+        bound
+            .run(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+    });
+    log.close()
+        .with_context(|| format!("committing {}", args.db.display()))?;
+    Ok(result?)
+}
