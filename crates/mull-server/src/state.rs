@@ -28,7 +28,9 @@ pub(crate) struct Inner {
     pub log: Log,
     pub agents: AgentSource,
     pub options: OptionsSource,
-    pub sessions: tokio::sync::Mutex<HashMap<String, Session>>,
+    /// One cell per chat id: the map lock is held only to find the cell, so chats open in
+    /// parallel while two requests for one chat still open it once.
+    pub sessions: std::sync::Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Session>>>>,
     pub token: Option<String>,
     pub max_body_bytes: usize,
     pub hide_reasoning: bool,
@@ -47,7 +49,7 @@ impl ServerState {
                 log,
                 agents,
                 options: Arc::new(|id: &str| SessionOptions::new(id)),
-                sessions: tokio::sync::Mutex::new(HashMap::new()),
+                sessions: std::sync::Mutex::new(HashMap::new()),
                 token: None,
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                 hide_reasoning: false,
@@ -62,7 +64,7 @@ impl ServerState {
                 log: shared.log.clone(),
                 agents: Arc::clone(&shared.agents),
                 options: Arc::clone(&shared.options),
-                sessions: tokio::sync::Mutex::new(HashMap::new()),
+                sessions: std::sync::Mutex::new(HashMap::new()),
                 token: shared.token.clone(),
                 max_body_bytes: shared.max_body_bytes,
                 hide_reasoning: shared.hide_reasoning,
@@ -101,24 +103,40 @@ impl ServerState {
 
     /// The session of `chat_id`, opened (and created in the log) when not open yet.
     pub async fn session(&self, chat_id: &str) -> Result<Session, ApiError> {
-        let mut sessions = self.inner.sessions.lock().await;
-        if let Some(session) = sessions.get(chat_id) {
-            return Ok(session.clone());
-        }
-        let agent = (self.inner.agents)(chat_id);
-        let options = (self.inner.options)(chat_id);
-        let session = Session::open(&self.inner.log, agent, options)
-            .await
-            .map_err(|e| ApiError::Internal(format!("opening chat {chat_id:?}: {e}")))?;
-        sessions.insert(chat_id.to_owned(), session.clone());
-        Ok(session)
+        let cell = Arc::clone(
+            self.inner
+                .sessions
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .entry(chat_id.to_owned())
+                .or_default(),
+        );
+        let session = cell
+            .get_or_try_init(|| async {
+                let agent = (self.inner.agents)(chat_id);
+                let options = (self.inner.options)(chat_id);
+                Session::open(&self.inner.log, agent, options)
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("opening chat {chat_id:?}: {e}")))
+            })
+            .await?;
+        Ok(session.clone())
+    }
+
+    fn open_session(&self, chat_id: &str) -> Option<Session> {
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(chat_id)
+            .and_then(|cell| cell.get().cloned())
     }
 
     /// The session of an existing chat: open already, or present in the log. Unknown ids are
     /// refused without writing anything.
     pub async fn existing_session(&self, chat_id: &str) -> Result<Session, ApiError> {
-        if let Some(session) = self.inner.sessions.lock().await.get(chat_id) {
-            return Ok(session.clone());
+        if let Some(session) = self.open_session(chat_id) {
+            return Ok(session);
         }
         let log = self.inner.log.clone();
         let id = chat_id.to_owned();
