@@ -452,20 +452,27 @@ impl Session {
                 turn::run_entry(&self.inner, spec, inline).await
             }
             Err(message) => {
-                let request_id = self.inner.options.ids.next_id("req");
-                let error = ChatError {
-                    request_id: Some(request_id.clone()),
-                    ..ChatError::new(ErrorStage::Parse, message)
-                };
-                let error = turn::fail(&self.inner, None, error, false).await;
+                let error = self.record_parse_failure(message).await;
                 Ok(TurnOutcome {
-                    request_id,
+                    request_id: error.request_id.clone().unwrap_or_default(),
                     status: OutcomeStatus::Error,
                     error: Some(error),
                     message: None,
                 })
             }
         }
+    }
+
+    /// Records a request for this session whose body could not be decoded (stage `parse`,
+    /// nothing persisted): a `turn_failed` event under a fresh request id, `on_chat_error`, and
+    /// the failures broadcast. Returns the error `on_chat_error` chose, for the caller to show.
+    pub async fn record_parse_failure(&self, message: impl Into<String>) -> ChatError {
+        let request_id = self.inner.options.ids.next_id("req");
+        let error = ChatError {
+            request_id: Some(request_id),
+            ..ChatError::new(ErrorStage::Parse, message)
+        };
+        turn::fail(&self.inner, None, error, false).await
     }
 
     /// Appends `messages` and runs a turn in a background task, streaming back the parts the

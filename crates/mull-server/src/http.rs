@@ -11,7 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::chat::{self, TurnStream};
@@ -97,10 +97,30 @@ pub(crate) async fn post_chat(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|rejection| body_error(&state, rejection))?;
-    let request =
-        ChatRequest::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let request = match ChatRequest::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            let message = e.to_string();
+            record_parse_failure(&state, &body, &message).await;
+            return Err(ApiError::BadRequest(message));
+        }
+    };
     let started = chat::start(&state, request).await?;
     Ok(sse_response(started.stream))
+}
+
+/// A body that names an existing chat but cannot be decoded is a `parse`-stage failure in that
+/// chat's log. Bodies naming no chat, or an unknown one, leave the log alone: a stranger's
+/// garbage must not create sessions.
+async fn record_parse_failure(state: &ServerState, body: &[u8], message: &str) {
+    let chat_id = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned));
+    if let Some(chat_id) = chat_id {
+        if let Ok(session) = state.existing_session(&chat_id).await {
+            session.record_parse_failure(message).await;
+        }
+    }
 }
 
 /// `GET /api/chat/{id}/stream`: the running turn from its first chunk, then live.

@@ -517,6 +517,52 @@ async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
     assert!(session_events(&server.log, "nobody").await.is_empty());
 }
 
+#[tokio::test]
+async fn a_bad_body_for_a_known_chat_is_a_parse_failure_in_its_log() {
+    let server = server().await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/api/chat", server.addr);
+    let ok = client
+        .post(&url)
+        .json(&user_request("known", "Hi"))
+        .send()
+        .await
+        .expect("send");
+    let _ = read_sse(ok, 10_000).await;
+    let before = session_events(&server.log, "known").await.len();
+
+    let bad = client
+        .post(&url)
+        .json(
+            &json!({"id": "known", "messages": [{"id": "u", "role": "user",
+            "parts": [{"type": "telepathy"}]}]}),
+        )
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(bad.status().as_u16(), 400);
+
+    let events = session_events(&server.log, "known").await;
+    assert_eq!(
+        events.len(),
+        before + 1,
+        "exactly one event for the bad body"
+    );
+    match &events[before].event {
+        Event::TurnFailed {
+            stage,
+            messages_persisted,
+            error,
+            ..
+        } => {
+            assert_eq!(*stage, mull_core::ErrorStage::Parse);
+            assert!(!messages_persisted);
+            assert!(error.contains("messages[0].parts[0]"), "{error}");
+        }
+        other => panic!("expected turn_failed, got {other:?}"),
+    }
+}
+
 async fn ws_connect(
     addr: SocketAddr,
 ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
