@@ -1,5 +1,5 @@
 //! What `before_turn` and `before_step` may change: [`TurnConfig`] for the whole turn and
-//! [`StepConfig`] for one step, and how a TurnConfig merges into the defaults ([`ResolvedTurn`]).
+//! [`StepConfig`] for one step, and how a TurnConfig merges into the defaults (`ResolvedTurn`).
 //!
 //! Merge rules (the seed's): scalar fields replace the default; `tools` are added to the turn's
 //! tools (winning on a name clash); `stop_when` adds to `step_count_is(max_steps)`.

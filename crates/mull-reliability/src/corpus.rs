@@ -12,7 +12,7 @@ use mull_store::{writer::lock_path, Log};
 /// Events in the damaged logs: enough pages that damage in the middle hits rows.
 const CHUNKS: u32 = 1000;
 
-/// Writes a log of one session with one finished turn of [`CHUNKS`] text deltas.
+/// Writes a log of one session with one finished turn of `CHUNKS` text deltas.
 pub fn write_sample_log(path: &Path, chunks: u32) -> anyhow::Result<()> {
     let log = Log::open(path).with_context(|| format!("creating {}", path.display()))?;
     let clock = FixedClock::at_fixture_epoch();

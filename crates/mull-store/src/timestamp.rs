@@ -43,7 +43,7 @@ fn digits(text: &[u8]) -> Option<u32> {
     })
 }
 
-/// Parses the stored form; `None` when the text is not exactly what [`format`] writes.
+/// Parses the stored form; `None` when the text is not exactly what [`format()`] writes.
 pub fn parse(text: &str) -> Option<DateTime<Utc>> {
     let b = text.as_bytes();
     if b.len() != 27
