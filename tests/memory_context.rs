@@ -8,15 +8,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use mull::core::{ContextBlockSource, Envelope, Event, FixedClock, LanguageModel, SequentialIds};
+use mull::core::{ContextBlockSource, Envelope, Event, LanguageModel};
 use mull::core::{Role, UIMessage};
 use mull::engine::{
     compact_function, summarizer, Agent, CompactOptions, ContextBlock, ContextError, HookResult,
-    OutcomeStatus, Session, SessionConfig, SessionOptions, TurnConfig, TurnContext, TurnOptions,
-    SEARCH_TOOL, UPDATE_CONTEXT_TOOL,
+    OutcomeStatus, Session, SessionConfig, TurnConfig, TurnContext, TurnOptions, SEARCH_TOOL,
+    UPDATE_CONTEXT_TOOL,
 };
 use mull::providers::scripted::ScriptedModel;
-use mull::store::{Log, LogReader};
+use mull::store::LogReader;
 use serde_json::json;
 
 type ConfigureFn = dyn Fn(SessionConfig) -> SessionConfig + Send + Sync;
@@ -63,41 +63,14 @@ impl Agent for Mem {
     }
 }
 
-struct Env {
-    _dir: tempfile::TempDir,
-    path: std::path::PathBuf,
-    log: Log,
-}
+mod support;
+use support::TestLog as Env;
 
 fn new_env() -> Env {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mull.db");
-    let log = Log::open(&path).unwrap();
-    Env {
-        _dir: dir,
-        path,
-        log,
-    }
+    Env::new()
 }
 
 impl Env {
-    async fn open(&self, agent: &Arc<Mem>) -> Session {
-        let options = SessionOptions::deterministic("s1")
-            .with_clock(Arc::new(FixedClock::at_fixture_epoch()))
-            .with_ids(Arc::new(SequentialIds::new()));
-        Session::open(&self.log, agent.clone(), options)
-            .await
-            .unwrap()
-    }
-
-    async fn events(&self) -> Vec<Envelope> {
-        self.log.flush().await.unwrap();
-        LogReader::open(&self.path)
-            .unwrap()
-            .session_events("s1", 0)
-            .unwrap()
-    }
-
     /// One line per event, chunks left out.
     async fn trace(&self) -> String {
         self.events()

@@ -8,16 +8,16 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use mull::core::{
-    ChatErrorClassification, CompactionReason, Envelope, Event, FixedClock, LanguageModel,
-    ModelError, ModelErrorKind, Role, SequentialIds, StreamPart, UIMessage, UIPart,
+    ChatErrorClassification, CompactionReason, Envelope, Event, LanguageModel, ModelError,
+    ModelErrorKind, Role, StreamPart, UIMessage, UIPart,
 };
 use mull::engine::{
     compact_function, model_summarizer, summarizer, Agent, ChatError, ChatErrorContext,
     ChatResponseResult, CompactOptions, FnTool, HookResult, OutcomeStatus, ProactiveGuard, Session,
-    SessionConfig, SessionOptions, ToolError, ToolSet, TurnContext, TurnOptions, SUMMARY_PREFIX,
+    SessionConfig, ToolError, ToolSet, TurnContext, TurnOptions, SUMMARY_PREFIX,
 };
 use mull::providers::scripted::{ScriptedModel, ScriptedModelBuilder};
-use mull::store::{Log, LogReader};
+use mull::store::LogReader;
 use serde_json::{json, Value};
 
 type ConfigureFn = dyn Fn(SessionConfig) -> SessionConfig + Send + Sync;
@@ -95,41 +95,14 @@ impl Agent for Mem {
     }
 }
 
-struct Env {
-    _dir: tempfile::TempDir,
-    path: std::path::PathBuf,
-    log: Log,
-}
+mod support;
+use support::TestLog as Env;
 
 fn new_env() -> Env {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mull.db");
-    let log = Log::open(&path).unwrap();
-    Env {
-        _dir: dir,
-        path,
-        log,
-    }
+    Env::new()
 }
 
 impl Env {
-    async fn open(&self, agent: &Arc<Mem>) -> Session {
-        let options = SessionOptions::deterministic("s1")
-            .with_clock(Arc::new(FixedClock::at_fixture_epoch()))
-            .with_ids(Arc::new(SequentialIds::new()));
-        Session::open(&self.log, agent.clone(), options)
-            .await
-            .unwrap()
-    }
-
-    async fn events(&self) -> Vec<Envelope> {
-        self.log.flush().await.unwrap();
-        LogReader::open(&self.path)
-            .unwrap()
-            .session_events("s1", 0)
-            .unwrap()
-    }
-
     /// The trace of every event after `seq`.
     async fn trace_after(&self, seq: u64) -> String {
         self.events()
