@@ -316,8 +316,7 @@ impl Session {
         };
         log.flush().await.map_err(store_err)?;
         let state = log
-            .reader()
-            .and_then(|r| r.load_session(&options.session_id))
+            .with_reader(|r| r.load_session(&options.session_id))
             .map_err(store_err)?;
         let recorder = Recorder::new(
             log.clone(),
@@ -351,7 +350,8 @@ impl Session {
                 metadata: options.metadata.clone(),
             },
         )?;
-        session.inner.recorder.flush().await?;
+        // No barrier of its own: `session_opened` is committed with the session's first
+        // durable event (or within the writer's batch delay).
         session.recover().await?;
         Ok(session)
     }
@@ -535,8 +535,7 @@ impl Session {
             .inner
             .recorder
             .log()
-            .reader()
-            .and_then(|r| r.turn_events(&turn_id))
+            .with_reader(|r| r.turn_events(&self.inner.session_id, &turn_id))
             .map_err(store_err)?;
         Ok(events
             .into_iter()
@@ -795,6 +794,9 @@ impl Session {
                 .collect();
             (subs, running)
         });
+        if submissions.is_empty() && running.is_empty() {
+            return Ok(());
+        }
         for turn_summary in &running {
             turn::finish_interrupted(&self.inner, turn_summary).await?;
         }

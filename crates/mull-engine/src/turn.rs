@@ -1,13 +1,13 @@
 //! One turn, in the seed's order, for every entry path:
 //!
 //! ```text
-//! (queue) → user_messages_saved → transcript repair → turn_started → assemble context
+//! (queue) → user_messages_saved → transcript repair → turn_started (flushed) → assemble context
 //!   → before_turn → turn_configured
 //!   → per step: step_started → before_step → step_configured → model call (retries)
 //!       → each part: chunk event → client → on_chunk
 //!       → each tool call: validate → before_tool_call → tool_decided (flushed) → execute /
 //!         block / substitute → tool_call_finished → after_tool_call → tool-result chunk
-//!     → step_finished (flushed) → on_step_finish → stop conditions
+//!     → step_finished → on_step_finish → stop conditions → (barrier before the next step)
 //!   → assistant_message_saved → turn_finished (flushed) → [turn_failed → on_chat_error]
 //! (lock released to on_chat_response) → on_chat_response → (next queued turn)
 //! ```
@@ -163,7 +163,7 @@ async fn persist_messages(
     });
     let stored = match problem {
         Some(problem) => Err(problem),
-        None => persist_events(inner, spec).await.map_err(|e| e.to_string()),
+        None => persist_events(inner, spec).map_err(|e| e.to_string()),
     };
     match stored {
         Ok(()) => Ok(None),
@@ -184,7 +184,7 @@ async fn persist_messages(
     }
 }
 
-async fn persist_events(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<(), EngineError> {
+fn persist_events(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<(), EngineError> {
     inner.recorder.append(
         None,
         Event::UserMessagesSaved {
@@ -201,7 +201,8 @@ async fn persist_events(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<(), Engin
             },
         )?;
     }
-    inner.recorder.flush().await
+    // The turn's start is the barrier that makes these durable, before any model call.
+    Ok(())
 }
 
 fn outcome(
@@ -902,6 +903,8 @@ impl TurnRun<'_> {
                 .await?
             {
                 StepEnd::Continue => {
+                    // The finished step is durable before the model is called again.
+                    self.inner.recorder.flush().await?;
                     step += 1;
                     let last = self.steps.last();
                     let tid = Some(self.turn_id.as_str());
@@ -1117,10 +1120,11 @@ impl TurnRun<'_> {
         if let Some(n) = record.usage.cached_input_tokens {
             span.record("gen_ai.usage.cache_read.input_tokens", n);
         }
+        // Not a barrier of its own: the step becomes durable before the next step starts, or
+        // with the turn's end.
         self.append(Event::StepFinished {
             record: record.clone(),
         })?;
-        self.inner.recorder.flush().await?;
         self.usage.add(&record.usage);
         self.steps.push(record.clone());
         let response_messages = self.inner.recorder.read(|s| {

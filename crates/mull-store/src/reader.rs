@@ -116,11 +116,30 @@ impl LogReader {
         )
     }
 
-    /// Every event of one turn, in order.
-    pub fn turn_events(&self, turn_id: &str) -> Result<Vec<Envelope>, StoreError> {
+    /// Every event of one turn of a session, in order. A turn is a stretch of its session's
+    /// seqs: from its `turn_started` (found among the lifecycle events) to the next turn's
+    /// start, read through the session index.
+    pub fn turn_events(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+    ) -> Result<Vec<Envelope>, StoreError> {
         self.collect(
-            &format!("SELECT {COLUMNS} FROM events WHERE turn_id = ?1 ORDER BY seq"),
-            params![turn_id],
+            &format!(
+                "WITH span AS (
+                     SELECT min(seq) AS first FROM events
+                     WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND turn_id = ?2
+                 ), bound AS (
+                     SELECT coalesce(min(seq), 9223372036854775807) AS past FROM events, span
+                     WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND kind = 'turn_started'
+                       AND seq > span.first AND turn_id <> ?2
+                 )
+                 SELECT {COLUMNS} FROM events, span, bound
+                 WHERE session_id = ?1 AND seq >= span.first AND seq < bound.past
+                   AND turn_id = ?2
+                 ORDER BY seq"
+            ),
+            params![session_id, turn_id],
             "reading a turn",
         )
     }
@@ -181,8 +200,20 @@ impl LogReader {
     /// Rebuilds a session's state by folding all its events, page by page.
     pub fn load_session(&self, session_id: &str) -> Result<SessionState, StoreError> {
         let mut state = SessionState::new(session_id);
-        self.for_each_session_event(session_id, 0, |env| state.apply(&env))?;
+        if self.has_session(session_id)? {
+            self.for_each_session_event(session_id, 0, |env| state.apply(&env))?;
+        }
         Ok(state)
+    }
+
+    /// Whether the log holds any event of `session_id`. Cheap where the paged session read is
+    /// not: SQLite re-plans a statement with `seq > ?` and `ORDER BY seq` on every run, which
+    /// costs more than the whole read when the session is new.
+    pub fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM events WHERE session_id = ?1)")
+            .and_then(|mut s| s.query_row([session_id], |r| r.get(0)))
+            .map_err(StoreError::sqlite(self.ctx("looking up a session")))
     }
 
     /// Every event of one session after `after_seq`, in order (read page by page, so each read
@@ -476,8 +507,20 @@ mod tests {
         let b = reader.session_page("sess_b", 2, 3).expect("session page");
         assert!(b.iter().all(|e| e.session_id == "sess_b" && e.seq > 2));
         assert_eq!(b.len(), 3);
-        let turn = reader.turn_events("turn_3").expect("turn");
+        let turn = reader.turn_events("sess_a", "turn_3").expect("turn");
         assert_eq!(turn.iter().map(|e| e.seq).collect::<Vec<_>>(), [14, 15]);
+        // A turn interleaved with another session's, and followed by its session's next turn.
+        let turn = reader.turn_events("sess_a", "turn_1").expect("turn");
+        assert_eq!(
+            turn.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [1, 3, 5, 7, 9, 11, 13]
+        );
+        assert!(reader
+            .turn_events("sess_b", "turn_1")
+            .expect("turn")
+            .is_empty());
+        assert!(reader.has_session("sess_b").expect("looks up"));
+        assert!(!reader.has_session("sess_c").expect("looks up"));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The database file: how it is recognised, configured and migrated.
 //!
 //! A mull log is a SQLite database whose `application_id` is [`APPLICATION_ID`] and whose
-//! `user_version` is the schema version. Migrations only ever add (tables, indexes); rows are
-//! never rewritten in place. A file that is not SQLite, a SQLite file of another program, or a
+//! `user_version` is the schema version. Migrations add tables and indexes, or drop an index no
+//! reader needs; rows are never rewritten in place. A file that is not SQLite, a SQLite file of another program, or a
 //! schema newer than this build are refused with an error naming the file — before anything is
 //! changed in it.
 
@@ -38,6 +38,9 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX events_by_session ON events (session_id, seq);
      CREATE INDEX events_by_turn ON events (turn_id, seq) WHERE turn_id IS NOT NULL;
      CREATE INDEX events_lifecycle ON events (session_id, seq) WHERE kind <> 'chunk';",
+    // 2: a turn's events are read through its session (a turn is a stretch of one session's
+    // seqs), so a per-turn index is one more B-tree to write for every chunk with no reader.
+    "DROP INDEX IF EXISTS events_by_turn;",
 ];
 
 /// The schema version this build writes and reads.
