@@ -8,13 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mull::core::{Event, HookName, LanguageModel, UIMessage};
 use mull::engine::{
-    Agent, ChunkContext, FnTool, HookResult, OutcomeStatus, Timeout, ToolCallContext,
-    ToolCallDecision, ToolSet, TurnConfig, TurnContext, TurnOptions,
+    Agent, ChunkContext, HookResult, OutcomeStatus, Timeout, ToolCallContext, ToolCallDecision,
+    ToolSet, TurnConfig, TurnContext, TurnOptions,
 };
 use mull::providers::scripted::ScriptedModel;
 use serde_json::json;
 
 use super::test_log::TestLog;
+use super::tools::counting_lookup;
 
 /// How the chosen hook misbehaves.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -95,21 +96,10 @@ impl Agent for FaultyAgent {
         self.hook_timeout
     }
     fn tools(&self) -> ToolSet {
-        let executions = Arc::clone(&self.executions);
         ToolSet::new().with(
-            FnTool::new(
-                "lookup",
-                "Looks a query up.",
-                move |input: serde_json::Value, _| {
-                    let executions = Arc::clone(&executions);
-                    async move {
-                        executions.fetch_add(1, Ordering::SeqCst);
-                        Ok(json!({"found": input}))
-                    }
-                },
-            )
-            .with_schema(json!({"type": "object"}))
-            .shared(),
+            counting_lookup(&self.executions, |input: serde_json::Value| input)
+                .with_schema(json!({"type": "object"}))
+                .shared(),
         )
     }
     async fn before_turn(&self, _ctx: &TurnContext) -> HookResult<Option<TurnConfig>> {
