@@ -10,8 +10,8 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use mull::core::{
     ChatErrorClassification, Clock, DecisionAction, Envelope, ErrorStage, Event, FixedClock,
-    LanguageModel, ModelError, ModelErrorKind, Role, SequentialIds, StreamPart, ToolChoice,
-    ToolPartState, ToolSpec, UIMessage, UIPart,
+    LanguageModel, ModelError, ModelErrorKind, Role, StreamPart, ToolChoice, ToolPartState,
+    ToolSpec, UIMessage, UIPart,
 };
 use mull::engine::{
     has_tool_call, Agent, ChatError, ChatErrorContext, ChatResponseResult, ChunkContext,
@@ -24,7 +24,12 @@ use mull::providers::scripted::ScriptedModel;
 use mull::store::{Log, LogReader};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use support::hook_calls::HookCalls;
+use support::test_log::TestLog as Env;
+use support::trace;
 use tokio_util::sync::CancellationToken;
+
+mod support;
 
 // ---------------------------------------------------------------------------------------------
 // The recording agent
@@ -55,7 +60,7 @@ struct Rec {
     stall_ms: u64,
     send_reasoning: bool,
     max_retries: u32,
-    calls: Mutex<Vec<String>>,
+    calls: HookCalls,
     before_turn: Slot<BeforeTurnFn>,
     before_step: Slot<BeforeStepFn>,
     before_tool_call: Slot<BeforeToolFn>,
@@ -78,7 +83,7 @@ impl Rec {
             stall_ms: 0,
             send_reasoning: true,
             max_retries: 2,
-            calls: Mutex::new(Vec::new()),
+            calls: HookCalls::default(),
             before_turn: None,
             before_step: None,
             before_tool_call: None,
@@ -178,28 +183,15 @@ impl Rec {
         self
     }
     fn record(&self, line: String) {
-        self.calls.lock().unwrap().push(line);
+        self.calls.record(line);
     }
     fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
+        self.calls.lines()
     }
     /// Hook calls with runs of identical `on_chunk` lines folded into `… xN`.
     fn calls_folded(&self) -> String {
-        fold(&self.calls()).join("\n")
+        self.calls.folded()
     }
-}
-
-fn fold(lines: &[String]) -> Vec<String> {
-    let mut out: Vec<(String, usize)> = Vec::new();
-    for line in lines {
-        match out.last_mut() {
-            Some((last, n)) if last == line => *n += 1,
-            _ => out.push((line.clone(), 1)),
-        }
-    }
-    out.into_iter()
-        .map(|(l, n)| if n > 1 { format!("{l} x{n}") } else { l })
-        .collect()
 }
 
 #[async_trait]
@@ -352,66 +344,11 @@ impl Agent for Rec {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Harness: a log in a temp dir, a deterministic session, a one-line-per-event trace
+// Harness: the shared temp log with fast retries, and this file's one-line-per-event trace
 // ---------------------------------------------------------------------------------------------
 
-struct Env {
-    _dir: tempfile::TempDir,
-    path: std::path::PathBuf,
-    log: Log,
-    clock: Arc<FixedClock>,
-}
-
 fn new_env() -> Env {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mull.db");
-    let log = Log::open(&path).unwrap();
-    Env {
-        _dir: dir,
-        path,
-        log,
-        clock: Arc::new(FixedClock::at_fixture_epoch()),
-    }
-}
-
-impl Env {
-    fn options(&self) -> SessionOptions {
-        SessionOptions::deterministic("s1")
-            .with_clock(self.clock.clone())
-            .with_ids(Arc::new(SequentialIds::new()))
-            .with_retry_base_delay(Duration::from_millis(1))
-    }
-
-    async fn open(&self, agent: &Arc<Rec>) -> Session {
-        Session::open(&self.log, agent.clone(), self.options())
-            .await
-            .unwrap()
-    }
-
-    async fn events(&self) -> Vec<Envelope> {
-        self.log.flush().await.unwrap();
-        LogReader::open(&self.path)
-            .unwrap()
-            .session_events("s1", 0)
-            .unwrap()
-    }
-
-    async fn trace(&self) -> String {
-        self.events()
-            .await
-            .iter()
-            .map(render)
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    async fn kinds(&self) -> Vec<String> {
-        self.events()
-            .await
-            .iter()
-            .map(|e| e.kind().to_owned())
-            .collect()
-    }
+    Env::new().with_fast_retries()
 }
 
 fn short(v: &Value) -> String {
@@ -660,8 +597,7 @@ fn render(env: &Envelope) -> String {
         }
         other => short(&json!(other)),
     };
-    let turn = env.turn_id.as_deref().unwrap_or("-");
-    format!("{:>3} {turn:<7} {} {body}", env.seq, env.kind())
+    trace::line(env, &body)
 }
 
 fn user(id: &str, text: &str) -> Vec<UIMessage> {
@@ -743,7 +679,7 @@ async fn a01_defaults_max_steps_send_reasoning_stall_and_overflow() {
     assert_eq!(configured.stall_timeout_ms, 0);
     assert_eq!(configured.stop_when, ["step_count_is(10)"]);
     assert!(configured.overrides.is_empty());
-    insta::assert_snapshot!("a01_defaults", env.trace().await);
+    insta::assert_snapshot!("a01_defaults", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -800,7 +736,7 @@ async fn a02_stop_when_adds_to_step_count() {
         1,
         "step_count_is(1) stopped the loop"
     );
-    insta::assert_snapshot!("a02_stop_when", env.trace().await);
+    insta::assert_snapshot!("a02_stop_when", env.trace(render).await);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -959,7 +895,7 @@ async fn b03_interrupted_tool_calls_are_repaired_before_the_next_turn() {
         repaired.error_text.as_deref(),
         Some("The tool call was interrupted before a result was recorded.")
     );
-    insta::assert_snapshot!("b03_repair", env.trace().await);
+    insta::assert_snapshot!("b03_repair", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1015,7 +951,7 @@ async fn b04_before_turn_runs_once_and_the_merged_config_is_one_event() {
     );
     let kinds = env.kinds().await;
     assert_eq!(kinds.iter().filter(|k| *k == "turn_configured").count(), 1);
-    insta::assert_snapshot!("b04_trace", env.trace().await);
+    insta::assert_snapshot!("b04_trace", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1038,7 +974,7 @@ async fn b05_empty_message_list_is_a_turn_error() {
     assert_eq!(out.status, OutcomeStatus::Error);
     assert_eq!(out.error.unwrap().stage, ErrorStage::Turn);
     assert_eq!(model.requests().len(), 0);
-    insta::assert_snapshot!("b05_trace", env.trace().await);
+    insta::assert_snapshot!("b05_trace", env.trace(render).await);
     insta::assert_snapshot!("b05_hooks", agent.calls_folded());
 }
 
@@ -1125,7 +1061,7 @@ async fn c07_every_part_is_a_chunk_event_and_an_on_chunk_call() {
         .count();
     assert_eq!(chunk_events, 10);
     assert_eq!(on_chunk_calls, chunk_events);
-    insta::assert_snapshot!("c07_trace", env.trace().await);
+    insta::assert_snapshot!("c07_trace", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1299,7 +1235,7 @@ async fn c10_a_stream_transform_rewrites_parts_and_the_log_keeps_the_original() 
         .await
         .unwrap();
     assert_eq!(out.message.unwrap().plain_text(), "QUIET WORDS");
-    insta::assert_snapshot!("c10_trace", env.trace().await);
+    insta::assert_snapshot!("c10_trace", env.trace(render).await);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1362,7 +1298,7 @@ async fn d11_invalid_input_is_a_tool_error_not_a_turn_failure() {
         !agent.calls().iter().any(|c| c.contains("tool_call")),
         "no tool hook runs for invalid input"
     );
-    insta::assert_snapshot!("d11_trace", env.trace().await);
+    insta::assert_snapshot!("d11_trace", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1410,7 +1346,7 @@ async fn d12_the_decision_is_durable_before_execute_runs() {
 async fn d13_no_decision_executes_once_with_the_models_input() {
     let (env, agent, ran, _) = run_tool_scenario(|_| Ok(None)).await;
     assert_eq!(*ran.lock().unwrap(), [json!({"q": "mull"})]);
-    insta::assert_snapshot!("d13_trace", env.trace().await);
+    insta::assert_snapshot!("d13_trace", env.trace(render).await);
     insta::assert_snapshot!("d13_hooks", agent.calls_folded());
 }
 
@@ -1427,7 +1363,7 @@ async fn d14_allow_with_input_runs_substituted_input() {
         .unwrap();
     assert!(after.contains(r#"input={"q":"mull"}"#), "{after}");
     assert!(after.contains(r#"effective_input={"q":"MULL"}"#), "{after}");
-    insta::assert_snapshot!("d14_trace", env.trace().await);
+    insta::assert_snapshot!("d14_trace", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1445,7 +1381,7 @@ async fn d15_block_skips_execute_and_the_model_sees_the_default_text() {
         .find(|c| c.starts_with("after_tool_call"))
         .unwrap();
     assert!(after.contains("decision=block, success=true"), "{after}");
-    insta::assert_snapshot!("d15_trace", env.trace().await);
+    insta::assert_snapshot!("d15_trace", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1481,7 +1417,7 @@ async fn d16_substitute_skips_execute_and_the_model_sees_the_output() {
         .calls()
         .iter()
         .any(|c| c.starts_with("after_tool_call(lookup, decision=substitute, success=true")));
-    insta::assert_snapshot!("d16_trace", env.trace().await);
+    insta::assert_snapshot!("d16_trace", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1502,7 +1438,7 @@ async fn d17_execute_failure_is_a_tool_error_and_the_turn_goes_on() {
     assert!(agent.calls().iter().any(|c| c
         .starts_with("after_tool_call(lookup, decision=allow, success=false")
         && c.contains("dictionary service unavailable")));
-    insta::assert_snapshot!("d17_execute_failure", env.trace().await);
+    insta::assert_snapshot!("d17_execute_failure", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1537,7 +1473,7 @@ async fn d17_a_failing_or_panicking_before_tool_call_behaves_like_a_failed_execu
         } else {
             "d17_hook_fails"
         };
-        insta::assert_snapshot!(name, env.trace().await);
+        insta::assert_snapshot!(name, env.trace(render).await);
     }
 }
 
@@ -1571,7 +1507,7 @@ async fn d18_streaming_tool_yields_preliminaries_then_the_final() {
         .await
         .unwrap();
     assert_eq!(tool_result_sent(&model), json!({"done": "build"}));
-    insta::assert_snapshot!("d18_streaming", env.trace().await);
+    insta::assert_snapshot!("d18_streaming", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1601,7 +1537,7 @@ async fn d18_a_blocked_streaming_tool_yields_exactly_one_extra_preliminary() {
         })
         .collect();
     assert_eq!(results, [true, false]);
-    insta::assert_snapshot!("d18_blocked_streaming", env.trace().await);
+    insta::assert_snapshot!("d18_blocked_streaming", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1640,7 +1576,7 @@ async fn d19_duration_is_measured_with_the_injected_clock() {
     // A skipped call takes 0.
     let (env2, _, _, _) =
         run_tool_scenario(|_| Ok(Some(ToolCallDecision::Block { reason: None }))).await;
-    assert!(env2.trace().await.contains("duration_ms=0"));
+    assert!(env2.trace(render).await.contains("duration_ms=0"));
 }
 
 #[tokio::test]
@@ -1697,7 +1633,7 @@ async fn d20_client_tools_fire_no_hooks_and_auto_continue_after_results() {
         3,
         "the continuation wrote a new assistant message"
     );
-    insta::assert_snapshot!("d20_trace", env.trace().await);
+    insta::assert_snapshot!("d20_trace", env.trace(render).await);
     insta::assert_snapshot!("d20_hooks", agent.calls_folded());
 }
 
@@ -1750,7 +1686,7 @@ async fn e22_success_persists_the_message_then_on_chat_response() {
         .last()
         .unwrap()
         .starts_with("on_chat_response(completed, parts=5"));
-    insta::assert_snapshot!("e22_trace", env.trace().await);
+    insta::assert_snapshot!("e22_trace", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1884,7 +1820,7 @@ async fn e24_cancel_chat_keeps_the_partial_and_skips_on_chat_error() {
         .await
         .unwrap();
     assert_eq!(next.status, OutcomeStatus::Completed);
-    insta::assert_snapshot!("e24_cancel_chat", env.trace().await);
+    insta::assert_snapshot!("e24_cancel_chat", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1932,7 +1868,7 @@ async fn e24_a_pre_aborted_signal_still_persists_the_user_message() {
     assert_eq!(out.status, OutcomeStatus::Aborted);
     assert_eq!(session.state().messages.len(), 1);
     assert_eq!(model.requests().len(), 0);
-    insta::assert_snapshot!("e24_pre_aborted", env.trace().await);
+    insta::assert_snapshot!("e24_pre_aborted", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -1960,7 +1896,7 @@ async fn e25_in_band_provider_error_persists_the_partial_and_calls_on_chat_error
         "Something went wrong (overloaded_error: Overloaded)"
     );
     assert_eq!(out.message.unwrap().plain_text(), "Partial answer");
-    insta::assert_snapshot!("e25_in_band", env.trace().await);
+    insta::assert_snapshot!("e25_in_band", env.trace(render).await);
     insta::assert_snapshot!("e25_hooks", agent.calls_folded());
 }
 
@@ -1985,7 +1921,7 @@ async fn e25_a_failed_request_is_a_stream_error_after_retries() {
     assert_eq!(error.stage, ErrorStage::Stream);
     assert_eq!(error.model_error.unwrap().kind, ModelErrorKind::RateLimit);
     assert_eq!(model.requests().len(), 3, "two retries, then the error");
-    insta::assert_snapshot!("e25_failed_request", env.trace().await);
+    insta::assert_snapshot!("e25_failed_request", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -2005,7 +1941,7 @@ async fn e25_retries_recover_a_transient_failure() {
         .await
         .unwrap();
     assert_eq!(out.status, OutcomeStatus::Completed);
-    let trace = env.trace().await;
+    let trace = env.trace(render).await;
     assert!(
         trace.contains("model_retried 0 attempt=1 delay_ms=1 \"502 Bad Gateway\""),
         "{trace}"
@@ -2039,8 +1975,8 @@ async fn e26_stage_parse_a_body_that_cannot_be_decoded() {
         .await
         .unwrap();
     assert_eq!(ok.status, OutcomeStatus::Completed);
-    assert!(env2.trace().await.contains(r#"body={"mode":"fast"}"#));
-    insta::assert_snapshot!("e26_parse", env.trace().await);
+    assert!(env2.trace(render).await.contains(r#"body={"mode":"fast"}"#));
+    insta::assert_snapshot!("e26_parse", env.trace(render).await);
     insta::assert_snapshot!("e26_parse_hooks", agent.calls_folded());
 }
 
@@ -2057,7 +1993,7 @@ async fn e26_stage_persist_saving_the_messages_fails() {
     let error = out.error.unwrap();
     assert_eq!(error.stage, ErrorStage::Persist);
     assert!(error.message.contains("empty id"), "{}", error.message);
-    insta::assert_snapshot!("e26_persist", env.trace().await);
+    insta::assert_snapshot!("e26_persist", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -2083,7 +2019,7 @@ async fn e26_stage_turn_before_turn_fails_or_the_model_cannot_be_resolved() {
             .calls()
             .iter()
             .any(|c| c.starts_with("on_chat_response")));
-        insta::assert_snapshot!(format!("e26_turn_{case}"), env.trace().await);
+        insta::assert_snapshot!(format!("e26_turn_{case}"), env.trace(render).await);
     }
 }
 
@@ -2106,7 +2042,7 @@ async fn e26_stage_stream_a_stalled_stream_and_a_turn_timeout() {
     let error = out.error.unwrap();
     assert_eq!(error.stage, ErrorStage::Stream);
     assert!(error.message.contains("stalled"), "{}", error.message);
-    insta::assert_snapshot!("e26_stream_stall", env.trace().await);
+    insta::assert_snapshot!("e26_stream_stall", env.trace(render).await);
     // The whole-turn timeout.
     let model2 = slow_writer();
     let agent2 = Arc::new(Rec::new(&model2).before_turn(|_| {
@@ -2303,7 +2239,7 @@ async fn e26_stage_transcript_a_history_that_cannot_be_repaired() {
         .unwrap();
     let error = out.error.unwrap();
     assert_eq!(error.stage, ErrorStage::Transcript);
-    insta::assert_snapshot!("e26_transcript", env.trace().await);
+    insta::assert_snapshot!("e26_transcript", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -2423,7 +2359,7 @@ async fn f28_reactive_overflow_compacts_and_reruns_with_the_same_request_id() {
         .filter(|c| c.starts_with("before_turn"))
         .collect();
     assert_eq!(before_turns.len(), 2, "before_turn fires again");
-    insta::assert_snapshot!("f28_recovered", env.trace().await);
+    insta::assert_snapshot!("f28_recovered", env.trace(render).await);
     insta::assert_snapshot!("f28_recovered_hooks", agent.calls_folded());
 }
 
@@ -2449,7 +2385,7 @@ async fn f28_overflow_that_compaction_cannot_shorten_is_terminal() {
     assert!(hooks
         .iter()
         .any(|c| c.contains("classification=Some(ContextOverflow)")));
-    insta::assert_snapshot!("f28_not_shortened", env.trace().await);
+    insta::assert_snapshot!("f28_not_shortened", env.trace(render).await);
 }
 
 #[tokio::test]
@@ -2471,7 +2407,7 @@ async fn f28_overflow_after_max_retries_is_terminal_and_reactive_off_skips_class
         Some(ChatErrorClassification::ContextOverflow)
     );
     assert_eq!(model.requests().len(), 2, "one compact-and-retry round");
-    insta::assert_snapshot!("f28_max_retries", env.trace().await);
+    insta::assert_snapshot!("f28_max_retries", env.trace(render).await);
 
     let model2 = ScriptedModel::builder("scripted-1")
         .refuse_context_overflow()
@@ -2561,7 +2497,7 @@ async fn g31_every_entry_path_records_itself_and_fires_the_same_hooks() {
         .await
         .unwrap();
     assert_eq!(cont.status, OutcomeStatus::Completed);
-    insta::assert_snapshot!("g31_trace", env.trace().await);
+    insta::assert_snapshot!("g31_trace", env.trace(render).await);
     insta::assert_snapshot!("g31_hooks", agent.calls_folded());
 }
 

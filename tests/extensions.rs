@@ -2,27 +2,29 @@
 //! rules, and isolation of failing, panicking and hanging extensions. Out-of-process
 //! extensions are tested in crates/mull-extensions/tests.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mull::core::{Envelope, Event, LanguageModel, StreamPart, TurnConfigRecord, UIMessage};
+use mull::core::{Event, HookName, LanguageModel, StreamPart, TurnConfigRecord, UIMessage};
 use mull::engine::{
     Agent, ChunkContext, ChunkSnapshot, Extension, ExtensionHook, ExtensionHost, FnTool,
-    HookResult, OutcomeStatus, Session, SessionOptions, StepContext, StepSnapshot, ToolCallContext,
-    ToolCallDecision, ToolCallResultContext, ToolCallSnapshot, ToolError, ToolResultSnapshot,
-    ToolSet, TurnConfig, TurnConfigPatch, TurnContext, TurnOptions, TurnSnapshot,
+    HookResult, OutcomeStatus, StepContext, StepSnapshot, ToolCallContext, ToolCallDecision,
+    ToolCallResultContext, ToolCallSnapshot, ToolError, ToolResultSnapshot, ToolSet, TurnConfig,
+    TurnConfigPatch, TurnContext, TurnOptions, TurnSnapshot,
 };
 use mull::providers::scripted::ScriptedModel;
-use mull::store::{Log, LogReader};
 use serde_json::{json, Value};
-
-type Calls = Arc<Mutex<Vec<String>>>;
+use support::events::{hook_failures, HookFailure};
+use support::hook_calls::HookCalls;
+use support::test_log::TestLog;
 
 /// An agent that records its hook calls into a shared list.
 struct Agentish {
     model: ScriptedModel,
-    calls: Calls,
+    calls: HookCalls,
     before_turn: Option<TurnConfig>,
 }
 
@@ -51,39 +53,27 @@ impl Agent for Agentish {
         "base".into()
     }
     async fn before_turn(&self, _ctx: &TurnContext) -> HookResult<Option<TurnConfig>> {
-        self.calls.lock().unwrap().push("agent:before_turn".into());
+        self.calls.record("agent:before_turn");
         Ok(self.before_turn.clone())
     }
     async fn before_tool_call(
         &self,
         _ctx: &ToolCallContext,
     ) -> HookResult<Option<ToolCallDecision>> {
-        self.calls
-            .lock()
-            .unwrap()
-            .push("agent:before_tool_call".into());
+        self.calls.record("agent:before_tool_call");
         Ok(None)
     }
     async fn after_tool_call(&self, _ctx: &ToolCallResultContext) -> HookResult<()> {
-        self.calls
-            .lock()
-            .unwrap()
-            .push("agent:after_tool_call".into());
+        self.calls.record("agent:after_tool_call");
         Ok(())
     }
     async fn on_step_finish(&self, _ctx: &StepContext) -> HookResult<()> {
-        self.calls
-            .lock()
-            .unwrap()
-            .push("agent:on_step_finish".into());
+        self.calls.record("agent:on_step_finish");
         Ok(())
     }
     async fn on_chunk(&self, ctx: &ChunkContext) -> HookResult<()> {
         if matches!(ctx.chunk, StreamPart::ToolCall { .. }) {
-            self.calls
-                .lock()
-                .unwrap()
-                .push("agent:on_chunk(tool-call)".into());
+            self.calls.record("agent:on_chunk(tool-call)");
         }
         Ok(())
     }
@@ -103,13 +93,13 @@ enum Behaviour {
 struct Probe {
     name: String,
     hooks: Vec<ExtensionHook>,
-    calls: Calls,
+    calls: HookCalls,
     behaviour: Behaviour,
     seen_turns: Mutex<Vec<TurnSnapshot>>,
 }
 
 impl Probe {
-    fn new(name: &str, calls: &Calls, behaviour: Behaviour) -> Probe {
+    fn new(name: &str, calls: &HookCalls, behaviour: Behaviour) -> Probe {
         Probe {
             name: name.into(),
             hooks: ExtensionHook::ALL.to_vec(),
@@ -120,10 +110,7 @@ impl Probe {
     }
 
     async fn act(&self, hook: &str) -> HookResult<()> {
-        self.calls
-            .lock()
-            .unwrap()
-            .push(format!("{}:{hook}", self.name));
+        self.calls.record(format!("{}:{hook}", self.name));
         match self.behaviour {
             Behaviour::Fail => Err(format!("{} refuses {hook}", self.name).into()),
             Behaviour::Panic => panic!("{} panics in {hook}", self.name),
@@ -186,70 +173,16 @@ impl Extension for Probe {
     }
 }
 
-struct Env {
-    _dir: tempfile::TempDir,
-    path: std::path::PathBuf,
-    log: Log,
-}
-
-fn env() -> Env {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("mull.db");
-    let log = Log::open(&path).unwrap();
-    Env {
-        _dir: dir,
-        path,
-        log,
-    }
-}
-
-impl Env {
-    async fn events(&self) -> Vec<Envelope> {
-        self.log.flush().await.unwrap();
-        LogReader::open(&self.path)
-            .unwrap()
-            .session_page("s1", 0, 10_000)
-            .unwrap()
-    }
-
-    async fn turn_configured(&self) -> Vec<TurnConfigRecord> {
-        self.events()
-            .await
-            .into_iter()
-            .filter_map(|e| match e.event {
-                Event::TurnConfigured { config } => Some(config),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// (hook, source, error, panicked, timed_out) of every hook_failed event.
-    async fn hook_failures(&self) -> Vec<(String, String, String, bool, bool)> {
-        self.events()
-            .await
-            .into_iter()
-            .filter_map(|e| match e.event {
-                Event::HookFailed {
-                    hook,
-                    source,
-                    error,
-                    panicked,
-                    timed_out,
-                } => Some((
-                    serde_json::to_value(hook)
-                        .unwrap()
-                        .as_str()
-                        .unwrap()
-                        .to_owned(),
-                    source,
-                    error,
-                    panicked,
-                    timed_out,
-                )),
-                _ => None,
-            })
-            .collect()
-    }
+/// The merged turn configuration of every turn in the log.
+async fn turn_configured(env: &TestLog) -> Vec<TurnConfigRecord> {
+    env.bare_events()
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::TurnConfigured { config } => Some(config),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A search call, then an answer.
@@ -264,14 +197,12 @@ fn search_then_answer() -> ScriptedModel {
 }
 
 async fn run_turn(
-    env: &Env,
+    env: &TestLog,
     agent: Agentish,
     extensions: Vec<Arc<dyn Extension>>,
 ) -> OutcomeStatus {
-    let options = SessionOptions::deterministic("s1").with_extensions(extensions);
-    let session = Session::open(&env.log, Arc::new(agent), options)
-        .await
-        .unwrap();
+    let options = env.options().with_extensions(extensions);
+    let session = env.open_with(&Arc::new(agent), options).await;
     let outcome = session
         .save_messages(
             vec![UIMessage::user("u1", "find mull")],
@@ -284,8 +215,8 @@ async fn run_turn(
 
 #[tokio::test]
 async fn extensions_run_after_the_agent_hook_in_load_order() {
-    let env = env();
-    let calls: Calls = Arc::default();
+    let env = TestLog::new();
+    let calls = HookCalls::default();
     let a = Arc::new(Probe::new("a", &calls, Behaviour::Record));
     let mut b = Probe::new("b", &calls, Behaviour::Record);
     b.hooks = vec![ExtensionHook::BeforeTurn, ExtensionHook::OnStepFinish];
@@ -296,7 +227,7 @@ async fn extensions_run_after_the_agent_hook_in_load_order() {
     };
     let status = run_turn(&env, agent, vec![a, Arc::new(b)]).await;
     assert_eq!(status, OutcomeStatus::Completed);
-    let calls = calls.lock().unwrap().clone();
+    let calls = calls.lines();
     assert_eq!(
         calls,
         [
@@ -317,13 +248,13 @@ async fn extensions_run_after_the_agent_hook_in_load_order() {
             "b:on_step_finish",
         ]
     );
-    assert!(env.hook_failures().await.is_empty());
+    assert!(hook_failures(&env.bare_events().await).is_empty());
 }
 
 #[tokio::test]
 async fn before_turn_merges_scalars_in_load_order_and_ignores_the_rest() {
-    let env = env();
-    let calls: Calls = Arc::default();
+    let env = TestLog::new();
+    let calls = HookCalls::default();
     let a = Arc::new(Probe::new(
         "a",
         &calls,
@@ -377,7 +308,7 @@ async fn before_turn_merges_scalars_in_load_order_and_ignores_the_rest() {
     assert!(!seen_a.continuation);
     assert_eq!(b.seen_turns.lock().unwrap()[0].system, "from a");
 
-    let configured = env.turn_configured().await;
+    let configured = turn_configured(&env).await;
     assert_eq!(configured.len(), 1, "the merged result is one event");
     let c = &configured[0];
     assert_eq!(c.system.as_deref(), Some("from a"));
@@ -429,8 +360,8 @@ async fn before_turn_merges_scalars_in_load_order_and_ignores_the_rest() {
 
 #[tokio::test]
 async fn failing_panicking_and_hanging_extensions_are_logged_and_the_turn_completes() {
-    let env = env();
-    let calls: Calls = Arc::default();
+    let env = TestLog::new();
+    let calls = HookCalls::default();
     let mut hang = Probe::new("hang", &calls, Behaviour::Hang);
     hang.hooks = vec![ExtensionHook::BeforeTurn];
     let mut panicky = Probe::new("panicky", &calls, Behaviour::Panic);
@@ -455,27 +386,29 @@ async fn failing_panicking_and_hanging_extensions_are_logged_and_the_turn_comple
     )
     .await;
     assert_eq!(status, OutcomeStatus::Completed);
-    let failures = env.hook_failures().await;
+    let failures = hook_failures(&env.bare_events().await);
     assert_eq!(failures.len(), 4, "{failures:#?}");
     assert_eq!(
         failures[0],
-        (
-            "before_turn".into(),
-            "hang".into(),
-            "timed out after 200 ms".into(),
-            false,
-            true
-        )
+        HookFailure {
+            hook: HookName::BeforeTurn,
+            source: "hang".into(),
+            error: "timed out after 200 ms".into(),
+            panicked: false,
+            timed_out: true
+        }
     );
-    assert_eq!(failures[1].0, "after_tool_call");
-    assert_eq!(failures[1].1, "panicky");
-    assert!(failures[1].2.contains("panicky panics in after_tool_call"));
-    assert!(failures[1].3, "panicked");
+    assert_eq!(failures[1].hook, HookName::AfterToolCall);
+    assert_eq!(failures[1].source, "panicky");
+    assert!(failures[1]
+        .error
+        .contains("panicky panics in after_tool_call"));
+    assert!(failures[1].panicked, "panicked");
     for (f, step) in failures[2..].iter().zip(0..) {
         assert_eq!(
-            (f.0.as_str(), f.1.as_str(), f.2.as_str()),
+            (f.hook, f.source.as_str(), f.error.as_str()),
             (
-                "on_step_finish",
+                HookName::OnStepFinish,
                 "failing",
                 "failing refuses on_step_finish"
             ),
@@ -483,11 +416,11 @@ async fn failing_panicking_and_hanging_extensions_are_logged_and_the_turn_comple
         );
     }
     // A later extension still runs and its patch still applies.
-    let configured = env.turn_configured().await;
+    let configured = turn_configured(&env).await;
     assert_eq!(configured[0].settings.seed, Some(7));
     assert!(configured[0]
         .overrides
         .contains(&"ext:after:seed".to_owned()));
-    let calls = calls.lock().unwrap().clone();
+    let calls = calls.lines();
     assert!(calls.contains(&"after:on_step_finish".to_owned()));
 }

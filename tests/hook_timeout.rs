@@ -4,94 +4,20 @@
 //! hung observer is only logged). No turn timeout is set, so nothing else could end the hung
 //! hook.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use mull::core::{DecisionAction, ErrorStage, Event, HookName, LanguageModel, UIMessage};
-use mull::engine::{
-    Agent, ChunkContext, FnTool, HookResult, OutcomeStatus, Session, SessionOptions,
-    ToolCallContext, ToolCallDecision, ToolSet, TurnConfig, TurnContext, TurnOptions,
-};
+use mull::core::{DecisionAction, ErrorStage, Event, HookName};
+use mull::engine::OutcomeStatus;
 use mull::providers::scripted::ScriptedModel;
-use mull::store::Log;
 use serde_json::json;
+use support::events::{first_decision, first_failed_stage, first_tool_finish, hook_failures};
+use support::faults::{Fault, FaultyAgent, Trial};
 
-/// An agent whose `hung` hook never returns while `armed`, with a 50 ms hook timeout.
-struct HangingAgent {
-    model: Arc<ScriptedModel>,
-    hung: HookName,
-    armed: AtomicBool,
-    executions: Arc<AtomicUsize>,
-}
-
-impl HangingAgent {
-    async fn maybe_hang(&self, hook: HookName) {
-        if hook == self.hung && self.armed.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-#[async_trait]
-impl Agent for HangingAgent {
-    fn name(&self) -> &str {
-        "hanging"
-    }
-    fn model(&self) -> Arc<dyn LanguageModel> {
-        self.model.clone()
-    }
-    fn hook_timeout(&self) -> Option<Duration> {
-        Some(Duration::from_millis(50))
-    }
-    fn tools(&self) -> ToolSet {
-        let executions = Arc::clone(&self.executions);
-        ToolSet::new().with(
-            FnTool::new(
-                "lookup",
-                "Looks a query up.",
-                move |input: serde_json::Value, _| {
-                    let executions = Arc::clone(&executions);
-                    async move {
-                        executions.fetch_add(1, Ordering::SeqCst);
-                        Ok(json!({"found": input}))
-                    }
-                },
-            )
-            .with_schema(json!({"type": "object"}))
-            .shared(),
-        )
-    }
-    async fn before_tool_call(
-        &self,
-        _ctx: &ToolCallContext,
-    ) -> HookResult<Option<ToolCallDecision>> {
-        self.maybe_hang(HookName::BeforeToolCall).await;
-        Ok(None)
-    }
-    async fn before_turn(&self, _ctx: &TurnContext) -> HookResult<Option<TurnConfig>> {
-        self.maybe_hang(HookName::BeforeTurn).await;
-        Ok(None)
-    }
-    async fn on_chunk(&self, _ctx: &ChunkContext) -> HookResult<()> {
-        self.maybe_hang(HookName::OnChunk).await;
-        Ok(())
-    }
-}
-
-/// The first turn (with the hang armed), the second (disarmed), and the log they left.
-struct Trial {
-    first: OutcomeStatus,
-    first_error: String,
-    second: OutcomeStatus,
-    events: Vec<Event>,
-    executions: usize,
-}
-
+/// A turn whose `hung` hook never returns, with a 50 ms hook timeout, then a clean turn.
 async fn trial(hung: HookName) -> Trial {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path().join("log.db")).expect("opens");
     let mut script = ScriptedModel::builder("scripted-1");
     if hung == HookName::BeforeToolCall {
         script = script.step(|s| s.tool_call("call_1", "lookup", json!({"q": "rust"})));
@@ -102,64 +28,11 @@ async fn trial(hung: HookName) -> Trial {
             .step(|s| s.text("Second."))
             .build(),
     );
-    let executions = Arc::new(AtomicUsize::new(0));
-    let agent = Arc::new(HangingAgent {
-        model,
-        hung,
-        armed: AtomicBool::new(true),
-        executions: Arc::clone(&executions),
-    });
-    let session = Session::open(&log, agent.clone(), SessionOptions::deterministic("sess_h"))
-        .await
-        .expect("opens");
+    let agent =
+        FaultyAgent::new(model, hung, Fault::Hang).with_hook_timeout(Duration::from_millis(50));
     // The guard only keeps a broken build from hanging the suite; the hook timeout ends the
     // hang long before it.
-    let first = tokio::time::timeout(
-        Duration::from_secs(30),
-        session.save_messages(vec![UIMessage::user("u1", "hi")], TurnOptions::default()),
-    )
-    .await
-    .expect("the hook timeout ended the hung hook")
-    .expect("the engine survived");
-    let first_executions = executions.load(Ordering::SeqCst);
-    agent.armed.store(false, Ordering::SeqCst);
-    let second = session
-        .save_messages(vec![UIMessage::user("u2", "again")], TurnOptions::default())
-        .await
-        .expect("second turn");
-    log.flush().await.expect("flushes");
-    let events = log
-        .reader()
-        .expect("reader")
-        .session_page("sess_h", 0, 10_000)
-        .expect("reads")
-        .into_iter()
-        .map(|e| e.event)
-        .collect();
-    Trial {
-        first: first.status,
-        first_error: first.error.map(|e| e.message).unwrap_or_default(),
-        second: second.status,
-        events,
-        executions: first_executions,
-    }
-}
-
-/// Every `hook_failed` event: hook, timed out, panicked, error.
-fn hook_failures(events: &[Event]) -> Vec<(HookName, bool, bool, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::HookFailed {
-                hook,
-                timed_out,
-                panicked,
-                error,
-                ..
-            } => Some((*hook, *timed_out, *panicked, error.clone())),
-            _ => None,
-        })
-        .collect()
+    Trial::run(agent, "sess_h", "hi", Duration::from_secs(30), |_| {}).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,15 +41,15 @@ async fn a_hung_before_turn_times_out_and_fails_the_turn_at_stage_turn() {
     assert_eq!(t.first, OutcomeStatus::Error, "{}", t.first_error);
     let failures = hook_failures(&t.events);
     assert_eq!(failures.len(), 1, "{failures:?}");
-    let (hook, timed_out, panicked, error) = &failures[0];
-    assert_eq!(*hook, HookName::BeforeTurn);
-    assert!(*timed_out && !*panicked, "{failures:?}");
-    assert!(error.contains("timed out after 50 ms"), "{error}");
-    let stage = t.events.iter().find_map(|e| match e {
-        Event::TurnFailed { stage, .. } => Some(*stage),
-        _ => None,
-    });
-    assert_eq!(stage, Some(ErrorStage::Turn));
+    let failure = &failures[0];
+    assert_eq!(failure.hook, HookName::BeforeTurn);
+    assert!(failure.timed_out && !failure.panicked, "{failures:?}");
+    assert!(
+        failure.error.contains("timed out after 50 ms"),
+        "{}",
+        failure.error
+    );
+    assert_eq!(first_failed_stage(&t.events), Some(ErrorStage::Turn));
     let model_ran = t
         .events
         .iter()
@@ -199,9 +72,7 @@ async fn a_hung_on_chunk_times_out_and_the_turn_goes_on() {
     assert!(
         failures
             .iter()
-            .all(|(hook, timed_out, panicked, _)| *hook == HookName::OnChunk
-                && *timed_out
-                && !*panicked),
+            .all(|f| f.hook == HookName::OnChunk && f.timed_out && !f.panicked),
         "{failures:?}"
     );
     assert!(
@@ -232,17 +103,10 @@ async fn a_hung_before_tool_call_times_out_as_a_tool_error_and_execute_never_run
     assert_eq!(t.first, OutcomeStatus::Completed, "{}", t.first_error);
     let failures = hook_failures(&t.events);
     assert_eq!(failures.len(), 1, "{failures:?}");
-    assert_eq!(failures[0].0, HookName::BeforeToolCall);
-    assert!(failures[0].1, "{failures:?}");
-    let decided = t.events.iter().find_map(|e| match e {
-        Event::ToolDecided { action, .. } => Some(*action),
-        _ => None,
-    });
-    assert_eq!(decided, Some(DecisionAction::HookFailed));
-    let finished = t.events.iter().find_map(|e| match e {
-        Event::ToolCallFinished { success, .. } => Some(*success),
-        _ => None,
-    });
+    assert_eq!(failures[0].hook, HookName::BeforeToolCall);
+    assert!(failures[0].timed_out, "{failures:?}");
+    assert_eq!(first_decision(&t.events), Some(DecisionAction::HookFailed));
+    let finished = first_tool_finish(&t.events).map(|(success, _)| success);
     assert_eq!(finished, Some(false), "the call must end as a tool error");
     assert_eq!(
         t.executions, 0,

@@ -16,7 +16,6 @@ use mull::engine::{
     UPDATE_CONTEXT_TOOL,
 };
 use mull::providers::scripted::ScriptedModel;
-use mull::store::LogReader;
 use serde_json::json;
 
 type ConfigureFn = dyn Fn(SessionConfig) -> SessionConfig + Send + Sync;
@@ -64,23 +63,16 @@ impl Agent for Mem {
 }
 
 mod support;
-use support::TestLog as Env;
+use support::test_log::TestLog as Env;
 
 fn new_env() -> Env {
     Env::new()
 }
 
-impl Env {
-    /// One line per event, chunks left out.
-    async fn trace(&self) -> String {
-        self.events()
-            .await
-            .iter()
-            .filter(|e| e.kind() != "chunk")
-            .map(render)
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+/// One line per event, chunks left out.
+async fn trace(env: &Env) -> String {
+    let events = env.events().await;
+    support::trace::render(events.iter().filter(|e| e.kind() != "chunk"), render)
 }
 
 fn render(env: &Envelope) -> String {
@@ -130,8 +122,7 @@ fn render(env: &Envelope) -> String {
         } => format!("{reason:?} {replaced_ids:?}"),
         other => other.kind().to_owned(),
     };
-    let turn = env.turn_id.as_deref().unwrap_or("-");
-    format!("{:>3} {turn:<7} {} {body}", env.seq, env.kind())
+    support::trace::line(env, &body)
 }
 
 fn soul(calls: Arc<AtomicU32>) -> ContextBlock {
@@ -227,14 +218,10 @@ async fn b02_the_cached_prompt_is_built_from_blocks_and_changes_only_when_a_bloc
     );
 
     // Block values live in the log: a fold of the log alone gives the same values.
-    let replayed = LogReader::open(&env.path)
-        .unwrap()
-        .load_session("s1")
-        .unwrap()
-        .context_blocks;
+    let replayed = env.replayed().await.context_blocks;
     assert_eq!(replayed, session.context_blocks());
     assert_eq!(session.context_blocks()["memory"], "Prefers tea.");
-    insta::assert_snapshot!("b02_cached_prompt", env.trace().await);
+    insta::assert_snapshot!("b02_cached_prompt", trace(&env).await);
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 //! while the log keeps every original message. Traces are one line per event, as in
 //! `conformance.rs`, from the turn under test on.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use mull::core::{
@@ -17,7 +17,6 @@ use mull::engine::{
     SessionConfig, ToolError, ToolSet, TurnContext, TurnOptions, SUMMARY_PREFIX,
 };
 use mull::providers::scripted::{ScriptedModel, ScriptedModelBuilder};
-use mull::store::LogReader;
 use serde_json::{json, Value};
 
 type ConfigureFn = dyn Fn(SessionConfig) -> SessionConfig + Send + Sync;
@@ -27,7 +26,7 @@ struct Mem {
     model: Arc<dyn LanguageModel>,
     tools: ToolSet,
     configure: Box<ConfigureFn>,
-    calls: Mutex<Vec<String>>,
+    calls: HookCalls,
 }
 
 impl Mem {
@@ -39,14 +38,14 @@ impl Mem {
             model: Arc::new(model.clone()),
             tools: ToolSet::new(),
             configure: Box::new(configure),
-            calls: Mutex::new(Vec::new()),
+            calls: HookCalls::default(),
         }
     }
     fn record(&self, line: String) {
-        self.calls.lock().unwrap().push(line);
+        self.calls.record(line);
     }
     fn calls(&self) -> String {
-        self.calls.lock().unwrap().join("\n")
+        self.calls.joined()
     }
 }
 
@@ -96,33 +95,12 @@ impl Agent for Mem {
 }
 
 mod support;
-use support::TestLog as Env;
+use support::hook_calls::HookCalls;
+use support::test_log::TestLog as Env;
+use support::trace;
 
 fn new_env() -> Env {
     Env::new()
-}
-
-impl Env {
-    /// The trace of every event after `seq`.
-    async fn trace_after(&self, seq: u64) -> String {
-        self.events()
-            .await
-            .iter()
-            .filter(|e| e.seq > seq)
-            .map(render)
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    /// The session's state folded from the log alone.
-    async fn replayed_messages(&self) -> Vec<UIMessage> {
-        self.log.flush().await.unwrap();
-        LogReader::open(&self.path)
-            .unwrap()
-            .load_session("s1")
-            .unwrap()
-            .messages
-    }
 }
 
 fn render(env: &Envelope) -> String {
@@ -206,8 +184,7 @@ fn render(env: &Envelope) -> String {
         Event::HookFailed { hook, error, .. } => format!("{hook:?} {error:?}"),
         other => other.kind().to_owned(),
     };
-    let turn = env.turn_id.as_deref().unwrap_or("-");
-    format!("{:>3} {turn:<7} {} {body}", env.seq, env.kind())
+    trace::line(env, &body)
 }
 
 /// A model that first answers `n` seed turns, then follows `then`.
@@ -312,7 +289,7 @@ async fn f28_reactive_overflow_is_compacted_by_a_model_summary_and_the_turn_reru
     assert_eq!(requests[3].messages.len(), 7);
     assert_eq!(requests[4].messages.len(), 3);
     // The projection rebuilt from the log alone agrees, and the log keeps every original.
-    assert_eq!(env.replayed_messages().await, state.messages);
+    assert_eq!(env.replayed().await.messages, state.messages);
     let originals = env
         .events()
         .await
@@ -320,7 +297,7 @@ async fn f28_reactive_overflow_is_compacted_by_a_model_summary_and_the_turn_reru
         .filter(|e| matches!(&e.event, Event::UserMessagesSaved { messages, .. } if messages[0].id == "u1"))
         .count();
     assert_eq!(originals, 1);
-    insta::assert_snapshot!("f28_model_summary", env.trace_after(mark).await);
+    insta::assert_snapshot!("f28_model_summary", env.trace_after(mark, render).await);
     insta::assert_snapshot!("f28_model_summary_hooks", agent.calls());
 }
 
@@ -355,7 +332,7 @@ async fn f28_a_failing_summarizer_shortens_nothing_and_the_overflow_is_terminal(
     );
     assert_eq!(session.state().messages.len(), 5, "nothing was compacted");
     assert!(!agent.calls().contains("on_chat_response(error)"));
-    insta::assert_snapshot!("f28_summarizer_fails", env.trace_after(mark).await);
+    insta::assert_snapshot!("f28_summarizer_fails", env.trace_after(mark, render).await);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -438,8 +415,8 @@ async fn f29_a_step_near_the_window_compacts_once_before_the_next_step() {
         .filter(|p| matches!(p, UIPart::Tool(t) if t.output.is_some()))
         .count();
     assert_eq!(tool_parts, 2);
-    assert_eq!(env.replayed_messages().await, state.messages);
-    insta::assert_snapshot!("f29_proactive", env.trace_after(mark).await);
+    assert_eq!(env.replayed().await.messages, state.messages);
+    insta::assert_snapshot!("f29_proactive", env.trace_after(mark, render).await);
 }
 
 #[tokio::test]
@@ -562,7 +539,7 @@ async fn compact_after_compacts_before_a_turn_once_the_history_is_over_the_limit
         ids(&session.state().messages),
         ["u0", "summary_1", "u3", "msg_4"]
     );
-    insta::assert_snapshot!("compact_after", env.trace_after(mark).await);
+    insta::assert_snapshot!("compact_after", env.trace_after(mark, render).await);
 }
 
 #[tokio::test]
@@ -592,7 +569,7 @@ async fn the_projection_shows_the_summary_in_place_of_the_range_and_the_log_keep
         Some(json!({"compaction": {"replaced": 4}}))
     );
     // The same fold from the log alone.
-    assert_eq!(env.replayed_messages().await, after);
+    assert_eq!(env.replayed().await.messages, after);
     // Every replaced message is still in the log, word for word.
     let events = env.events().await;
     for replaced in &before[2..6] {
@@ -608,5 +585,5 @@ async fn the_projection_shows_the_summary_in_place_of_the_range_and_the_log_keep
     }
     // Too short to compact again with this head and tail: recorded, nothing replaced.
     assert!(!session.compact().await.unwrap());
-    insta::assert_snapshot!("manual_compaction", env.trace_after(mark).await);
+    insta::assert_snapshot!("manual_compaction", env.trace_after(mark, render).await);
 }

@@ -6,6 +6,7 @@
 
 #[path = "../crates/mull-reliability/src/sse_server.rs"]
 mod sse_server;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,13 +17,16 @@ use mull::core::{
     Clock, DecisionAction, ErrorStage, Event, FixedClock, LanguageModel, StreamPart, ToolPartState,
     UIMessage, UIPart,
 };
-use mull::engine::{Agent, FnTool, OutcomeStatus, Session, SessionOptions, ToolSet, TurnOptions};
+use mull::engine::{Agent, OutcomeStatus, ToolSet, TurnOptions};
 use mull::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use mull::providers::openai::{OpenAiConfig, OpenAiModel};
 use mull::providers::Secret;
 use mull::store::{import_jsonl, Log, LogReader, StoreError};
 use serde::Deserialize;
 use sse_server::SseServer;
+use support::events::{first_decision, first_failed_stage, first_tool_finish, streamed_text};
+use support::test_log::TestLog;
+use support::tools::counting_lookup;
 
 fn corpus(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -280,19 +284,10 @@ impl Agent for WireAgent {
         Arc::clone(&self.model)
     }
     fn tools(&self) -> ToolSet {
-        let executions = Arc::clone(&self.executions);
         ToolSet::new().with(
-            FnTool::new(
-                "lookup",
-                "Looks a query up.",
-                move |input: LookupInput, _| {
-                    let executions = Arc::clone(&executions);
-                    async move {
-                        executions.fetch_add(1, Ordering::SeqCst);
-                        Ok(serde_json::json!({"found": input.query}))
-                    }
-                },
-            )
+            counting_lookup(&self.executions, |input: LookupInput| {
+                serde_json::json!(input.query)
+            })
             .shared(),
         )
     }
@@ -333,16 +328,13 @@ struct WireRun {
 async fn run_wire_case(wire: &str, file: &str) -> WireRun {
     let server = SseServer::start().expect("server");
     server.set_body(&std::fs::read(corpus(&format!("sse/{wire}/{file}"))).expect("corpus"));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path().join("log.db")).expect("opens");
+    let log = TestLog::for_session("sess_wire");
     let executions = Arc::new(AtomicUsize::new(0));
     let agent = Arc::new(WireAgent {
         model: wire_model(wire, &server),
         executions: Arc::clone(&executions),
     });
-    let session = Session::open(&log, agent, SessionOptions::deterministic("sess_wire"))
-        .await
-        .expect("session opens");
+    let session = log.open(&agent).await;
     let outcome = session
         .save_messages(
             vec![UIMessage::user("msg_u1", "look up rust")],
@@ -361,15 +353,8 @@ async fn run_wire_case(wire: &str, file: &str) -> WireRun {
         )
         .await
         .expect("second turn");
-    log.flush().await.expect("flushes");
-    let reader = log.reader().expect("reader");
-    let events = reader
-        .session_page("sess_wire", 0, 10_000)
-        .expect("reads")
-        .into_iter()
-        .map(|e| e.event)
-        .collect();
-    let state = reader.load_session("sess_wire").expect("folds");
+    let events = log.bare_events().await;
+    let state = log.replayed().await;
     WireRun {
         status: outcome.status,
         error: outcome.error.map(|e| e.message),
@@ -378,13 +363,6 @@ async fn run_wire_case(wire: &str, file: &str) -> WireRun {
         second_turn: second.status,
         user_message_kept: state.messages.iter().any(|m| m.id == "msg_u1"),
     }
-}
-
-fn failed_stage(events: &[Event]) -> Option<ErrorStage> {
-    events.iter().find_map(|e| match e {
-        Event::TurnFailed { stage, .. } => Some(*stage),
-        _ => None,
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,7 +388,7 @@ async fn malformed_streams_fail_the_turn_at_stage_stream_naming_the_cause() {
             "{wire}/{file}: {error:?} should name {cause:?}"
         );
         assert_eq!(
-            failed_stage(&run.events),
+            first_failed_stage(&run.events),
             Some(ErrorStage::Stream),
             "{wire}/{file}"
         );
@@ -436,17 +414,7 @@ async fn streams_with_noise_the_decoder_should_skip_complete_normally() {
             "{wire}: {:?}",
             run.error
         );
-        let text: String = run
-            .events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Chunk {
-                    part: StreamPart::TextDelta { text, .. },
-                    ..
-                } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
+        let text = streamed_text(&run.events);
         assert!(!text.is_empty(), "{wire}: no text reached the log");
     }
 }
@@ -466,7 +434,7 @@ async fn a_chunk_of_the_wrong_shape_fails_the_turn_naming_the_field() {
             "{wire}: {error:?} should name the provider and {field}"
         );
         assert_eq!(
-            failed_stage(&run.events),
+            first_failed_stage(&run.events),
             Some(ErrorStage::Stream),
             "{wire}"
         );
@@ -496,21 +464,6 @@ async fn a_chunk_of_the_wrong_shape_fails_the_turn_naming_the_field() {
     }
 }
 
-/// The tool decision of the first turn, and the tool's recorded outcome.
-fn tool_outcome(events: &[Event]) -> (Option<DecisionAction>, Option<(bool, String)>) {
-    let action = events.iter().find_map(|e| match e {
-        Event::ToolDecided { action, .. } => Some(*action),
-        _ => None,
-    });
-    let finished = events.iter().find_map(|e| match e {
-        Event::ToolCallFinished { success, error, .. } => {
-            Some((*success, error.clone().unwrap_or_default()))
-        }
-        _ => None,
-    });
-    (action, finished)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_tool_call_json_from_the_model_is_a_tool_error_not_a_turn_failure() {
     for wire in ["openai", "anthropic"] {
@@ -521,7 +474,7 @@ async fn invalid_tool_call_json_from_the_model_is_a_tool_error_not_a_turn_failur
             "{wire}: {:?}",
             run.error
         );
-        let (action, finished) = tool_outcome(&run.events);
+        let (action, finished) = (first_decision(&run.events), first_tool_finish(&run.events));
         assert_eq!(action, Some(DecisionAction::Invalid), "{wire}");
         let (success, error) = finished.expect("the call has an outcome");
         assert!(!success, "{wire}");
@@ -544,7 +497,7 @@ async fn schema_violating_tool_input_is_a_tool_error_naming_each_violation() {
             "{wire}: {:?}",
             run.error
         );
-        let (action, finished) = tool_outcome(&run.events);
+        let (action, finished) = (first_decision(&run.events), first_tool_finish(&run.events));
         assert_eq!(action, Some(DecisionAction::Invalid), "{wire}");
         let (success, error) = finished.expect("the call has an outcome");
         assert!(!success, "{wire}");

@@ -1,55 +1,16 @@
-//! What several root test files share: a log in a temporary folder and one deterministic
-//! session (`s1`, fixed clock, counting ids) on it.
+//! What the root test files share: a log in a temporary folder with one deterministic session
+//! on it ([`test_log`]), a one-line-per-event trace for snapshots ([`trace`]), a hook-call
+//! recorder ([`hook_calls`]), readers that pick events of one kind out of a log ([`events`]),
+//! an agent whose chosen hook panics or hangs on the first turn ([`faults`]), and the tools
+//! test agents share ([`tools`]).
+//!
+//! Every test binary compiles this whole module and uses only part of it, so what one file
+//! leaves unused is not dead.
+#![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use mull::core::{Envelope, FixedClock, SequentialIds};
-use mull::engine::{Agent, Session, SessionOptions};
-use mull::store::{Log, LogReader};
-
-/// A log in a temporary folder, removed when dropped.
-pub struct TestLog {
-    _dir: tempfile::TempDir,
-    pub path: PathBuf,
-    pub log: Log,
-}
-
-impl Default for TestLog {
-    fn default() -> TestLog {
-        TestLog::new()
-    }
-}
-
-impl TestLog {
-    /// A fresh, empty log.
-    pub fn new() -> TestLog {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("mull.db");
-        let log = Log::open(&path).unwrap();
-        TestLog {
-            _dir: dir,
-            path,
-            log,
-        }
-    }
-
-    /// Opens session `s1` for `agent`, with a fixed clock and counting ids.
-    pub async fn open<A: Agent>(&self, agent: &Arc<A>) -> Session {
-        let options = SessionOptions::deterministic("s1")
-            .with_clock(Arc::new(FixedClock::at_fixture_epoch()))
-            .with_ids(Arc::new(SequentialIds::new()));
-        Session::open(&self.log, agent.clone(), options)
-            .await
-            .unwrap()
-    }
-
-    /// Every event of session `s1`, after a flush.
-    pub async fn events(&self) -> Vec<Envelope> {
-        self.log.flush().await.unwrap();
-        LogReader::open(&self.path)
-            .unwrap()
-            .session_events("s1", 0)
-            .unwrap()
-    }
-}
+pub mod events;
+pub mod faults;
+pub mod hook_calls;
+pub mod test_log;
+pub mod tools;
+pub mod trace;

@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{collect, pieces, serve, Reply};
+use common::{collect, one_read, say_hi, serve_sse, stream_from_sse};
 use mull_core::{
     CallSettings, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind,
     ModelMessage, ModelRequest, ModelRole, StreamPart, ToolChoice, ToolSpec, Usage,
@@ -139,20 +139,7 @@ fn model(base_url: &str) -> AnthropicModel {
 }
 
 async fn run(wire: String, piece_size: usize, cut: bool) -> (Vec<StreamPart>, Option<ModelError>) {
-    let server = serve(Reply::Sse {
-        pieces: pieces(&wire, piece_size),
-        cut,
-    })
-    .await;
-    let request = ModelRequest {
-        messages: vec![ModelMessage::text(ModelRole::User, "hi")],
-        ..ModelRequest::default()
-    };
-    let stream = model(&server.base_url)
-        .stream(request)
-        .await
-        .expect("stream opens");
-    collect(stream).await
+    stream_from_sse(&wire, piece_size, cut, model, say_hi()).await
 }
 
 #[tokio::test]
@@ -283,11 +270,7 @@ async fn malformed_json_and_unknown_blocks() {
 #[tokio::test]
 async fn every_request_field_reaches_the_messages_body() {
     let wire = [message_start(), event(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1}})), event(json!({"type": "message_stop"}))].concat();
-    let server = serve(Reply::Sse {
-        pieces: pieces(&wire, 8192),
-        cut: false,
-    })
-    .await;
+    let server = serve_sse(&wire, 8192, false).await;
     let mut headers = BTreeMap::new();
     headers.insert("anthropic-beta".to_owned(), "some-beta".to_owned());
     let request = ModelRequest {
@@ -408,9 +391,11 @@ async fn max_tokens_defaults_when_unset() {
 
 /// Decodes `wire` with the pure decoder entry point, in one read.
 async fn decode(wire: &str) -> (Vec<StreamPart>, Option<mull_core::ModelError>) {
-    let bytes =
-        futures::stream::iter([Ok::<_, std::convert::Infallible>(wire.as_bytes().to_vec())]);
-    collect(mull_providers::anthropic::decode_sse("anthropic", bytes)).await
+    collect(mull_providers::anthropic::decode_sse(
+        "anthropic",
+        one_read(wire),
+    ))
+    .await
 }
 
 #[tokio::test]

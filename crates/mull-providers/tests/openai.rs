@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{collect, pieces, serve, Reply};
+use common::{collect, one_read, say_hi, serve_sse, stream_from_sse};
 use mull_core::{
     CallSettings, FinishReason, LanguageModel, ModelContent, ModelErrorKind, ModelMessage,
     ModelRequest, ModelRole, StreamPart, ToolChoice, ToolSpec, Usage,
@@ -41,28 +41,12 @@ fn model(base_url: &str) -> OpenAiModel {
     OpenAiModel::new(config).expect("model")
 }
 
-fn hello() -> ModelRequest {
-    ModelRequest {
-        messages: vec![ModelMessage::text(ModelRole::User, "hi")],
-        ..ModelRequest::default()
-    }
-}
-
 async fn run(
     wire: String,
     piece_size: usize,
     cut: bool,
 ) -> (Vec<StreamPart>, Option<mull_core::ModelError>) {
-    let server = serve(Reply::Sse {
-        pieces: pieces(&wire, piece_size),
-        cut,
-    })
-    .await;
-    let stream = model(&server.base_url)
-        .stream(hello())
-        .await
-        .expect("stream opens");
-    collect(stream).await
+    stream_from_sse(&wire, piece_size, cut, model, say_hi()).await
 }
 
 fn tool_stream() -> String {
@@ -449,11 +433,7 @@ async fn every_request_field_reaches_the_openai_body() {
         "data: [DONE]\n\n".to_owned(),
     ]
     .concat();
-    let server = serve(Reply::Sse {
-        pieces: pieces(&wire, 4096),
-        cut: false,
-    })
-    .await;
+    let server = serve_sse(&wire, 4096, false).await;
     let stream = model(&server.base_url)
         .stream(full_request())
         .await
@@ -499,11 +479,7 @@ async fn compatible_servers_get_max_tokens_and_top_k_and_no_auth() {
         "data: [DONE]\n\n".to_owned(),
     ]
     .concat();
-    let server = serve(Reply::Sse {
-        pieces: pieces(&wire, 4096),
-        cut: false,
-    })
-    .await;
+    let server = serve_sse(&wire, 4096, false).await;
     let config = OpenAiConfig::compatible(format!("{}/", server.base_url), "qwen3");
     let model = OpenAiModel::new(config).expect("model");
     assert_eq!(model.provider(), "openai-compatible");
@@ -520,9 +496,7 @@ async fn compatible_servers_get_max_tokens_and_top_k_and_no_auth() {
 
 /// Decodes `wire` with the pure decoder entry point, in one read.
 async fn decode(wire: &str) -> (Vec<StreamPart>, Option<mull_core::ModelError>) {
-    let bytes =
-        futures::stream::iter([Ok::<_, std::convert::Infallible>(wire.as_bytes().to_vec())]);
-    collect(mull_providers::openai::decode_sse("openai", bytes)).await
+    collect(mull_providers::openai::decode_sse("openai", one_read(wire))).await
 }
 
 #[tokio::test]

@@ -3,16 +3,14 @@
 //! with the replay model, writing the same events. The recording keeps no secret: neither the
 //! API key nor a secret request header reaches the database file.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
+use common::{serve, Reply};
 use mull_core::{LanguageModel, UIMessage};
 use mull_engine::replay::{reexecute, Recording, ReplayOptions};
 use mull_engine::{
@@ -27,42 +25,6 @@ use serde_json::{json, Value};
 
 const API_KEY: &str = "sk-record-test-7f3a9c21e5";
 const SECRET_HEADER: &str = "tenant-secret-b81d4e";
-
-/// A Chat Completions server that answers the n-th request with the n-th scripted SSE body and
-/// keeps every request's headers.
-#[derive(Clone)]
-struct Scripted {
-    bodies: Arc<Vec<String>>,
-    next: Arc<AtomicUsize>,
-    headers: Arc<Mutex<Vec<HeaderMap>>>,
-}
-
-async fn answer(State(server): State<Scripted>, headers: HeaderMap, _body: Bytes) -> Response {
-    server.headers.lock().unwrap().push(headers);
-    let n = server.next.fetch_add(1, Ordering::SeqCst);
-    let body = server.bodies.get(n).cloned().unwrap_or_default();
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(axum::body::Body::from(body))
-        .unwrap()
-}
-
-async fn serve(bodies: Vec<String>) -> (String, Scripted, tokio::task::JoinHandle<()>) {
-    let server = Scripted {
-        bodies: Arc::new(bodies),
-        next: Arc::new(AtomicUsize::new(0)),
-        headers: Arc::new(Mutex::new(Vec::new())),
-    };
-    let app = axum::Router::new()
-        .fallback(answer)
-        .with_state(server.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/v1"), server, task)
-}
 
 fn sse(chunks: &[Value]) -> String {
     let mut out = String::new();
@@ -161,7 +123,8 @@ fn file_contains(path: &Path, needle: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_recorded_through_openai_replays_offline_identically_and_keeps_no_secret() {
     let dir = tempfile::tempdir().unwrap();
-    let (base_url, server, task) = serve(wire()).await;
+    let server = serve(Reply::SseEach(wire())).await;
+    let base_url = server.base_url.clone();
 
     // Record: real clock, random ids, a real provider over HTTP.
     let recorded_db = dir.path().join("recorded.db");
@@ -182,7 +145,7 @@ async fn a_session_recorded_through_openai_replays_offline_identically_and_keeps
     assert_eq!(outcome.status, OutcomeStatus::Completed, "{outcome:?}");
     drop(session);
     log.close().unwrap();
-    let received = server.headers.lock().unwrap().clone();
+    let received: Vec<_> = server.received().into_iter().map(|r| r.headers).collect();
     assert_eq!(received.len(), 2, "two model steps");
     // The secrets were really used on the wire …
     assert_eq!(
@@ -224,8 +187,7 @@ async fn a_session_recorded_through_openai_replays_offline_identically_and_keeps
     );
 
     // Replay offline: the server is gone; the agent's model would fail if it were called.
-    task.abort();
-    let _ = task.await;
+    server.stop().await;
     let fixture_db = dir.path().join("fixture.db");
     let fixture_log = Log::open(&fixture_db).unwrap();
     import_jsonl(

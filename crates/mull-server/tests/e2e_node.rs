@@ -6,16 +6,13 @@
 //! `cargo test -p mull-server --test e2e_node -- --ignored`. Binds 127.0.0.1 only; the server
 //! and the Node process end with the test.
 
-#[path = "../examples/common/agent.rs"]
-mod agent;
+mod common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use mull_server::{bind, ServerConfig, ServerState};
-use mull_store::Log;
+use common::TestServer;
 use tokio::process::Command;
 
 fn e2e_dir() -> PathBuf {
@@ -59,22 +56,8 @@ async fn the_ai_sdk_client_drives_the_server() {
         .expect("npm ci runs");
     assert!(install.success(), "`npm ci` failed in {}", dir.display());
 
-    let db = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(db.path().join("e2e.db")).expect("log");
-    let state = ServerState::with_agents(
-        log,
-        std::sync::Arc::new(|chat_id: &str| agent::ScriptAgent::for_chat(chat_id)),
-    );
-    let config = ServerConfig {
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        token: None,
-    };
-    let bound = bind(&config, state).await.expect("bind");
-    let addr = bound.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(bound.run(async move {
-        let _ = stopped.await;
-    }));
+    let server = TestServer::start().await;
+    let addr = server.addr;
 
     let mut client = Command::new("node")
         .arg("client.mjs")
@@ -100,8 +83,7 @@ async fn the_ai_sdk_client_drives_the_server() {
     let _ = tokio::io::BufReader::new(stderr)
         .read_to_string(&mut err)
         .await;
-    let _ = stop.send(());
-    let _ = server.await;
+    server.shut_down().await;
     eprintln!("{out}{err}");
     assert!(status.success(), "the AI SDK client failed:\n{out}\n{err}");
     assert_eq!(

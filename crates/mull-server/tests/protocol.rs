@@ -1,66 +1,18 @@
 //! Protocol tests: the router on 127.0.0.1:0 with a Scripted-model agent, driven over real
 //! HTTP and WebSocket connections; streams are checked part by part and against the log.
 
-#[path = "../examples/common/agent.rs"]
-mod agent;
+mod common;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::{agent, TestServer as Server};
 use futures::{SinkExt, StreamExt};
 use mull_core::{Envelope, Event, TurnStatus};
 use mull_server::ui_stream::UiStreamMapper;
-use mull_server::{bind, ServerConfig, ServerState};
+use mull_server::ServerConfig;
 use mull_store::Log;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
-
-struct Server {
-    addr: SocketAddr,
-    log: Log,
-    _dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-async fn server_with(
-    token: Option<&str>,
-    configure: impl FnOnce(ServerState) -> ServerState,
-) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path().join("chat.db")).expect("log");
-    let state = configure(ServerState::with_agents(
-        log.clone(),
-        std::sync::Arc::new(|chat_id: &str| agent::ScriptAgent::for_chat(chat_id)),
-    ));
-    let config = ServerConfig {
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        token: token.map(str::to_owned),
-    };
-    let bound = bind(&config, state).await.expect("bind");
-    let addr = bound.local_addr();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(bound.run(async move {
-        let _ = stopped.await;
-    }));
-    Server {
-        addr,
-        log,
-        _dir: dir,
-        stop: Some(stop),
-    }
-}
-
-async fn server() -> Server {
-    server_with(None, |s| s).await
-}
 
 fn user_request(chat_id: &str, text: &str) -> Value {
     json!({
@@ -134,14 +86,11 @@ async fn turns_from_log(log: &Log, session: &str) -> Vec<Vec<Value>> {
 
 #[tokio::test]
 async fn a_text_turn_streams_the_ui_message_stream_over_sse() {
-    let server = server().await;
+    let server = Server::start().await;
     let client = reqwest::Client::new();
-    let response = client
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("text-1", "hi"))
-        .send()
-        .await
-        .expect("post");
+    let response = server
+        .post_chat(&client, &user_request("text-1", "hi"))
+        .await;
     assert_eq!(response.status(), 200);
     let headers = response.headers().clone();
     assert_eq!(headers["content-type"], "text/event-stream");
@@ -188,13 +137,10 @@ async fn a_text_turn_streams_the_ui_message_stream_over_sse() {
 
 #[tokio::test]
 async fn server_tools_stream_input_preliminary_and_final_outputs() {
-    let server = server().await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("tool-1", "weather?"))
-        .send()
-        .await
-        .expect("post");
+    let server = Server::start().await;
+    let response = server
+        .post_chat(&reqwest::Client::new(), &user_request("tool-1", "weather?"))
+        .await;
     let (events, done) = read_sse(response, usize::MAX).await;
     assert!(done);
     let weather: Vec<&Value> = events
@@ -234,9 +180,9 @@ async fn server_tools_stream_input_preliminary_and_final_outputs() {
 
 #[tokio::test]
 async fn a_client_tool_result_continues_the_turn() {
-    let server = server().await;
+    let server = Server::start().await;
     let client = reqwest::Client::new();
-    let url = format!("http://{}/api/chat", server.addr);
+    let url = server.url("/api/chat");
     let (first, _) = read_sse(
         client
             .post(&url)
@@ -300,19 +246,16 @@ async fn a_client_tool_result_continues_the_turn() {
 
 #[tokio::test]
 async fn a_dropped_stream_resumes_from_the_turn_start_exactly_once() {
-    let server = server().await;
+    let server = Server::start().await;
     let client = reqwest::Client::new();
-    let response = client
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("slow-1", "go"))
-        .send()
-        .await
-        .expect("post");
+    let response = server
+        .post_chat(&client, &user_request("slow-1", "go"))
+        .await;
     let (partial, done) = read_sse(response, 6).await;
     assert!(!done);
     // The connection is dropped here; the turn goes on.
     let resumed = client
-        .get(format!("http://{}/api/chat/slow-1/stream", server.addr))
+        .get(server.url("/api/chat/slow-1/stream"))
         .send()
         .await
         .expect("resume");
@@ -334,7 +277,7 @@ async fn a_dropped_stream_resumes_from_the_turn_start_exactly_once() {
 
     // Once the turn is over there is nothing to resume.
     let idle = client
-        .get(format!("http://{}/api/chat/slow-1/stream", server.addr))
+        .get(server.url("/api/chat/slow-1/stream"))
         .send()
         .await
         .expect("resume");
@@ -343,25 +286,22 @@ async fn a_dropped_stream_resumes_from_the_turn_start_exactly_once() {
 
 #[tokio::test]
 async fn cancel_aborts_the_running_turn_and_keeps_the_partial() {
-    let server = server().await;
+    let server = Server::start().await;
     let client = reqwest::Client::new();
-    let response = client
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("slow-2", "go"))
-        .send()
-        .await
-        .expect("post");
+    let response = server
+        .post_chat(&client, &user_request("slow-2", "go"))
+        .await;
     let mut events = response.bytes_stream();
     let _ = events.next().await;
     // A resumed stream of the same turn sees the abort too.
     let resumed = client
-        .get(format!("http://{}/api/chat/slow-2/stream", server.addr))
+        .get(server.url("/api/chat/slow-2/stream"))
         .send()
         .await
         .expect("resume");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let cancelled: Value = client
-        .post(format!("http://{}/api/chat/slow-2/cancel", server.addr))
+        .post(server.url("/api/chat/slow-2/cancel"))
         .send()
         .await
         .expect("cancel")
@@ -392,7 +332,7 @@ async fn cancel_aborts_the_running_turn_and_keeps_the_partial() {
         Event::AssistantMessageSaved { message, .. } if !message.parts.is_empty())));
     // Cancelling again is a no-op.
     let again: Value = client
-        .post(format!("http://{}/api/chat/slow-2/cancel", server.addr))
+        .post(server.url("/api/chat/slow-2/cancel"))
         .send()
         .await
         .expect("cancel")
@@ -404,9 +344,9 @@ async fn cancel_aborts_the_running_turn_and_keeps_the_partial() {
 
 #[tokio::test]
 async fn a_token_is_required_when_set() {
-    let server = server_with(Some("s3cret"), |s| s).await;
+    let server = Server::start_with(Some("s3cret"), |s| s).await;
     let client = reqwest::Client::new();
-    let url = format!("http://{}/api/chat", server.addr);
+    let url = server.url("/api/chat");
     for auth in [None, Some("Bearer wrong"), Some("s3cret")] {
         let mut request = client.post(&url).json(&user_request("text-t", "hi"));
         if let Some(auth) = auth {
@@ -418,7 +358,7 @@ async fn a_token_is_required_when_set() {
         assert_eq!(body["error"]["code"], "unauthorized");
     }
     let resume = client
-        .get(format!("http://{}/api/chat/text-t/stream", server.addr))
+        .get(server.url("/api/chat/text-t/stream"))
         .send()
         .await
         .expect("get");
@@ -445,9 +385,9 @@ async fn a_token_is_required_when_set() {
 
 #[tokio::test]
 async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
-    let server = server_with(None, |s| s.with_max_body_bytes(2048)).await;
+    let server = Server::start_with(None, |s| s.with_max_body_bytes(2048)).await;
     let client = reqwest::Client::new();
-    let url = format!("http://{}/api/chat", server.addr);
+    let url = server.url("/api/chat");
     let cases: Vec<(reqwest::RequestBuilder, u16, &str, &str)> = vec![
         (
             client
@@ -484,19 +424,19 @@ async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
             "2048",
         ),
         (
-            client.get(format!("http://{}/api/chat/nobody/stream", server.addr)),
+            client.get(server.url("/api/chat/nobody/stream")),
             404,
             "unknown_chat",
             "nobody",
         ),
         (
-            client.post(format!("http://{}/api/chat/nobody/cancel", server.addr)),
+            client.post(server.url("/api/chat/nobody/cancel")),
             404,
             "unknown_chat",
             "nobody",
         ),
         (
-            client.get(format!("http://{}/api/nothing", server.addr)),
+            client.get(server.url("/api/nothing")),
             404,
             "not_found",
             "/api/nothing",
@@ -519,9 +459,9 @@ async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
 
 #[tokio::test]
 async fn a_bad_body_for_a_known_chat_is_a_parse_failure_in_its_log() {
-    let server = server().await;
+    let server = Server::start().await;
     let client = reqwest::Client::new();
-    let url = format!("http://{}/api/chat", server.addr);
+    let url = server.url("/api/chat");
     let ok = client
         .post(&url)
         .json(&user_request("known", "Hi"))
@@ -613,7 +553,7 @@ fn send_frame(request_id: &str, chat_id: &str) -> Value {
 
 #[tokio::test]
 async fn websocket_multiplexes_chats_and_resumes_after_a_sequence() {
-    let server = server().await;
+    let server = Server::start().await;
     let mut socket = ws_connect(server.addr).await;
     ws_send(&mut socket, send_frame("r-a", "text-ws")).await;
     ws_send(&mut socket, send_frame("r-b", "slow-ws")).await;
@@ -697,7 +637,7 @@ async fn websocket_multiplexes_chats_and_resumes_after_a_sequence() {
 
 #[tokio::test]
 async fn websocket_abort_cancels_the_turn() {
-    let server = server().await;
+    let server = Server::start().await;
     let mut socket = ws_connect(server.addr).await;
     ws_send(&mut socket, send_frame("r-1", "slow-abort")).await;
     let mut chunks = 0;

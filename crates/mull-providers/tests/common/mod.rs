@@ -11,7 +11,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use futures::StreamExt;
-use mull_core::{ModelError, ModelStream, StreamPart};
+use mull_core::{
+    LanguageModel, ModelError, ModelMessage, ModelRequest, ModelRole, ModelStream, StreamPart,
+};
 use serde_json::Value;
 
 /// What the server answers.
@@ -28,6 +30,9 @@ pub enum Reply {
     },
     /// Waits this long before answering (for timeouts).
     Stall(Duration),
+    /// The n-th request gets the n-th body as one `text/event-stream` piece; requests past the
+    /// last get an empty stream (for multi-step turns).
+    SseEach(Vec<String>),
 }
 
 /// One request the server received.
@@ -48,12 +53,19 @@ struct ServerState {
 pub struct TestServer {
     pub base_url: String,
     received: Arc<Mutex<Vec<Received>>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl TestServer {
     /// Everything received so far.
     pub fn received(&self) -> Vec<Received> {
         self.received.lock().expect("lock").clone()
+    }
+
+    /// Shuts the server down; later connections are refused.
+    pub async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
     }
 }
 
@@ -69,13 +81,56 @@ pub async fn serve(reply: Reply) -> TestServer {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
     TestServer {
         base_url: format!("http://{addr}/v1"),
         received,
+        task,
     }
+}
+
+/// Starts a server that streams `wire` as an SSE body in pieces of `piece_size` bytes and,
+/// when `cut`, then cuts the connection.
+pub async fn serve_sse(wire: &str, piece_size: usize, cut: bool) -> TestServer {
+    serve(Reply::Sse {
+        pieces: pieces(wire, piece_size),
+        cut,
+    })
+    .await
+}
+
+/// Streams `request` through the model that `model` builds for a server sending `wire` (as
+/// [`serve_sse`] does), and reads the stream to its end.
+pub async fn stream_from_sse<M: LanguageModel>(
+    wire: &str,
+    piece_size: usize,
+    cut: bool,
+    model: impl FnOnce(&str) -> M,
+    request: ModelRequest,
+) -> (Vec<StreamPart>, Option<ModelError>) {
+    let server = serve_sse(wire, piece_size, cut).await;
+    let stream = model(&server.base_url)
+        .stream(request)
+        .await
+        .expect("stream opens");
+    collect(stream).await
+}
+
+/// A request with one user message, "hi".
+pub fn say_hi() -> ModelRequest {
+    ModelRequest {
+        messages: vec![ModelMessage::text(ModelRole::User, "hi")],
+        ..ModelRequest::default()
+    }
+}
+
+/// `wire` as a byte stream that delivers it in one read, for the pure decoders.
+pub fn one_read(
+    wire: &str,
+) -> impl futures::Stream<Item = Result<Vec<u8>, std::convert::Infallible>> {
+    futures::stream::iter([Ok(wire.as_bytes().to_vec())])
 }
 
 async fn handle(
@@ -85,11 +140,15 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    state.received.lock().expect("lock").push(Received {
-        path: uri.path().to_owned(),
-        headers,
-        body,
-    });
+    let nth = {
+        let mut received = state.received.lock().expect("lock");
+        received.push(Received {
+            path: uri.path().to_owned(),
+            headers,
+            body,
+        });
+        received.len() - 1
+    };
     match state.reply {
         Reply::Sse { pieces, cut } => {
             let tail: Vec<Result<Vec<u8>, std::io::Error>> = if cut {
@@ -128,6 +187,10 @@ async fn handle(
             tokio::time::sleep(wait).await;
             Response::new(Body::from("late"))
         }
+        Reply::SseEach(bodies) => Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from(bodies.get(nth).cloned().unwrap_or_default()))
+            .expect("response"),
     }
 }
 
