@@ -835,6 +835,18 @@ impl Session {
         })
     }
 
+    /// Whether a request is queued or running: its turn, with any overflow retries, has not
+    /// ended yet. A client following a request by its events asks this when an attempt ended
+    /// in error and neither its final failure nor a retry has appeared.
+    pub fn is_request_active(&self, request_id: &str) -> bool {
+        lock(&self.inner.active).contains_key(request_id)
+    }
+
+    /// Whether anything runs or waits in the session: a queued or running request.
+    pub fn is_busy(&self) -> bool {
+        !lock(&self.inner.active).is_empty()
+    }
+
     /// Cancels a queued or running turn. Returns false (and records nothing) when the request
     /// is not active, e.g. already finished.
     pub fn cancel_chat(&self, request_id: &str) -> Result<bool, EngineError> {

@@ -468,12 +468,13 @@ async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
             "messages[0].parts[0]",
         ),
         (
-            client
-                .post(&url)
-                .json(&json!({"id": "bad-1", "messages": [], "trigger": "regenerate-message"})),
-            400,
-            "unsupported",
-            "regenerate",
+            client.post(&url).json(
+                &json!({"id": "bad-1", "messages": [], "trigger": "regenerate-message",
+                               "messageId": "m"}),
+            ),
+            404,
+            "unknown_chat",
+            "bad-1",
         ),
         (
             client
