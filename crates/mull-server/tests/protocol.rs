@@ -1,136 +1,16 @@
 //! Protocol tests: the router on 127.0.0.1:0 with a Scripted-model agent, driven over real
 //! HTTP and WebSocket connections; streams are checked part by part and against the log.
 
-#[path = "../examples/common/agent.rs"]
-mod agent;
+mod harness;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use mull_core::{Envelope, Event, TurnStatus};
-use mull_server::ui_stream::UiStreamMapper;
-use mull_server::{bind, ServerConfig, ServerState};
-use mull_store::Log;
+use harness::*;
+use mull_core::{Event, TurnStatus};
+use mull_server::ServerConfig;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
-
-struct Server {
-    addr: SocketAddr,
-    log: Log,
-    _dir: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-async fn server_with(
-    token: Option<&str>,
-    configure: impl FnOnce(ServerState) -> ServerState,
-) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path().join("chat.db")).expect("log");
-    let state = configure(ServerState::with_agents(
-        log.clone(),
-        std::sync::Arc::new(|chat_id: &str| agent::ScriptAgent::for_chat(chat_id)),
-    ));
-    let config = ServerConfig {
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        token: token.map(str::to_owned),
-    };
-    let bound = bind(&config, state).await.expect("bind");
-    let addr = bound.local_addr();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(bound.run(async move {
-        let _ = stopped.await;
-    }));
-    Server {
-        addr,
-        log,
-        _dir: dir,
-        stop: Some(stop),
-    }
-}
-
-async fn server() -> Server {
-    server_with(None, |s| s).await
-}
-
-fn user_request(chat_id: &str, text: &str) -> Value {
-    json!({
-        "id": chat_id,
-        "trigger": "submit-message",
-        "messageId": null,
-        "messages": [{"id": format!("u-{chat_id}"), "role": "user",
-                      "parts": [{"type": "text", "text": text}]}],
-        "tenant": "acme"
-    })
-}
-
-/// Reads SSE events (`data:` payloads) until `[DONE]` or `limit` events.
-async fn read_sse(response: reqwest::Response, limit: usize) -> (Vec<Value>, bool) {
-    let mut stream = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    while let Some(bytes) = stream.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&bytes.expect("body bytes")));
-        while let Some(end) = buffer.find("\n\n") {
-            let event: String = buffer.drain(..end + 2).collect();
-            let data = event
-                .strip_prefix("data: ")
-                .expect("every event is a data line")
-                .trim_end();
-            if data == "[DONE]" {
-                return (events, true);
-            }
-            events.push(serde_json::from_str(data).expect("chunk is JSON"));
-            if events.len() == limit {
-                return (events, false);
-            }
-        }
-    }
-    (events, false)
-}
-
-fn types(events: &[Value]) -> Vec<&str> {
-    events
-        .iter()
-        .map(|e| e["type"].as_str().unwrap_or("?"))
-        .collect()
-}
-
-async fn session_events(log: &Log, session: &str) -> Vec<Envelope> {
-    log.flush().await.expect("flush");
-    log.reader()
-        .expect("reader")
-        .session_page(session, 0, 100_000)
-        .expect("page")
-}
-
-/// The UI stream of each turn of `session`, mapped from the log.
-async fn turns_from_log(log: &Log, session: &str) -> Vec<Vec<Value>> {
-    let mut turns: Vec<(String, UiStreamMapper, Vec<Value>)> = Vec::new();
-    for env in session_events(log, session).await {
-        let Some(turn_id) = env.turn_id.clone() else {
-            continue;
-        };
-        if !turns.iter().any(|(id, _, _)| *id == turn_id) {
-            turns.push((turn_id.clone(), UiStreamMapper::new(), Vec::new()));
-        }
-        if let Some((_, mapper, out)) = turns.iter_mut().find(|(id, _, _)| *id == turn_id) {
-            for chunk in mapper.map(&env) {
-                out.push(serde_json::to_value(chunk).expect("chunk"));
-            }
-        }
-    }
-    turns.into_iter().map(|(_, _, out)| out).collect()
-}
 
 #[tokio::test]
 async fn a_text_turn_streams_the_ui_message_stream_over_sse() {
