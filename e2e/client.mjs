@@ -6,6 +6,7 @@
 
 import assert from 'node:assert/strict';
 import {
+  AbstractChat,
   DefaultChatTransport,
   WebSocketChatTransport,
   readUIMessageStream,
@@ -68,6 +69,30 @@ async function readSome(stream, n) {
 
 const sse = new DefaultChatTransport({ api: `${base}/api/chat` });
 
+/** The smallest chat state: what useChat keeps in React state, kept in plain fields. */
+class PlainState {
+  status = 'ready';
+  error = undefined;
+  messages = [];
+  pushMessage = (message) => {
+    this.messages = [...this.messages, message];
+  };
+  popMessage = () => {
+    this.messages = this.messages.slice(0, -1);
+  };
+  replaceMessage = (index, message) => {
+    this.messages = this.messages.map((m, i) => (i === index ? message : m));
+  };
+  snapshot = (thing) => structuredClone(thing);
+}
+
+/** The AI SDK's own chat (what useChat wraps), over the SSE transport. */
+class PlainChat extends AbstractChat {
+  constructor(options) {
+    super({ ...options, state: new PlainState() });
+  }
+}
+
 async function send(transport, chatId, messages, abortSignal) {
   return transport.sendMessages({
     chatId,
@@ -124,6 +149,24 @@ const scenarios = {
     assert.equal(textOf(second), 'You are in Berlin.');
     const tool = second.parts.find((p) => p.type === 'tool-get_location');
     assert.deepEqual(tool.output, { city: 'Berlin' });
+  },
+
+  async 'sse: regenerate() replaces the last answer'() {
+    const chat = new PlainChat({ id: 'regen-e2e', transport: sse });
+    await chat.sendMessage({ text: 'hi' });
+    assert.equal(chat.status, 'ready', chat.error?.message);
+    assert.equal(chat.messages.length, 2);
+    const first = chat.messages[1];
+    assert.equal(textOf(first), 'First answer.');
+    await chat.regenerate({ messageId: first.id });
+    assert.equal(chat.status, 'ready', chat.error?.message);
+    assert.equal(chat.messages.length, 2);
+    const second = chat.messages[1];
+    assert.equal(textOf(second), 'Second answer.');
+    assert.notEqual(second.id, first.id);
+    // The regeneration ran to its end on the server: nothing is left to resume.
+    const resumed = await sse.reconnectToStream({ chatId: 'regen-e2e' });
+    assert.equal(resumed, null, 'nothing left running');
   },
 
   async 'sse: a dropped stream resumes exactly once'() {

@@ -52,6 +52,8 @@ pub enum EntryPath {
     AutoContinue,
     /// A network chat request.
     Http,
+    /// A regeneration: the answer being regenerated was retracted and a new one runs.
+    Regenerate,
 }
 
 /// How a turn ended (or that it has not yet).
@@ -411,6 +413,14 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call_id: Option<String>,
     },
+    /// Messages were taken out of the conversation (the answer being regenerated, and
+    /// everything after it). The log keeps them; the projection no longer shows them.
+    MessagesRetracted {
+        /// The request that retracted them.
+        request_id: Option<String>,
+        /// The retracted messages, in conversation order.
+        message_ids: Vec<String>,
+    },
     /// A durable submission was accepted (before anything runs).
     SubmissionAccepted {
         submission_id: String,
@@ -505,6 +515,7 @@ impl Event {
         TurnFailed => "turn_failed",
         CompactionApplied => "compaction_applied",
         ContextBlockUpdated => "context_block_updated",
+        MessagesRetracted => "messages_retracted",
         SubmissionAccepted => "submission_accepted",
         SubmissionApplied => "submission_applied",
         SubmissionFinished => "submission_finished",

@@ -37,6 +37,12 @@ pub enum EngineError {
         session_id: String,
         submission_id: String,
     },
+    /// A regeneration named a message the conversation does not hold.
+    #[error("session {session_id}: no message {message_id} in the conversation to regenerate")]
+    UnknownMessage {
+        session_id: String,
+        message_id: String,
+    },
     /// The task running a turn ended without reporting (it was cancelled by the runtime).
     #[error(
         "session {session_id}: the task running request {request_id} ended without an outcome"

@@ -483,18 +483,82 @@ impl Session {
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
         let inline = self.entry_mode("chat")?;
+        let spec = self.new_spec(EntryPath::Chat, messages, opts);
+        Ok(self.spawn_streaming(spec, move |inner, spec| async move {
+            turn::run_entry(&inner, spec, inline).await
+        }))
+    }
+
+    /// Runs `run` on `spec` in a background task, with the parts the client should see going
+    /// to the returned stream. The request id is known before the task starts.
+    fn spawn_streaming<F, Fut>(&self, mut spec: TurnSpec, run: F) -> ChatStream
+    where
+        F: FnOnce(Arc<Inner>, TurnSpec) -> Fut,
+        Fut: std::future::Future<Output = Result<TurnOutcome, EngineError>> + Send + 'static,
+    {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut spec = self.new_spec(EntryPath::Chat, messages, opts);
         spec.client = Some(tx);
         let request_id = spec.request_id.clone();
-        let inner = Arc::clone(&self.inner);
-        let done = tokio::spawn(async move { turn::run_entry(&inner, spec, inline).await });
-        Ok(ChatStream {
+        let done = tokio::spawn(run(Arc::clone(&self.inner), spec));
+        ChatStream {
             request_id,
             parts: rx,
             done,
             session_id: self.inner.session_id.clone(),
-        })
+        }
+    }
+
+    /// Regenerates an answer, as the AI SDK's `regenerate()` asks: `message_id` names the
+    /// message to regenerate (the last message when `None`). When it is an assistant message,
+    /// it and everything after it are retracted; when it is a user message, everything after
+    /// it is. The retraction is a `messages_retracted` event (the log keeps the messages, the
+    /// projection no longer shows them), written under the turn lock right before a new turn
+    /// runs on what remains. The turn streams back like [`Session::chat`], and its request id
+    /// is known at once. A `message_id` the conversation does not hold is refused with
+    /// [`EngineError::UnknownMessage`] before anything is written.
+    pub fn regenerate(
+        &self,
+        message_id: Option<&str>,
+        opts: TurnOptions,
+    ) -> Result<ChatStream, EngineError> {
+        let inline = self.entry_mode("regenerate")?;
+        if let Some(id) = message_id {
+            if !self.read_state(|s| s.messages.iter().any(|m| m.id == id)) {
+                return Err(EngineError::UnknownMessage {
+                    session_id: self.inner.session_id.clone(),
+                    message_id: id.to_owned(),
+                });
+            }
+        }
+        let message_id = message_id.map(str::to_owned);
+        let spec = self.new_spec(EntryPath::Regenerate, Vec::new(), opts);
+        Ok(self.spawn_streaming(spec, move |inner, spec| async move {
+            let guard = if inline {
+                None
+            } else {
+                Some(inner.queue.lock().await)
+            };
+            let result = match retract_for_regeneration(&inner, &spec, message_id.as_deref()).await
+            {
+                Ok(Ok(())) => turn::run_entry(&inner, spec, true).await,
+                Ok(Err(error)) => {
+                    inner.forget_request(&spec.request_id);
+                    let shown = turn::fail(&inner, None, error, false).await;
+                    Ok(TurnOutcome {
+                        request_id: spec.request_id.clone(),
+                        status: OutcomeStatus::Error,
+                        error: Some(shown),
+                        message: None,
+                    })
+                }
+                Err(error) => {
+                    inner.forget_request(&spec.request_id);
+                    Err(error)
+                }
+            };
+            drop(guard);
+            result
+        }))
     }
 
     /// Runs a continuation turn on the conversation as it stands (`continuation = true`, the
@@ -554,6 +618,42 @@ impl Session {
         call_id: &str,
         outcome: ClientToolOutcome,
     ) -> Result<Option<TurnOutcome>, EngineError> {
+        if !self.record_tool_result(call_id, outcome).await? {
+            return Ok(None);
+        }
+        let inline = self.entry_mode("add_tool_result")?;
+        let spec = self.continuation_spec().await?;
+        turn::run_entry(&self.inner, spec, inline).await.map(Some)
+    }
+
+    /// Like [`Session::add_tool_result`], but a continuation it starts runs in a background
+    /// task: its [`ChatStream`] comes back at once, carrying the continuation's request id
+    /// before the turn starts (a server follows exactly that request). `None` when the result
+    /// starts no continuation (other calls of the step still wait, or auto-continue is off).
+    pub async fn add_tool_result_streaming(
+        &self,
+        call_id: &str,
+        outcome: ClientToolOutcome,
+    ) -> Result<Option<ChatStream>, EngineError> {
+        if !self.record_tool_result(call_id, outcome).await? {
+            return Ok(None);
+        }
+        let inline = self.entry_mode("add_tool_result_streaming")?;
+        let spec = self.continuation_spec().await?;
+        Ok(Some(
+            self.spawn_streaming(spec, move |inner, spec| async move {
+                turn::run_entry(&inner, spec, inline).await
+            }),
+        ))
+    }
+
+    /// Appends a client's answer; returns whether a continuation should run now (the answer
+    /// completed its step and auto-continue is on).
+    async fn record_tool_result(
+        &self,
+        call_id: &str,
+        outcome: ClientToolOutcome,
+    ) -> Result<bool, EngineError> {
         let pending = self.read_state(|s| {
             s.pending_client_calls
                 .iter()
@@ -585,24 +685,24 @@ impl Session {
         )?;
         self.inner.recorder.flush().await?;
         let Some(pending) = pending else {
-            return Ok(None);
+            return Ok(false);
         };
         let step_done = self.read_state(|s| {
             !s.pending_client_calls
                 .iter()
                 .any(|p| p.turn_id == pending.turn_id && p.step == pending.step)
         });
-        if !(self.inner.options.auto_continue && step_done) {
-            return Ok(None);
-        }
-        let inline = self.entry_mode("add_tool_result")?;
+        Ok(self.inner.options.auto_continue && step_done)
+    }
+
+    /// The auto-continuation turn (D.20): no new messages, the last request's body.
+    async fn continuation_spec(&self) -> Result<TurnSpec, EngineError> {
         let body = self.last_body().await?;
-        let spec = self.new_spec(
+        Ok(self.new_spec(
             EntryPath::AutoContinue,
             Vec::new(),
             TurnOptions::with_body(body),
-        );
-        turn::run_entry(&self.inner, spec, inline).await.map(Some)
+        ))
     }
 
     /// Accepts a durable submission: `submission_accepted` is appended and flushed before
@@ -732,6 +832,18 @@ impl Session {
             session_id: self.inner.session_id.clone(),
             submission_id: submission_id.to_owned(),
         })
+    }
+
+    /// Whether a request is queued or running: its turn, with any overflow retries, has not
+    /// ended yet. A client following a request by its events asks this when an attempt ended
+    /// in error and neither its final failure nor a retry has appeared.
+    pub fn is_request_active(&self, request_id: &str) -> bool {
+        lock(&self.inner.active).contains_key(request_id)
+    }
+
+    /// Whether anything runs or waits in the session: a queued or running request.
+    pub fn is_busy(&self) -> bool {
+        !lock(&self.inner.active).is_empty()
     }
 
     /// Cancels a queued or running turn. Returns false (and records nothing) when the request
@@ -871,6 +983,68 @@ impl Session {
             }
         }
     }
+}
+
+/// Retracts what a regeneration replaces (see [`Session::regenerate`]); runs under the turn
+/// lock. `Ok(Err(_))` when the named message left the conversation while the request waited.
+async fn retract_for_regeneration(
+    inner: &Inner,
+    spec: &TurnSpec,
+    message_id: Option<&str>,
+) -> Result<Result<(), ChatError>, EngineError> {
+    let plan = inner.recorder.read(|s| {
+        let index = match message_id {
+            Some(id) => s.messages.iter().position(|m| m.id == id)?,
+            None => match s.messages.len().checked_sub(1) {
+                Some(last) => last,
+                None => return Some((Vec::new(), None)),
+            },
+        };
+        let from = match s.messages[index].role {
+            Role::Assistant => index,
+            _ => index + 1,
+        };
+        let retracted: Vec<&UIMessage> = s.messages[from..].iter().collect();
+        // The retraction is shown in the history of the turn that wrote the first answer it
+        // takes back.
+        let turn_id = retracted
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .find_map(|m| {
+                s.turns
+                    .iter()
+                    .rev()
+                    .find(|t| t.message_id == m.id)
+                    .and_then(|t| t.turn_id.clone())
+            });
+        Some((
+            retracted.iter().map(|m| m.id.clone()).collect::<Vec<_>>(),
+            turn_id,
+        ))
+    });
+    let Some((message_ids, turn_id)) = plan else {
+        return Ok(Err(ChatError {
+            request_id: Some(spec.request_id.clone()),
+            ..ChatError::new(
+                ErrorStage::Turn,
+                format!(
+                    "message {:?} left the conversation before it could be regenerated",
+                    message_id.unwrap_or_default()
+                ),
+            )
+        }));
+    };
+    if !message_ids.is_empty() {
+        inner.recorder.append(
+            turn_id.as_deref(),
+            Event::MessagesRetracted {
+                request_id: Some(spec.request_id.clone()),
+                message_ids,
+            },
+        )?;
+        inner.recorder.flush().await?;
+    }
+    Ok(Ok(()))
 }
 
 fn find_tool_name(messages: &[UIMessage], call_id: &str) -> Option<String> {

@@ -1,19 +1,21 @@
 //! Serving a chat request: deciding what it asks the session to do (run a turn on new user
-//! messages, or apply client tool results and let the session continue), starting that, and
-//! streaming the turn back as numbered UI chunks, from the log and live.
+//! messages, apply client tool results and let the session continue, or regenerate an answer),
+//! starting that, and streaming the request's turn back as numbered UI chunks, from the log
+//! and live. Every turn is followed by its request id, known before the turn starts.
 //!
 //! HTTP and WebSocket share this module: they differ only in how chunks are framed.
 
 use std::collections::{HashSet, VecDeque};
 
+use std::sync::Arc;
+
 use mull_core::{Role, ToolPartState, UIMessage, UIPart};
-use mull_engine::{ClientToolOutcome, Session, TurnOptions};
+use mull_engine::{ChatStream, ClientToolOutcome, EngineError, Session, TurnOptions};
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use crate::error::ApiError;
-use crate::follow::{FollowError, TurnFollower, TurnSelector};
-use crate::state::ServerState;
+use crate::follow::{FollowError, TurnFollower};
+use crate::state::{ChatSession, ServerState};
 use crate::ui_stream::{UiChunk, UiStreamMapper};
 use crate::wire::{ChatRequest, Trigger};
 
@@ -80,27 +82,22 @@ pub fn plan(request: &ChatRequest, known_ids: &HashSet<String>, pending: &[Strin
     }
 }
 
-/// A turn being streamed to one client: events from the follower, mapped to chunks, numbered
-/// from 0 at the turn's first chunk (so a number names the same chunk on every replay).
+/// A request's turn being streamed to one client: events from the follower, mapped to
+/// chunks, numbered from 0 at the request's first chunk (so a number names the same chunk on
+/// every replay). Holds a lease on the chat's session, which stays open while it streams.
 pub struct TurnStream {
-    follower: TurnFollower,
+    /// `None` when the request started no turn (tool results that complete no step).
+    follower: Option<TurnFollower>,
     mapper: UiStreamMapper,
     pending: VecDeque<UiChunk>,
     /// The number the next chunk gets.
     next_sequence: u64,
-    /// Resolves with whether a turn was started at all (tool results may start none).
-    started: Option<oneshot::Receiver<bool>>,
-    /// The request the followed turn serves, from its `turn_started`.
-    request_id: Option<String>,
     ended: bool,
+    _lease: ChatSession,
 }
 
 impl TurnStream {
-    fn new(
-        state: &ServerState,
-        follower: TurnFollower,
-        started: Option<oneshot::Receiver<bool>>,
-    ) -> TurnStream {
+    fn new(state: &ServerState, follower: Option<TurnFollower>, lease: ChatSession) -> TurnStream {
         let mapper = if state.inner.hide_reasoning {
             UiStreamMapper::without_reasoning()
         } else {
@@ -111,9 +108,8 @@ impl TurnStream {
             mapper,
             pending: VecDeque::new(),
             next_sequence: 0,
-            started,
-            request_id: None,
             ended: false,
+            _lease: lease,
         }
     }
 
@@ -128,39 +124,25 @@ impl TurnStream {
             if self.ended || self.mapper.is_finished() {
                 return Ok(None);
             }
-            let next = match self.started.as_mut() {
-                Some(started) if self.follower.turn_id().is_none() => {
-                    tokio::select! {
-                        biased;
-                        next = self.follower.next() => next?,
-                        ran = started => {
-                            self.started = None;
-                            if !ran.unwrap_or(false) {
-                                self.ended = true;
-                            }
-                            continue;
-                        }
-                    }
-                }
-                _ => self.follower.next().await?,
+            let Some(follower) = self.follower.as_mut() else {
+                self.ended = true;
+                continue;
             };
-            match next {
-                Some(envelope) => {
-                    if let mull_core::Event::TurnStarted { request_id, .. } = &envelope.event {
-                        self.request_id = Some(request_id.clone());
-                    }
-                    let mut out = Vec::new();
-                    self.mapper.map_into(&envelope, &mut out);
-                    self.pending.extend(out);
+            let mut out = Vec::new();
+            match follower.next().await? {
+                Some(envelope) => self.mapper.map_into(&envelope, &mut out),
+                None => {
+                    self.mapper.end(&mut out);
+                    self.ended = true;
                 }
-                None => self.ended = true,
             }
+            self.pending.extend(out);
         }
     }
 
-    /// The request the followed turn serves, once its start was seen.
+    /// The request the stream follows; `None` when the request started no turn.
     pub fn request_id(&self) -> Option<&str> {
-        self.request_id.as_deref()
+        self.follower.as_ref().map(TurnFollower::request_id)
     }
 
     /// Skips chunks up to and including `sequence` (a client resuming after it).
@@ -174,24 +156,106 @@ impl TurnStream {
     }
 }
 
-/// A started turn: its stream, and the request it serves once known.
+/// A started request: the stream of its turn.
 pub struct Started {
     pub stream: TurnStream,
-    pub session: Session,
-    /// The request id of the turn, when it is known up front (new messages).
-    pub request_id: Option<String>,
+}
+
+impl Started {
+    /// The request id of the turn followed, when one runs.
+    pub fn request_id(&self) -> Option<&str> {
+        self.stream.request_id()
+    }
+}
+
+/// Follows `request_id` from `after_seq` on, asking the session whether the request still runs
+/// when an attempt's verdict is late.
+fn follower(
+    state: &ServerState,
+    session: &ChatSession,
+    bus: async_broadcast::Receiver<mull_core::Envelope>,
+    after_seq: u64,
+    request_id: String,
+) -> TurnFollower {
+    let probe = Session::clone(session);
+    TurnFollower::new(
+        state.log().clone(),
+        session.id().to_owned(),
+        bus,
+        after_seq,
+        request_id,
+    )
+    .with_request_active(Arc::new(move |request: &str| {
+        probe.is_request_active(request)
+    }))
+}
+
+/// Lets a started turn run to its end whether or not anyone listens (its parts reach clients
+/// from the log); the lease keeps the session open meanwhile.
+fn run_to_end(chat: ChatStream, lease: ChatSession) {
+    tokio::spawn(async move {
+        if let Err(error) = chat.finish().await {
+            tracing::warn!(%error, "chat turn ended without an outcome");
+        }
+        drop(lease);
+    });
+}
+
+fn engine_error(chat_id: &str, error: EngineError) -> ApiError {
+    match error {
+        EngineError::UnknownMessage { .. } => {
+            ApiError::BadRequest(format!("chat {chat_id:?}: {error}"))
+        }
+        other => ApiError::Internal(format!("chat {chat_id:?}: {other}")),
+    }
 }
 
 /// Starts what `request` asks for and returns the stream of its turn.
 pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started, ApiError> {
-    if request.trigger == Trigger::RegenerateMessage {
-        return Err(ApiError::Unsupported(
-            "trigger \"regenerate-message\" is not supported: the log is append-only and \
-             mull cannot yet replace an assistant message; send a new user message instead"
-                .to_owned(),
-        ));
-    }
-    let session = state.session(&request.chat_id).await?;
+    let regenerate = request.trigger == Trigger::RegenerateMessage;
+    // Only an existing chat has an answer to regenerate.
+    let session = if regenerate {
+        state.existing_session(&request.chat_id).await?
+    } else {
+        state.session(&request.chat_id).await?
+    };
+    let chat_id = request.chat_id.clone();
+    // Subscribe before anything is appended, so the follower misses nothing.
+    let bus = session.subscribe();
+    let after_seq = state.log().last_seq();
+    let body = Value::Object(request.body.clone());
+
+    let chat = if regenerate {
+        // The client dropped the message being regenerated (and what followed it); the
+        // session retracts the same and answers again.
+        Some(
+            session
+                .regenerate(request.message_id.as_deref(), TurnOptions::with_body(body))
+                .map_err(|e| engine_error(&chat_id, e))?,
+        )
+    } else {
+        submit(&session, &request, body).await?
+    };
+    let Some(chat) = chat else {
+        return Ok(Started {
+            stream: TurnStream::new(state, None, session),
+        });
+    };
+    let follower = follower(state, &session, bus, after_seq, chat.request_id.clone());
+    run_to_end(chat, session.lease());
+    Ok(Started {
+        stream: TurnStream::new(state, Some(follower), session),
+    })
+}
+
+/// A `submit-message` request: new user messages run a turn; answers to pending client calls
+/// are applied, and the continuation they start (when they complete a step) is the turn.
+async fn submit(
+    session: &ChatSession,
+    request: &ChatRequest,
+    body: Value,
+) -> Result<Option<ChatStream>, ApiError> {
+    let chat_id = &request.chat_id;
     let (known, pending) = session.read_state(|s| {
         let known: HashSet<String> = s.messages.iter().map(|m| m.id.clone()).collect();
         let pending: Vec<String> = s
@@ -201,129 +265,90 @@ pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started,
             .collect();
         (known, pending)
     });
-    let plan = plan(&request, &known, &pending);
+    let plan = plan(request, &known, &pending);
     if plan.new_messages.is_empty() && plan.tool_results.is_empty() {
         return Err(ApiError::BadRequest(format!(
-            "chat {:?}: the request has no new user message and no result for a pending \
-             client tool call; nothing to run",
-            request.chat_id
+            "chat {chat_id:?}: the request has no new user message and no result for a pending \
+             client tool call; nothing to run"
         )));
     }
-    // Subscribe before anything is appended, so the follower misses nothing.
-    let bus = session.subscribe();
-    let after_seq = state.log().last_seq();
-    let body = Value::Object(request.body);
-    let chat_id = request.chat_id;
-
     if plan.new_messages.is_empty() {
-        let (ran_tx, ran_rx) = oneshot::channel();
-        let driver = session.clone();
-        tokio::spawn(async move {
-            let mut ran = false;
-            for result in plan.tool_results {
-                match driver
-                    .add_tool_result(&result.call_id, result.outcome)
-                    .await
-                {
-                    Ok(outcome) => ran |= outcome.is_some(),
-                    Err(error) => {
-                        tracing::warn!(%error, call_id = %result.call_id, "client tool result not applied");
-                    }
+        let mut continuation = None;
+        for result in plan.tool_results {
+            match session
+                .add_tool_result_streaming(&result.call_id, result.outcome)
+                .await
+            {
+                Ok(Some(chat)) => continuation = Some(chat),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, call_id = %result.call_id, "client tool result not applied");
                 }
             }
-            let _ = ran_tx.send(ran);
-        });
-        // The continuation is the next turn the session starts.
-        let follower = TurnFollower::new(
-            state.log().clone(),
-            chat_id,
-            bus,
-            after_seq,
-            TurnSelector::Next,
-        );
-        return Ok(Started {
-            stream: TurnStream::new(state, follower, Some(ran_rx)),
-            session,
-            request_id: None,
-        });
+        }
+        return Ok(continuation);
     }
-
     for result in plan.tool_results {
         session
             .add_tool_result(&result.call_id, result.outcome)
             .await
-            .map_err(|e| ApiError::Internal(format!("chat {chat_id:?}: {e}")))?;
+            .map_err(|e| engine_error(chat_id, e))?;
     }
-    let chat = session
+    session
         .chat(plan.new_messages, TurnOptions::with_body(body))
-        .map_err(|e| ApiError::Internal(format!("chat {chat_id:?}: {e}")))?;
-    let request_id = chat.request_id.clone();
-    // The turn runs on whether or not anyone listens; its parts reach clients from the log.
-    tokio::spawn(async move {
-        if let Err(error) = chat.finish().await {
-            tracing::warn!(%error, "chat turn ended without an outcome");
-        }
-    });
-    let follower = TurnFollower::new(
-        state.log().clone(),
-        chat_id,
-        bus,
-        after_seq,
-        TurnSelector::Request(request_id.clone()),
-    );
-    Ok(Started {
-        stream: TurnStream::new(state, follower, None),
-        session,
-        request_id: Some(request_id),
-    })
+        .map(Some)
+        .map_err(|e| engine_error(chat_id, e))
 }
 
-/// The running turn of a chat, for resume: its stream from its first chunk. `None` when no
-/// turn is running.
+/// The active request of a chat, for resume: its stream from its first attempt's first chunk.
+/// `None` when no request is active.
 pub async fn resume(state: &ServerState, chat_id: &str) -> Result<Option<Started>, ApiError> {
     let session = state.existing_session(chat_id).await?;
     let bus = session.subscribe();
-    let running = session.read_state(|s| {
-        s.turns
+    // The latest request still running (or between an overflowed attempt and its retry), and
+    // where its first attempt began.
+    let active = session.read_state(|s| {
+        let latest = s.turns.iter().rev().find(|t| {
+            t.status == mull_core::TurnStatus::Running || session.is_request_active(&t.request_id)
+        })?;
+        let first_seq = s
+            .turns
             .iter()
-            .rev()
-            .find(|t| t.status == mull_core::TurnStatus::Running)
-            .map(|t| (t.turn_id.clone(), t.request_id.clone(), t.first_seq))
+            .find(|t| t.request_id == latest.request_id)
+            .map_or(latest.first_seq, |t| t.first_seq);
+        Some((latest.request_id.clone(), first_seq))
     });
-    let Some((turn_id, request_id, first_seq)) = running else {
+    let Some((request_id, first_seq)) = active else {
         return Ok(None);
     };
-    let selector = match turn_id {
-        Some(turn_id) => TurnSelector::Turn(turn_id),
-        None => TurnSelector::Request(request_id.clone()),
-    };
-    let follower = TurnFollower::new(
-        state.log().clone(),
-        chat_id,
+    let follower = follower(
+        state,
+        &session,
         bus,
         first_seq.saturating_sub(1),
-        selector,
+        request_id,
     );
     Ok(Some(Started {
-        stream: TurnStream::new(state, follower, None),
-        session,
-        request_id: Some(request_id),
+        stream: TurnStream::new(state, Some(follower), session),
     }))
 }
 
-/// Cancels the running turn of a chat (and any queued ones when none runs yet). Returns the
-/// request ids cancelled.
+/// Cancels the active requests of a chat. Returns the request ids cancelled.
 pub async fn cancel(state: &ServerState, chat_id: &str) -> Result<Vec<String>, ApiError> {
     let session = state.existing_session(chat_id).await?;
-    let running: Vec<String> = session.read_state(|s| {
+    let mut active: Vec<String> = session.read_state(|s| {
         s.turns
             .iter()
-            .filter(|t| t.status == mull_core::TurnStatus::Running)
+            .filter(|t| {
+                t.status == mull_core::TurnStatus::Running
+                    || session.is_request_active(&t.request_id)
+            })
             .map(|t| t.request_id.clone())
             .collect()
     });
+    active.dedup();
     let mut cancelled = Vec::new();
-    for request_id in running {
+    for request_id in active {
         if session
             .cancel_chat(&request_id)
             .map_err(|e| ApiError::Internal(format!("cancelling chat {chat_id:?}: {e}")))?

@@ -12,9 +12,6 @@ pub enum ApiError {
     /// The body did not decode (not JSON, or not the chat request shape).
     #[error("{0}")]
     BadRequest(String),
-    /// The request decoded but asks for something the server does not do.
-    #[error("{0}")]
-    Unsupported(String),
     /// No bearer token, or the wrong one.
     #[error("a valid bearer token is required (Authorization: Bearer <MULL_TOKEN>)")]
     Unauthorized,
@@ -36,7 +33,7 @@ impl ApiError {
     /// The HTTP status of the refusal.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) | ApiError::Unsupported(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::UnknownChat(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -48,7 +45,6 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::BadRequest(_) => "bad_request",
-            ApiError::Unsupported(_) => "unsupported",
             ApiError::Unauthorized => "unauthorized",
             ApiError::UnknownChat(_) => "unknown_chat",
             ApiError::NotFound(_) => "not_found",

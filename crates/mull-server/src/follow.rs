@@ -1,7 +1,13 @@
-//! Following one turn's events: first from the log, then live, each event exactly once.
+//! Following one request's turns: first from the log, then live, each event exactly once.
 //!
-//! A client stream (live or resumed) needs every event of one turn in `seq` order, with no gap
-//! and no repeat, whether the events were written before the client arrived or after. The
+//! A client stream (live or resumed) needs every event of the turn serving its request in `seq`
+//! order, with no gap and no repeat, whether the events were written before the client arrived
+//! or after. A request can run more than one turn attempt: when context-overflow recovery
+//! retries, the failed attempt ends (`turn_finished` with status error) and a new attempt starts
+//! under the same request id. So an attempt that ends in error is not the end: the follower
+//! waits for the verdict — the attempt's `turn_failed` (final) or the next attempt's
+//! `turn_started` (followed on) — and, should neither come, asks the session whether the
+//! request is still active before it gives up. The
 //! [`TurnFollower`] gets them from two places:
 //! 1. the session's broadcast bus, subscribed *before* anything is read, and
 //! 2. the log, read after a flush barrier, so every event appended before the barrier is
@@ -16,7 +22,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use async_broadcast::{Receiver, RecvError};
-use mull_core::{Envelope, Event};
+use mull_core::{Envelope, Event, TurnStatus};
 use mull_store::{Log, LogReader, StoreError};
 
 /// Events read from the log per query.
@@ -25,16 +31,13 @@ const PAGE: usize = 512;
 /// How long a follower waits for `turn_finished` after a `turn_failed` before ending anyway.
 const FAILED_GRACE: Duration = Duration::from_secs(2);
 
-/// Which turn a follower serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TurnSelector {
-    /// The turn with this id.
-    Turn(String),
-    /// The first turn that starts for this request id.
-    Request(String),
-    /// The first turn that starts in the session after the follower's start position.
-    Next,
-}
+/// Answers whether a request is still queued or running in its session (see
+/// `Session::is_request_active`); a follower asks it when a failed attempt's verdict is late.
+pub type RequestActive = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// How often a follower waiting for a failed attempt's verdict asks whether the request is
+/// still active.
+const VERDICT_POLL: Duration = Duration::from_millis(250);
 
 /// Why a follower could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -52,15 +55,23 @@ pub enum FollowError {
     ReadTask { session_id: String, reason: String },
 }
 
-/// Yields the events of one turn, in `seq` order, exactly once, until the turn ends.
+/// Yields the events of one request's turns, in `seq` order, exactly once, until the request's
+/// last attempt ends.
 pub struct TurnFollower {
     log: Log,
     reader: Option<LogReader>,
     session_id: String,
     bus: Receiver<Envelope>,
-    selector: TurnSelector,
-    /// The turn adopted from the selector.
+    /// The request followed.
+    request_id: String,
+    /// The attempt being followed (its `turn_started` was seen).
     turn_id: Option<String>,
+    /// Asked when a failed attempt's verdict is late; `None`: the request counts as ended.
+    active: Option<RequestActive>,
+    /// The current attempt ended in error: a retry or its `turn_failed` comes next.
+    awaiting_verdict: bool,
+    /// The request is over without a verdict: end once the log's backlog is drained.
+    settle: bool,
     /// The highest seq of this session looked at (taken or skipped).
     last_seq: u64,
     backlog: VecDeque<Envelope>,
@@ -71,27 +82,26 @@ pub struct TurnFollower {
 }
 
 impl TurnFollower {
-    /// A follower of `session_id` that considers events after `after_seq`. `bus` must have been
-    /// subscribed before the caller read anything it relies on (the follower reads the log
-    /// itself, after a flush, on its first call).
+    /// A follower of request `request_id` in `session_id` that considers events after
+    /// `after_seq`. `bus` must have been subscribed before the caller read anything it relies
+    /// on (the follower reads the log itself, after a flush, on its first call).
     pub fn new(
         log: Log,
         session_id: impl Into<String>,
         bus: Receiver<Envelope>,
         after_seq: u64,
-        selector: TurnSelector,
+        request_id: impl Into<String>,
     ) -> TurnFollower {
-        let turn_id = match &selector {
-            TurnSelector::Turn(id) => Some(id.clone()),
-            _ => None,
-        };
         TurnFollower {
             log,
             reader: None,
             session_id: session_id.into(),
             bus,
-            selector,
-            turn_id,
+            request_id: request_id.into(),
+            turn_id: None,
+            active: None,
+            awaiting_verdict: false,
+            settle: false,
             last_seq: after_seq,
             backlog: VecDeque::new(),
             caught_up: false,
@@ -101,7 +111,19 @@ impl TurnFollower {
         }
     }
 
-    /// The turn being followed, once known.
+    /// Asks `active` whether the request still runs when a failed attempt's verdict is late
+    /// (without it, a late verdict ends the stream after what the log holds).
+    pub fn with_request_active(mut self, active: RequestActive) -> TurnFollower {
+        self.active = Some(active);
+        self
+    }
+
+    /// The request followed.
+    pub fn request_id(&self) -> &str {
+        &self.request_id
+    }
+
+    /// The attempt being followed, once its start was seen.
     pub fn turn_id(&self) -> Option<&str> {
         self.turn_id.as_deref()
     }
@@ -122,12 +144,29 @@ impl TurnFollower {
                 }
                 continue;
             }
-            if self.bus_closed {
-                // The session is gone and the log holds nothing more for this turn.
+            if self.bus_closed || (self.settle && self.awaiting_verdict) {
+                // The session is gone, or the request ended, and the log holds nothing more.
                 self.done = true;
                 return Ok(None);
             }
-            let received = if self.failed {
+            let received = if self.awaiting_verdict {
+                match tokio::time::timeout(VERDICT_POLL, self.bus.recv()).await {
+                    Ok(received) => received,
+                    Err(_) => {
+                        let request_id = &self.request_id;
+                        let running = self
+                            .active
+                            .as_ref()
+                            .is_some_and(|active| active(request_id));
+                        if !running {
+                            // Whatever the request wrote before it ended is in the log now.
+                            self.catch_up().await?;
+                            self.settle = true;
+                        }
+                        continue;
+                    }
+                }
+            } else if self.failed {
                 match tokio::time::timeout(FAILED_GRACE, self.bus.recv()).await {
                     Ok(received) => received,
                     Err(_) => {
@@ -153,41 +192,40 @@ impl TurnFollower {
         }
     }
 
-    /// Decides whether `env` belongs to the turn, adopting the turn when it starts.
+    /// Decides whether `env` belongs to the request, adopting each attempt when it starts.
     fn take(&mut self, env: Envelope) -> Option<Envelope> {
         if env.seq <= self.last_seq {
             return None;
         }
         self.last_seq = env.seq;
-        if self.turn_id.is_none() {
-            match (&env.event, &self.selector) {
-                (Event::TurnStarted { .. }, TurnSelector::Next) => {
-                    self.turn_id = env.turn_id.clone();
-                }
-                (Event::TurnStarted { request_id, .. }, TurnSelector::Request(wanted))
-                    if request_id == wanted =>
-                {
-                    self.turn_id = env.turn_id.clone();
-                }
-                // A request that failed before its turn could start ends the stream.
-                (
-                    Event::TurnFailed {
-                        request_id: Some(request_id),
-                        ..
-                    },
-                    TurnSelector::Request(wanted),
-                ) if request_id == wanted => {
-                    self.done = true;
-                    return Some(env);
-                }
-                _ => return None,
+        match &env.event {
+            Event::TurnStarted { request_id, .. } if *request_id == self.request_id => {
+                self.turn_id = env.turn_id.clone();
+                self.awaiting_verdict = false;
+                self.settle = false;
+                self.failed = false;
+                return Some(env);
             }
+            // A request that failed before its turn could start ends the stream.
+            Event::TurnFailed {
+                request_id: Some(request_id),
+                ..
+            } if *request_id == self.request_id && env.turn_id.is_none() => {
+                self.done = true;
+                return Some(env);
+            }
+            _ => {}
         }
-        if env.turn_id.is_none() || env.turn_id != self.turn_id {
+        if self.turn_id.is_none() || env.turn_id != self.turn_id {
             return None;
         }
         match env.event {
+            Event::TurnFinished {
+                status: TurnStatus::Error,
+                ..
+            } if !self.failed => self.awaiting_verdict = true,
             Event::TurnFinished { .. } => self.done = true,
+            Event::TurnFailed { .. } if self.awaiting_verdict => self.done = true,
             Event::TurnFailed { .. } => self.failed = true,
             _ => {}
         }
@@ -341,13 +379,7 @@ mod tests {
         emit(&f, "other", Some("tx"), started("rx")).await;
         emit(&f, "s", Some("t1"), delta("a")).await;
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(
-            f.log.clone(),
-            "s",
-            bus,
-            0,
-            TurnSelector::Request("r1".into()),
-        );
+        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1");
         let first = follower.next().await.expect("follows").expect("an event");
         assert_eq!(first.seq, 1);
         emit(&f, "s", Some("t1"), delta("b")).await;
@@ -360,27 +392,118 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_next_turn_is_adopted_when_it_starts() {
+    async fn the_requests_turn_is_adopted_when_it_starts_and_no_other() {
         let f = fixture(64);
         emit(&f, "s", Some("t1"), started("r1")).await;
         emit(&f, "s", Some("t1"), finished("r1")).await;
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 2, TurnSelector::Next);
+        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 2, "r3");
         let writer = async {
             tokio::time::sleep(Duration::from_millis(20)).await;
+            // An unrelated request's turn starts first.
             emit(&f, "s", Some("t2"), started("r2")).await;
-            emit(&f, "s", Some("t2"), delta("x")).await;
+            emit(&f, "s", Some("t2"), delta("other")).await;
             emit(&f, "s", Some("t2"), finished("r2")).await;
+            emit(&f, "s", Some("t3"), started("r3")).await;
+            emit(&f, "s", Some("t3"), delta("x")).await;
+            emit(&f, "s", Some("t3"), finished("r3")).await;
         };
         let (seqs, ()) = tokio::join!(drain(&mut follower), writer);
-        assert_eq!(seqs, vec![3, 4, 5]);
+        assert_eq!(seqs, vec![6, 7, 8]);
+        assert_eq!(follower.turn_id(), Some("t3"));
+    }
+
+    fn failed_attempt(request: &str) -> Event {
+        Event::TurnFinished {
+            request_id: request.into(),
+            status: TurnStatus::Error,
+            error: Some("prompt is too long".into()),
+            steps: 0,
+            usage: Usage::default(),
+        }
+    }
+
+    fn retry(request: &str) -> Event {
+        Event::TurnStarted {
+            request_id: request.into(),
+            message_id: format!("msg_{request}_retry"),
+            entry: EntryPath::Http,
+            continuation: false,
+            attempt: 1,
+            body: json!({}),
+        }
+    }
+
+    fn final_failure(request: &str) -> Event {
+        Event::TurnFailed {
+            request_id: Some(request.into()),
+            stage: mull_core::ErrorStage::Stream,
+            messages_persisted: true,
+            classification: Some(mull_core::ChatErrorClassification::ContextOverflow),
+            error: "prompt is too long".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retried_request_is_followed_to_its_last_attempt() {
+        let f = fixture(64);
+        let bus = f.rx.activate_cloned();
+        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1");
+        let writer = async {
+            emit(&f, "s", Some("t1"), started("r1")).await;
+            emit(&f, "s", Some("t1"), failed_attempt("r1")).await;
+            // Compaction takes a while before the retry starts.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            emit(&f, "s", Some("t2"), retry("r1")).await;
+            emit(&f, "s", Some("t2"), delta("answer")).await;
+            emit(&f, "s", Some("t2"), finished("r1")).await;
+        };
+        let (seqs, ()) = tokio::join!(drain(&mut follower), writer);
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
+        assert_eq!(follower.turn_id(), Some("t2"));
+    }
+
+    #[tokio::test]
+    async fn a_failed_attempt_ends_the_stream_at_its_final_failure() {
+        let f = fixture(64);
+        let bus = f.rx.activate_cloned();
+        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1")
+            .with_request_active(std::sync::Arc::new(|_: &str| true));
+        emit(&f, "s", Some("t1"), started("r1")).await;
+        emit(&f, "s", Some("t1"), failed_attempt("r1")).await;
+        emit(&f, "s", Some("t1"), final_failure("r1")).await;
+        emit(&f, "s", Some("t2"), started("r2")).await;
+        assert_eq!(drain(&mut follower).await, vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_late_verdict_ends_the_stream_once_the_request_is_over() {
+        let f = fixture(64);
+        let bus = f.rx.activate_cloned();
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let probe = std::sync::Arc::clone(&running);
+        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1").with_request_active(
+            std::sync::Arc::new(move |request: &str| {
+                request == "r1" && probe.load(std::sync::atomic::Ordering::SeqCst)
+            }),
+        );
+        emit(&f, "s", Some("t1"), started("r1")).await;
+        emit(&f, "s", Some("t1"), failed_attempt("r1")).await;
+        let ender = async {
+            // Longer than a poll: the request still runs, so the follower keeps waiting.
+            tokio::time::sleep(VERDICT_POLL * 3).await;
+            running.store(false, std::sync::atomic::Ordering::SeqCst);
+        };
+        let (seqs, ()) = tokio::join!(drain(&mut follower), ender);
+        assert_eq!(seqs, vec![1, 2]);
+        assert!(!running.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[tokio::test]
     async fn an_overflowing_bus_is_made_good_from_the_log() {
         let f = fixture(2);
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, TurnSelector::Next);
+        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1");
         emit(&f, "s", Some("t1"), started("r1")).await;
         for i in 0..50 {
             emit(&f, "s", Some("t1"), delta(&i.to_string())).await;
@@ -394,13 +517,7 @@ mod tests {
     async fn a_request_that_failed_before_its_turn_ends_the_stream() {
         let f = fixture(8);
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(
-            f.log.clone(),
-            "s",
-            bus,
-            0,
-            TurnSelector::Request("r9".into()),
-        );
+        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r9");
         emit(
             &f,
             "s",
@@ -421,7 +538,7 @@ mod tests {
     async fn a_closed_bus_ends_after_what_the_log_holds() {
         let f = fixture(8);
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, TurnSelector::Next);
+        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1");
         emit(&f, "s", Some("t1"), started("r1")).await;
         emit(&f, "s", Some("t1"), delta("a")).await;
         let Fixture { tx, rx, .. } = f;

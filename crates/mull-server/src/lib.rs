@@ -16,7 +16,8 @@
 //!   resumed streams.
 //! - [`follow`]: one turn's events from the log and then the live bus, each exactly once.
 //! - [`chat`]: what a request asks of its session, and the numbered chunk stream of a turn.
-//! - `http` and `ws`: the two framings; [`error`]: refusals as JSON; [`state`]: sessions.
+//! - `http` and `ws`: the two framings; [`error`]: refusals as JSON; [`state`]: the open
+//!   sessions, leased per request and stream, evicted when idle and re-opened from the log.
 //!
 //! One session per chat id; a stream only ever carries events of its own chat's session.
 
@@ -30,6 +31,7 @@ pub mod wire;
 mod ws;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -37,7 +39,10 @@ use axum::Router;
 
 pub use error::ApiError;
 pub use http::{sse_frame, SSE_DONE, UI_MESSAGE_STREAM_HEADERS};
-pub use state::{AgentSource, OptionsSource, ServerState, DEFAULT_MAX_BODY_BYTES};
+pub use state::{
+    AgentSource, ChatSession, OptionsSource, ServerState, DEFAULT_IDLE_TTL, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_OPEN_SESSIONS,
+};
 
 /// The router a service mounts. Requests need the state's token when one is set.
 pub fn router(state: ServerState) -> Router {
@@ -110,6 +115,7 @@ pub struct Bound {
     listener: tokio::net::TcpListener,
     app: Router,
     addr: SocketAddr,
+    state: ServerState,
 }
 
 impl Bound {
@@ -118,16 +124,33 @@ impl Bound {
         self.addr
     }
 
-    /// Serves until `shutdown` resolves, then finishes open requests and returns.
+    /// Serves until `shutdown` resolves, then finishes open requests and returns. Meanwhile
+    /// idle sessions are evicted every half idle TTL (at least every minute).
     pub async fn run(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let addr = self.addr;
-        axum::serve(self.listener, self.app)
+        let period =
+            (self.state.idle_ttl() / 2).clamp(Duration::from_millis(10), Duration::from_secs(60));
+        let state = self.state;
+        let sweeper = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let evicted = state.evict_idle();
+                if evicted > 0 {
+                    tracing::debug!(evicted, "idle chat sessions evicted");
+                }
+            }
+        });
+        let served = axum::serve(self.listener, self.app)
             .with_graceful_shutdown(shutdown)
             .await
-            .map_err(|source| ServeError::Serve { addr, source })
+            .map_err(|source| ServeError::Serve { addr, source });
+        sweeper.abort();
+        served
     }
 }
 
@@ -147,8 +170,9 @@ pub async fn bind(config: &ServerConfig, state: ServerState) -> Result<Bound, Se
     })?;
     Ok(Bound {
         listener,
-        app: router(state),
+        app: router(state.clone()),
         addr,
+        state,
     })
 }
 

@@ -7,6 +7,13 @@
 //! The live stream and a resumed stream both run the same mapper over the same events, so a
 //! client that reconnects sees byte-identical parts, and the n-th chunk of a turn is the same
 //! chunk however often it is served — which is what WebSocket resume sequences count.
+//!
+//! One request can run several turn attempts: context-overflow recovery ends a failed attempt
+//! and retries under the same request id. A stream follows the request, so the mapper holds a
+//! failed attempt's error until it knows the verdict: a `turn_failed` makes it final, a retry's
+//! `turn_started` drops it (the retry's `start` renames the message to the retry's id). A step
+//! boundary is only sent once the step shows something, so an attempt refused before its first
+//! part leaves no empty step in the client's message.
 
 use std::collections::HashSet;
 
@@ -119,6 +126,12 @@ impl UiChunk {
         serde_json::to_string(self).unwrap_or_default()
     }
 
+    /// Whether the chunk shows something of a step (so the step's `start-step` must precede
+    /// it); the message's start and the stream's endings do not.
+    fn shows_step_content(&self) -> bool {
+        !matches!(self, UiChunk::Start { .. } | UiChunk::StartStep) && !self.is_terminal()
+    }
+
     /// Whether the chunk ends the stream.
     pub fn is_terminal(&self) -> bool {
         matches!(
@@ -143,6 +156,10 @@ pub struct UiStreamMapper {
     finish_reason: FinishReason,
     /// A failure already reported as an `error` chunk.
     errored: bool,
+    /// A failed attempt's error, held until a retry starts or the failure is final.
+    pending_error: Option<String>,
+    /// A step began and has shown nothing yet: its `start-step` is still held back.
+    step_pending: bool,
     finished: bool,
 }
 
@@ -162,6 +179,8 @@ impl UiStreamMapper {
             outputs_sent: HashSet::new(),
             finish_reason: FinishReason::Unknown,
             errored: false,
+            pending_error: None,
+            step_pending: false,
             finished: false,
         }
     }
@@ -184,18 +203,43 @@ impl UiStreamMapper {
         if self.finished {
             return;
         }
-        match &envelope.event {
+        let from = out.len();
+        self.map_event(&envelope.event, out);
+        if self.step_pending {
+            if let Some(at) = out[from..].iter().position(UiChunk::shows_step_content) {
+                out.insert(from + at, UiChunk::StartStep);
+                self.step_pending = false;
+            }
+        }
+    }
+
+    /// The stream ends without more events: a failure still awaiting its verdict is final.
+    pub fn end(&mut self, out: &mut Vec<UiChunk>) {
+        if let Some(error_text) = self.pending_error.take() {
+            out.push(UiChunk::Error { error_text });
+        }
+        self.finished = true;
+    }
+
+    fn map_event(&mut self, event: &Event, out: &mut Vec<UiChunk>) {
+        match event {
             // A continuation extends the client's last assistant message (the AI SDK starts a
-            // new message when `start` names another id), so it names none.
+            // new message when `start` names another id), so it names none. A retry names its
+            // own message, which replaces the failed attempt's.
             Event::TurnStarted {
                 message_id,
                 continuation,
                 ..
-            } => out.push(UiChunk::Start {
-                message_id: (!continuation).then(|| message_id.clone()),
-            }),
+            } => {
+                self.pending_error = None;
+                self.errored = false;
+                self.step_pending = false;
+                out.push(UiChunk::Start {
+                    message_id: (!continuation).then(|| message_id.clone()),
+                })
+            }
             Event::TurnConfigured { config } => self.send_reasoning = config.send_reasoning,
-            Event::StepStarted { .. } => out.push(UiChunk::StartStep),
+            Event::StepStarted { .. } => self.step_pending = true,
             Event::Chunk { part, .. } => self.map_part(part, out),
             Event::ToolCallStarted {
                 call_id,
@@ -247,6 +291,15 @@ impl UiStreamMapper {
                 self.finish_reason = record.finish_reason;
                 out.push(UiChunk::FinishStep);
             }
+            // After a failed attempt's end, the failure is final: no retry follows.
+            Event::TurnFailed { error, .. } if self.pending_error.is_some() => {
+                self.pending_error = None;
+                out.push(UiChunk::Error {
+                    error_text: error.clone(),
+                });
+                self.errored = true;
+                self.finished = true;
+            }
             Event::TurnFailed { error, .. } if !self.errored => {
                 self.errored = true;
                 out.push(UiChunk::Error {
@@ -254,6 +307,7 @@ impl UiStreamMapper {
                 });
             }
             Event::TurnFinished { status, error, .. } => {
+                self.step_pending = false;
                 match status {
                     TurnStatus::Completed => out.push(UiChunk::Finish {
                         finish_reason: finish_reason_name(self.finish_reason),
@@ -261,14 +315,16 @@ impl UiStreamMapper {
                     TurnStatus::Aborted => out.push(UiChunk::Abort {
                         reason: error.clone(),
                     }),
+                    // Reported already: the attempt is over and nothing is retried after it.
+                    TurnStatus::Error if self.errored => {}
+                    // Held until the verdict: overflow recovery may retry the request.
                     TurnStatus::Error => {
-                        if !self.errored {
-                            out.push(UiChunk::Error {
-                                error_text: error
-                                    .clone()
-                                    .unwrap_or_else(|| "the turn failed".to_owned()),
-                            });
-                        }
+                        self.pending_error = Some(
+                            error
+                                .clone()
+                                .unwrap_or_else(|| "the turn failed".to_owned()),
+                        );
+                        return;
                     }
                     // A running status on a finish event means nothing to a client.
                     TurnStatus::Running => return,
@@ -712,6 +768,103 @@ mod tests {
                 json!({"type": "finish-step"}),
                 json!({"type": "finish", "finishReason": "tool-calls"})
             ]
+        );
+    }
+
+    #[test]
+    fn an_overflow_retry_replaces_the_failed_attempt_and_its_error_is_never_sent() {
+        let mut mapper = UiStreamMapper::new();
+        let mut parts = run(
+            vec![
+                started(),
+                Event::StepStarted { step: 0 },
+                finished(TurnStatus::Error, Some("prompt is too long")),
+            ],
+            &mut mapper,
+        );
+        assert!(!mapper.is_finished(), "the verdict is still open");
+        let retried = Event::TurnStarted {
+            request_id: "r".into(),
+            message_id: "m2".into(),
+            entry: EntryPath::Http,
+            continuation: false,
+            attempt: 1,
+            body: json!({}),
+        };
+        let mut out = Vec::new();
+        for (i, event) in [
+            retried,
+            Event::StepStarted { step: 0 },
+            chunk(StreamPart::TextDelta {
+                id: "t".into(),
+                text: "Answer.".into(),
+            }),
+            step_finished(FinishReason::Stop),
+            finished(TurnStatus::Completed, None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            mapper.map_into(&env(10 + i as u64, event), &mut out);
+        }
+        parts.extend(
+            out.iter()
+                .map(|c| serde_json::to_value(c).expect("encodes")),
+        );
+        assert_eq!(
+            parts,
+            vec![
+                json!({"type": "start", "messageId": "m1"}),
+                json!({"type": "start", "messageId": "m2"}),
+                json!({"type": "start-step"}),
+                json!({"type": "text-delta", "id": "t", "delta": "Answer."}),
+                json!({"type": "finish-step"}),
+                json!({"type": "finish", "finishReason": "stop"}),
+            ]
+        );
+        assert!(mapper.is_finished());
+    }
+
+    #[test]
+    fn a_failed_attempt_without_a_retry_reports_its_error_once() {
+        let failure = Event::TurnFailed {
+            request_id: Some("r".into()),
+            stage: mull_core::ErrorStage::Stream,
+            messages_persisted: true,
+            classification: None,
+            error: "prompt is too long".into(),
+        };
+        let mut mapper = UiStreamMapper::new();
+        let parts = run(
+            vec![
+                started(),
+                finished(TurnStatus::Error, Some("prompt is too long")),
+                failure,
+            ],
+            &mut mapper,
+        );
+        assert_eq!(
+            parts,
+            vec![
+                json!({"type": "start", "messageId": "m1"}),
+                json!({"type": "error", "errorText": "prompt is too long"}),
+            ]
+        );
+        assert!(mapper.is_finished());
+
+        // A stream that ends before the verdict reports the held error.
+        let mut mapper = UiStreamMapper::new();
+        run(
+            vec![started(), finished(TurnStatus::Error, Some("cut"))],
+            &mut mapper,
+        );
+        let mut out = Vec::new();
+        mapper.end(&mut out);
+        assert_eq!(
+            out,
+            vec![UiChunk::Error {
+                error_text: "cut".into()
+            }]
         );
     }
 

@@ -106,8 +106,8 @@ async fn serve_socket(state: ServerState, socket: WebSocket) {
 struct Request {
     task: JoinHandle<()>,
     chat_id: String,
-    /// The turn's request id, once known: `abort` cancels it.
-    turn_request: tokio::sync::watch::Receiver<Option<String>>,
+    /// The request id of the turn followed: `abort` cancels it.
+    turn_request: Option<String>,
 }
 
 async fn handle_frame(
@@ -135,8 +135,7 @@ async fn handle_frame(
         ClientFrame::Abort { request_id } => {
             if let Some(request) = requests.remove(&request_id) {
                 request.task.abort();
-                let turn = request.turn_request.borrow().clone();
-                if let Some(turn) = turn {
+                if let Some(turn) = request.turn_request {
                     if let Ok(session) = state.existing_session(&request.chat_id).await {
                         let _ = session.cancel_chat(&turn);
                     }
@@ -196,7 +195,7 @@ fn spawn_request(
         }
         Err(error) => return send_error(out, Some(&request_id), &error.to_string()),
     };
-    let (turn_tx, turn_rx) = tokio::sync::watch::channel(started.request_id.clone());
+    let turn_request = started.request_id().map(str::to_owned);
     let out = out.clone();
     let id = request_id.clone();
     let task = tokio::spawn(async move {
@@ -210,11 +209,6 @@ fn spawn_request(
         loop {
             match stream.next().await {
                 Ok(Some((sequence, chunk))) => {
-                    if turn_tx.borrow().is_none() {
-                        if let Some(turn) = stream.request_id() {
-                            let _ = turn_tx.send(Some(turn.to_owned()));
-                        }
-                    }
                     let frame = json!({
                         "type": "chunk",
                         "requestId": id,
@@ -238,7 +232,7 @@ fn spawn_request(
         Request {
             task,
             chat_id,
-            turn_request: turn_rx,
+            turn_request,
         },
     );
 }

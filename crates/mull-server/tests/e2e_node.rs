@@ -1,18 +1,19 @@
 //! End-to-end: the AI SDK's own client (npm `ai`, pinned in e2e/package-lock.json) drives the
 //! server over SSE and WebSocket from Node: a text turn, server tools, a client tool round trip,
-//! a dropped-and-resumed stream on each transport, a cancel and a stop.
+//! a regenerated answer (the chat's own `regenerate()`), a dropped-and-resumed stream on each
+//! transport, a cancel and a stop.
 //!
 //! Needs Node 20+ and npm (it runs `npm ci` in e2e/ itself), so it is ignored by default:
 //! `cargo test -p mull-server --test e2e_node -- --ignored`. Binds 127.0.0.1 only; the server
 //! and the Node process end with the test.
 
-mod common;
+mod harness;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::TestServer;
+use harness::server;
 use tokio::process::Command;
 
 fn e2e_dir() -> PathBuf {
@@ -56,7 +57,7 @@ async fn the_ai_sdk_client_drives_the_server() {
         .expect("npm ci runs");
     assert!(install.success(), "`npm ci` failed in {}", dir.display());
 
-    let server = TestServer::start().await;
+    let server = server().await;
     let addr = server.addr;
 
     let mut client = Command::new("node")
@@ -88,7 +89,7 @@ async fn the_ai_sdk_client_drives_the_server() {
     assert!(status.success(), "the AI SDK client failed:\n{out}\n{err}");
     assert_eq!(
         out.lines().filter(|l| l.starts_with("ok ")).count(),
-        7,
+        8,
         "{out}"
     );
 }

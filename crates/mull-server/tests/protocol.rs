@@ -1,96 +1,27 @@
 //! Protocol tests: the router on 127.0.0.1:0 with a Scripted-model agent, driven over real
 //! HTTP and WebSocket connections; streams are checked part by part and against the log.
 
-mod common;
+mod harness;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{agent, TestServer as Server};
 use futures::{SinkExt, StreamExt};
-use mull_core::{Envelope, Event, TurnStatus};
-use mull_server::ui_stream::UiStreamMapper;
+use harness::*;
+use mull_core::{Event, TurnStatus};
 use mull_server::ServerConfig;
-use mull_store::Log;
 use serde_json::{json, Value};
-
-fn user_request(chat_id: &str, text: &str) -> Value {
-    json!({
-        "id": chat_id,
-        "trigger": "submit-message",
-        "messageId": null,
-        "messages": [{"id": format!("u-{chat_id}"), "role": "user",
-                      "parts": [{"type": "text", "text": text}]}],
-        "tenant": "acme"
-    })
-}
-
-/// Reads SSE events (`data:` payloads) until `[DONE]` or `limit` events.
-async fn read_sse(response: reqwest::Response, limit: usize) -> (Vec<Value>, bool) {
-    let mut stream = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    while let Some(bytes) = stream.next().await {
-        buffer.push_str(&String::from_utf8_lossy(&bytes.expect("body bytes")));
-        while let Some(end) = buffer.find("\n\n") {
-            let event: String = buffer.drain(..end + 2).collect();
-            let data = event
-                .strip_prefix("data: ")
-                .expect("every event is a data line")
-                .trim_end();
-            if data == "[DONE]" {
-                return (events, true);
-            }
-            events.push(serde_json::from_str(data).expect("chunk is JSON"));
-            if events.len() == limit {
-                return (events, false);
-            }
-        }
-    }
-    (events, false)
-}
-
-fn types(events: &[Value]) -> Vec<&str> {
-    events
-        .iter()
-        .map(|e| e["type"].as_str().unwrap_or("?"))
-        .collect()
-}
-
-async fn session_events(log: &Log, session: &str) -> Vec<Envelope> {
-    log.flush().await.expect("flush");
-    log.reader()
-        .expect("reader")
-        .session_page(session, 0, 100_000)
-        .expect("page")
-}
-
-/// The UI stream of each turn of `session`, mapped from the log.
-async fn turns_from_log(log: &Log, session: &str) -> Vec<Vec<Value>> {
-    let mut turns: Vec<(String, UiStreamMapper, Vec<Value>)> = Vec::new();
-    for env in session_events(log, session).await {
-        let Some(turn_id) = env.turn_id.clone() else {
-            continue;
-        };
-        if !turns.iter().any(|(id, _, _)| *id == turn_id) {
-            turns.push((turn_id.clone(), UiStreamMapper::new(), Vec::new()));
-        }
-        if let Some((_, mapper, out)) = turns.iter_mut().find(|(id, _, _)| *id == turn_id) {
-            for chunk in mapper.map(&env) {
-                out.push(serde_json::to_value(chunk).expect("chunk"));
-            }
-        }
-    }
-    turns.into_iter().map(|(_, _, out)| out).collect()
-}
 
 #[tokio::test]
 async fn a_text_turn_streams_the_ui_message_stream_over_sse() {
-    let server = Server::start().await;
+    let server = server().await;
     let client = reqwest::Client::new();
-    let response = server
-        .post_chat(&client, &user_request("text-1", "hi"))
-        .await;
+    let response = client
+        .post(format!("http://{}/api/chat", server.addr))
+        .json(&user_request("text-1", "hi"))
+        .send()
+        .await
+        .expect("post");
     assert_eq!(response.status(), 200);
     let headers = response.headers().clone();
     assert_eq!(headers["content-type"], "text/event-stream");
@@ -137,10 +68,13 @@ async fn a_text_turn_streams_the_ui_message_stream_over_sse() {
 
 #[tokio::test]
 async fn server_tools_stream_input_preliminary_and_final_outputs() {
-    let server = Server::start().await;
-    let response = server
-        .post_chat(&reqwest::Client::new(), &user_request("tool-1", "weather?"))
-        .await;
+    let server = server().await;
+    let response = reqwest::Client::new()
+        .post(format!("http://{}/api/chat", server.addr))
+        .json(&user_request("tool-1", "weather?"))
+        .send()
+        .await
+        .expect("post");
     let (events, done) = read_sse(response, usize::MAX).await;
     assert!(done);
     let weather: Vec<&Value> = events
@@ -180,9 +114,9 @@ async fn server_tools_stream_input_preliminary_and_final_outputs() {
 
 #[tokio::test]
 async fn a_client_tool_result_continues_the_turn() {
-    let server = Server::start().await;
+    let server = server().await;
     let client = reqwest::Client::new();
-    let url = server.url("/api/chat");
+    let url = format!("http://{}/api/chat", server.addr);
     let (first, _) = read_sse(
         client
             .post(&url)
@@ -246,16 +180,19 @@ async fn a_client_tool_result_continues_the_turn() {
 
 #[tokio::test]
 async fn a_dropped_stream_resumes_from_the_turn_start_exactly_once() {
-    let server = Server::start().await;
+    let server = server().await;
     let client = reqwest::Client::new();
-    let response = server
-        .post_chat(&client, &user_request("slow-1", "go"))
-        .await;
+    let response = client
+        .post(format!("http://{}/api/chat", server.addr))
+        .json(&user_request("slow-1", "go"))
+        .send()
+        .await
+        .expect("post");
     let (partial, done) = read_sse(response, 6).await;
     assert!(!done);
     // The connection is dropped here; the turn goes on.
     let resumed = client
-        .get(server.url("/api/chat/slow-1/stream"))
+        .get(format!("http://{}/api/chat/slow-1/stream", server.addr))
         .send()
         .await
         .expect("resume");
@@ -277,7 +214,7 @@ async fn a_dropped_stream_resumes_from_the_turn_start_exactly_once() {
 
     // Once the turn is over there is nothing to resume.
     let idle = client
-        .get(server.url("/api/chat/slow-1/stream"))
+        .get(format!("http://{}/api/chat/slow-1/stream", server.addr))
         .send()
         .await
         .expect("resume");
@@ -286,22 +223,25 @@ async fn a_dropped_stream_resumes_from_the_turn_start_exactly_once() {
 
 #[tokio::test]
 async fn cancel_aborts_the_running_turn_and_keeps_the_partial() {
-    let server = Server::start().await;
+    let server = server().await;
     let client = reqwest::Client::new();
-    let response = server
-        .post_chat(&client, &user_request("slow-2", "go"))
-        .await;
+    let response = client
+        .post(format!("http://{}/api/chat", server.addr))
+        .json(&user_request("slow-2", "go"))
+        .send()
+        .await
+        .expect("post");
     let mut events = response.bytes_stream();
     let _ = events.next().await;
     // A resumed stream of the same turn sees the abort too.
     let resumed = client
-        .get(server.url("/api/chat/slow-2/stream"))
+        .get(format!("http://{}/api/chat/slow-2/stream", server.addr))
         .send()
         .await
         .expect("resume");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let cancelled: Value = client
-        .post(server.url("/api/chat/slow-2/cancel"))
+        .post(format!("http://{}/api/chat/slow-2/cancel", server.addr))
         .send()
         .await
         .expect("cancel")
@@ -332,7 +272,7 @@ async fn cancel_aborts_the_running_turn_and_keeps_the_partial() {
         Event::AssistantMessageSaved { message, .. } if !message.parts.is_empty())));
     // Cancelling again is a no-op.
     let again: Value = client
-        .post(server.url("/api/chat/slow-2/cancel"))
+        .post(format!("http://{}/api/chat/slow-2/cancel", server.addr))
         .send()
         .await
         .expect("cancel")
@@ -344,9 +284,9 @@ async fn cancel_aborts_the_running_turn_and_keeps_the_partial() {
 
 #[tokio::test]
 async fn a_token_is_required_when_set() {
-    let server = Server::start_with(Some("s3cret"), |s| s).await;
+    let server = server_with(Some("s3cret"), |s| s).await;
     let client = reqwest::Client::new();
-    let url = server.url("/api/chat");
+    let url = format!("http://{}/api/chat", server.addr);
     for auth in [None, Some("Bearer wrong"), Some("s3cret")] {
         let mut request = client.post(&url).json(&user_request("text-t", "hi"));
         if let Some(auth) = auth {
@@ -358,7 +298,7 @@ async fn a_token_is_required_when_set() {
         assert_eq!(body["error"]["code"], "unauthorized");
     }
     let resume = client
-        .get(server.url("/api/chat/text-t/stream"))
+        .get(format!("http://{}/api/chat/text-t/stream", server.addr))
         .send()
         .await
         .expect("get");
@@ -385,9 +325,9 @@ async fn a_token_is_required_when_set() {
 
 #[tokio::test]
 async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
-    let server = Server::start_with(None, |s| s.with_max_body_bytes(2048)).await;
+    let server = server_with(None, |s| s.with_max_body_bytes(2048)).await;
     let client = reqwest::Client::new();
-    let url = server.url("/api/chat");
+    let url = format!("http://{}/api/chat", server.addr);
     let cases: Vec<(reqwest::RequestBuilder, u16, &str, &str)> = vec![
         (
             client
@@ -408,12 +348,13 @@ async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
             "messages[0].parts[0]",
         ),
         (
-            client
-                .post(&url)
-                .json(&json!({"id": "bad-1", "messages": [], "trigger": "regenerate-message"})),
-            400,
-            "unsupported",
-            "regenerate",
+            client.post(&url).json(
+                &json!({"id": "bad-1", "messages": [], "trigger": "regenerate-message",
+                               "messageId": "m"}),
+            ),
+            404,
+            "unknown_chat",
+            "bad-1",
         ),
         (
             client
@@ -424,19 +365,19 @@ async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
             "2048",
         ),
         (
-            client.get(server.url("/api/chat/nobody/stream")),
+            client.get(format!("http://{}/api/chat/nobody/stream", server.addr)),
             404,
             "unknown_chat",
             "nobody",
         ),
         (
-            client.post(server.url("/api/chat/nobody/cancel")),
+            client.post(format!("http://{}/api/chat/nobody/cancel", server.addr)),
             404,
             "unknown_chat",
             "nobody",
         ),
         (
-            client.get(server.url("/api/nothing")),
+            client.get(format!("http://{}/api/nothing", server.addr)),
             404,
             "not_found",
             "/api/nothing",
@@ -459,9 +400,9 @@ async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
 
 #[tokio::test]
 async fn a_bad_body_for_a_known_chat_is_a_parse_failure_in_its_log() {
-    let server = Server::start().await;
+    let server = server().await;
     let client = reqwest::Client::new();
-    let url = server.url("/api/chat");
+    let url = format!("http://{}/api/chat", server.addr);
     let ok = client
         .post(&url)
         .json(&user_request("known", "Hi"))
@@ -553,7 +494,7 @@ fn send_frame(request_id: &str, chat_id: &str) -> Value {
 
 #[tokio::test]
 async fn websocket_multiplexes_chats_and_resumes_after_a_sequence() {
-    let server = Server::start().await;
+    let server = server().await;
     let mut socket = ws_connect(server.addr).await;
     ws_send(&mut socket, send_frame("r-a", "text-ws")).await;
     ws_send(&mut socket, send_frame("r-b", "slow-ws")).await;
@@ -637,7 +578,7 @@ async fn websocket_multiplexes_chats_and_resumes_after_a_sequence() {
 
 #[tokio::test]
 async fn websocket_abort_cancels_the_turn() {
-    let server = Server::start().await;
+    let server = server().await;
     let mut socket = ws_connect(server.addr).await;
     ws_send(&mut socket, send_frame("r-1", "slow-abort")).await;
     let mut chunks = 0;

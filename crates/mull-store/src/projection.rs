@@ -323,6 +323,7 @@ impl SessionState {
             Event::ContextBlockUpdated { block, content, .. } => {
                 self.context_blocks.insert(block.clone(), content.clone());
             }
+            Event::MessagesRetracted { message_ids, .. } => self.retract(message_ids),
             Event::SubmissionAccepted {
                 submission_id,
                 idempotency_key,
@@ -386,6 +387,24 @@ impl SessionState {
             .iter_mut()
             .rev()
             .find(|s| s.submission_id == submission_id)
+    }
+
+    /// Takes retracted messages out of the conversation. Client tool calls those messages
+    /// asked for are no longer awaited: nothing is left to answer them into.
+    fn retract(&mut self, message_ids: &[String]) {
+        let retracted_calls: Vec<String> = self
+            .messages
+            .iter()
+            .filter(|m| message_ids.contains(&m.id))
+            .flat_map(|m| m.parts.iter())
+            .filter_map(|p| match p {
+                UIPart::Tool(tool) => Some(tool.call_id.clone()),
+                _ => None,
+            })
+            .collect();
+        self.pending_client_calls
+            .retain(|c| !retracted_calls.contains(&c.call_id));
+        self.messages.retain(|m| !message_ids.contains(&m.id));
     }
 
     /// Removes the replaced messages and puts the summary where the first of them stood (at
@@ -1243,5 +1262,74 @@ mod tests {
             },
         });
         assert_eq!(state, SessionState::new("sess_1"));
+    }
+
+    #[test]
+    fn retracted_messages_leave_the_conversation_and_their_calls_are_no_longer_awaited() {
+        let mut feed = Feed::new();
+        feed.at(
+            None,
+            Event::UserMessagesSaved {
+                request_id: None,
+                messages: vec![UIMessage::user("msg_1", "hi")],
+            },
+        );
+        feed.started().turn(Event::ToolCallStarted {
+            step: 0,
+            call_id: "call_1".into(),
+            tool: "confirm".into(),
+            input: json!({"q": 1}),
+            client: true,
+        });
+        feed.turn(saved_with_tool("call_1", ToolPartState::InputAvailable));
+        assert_eq!(feed.state.pending_client_calls.len(), 1);
+        feed.at(
+            None,
+            Event::MessagesRetracted {
+                request_id: Some("req_2".into()),
+                message_ids: vec!["msg_2".into(), "msg_unknown".into()],
+            },
+        );
+        let ids: Vec<_> = feed.state.messages.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["msg_1"]);
+        assert!(feed.state.pending_client_calls.is_empty());
+        assert_eq!(
+            feed.state.turns.len(),
+            1,
+            "the turn that wrote it stays in history"
+        );
+    }
+
+    #[test]
+    fn a_retraction_keeps_the_other_messages_in_order_and_a_new_answer_follows() {
+        let mut feed = Feed::new();
+        feed.at(
+            None,
+            Event::UserMessagesSaved {
+                request_id: None,
+                messages: vec![
+                    UIMessage::user("u1", "a"),
+                    UIMessage::text("a1", Role::Assistant, "one"),
+                    UIMessage::user("u2", "b"),
+                    UIMessage::text("a2", Role::Assistant, "two"),
+                ],
+            },
+        );
+        feed.at(
+            None,
+            Event::MessagesRetracted {
+                request_id: None,
+                message_ids: vec!["u2".into(), "a2".into()],
+            },
+        );
+        feed.at(
+            None,
+            Event::AssistantMessageSaved {
+                request_id: "req_3".into(),
+                message: UIMessage::text("a3", Role::Assistant, "three"),
+            },
+        );
+        let ids: Vec<_> = feed.state.messages.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["u1", "a1", "a3"]);
     }
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use mull::store::Log;
@@ -24,6 +25,10 @@ pub struct ServeArgs {
     /// chat); otherwise the model MULL_MODEL names.
     #[arg(long)]
     pub model: Option<String>,
+    /// How long a chat nobody uses stays in memory before it is dropped (it is re-opened from
+    /// the log on its next request), e.g. `90s`, `10m`, `1h`.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub idle_ttl: Duration,
 }
 
 /// Serves until Ctrl-C, then finishes open requests and commits the log.
@@ -41,7 +46,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ServerState::with_agents(log.clone(), per_chat)
     } else {
         ServerState::new(log.clone(), shared)
-    };
+    }
+    .with_idle_ttl(args.idle_ttl);
     let config = ServerConfig {
         addr: args.addr,
         ..ServerConfig::from_env()

@@ -693,3 +693,96 @@ pub fn compaction_log() -> Vec<Envelope> {
     );
     b.events
 }
+
+/// A session whose first answer was regenerated: turn 1 answers, the answer is retracted (the
+/// retraction filed under turn 1), and turn 2 answers again.
+pub fn regenerate_log() -> Vec<Envelope> {
+    let mut b = LogBuilder::new();
+    let s = "sess_r";
+    let answer = |b: &mut LogBuilder, turn: &str, request: &str, ms: i64, id: &str, said: &str| {
+        b.push(s, Some(turn), ms, Event::StepStarted { step: 0 });
+        text(b, s, turn, 0, ms + 10, "t0", &[(ms + 20, said)]);
+        b.push(
+            s,
+            Some(turn),
+            ms + 30,
+            step_finished(0, FinishReason::Stop, usage(120, 8, None)),
+        );
+        b.push(
+            s,
+            Some(turn),
+            ms + 40,
+            Event::AssistantMessageSaved {
+                request_id: request.into(),
+                message: UIMessage {
+                    id: id.into(),
+                    role: Role::Assistant,
+                    metadata: None,
+                    parts: vec![
+                        UIPart::StepStart,
+                        UIPart::Text {
+                            text: said.into(),
+                            streaming: false,
+                        },
+                    ],
+                },
+            },
+        );
+        b.push(
+            s,
+            Some(turn),
+            ms + 50,
+            Event::TurnFinished {
+                request_id: request.into(),
+                status: TurnStatus::Completed,
+                error: None,
+                steps: 1,
+                usage: usage(120, 8, None),
+            },
+        );
+    };
+    b.push(
+        s,
+        None,
+        0,
+        Event::SessionOpened {
+            agent: "demo".into(),
+            metadata: json!({}),
+        },
+    );
+    b.push(
+        s,
+        None,
+        10,
+        Event::UserMessagesSaved {
+            request_id: Some("req_1".into()),
+            messages: vec![UIMessage::user("msg_u1", "Name a river in Portugal.")],
+        },
+    );
+    b.push(s, Some("turn_1"), 20, turn_started("req_1", "msg_a1"));
+    answer(&mut b, "turn_1", "req_1", 30, "msg_a1", "The Thames.");
+    b.push(
+        s,
+        Some("turn_1"),
+        4_000,
+        Event::MessagesRetracted {
+            request_id: Some("req_2".into()),
+            message_ids: vec!["msg_a1".into()],
+        },
+    );
+    b.push(
+        s,
+        Some("turn_2"),
+        4_010,
+        Event::TurnStarted {
+            request_id: "req_2".into(),
+            message_id: "msg_a2".into(),
+            entry: mull_core::EntryPath::Regenerate,
+            continuation: false,
+            attempt: 0,
+            body: json!({}),
+        },
+    );
+    answer(&mut b, "turn_2", "req_2", 4_020, "msg_a2", "The Tagus.");
+    b.events
+}

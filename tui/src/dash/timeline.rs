@@ -63,6 +63,12 @@ pub enum ItemKind {
         tokens_before: u64,
         tokens_after: u64,
     },
+    /// Messages were taken back out of the conversation (an answer being regenerated, and
+    /// what followed it), by the request named.
+    Retracted {
+        messages: usize,
+        request_id: Option<String>,
+    },
     /// The assistant message was saved.
     MessageSaved { parts: usize },
     /// The turn ended.
@@ -119,6 +125,7 @@ impl Item {
             ItemKind::Retry { .. } => "model_retried",
             ItemKind::Error { .. } => "error",
             ItemKind::Compacted { .. } => "compaction_applied",
+            ItemKind::Retracted { .. } => "messages_retracted",
             ItemKind::MessageSaved { .. } => "assistant_message_saved",
             ItemKind::TurnFinished { .. } => "turn_finished",
             ItemKind::Other { kind } => kind,
@@ -142,6 +149,9 @@ impl Item {
             }
             ItemKind::Retry { error, .. } => error.clone(),
             ItemKind::Compacted { reason, .. } => format!("compacted {reason}"),
+            ItemKind::Retracted { request_id, .. } => {
+                format!("retracted {}", request_id.as_deref().unwrap_or(""))
+            }
             ItemKind::Configured { model_id, .. } => model_id.clone(),
             _ => String::new(),
         }
@@ -416,6 +426,19 @@ impl TimelineBuilder {
                         shortened: *shortened,
                         tokens_before: *tokens_before,
                         tokens_after: *tokens_after,
+                    },
+                );
+            }
+            Event::MessagesRetracted {
+                request_id,
+                message_ids,
+            } => {
+                self.new_item(
+                    env,
+                    gap_ms,
+                    ItemKind::Retracted {
+                        messages: message_ids.len(),
+                        request_id: request_id.clone(),
                     },
                 );
             }

@@ -1,13 +1,19 @@
 //! A scripted agent for the server's tests, end-to-end run and load bench: the Scripted model
 //! plays a script chosen by the chat id's prefix, with one server tool (`weather`), one
-//! streaming server tool (`progress`) and one client tool (`get_location`).
+//! streaming server tool (`progress`) and one client tool (`get_location`). `overflow-` chats
+//! also recover from context overflow (compact the middle of the history, then retry).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mull_core::{LanguageModel, ToolSpec};
-use mull_engine::{Agent, FnTool, ToolSet};
+use mull_core::{
+    default_context_overflow_classifier, ChatErrorClassification, LanguageModel, ToolSpec,
+};
+use mull_engine::{
+    compact_function, summarizer, Agent, ChatError, ChatErrorContext, CompactOptions, FnTool,
+    SessionConfig, ToolSet,
+};
 use mull_providers::scripted::ScriptedModel;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -15,6 +21,7 @@ use serde_json::{json, Value};
 /// The agent: a scripted model and three tools.
 pub struct ScriptAgent {
     model: ScriptedModel,
+    recover_overflow: bool,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -32,6 +39,7 @@ impl ScriptAgent {
     pub fn for_chat(chat_id: &str) -> Arc<dyn Agent> {
         Arc::new(ScriptAgent {
             model: script_for(chat_id),
+            recover_overflow: chat_id.starts_with("overflow-"),
         })
     }
 }
@@ -44,6 +52,28 @@ impl Agent for ScriptAgent {
 
     fn model(&self) -> Arc<dyn LanguageModel> {
         Arc::new(self.model.clone())
+    }
+
+    async fn configure_session(&self, session: SessionConfig) -> SessionConfig {
+        if !self.recover_overflow {
+            return session;
+        }
+        let summarize = summarizer(|_prompt| async { Ok("Earlier: small talk.".to_owned()) });
+        session
+            .context_overflow(true, 1)
+            .on_compaction(compact_function(CompactOptions {
+                keep_head: 1,
+                keep_tail: 1,
+                summarize,
+            }))
+    }
+
+    fn classify_chat_error(
+        &self,
+        error: &ChatError,
+        _ctx: &ChatErrorContext,
+    ) -> Option<ChatErrorClassification> {
+        default_context_overflow_classifier(error.as_error_input())
     }
 
     fn tools(&self) -> ToolSet {
@@ -76,6 +106,8 @@ pub const SLOW_DELTAS: usize = 60;
 pub const SLOW_DELAY: Duration = Duration::from_millis(40);
 /// How many text deltas a `load-` chat streams.
 pub const LOAD_DELTAS: usize = 50;
+/// How long the second turn of a `race-` chat pauses before its text.
+pub const RACE_PAUSE: Duration = Duration::from_millis(1500);
 
 /// The script of a chat, by the prefix of its id:
 /// - `text-`: reasoning, then "Hello, world!" in three deltas.
@@ -83,6 +115,11 @@ pub const LOAD_DELTAS: usize = 50;
 /// - `client-`: a `get_location` call the client answers; the continuation answers with it.
 /// - `slow-`: [`SLOW_DELTAS`] deltas, [`SLOW_DELAY`] apart (for resume and cancel).
 /// - `load-`: [`LOAD_DELTAS`] deltas, no pause.
+/// - `regen-`: "First answer.", then (regenerated) "Second answer.".
+/// - `overflow-`: two answers ("A0", "A1"), then a context-overflow refusal, then "Recovered."
+///   (the retry after compaction).
+/// - `race-`: a `get_location` call; then a turn that pauses [`RACE_PAUSE`] before "Slow.";
+///   then "Unrelated."; then "You are in Berlin.".
 /// - anything else: one text "ok".
 pub fn script_for(chat_id: &str) -> ScriptedModel {
     let builder = ScriptedModel::builder("scripted-1");
@@ -111,6 +148,22 @@ pub fn script_for(chat_id: &str) -> ScriptedModel {
             .build(),
         "load" => builder
             .step(|s| s.text_deltas((0..LOAD_DELTAS).map(|i| format!("w{i} "))))
+            .build(),
+        "regen" => builder
+            .step(|s| s.text("First answer."))
+            .step(|s| s.text("Second answer."))
+            .build(),
+        "overflow" => builder
+            .step(|s| s.text("A0"))
+            .step(|s| s.text("A1"))
+            .refuse_context_overflow()
+            .step(|s| s.text("Recovered."))
+            .build(),
+        "race" => builder
+            .step(|s| s.tool_call("call_location", "get_location", json!({})))
+            .step(|s| s.pause(RACE_PAUSE).text("Slow."))
+            .step(|s| s.text("Unrelated."))
+            .step(|s| s.text("You are in Berlin."))
             .build(),
         _ => builder.step(|s| s.text("ok")).build(),
     }

@@ -161,6 +161,19 @@ fn timeline_of_a_compacting_turn_shows_the_compaction_and_the_summary() {
     insta::assert_snapshot!(screen.backend());
 }
 
+#[test]
+fn timeline_of_a_regenerated_answer_shows_its_retraction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_db(dir.path(), &crate::dash::testlog::regenerate_log());
+    let mut dash = Dash::open(&path).expect("open dashboard");
+    dash.app.db_label = "test.db".into();
+    open_turn(&mut dash, 0);
+    let screen = screen(&dash);
+    let text = format!("{}", screen.backend());
+    assert!(text.contains("✂ 1 message retracted by req_2"), "{text}");
+    insta::assert_snapshot!(screen.backend());
+}
+
 /// Every recorded fixture (fixtures/*.jsonl at the workspace root) opens, and every turn's
 /// timeline draws; replaying a turn to its end gives the same rows and conversation as the
 /// plain view. With no fixtures yet, there is nothing to check.

@@ -310,6 +310,24 @@ fn item_lines(
                 Style::new().fg(Color::Magenta),
             ));
         }
+        ItemKind::Retracted {
+            messages,
+            request_id,
+        } => {
+            let noun = if *messages == 1 {
+                "message"
+            } else {
+                "messages"
+            };
+            let by = request_id
+                .as_deref()
+                .map(|r| format!(" by {r}"))
+                .unwrap_or_default();
+            head.push(Span::styled(
+                format!("✂ {messages} {noun} retracted{by}"),
+                Style::new().fg(Color::Yellow),
+            ));
+        }
         ItemKind::MessageSaved { parts } => {
             head.push(Span::styled(
                 format!("■ assistant message saved ({parts} parts)"),
