@@ -65,8 +65,11 @@ impl Recorder {
         state.apply(&envelope);
         drop(state);
         // With overflow on, a full channel drops its oldest event instead of failing; the only
-        // other error is "no receivers", which is kept from happening by `_keep_open`.
-        let _ = self.bus.try_broadcast(envelope.clone());
+        // other error is "no receivers", which is kept from happening by `_keep_open`. With no
+        // subscriber listening there is nobody to copy the event for.
+        if self.bus.receiver_count() > 0 {
+            let _ = self.bus.try_broadcast(envelope.clone());
+        }
         Ok(envelope)
     }
 

@@ -5,20 +5,27 @@
 //! A database has exactly one writer: [`Log`]. Opening it takes an exclusive lock on a sidecar
 //! file (`<db>.lock`), so a second writer — in this process or another — gets
 //! [`StoreError::Locked`]. `Log` is a cheap `Clone + Send + Sync` handle; all clones feed one
-//! writer thread through a channel.
+//! queue, drained by a writer thread or by a barrier's caller (below).
 //!
 //! # Group commit
 //! [`Log::append`] assigns the event's `seq` at once (strictly increasing, contiguous), queues
-//! the row and returns the full [`Envelope`](mull_core::Envelope) without waiting. The writer
-//! thread inserts rows into an open transaction and commits when the batch holds
-//! [`LogOptions::batch_max_events`] rows (512), when [`LogOptions::batch_max_delay`] (5 ms) has
-//! passed since its first row, or when a barrier arrives. One commit per batch is what makes a
-//! per-chunk log affordable: SQLite commits cost far more than inserts.
+//! the row and returns the full [`Envelope`](mull_core::Envelope) without waiting. Rows go into
+//! an open transaction, which is committed when it holds [`LogOptions::batch_max_events`] rows
+//! (512), when [`LogOptions::batch_max_delay`] (5 ms) has passed since its first row, or when a
+//! barrier arrives. One commit per batch is what makes a per-chunk log affordable: SQLite
+//! commits cost far more than inserts. The writer thread is woken when a batch begins and once
+//! a few rows wait (so it inserts them while the producer goes on), not once per row.
+//!
+//! A barrier whose caller finds the connection free commits on the caller's own thread: a
+//! commit in WAL mode with `synchronous=NORMAL` is a few page writes without fsync, cheaper
+//! than two thread hand-offs. SQLite's automatic checkpoint is replaced by one the writer thread
+//! runs (at SQLite's 1,000-page mark), so the fsyncs of a checkpoint never land on a caller.
 //!
 //! # Barriers and what a crash can lose
 //! [`Log::flush`] is a barrier: it resolves once every event appended before it is committed.
-//! The engine awaits one after events that must be durable before it proceeds (turn start, a
-//! tool decision before the tool runs, step end, turn end); chunks do not wait.
+//! The engine awaits one after events that must be durable before it proceeds (turn start with
+//! the user's messages, a tool decision before the tool runs, a finished step before the next
+//! step begins, turn end); chunks do not wait.
 //! - A killed process (SIGKILL, panic, OOM) loses only events appended after the last
 //!   completed commit: at most one batch, i.e. the last few milliseconds of chunks. Everything
 //!   before a completed barrier is in the log, and the seqs in the log stay contiguous.
