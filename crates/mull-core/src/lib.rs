@@ -9,6 +9,7 @@ pub mod classify;
 pub mod clock;
 pub mod convert;
 pub mod event;
+pub mod fingerprint;
 pub mod message;
 pub mod model;
 pub mod stream;
@@ -16,6 +17,7 @@ pub mod stream;
 pub use classify::{default_context_overflow_classifier, ChatErrorClassification, ErrorInput};
 pub use clock::{Clock, FixedClock, IdSource, RandomIds, SequentialIds, SystemClock};
 pub use convert::{to_model_messages, truncate_for_context};
+pub use fingerprint::RequestSummary;
 pub use event::{
     CompactionReason, ContextBlockSource, DecisionAction, EntryPath, Envelope, ErrorStage, Event,
     EventDecodeError, HookName, StepRecord, SubmissionStatus, ToolCallRecord, ToolResultRecord,

@@ -7,7 +7,9 @@ use mull_core::{
     Clock, Envelope, Event, FinishReason, FixedClock, LanguageModel, ModelErrorKind, ModelMessage,
     ModelRequest, ModelRole, StepRecord, StreamPart, Usage, EVENT_VERSION,
 };
-use mull_providers::replay::{recorded_steps, ReplayError, ReplayModel};
+use mull_providers::replay::{
+    recorded_steps, RecordedRetry, ReplayError, ReplayModel, StepEnding,
+};
 use serde_json::json;
 
 /// Builds a log the way the engine writes one.
@@ -181,8 +183,16 @@ fn recorded_steps_keep_only_what_the_model_emitted() {
             StreamPart::TextEnd { id: "a".into() },
             finish(FinishReason::Stop),
         ],
-        "the failed attempt is dropped and the untransformed part served"
+        "the failed attempt's parts are dropped and the untransformed part served"
     );
+    assert_eq!(
+        steps[1].retries,
+        vec![RecordedRetry {
+            error: "overloaded".into(),
+            delay_ms: 10
+        }]
+    );
+    assert!(steps.iter().all(|s| s.ending == StepEnding::Finished));
     assert_eq!(steps[2].seq, 21);
 }
 
@@ -195,6 +205,15 @@ async fn serves_steps_by_hash_first_in_first_out() {
     );
     assert_eq!(model.remaining(), 3);
 
+    // The recorded failed attempt comes first, as a retryable error with the recorded delay.
+    let retry = model
+        .stream(request("it is noon"))
+        .await
+        .err()
+        .expect("the recorded failed attempt");
+    assert!(retry.is_retryable());
+    assert_eq!(retry.message, "overloaded");
+    assert_eq!(retry.retry_after, Some(std::time::Duration::from_millis(10)));
     let (parts, error) = collect(model.stream(request("it is noon")).await.expect("hit")).await;
     assert_eq!(error, None);
     assert_eq!(parts[1], text("a", "noon"));

@@ -255,7 +255,7 @@ pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started,
             .map_err(|e| ApiError::Internal(format!("chat {chat_id:?}: {e}")))?;
     }
     let chat = session
-        .chat(plan.new_messages, TurnOptions::with_body(body))
+        .chat_http(plan.new_messages, TurnOptions::with_body(body))
         .map_err(|e| ApiError::Internal(format!("chat {chat_id:?}: {e}")))?;
     let request_id = chat.request_id.clone();
     // The turn runs on whether or not anyone listens; its parts reach clients from the log.
