@@ -28,6 +28,11 @@ pub enum Reply {
     },
     /// Waits this long before answering (for timeouts).
     Stall(Duration),
+    /// A `text/event-stream` body that sends these pieces and then neither sends more nor ends
+    /// (a model that hangs mid-answer).
+    SseThenHang { pieces: Vec<Vec<u8>> },
+    /// The n-th request gets the n-th reply; the last one answers every request after it.
+    Sequence(Vec<Reply>),
 }
 
 /// One request the server received.
@@ -42,6 +47,27 @@ pub struct Received {
 struct ServerState {
     reply: Reply,
     received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Reply {
+    /// The reply to the request numbered `n` (from 0).
+    fn for_request(self, n: usize) -> Reply {
+        match self {
+            Reply::Sequence(replies) => {
+                let last = replies.len().saturating_sub(1);
+                replies
+                    .into_iter()
+                    .nth(n.min(last))
+                    .map(|reply| reply.for_request(n))
+                    .unwrap_or(Reply::Status {
+                        status: 500,
+                        headers: Vec::new(),
+                        body: "an empty sequence answers nothing".into(),
+                    })
+            }
+            other => other,
+        }
+    }
 }
 
 /// A running server on 127.0.0.1.
@@ -85,12 +111,16 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    state.received.lock().expect("lock").push(Received {
-        path: uri.path().to_owned(),
-        headers,
-        body,
-    });
-    match state.reply {
+    let n = {
+        let mut received = state.received.lock().expect("lock");
+        received.push(Received {
+            path: uri.path().to_owned(),
+            headers,
+            body,
+        });
+        received.len() - 1
+    };
+    match state.reply.for_request(n) {
         Reply::Sse { pieces, cut } => {
             let tail: Vec<Result<Vec<u8>, std::io::Error>> = if cut {
                 vec![Err(std::io::Error::other("connection cut"))]
@@ -128,6 +158,15 @@ async fn handle(
             tokio::time::sleep(wait).await;
             Response::new(Body::from("late"))
         }
+        Reply::SseThenHang { pieces } => {
+            let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>))
+                .chain(futures::stream::pending());
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(stream))
+                .expect("response")
+        }
+        Reply::Sequence(_) => unreachable!("for_request resolves sequences"),
     }
 }
 
