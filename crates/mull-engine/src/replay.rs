@@ -15,16 +15,24 @@
 //!   the providers crate's business and dependencies point one way (providers do not depend on
 //!   the engine, nor the engine on providers). Every model the agent names — its default, a
 //!   `before_turn` / `before_step` override, a `resolve_model` answer — keeps its provider and
-//!   model id (those are recorded facts) but streams from `model`.
+//!   model id (those are recorded facts) but streams from `model`. A step the recording cut
+//!   short is served too (its request hash is in `step_configured`): the recorded parts, then
+//!   the recorded error — or, for a cancelled step, nothing more until the recorded cancellation
+//!   is re-issued, which happens when the call starts and before each part is read.
 //! - **Tool results** come from the recording: a server tool keeps its name, description,
 //!   schema and streaming-ness, but `execute` answers with the recorded preliminary values and
-//!   outcome of the same call id (first in, first out when a call id repeats).
+//!   outcome of the same call id (first in, first out when a call id repeats). That holds for
+//!   the session's own tools (`update_context`, `search_messages`) as well: they do not run
+//!   again; the context block writes a recorded call made are written again, once, as part of
+//!   serving it, so they are compared like every other event (and a block is never written
+//!   twice).
 //! - **Time** comes from a [`RecordedClock`] that replays the recorded `at` values in order,
 //!   plus the two readings the engine takes around each executed tool (chosen so the recorded
 //!   `duration_ms` comes out again).
 //! - **Ids** come from [`RecordedIds`], which hands out the recorded request, turn and message
 //!   ids in order (a deterministic recording's counting ids are simply replayed as recorded).
-//! - **Inputs** (user messages and their entry path, submissions, client tool results,
+//! - **Inputs** (user messages and their entry path — `save_messages`, `chat`, or `http` for a
+//!   chat request that came in over the network — submissions, client tool results,
 //!   continuations, reopening the session) are re-issued through the session's entry paths at
 //!   the point where the recording received them; a recorded cancellation is re-issued as soon
 //!   as the replay has written every event that preceded it (from the next hook or tool call).
