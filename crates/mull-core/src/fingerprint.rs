@@ -8,7 +8,6 @@
 //! differs without the recording holding them twice (the messages themselves are in the log).
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::io::Write;
 
 use serde::{Deserialize, Serialize};
@@ -20,145 +19,49 @@ use crate::model::{CallSettings, ModelMessage, ModelRequest, ModelRole, ToolChoi
 /// Hex characters of a digest in a [`RequestSummary`] (64 bits: enough to tell items apart).
 pub const DIGEST_HEX_CHARS: usize = 16;
 
-/// Bytes being hashed: every byte goes into the whole request's hasher, and while one item
-/// (a message, a tool, the system prompt, the schema) is being written, into its own too.
-struct Tee {
-    whole: Sha256,
-    item: Option<Sha256>,
-}
-
-/// The writer serde_json writes the request into.
-struct TeeWriter<'a>(&'a RefCell<Tee>);
-
-impl Write for TeeWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut tee = self.0.borrow_mut();
-        tee.whole.update(buf);
-        if let Some(item) = &mut tee.item {
-            item.update(buf);
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// A value serialized as itself, whose bytes are also digested on their own into `out`. serde_json
-/// writes a sequence's separators outside the element, so an element's bytes are exactly its
-/// own compact JSON and its digest equals [`digest`] of it.
-struct Digested<'a, T> {
-    value: &'a T,
-    tee: &'a RefCell<Tee>,
-    out: &'a RefCell<Vec<String>>,
-}
-
-impl<T: Serialize> Serialize for Digested<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.tee.borrow_mut().item = Some(Sha256::new());
-        let written = self.value.serialize(serializer);
-        let item = self.tee.borrow_mut().item.take();
-        if let Some(item) = item {
-            let full: [u8; 32] = item.finalize().into();
-            self.out.borrow_mut().push(hex(&full[..DIGEST_HEX_CHARS / 2]));
-        }
-        written
-    }
-}
-
-/// A sequence whose elements are each [`Digested`].
-struct DigestedSeq<'a, T> {
-    items: &'a [T],
-    tee: &'a RefCell<Tee>,
-    out: &'a RefCell<Vec<String>>,
-}
-
-impl<T: Serialize> Serialize for DigestedSeq<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.items.iter().map(|value| Digested {
-            value,
-            tee: self.tee,
-            out: self.out,
-        }))
-    }
-}
-
 /// The request as it is hashed: the request with header values left out, serialized exactly as
 /// `ModelRequest` serializes (same fields, same order), without cloning the messages.
 #[derive(Serialize)]
 struct Canonical<'a> {
-    system: Option<Digested<'a, String>>,
-    messages: DigestedSeq<'a, ModelMessage>,
-    tools: DigestedSeq<'a, ToolSpec>,
+    system: &'a Option<String>,
+    messages: &'a [ModelMessage],
+    tools: &'a [ToolSpec],
     tool_choice: &'a ToolChoice,
     settings: Cow<'a, CallSettings>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    output_schema: Option<Digested<'a, Value>>,
+    #[serde(skip_serializing_if = "is_none")]
+    output_schema: &'a Option<Value>,
 }
 
-/// A request's canonical hash and the digests of its parts, from one pass over its JSON.
-struct Fingerprint {
-    hash: String,
-    system: Option<String>,
-    messages: Vec<String>,
-    tools: Vec<String>,
-    output_schema: Option<String>,
-}
-
-fn fingerprint(request: &ModelRequest) -> Fingerprint {
-    let settings = if request.settings.headers.is_empty() {
-        Cow::Borrowed(&request.settings)
-    } else {
-        Cow::Owned(request.settings.redacted())
-    };
-    let tee = RefCell::new(Tee {
-        whole: Sha256::new(),
-        item: None,
-    });
-    let (system, messages, tools, schema) = Default::default();
-    let canonical = Canonical {
-        system: request.system.as_ref().map(|value| Digested {
-            value,
-            tee: &tee,
-            out: &system,
-        }),
-        messages: DigestedSeq {
-            items: &request.messages,
-            tee: &tee,
-            out: &messages,
-        },
-        tools: DigestedSeq {
-            items: &request.tools,
-            tee: &tee,
-            out: &tools,
-        },
-        tool_choice: &request.tool_choice,
-        settings,
-        output_schema: request.output_schema.as_ref().map(|value| Digested {
-            value,
-            tee: &tee,
-            out: &schema,
-        }),
-    };
-    // Writing into a hasher cannot fail, and plain data always serializes.
-    let _ = serde_json::to_writer(TeeWriter(&tee), &canonical);
-    drop(canonical);
-    let whole: [u8; 32] = tee.into_inner().whole.finalize().into();
-    let first = |out: RefCell<Vec<String>>| out.into_inner().into_iter().next();
-    Fingerprint {
-        hash: hex(&whole),
-        system: first(system),
-        messages: messages.into_inner(),
-        tools: tools.into_inner(),
-        output_schema: first(schema),
-    }
+fn is_none(value: &&Option<Value>) -> bool {
+    value.is_none()
 }
 
 /// The hex-encoded SHA-256 of `request` with header values redacted (see
 /// [`ModelRequest::canonical_hash`]).
 pub(crate) fn canonical_hash(request: &ModelRequest) -> String {
-    fingerprint(request).hash
+    let settings = if request.settings.headers.is_empty() {
+        Cow::Borrowed(&request.settings)
+    } else {
+        Cow::Owned(request.settings.redacted())
+    };
+    let canonical = Canonical {
+        system: &request.system,
+        messages: &request.messages,
+        tools: &request.tools,
+        tool_choice: &request.tool_choice,
+        settings,
+        output_schema: &request.output_schema,
+    };
+    hex(&sha256_of(&canonical))
+}
+
+/// SHA-256 of a value's compact JSON, written straight into the hasher.
+fn sha256_of(value: &impl Serialize) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    // Writing into a hasher cannot fail, and plain data always serializes.
+    let _ = serde_json::to_writer(&mut hasher, value);
+    let _ = hasher.flush();
+    hasher.finalize().into()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -173,10 +76,7 @@ fn hex(bytes: &[u8]) -> String {
 /// A short digest of a value's compact JSON: the first [`DIGEST_HEX_CHARS`] hex characters of
 /// its SHA-256.
 pub fn digest(value: &impl Serialize) -> String {
-    let mut hasher = Sha256::new();
-    // Writing into a hasher cannot fail, and plain data always serializes.
-    let _ = serde_json::to_writer(&mut hasher, value);
-    let full: [u8; 32] = hasher.finalize().into();
+    let full = sha256_of(value);
     hex(&full[..DIGEST_HEX_CHARS / 2])
 }
 
@@ -205,26 +105,23 @@ pub struct RequestSummary {
 impl RequestSummary {
     /// Summarises `request`, computing its canonical hash.
     pub fn of(request: &ModelRequest) -> RequestSummary {
-        let fingerprint = fingerprint(request);
         RequestSummary {
-            hash: fingerprint.hash,
-            system: fingerprint.system,
+            hash: canonical_hash(request),
+            system: request.system.as_ref().map(digest),
             message_count: u32::try_from(request.messages.len()).unwrap_or(u32::MAX),
             messages: request
                 .messages
                 .iter()
-                .zip(fingerprint.messages)
-                .map(|(m, digest)| format!("{}:{digest}", role_name(m.role)))
+                .map(|m| format!("{}:{}", role_name(m.role), digest(m)))
                 .collect(),
             tools: request
                 .tools
                 .iter()
-                .zip(fingerprint.tools)
-                .map(|(t, digest)| format!("{}:{digest}", t.name))
+                .map(|t| format!("{}:{}", t.name, digest(t)))
                 .collect(),
             tool_choice: request.tool_choice.clone(),
             settings: request.settings.redacted(),
-            output_schema: fingerprint.output_schema,
+            output_schema: request.output_schema.as_ref().map(digest),
         }
     }
 
@@ -304,11 +201,12 @@ mod tests {
         assert!(!text.contains("s3cret") && !text.contains("hello"), "{text}");
         let back: RequestSummary = serde_json::from_value(summary.to_value()).unwrap();
         assert_eq!(back, summary);
-        // One pass digests each part exactly as digesting it alone would.
         let request = request();
         assert_eq!(summary.system, request.system.as_ref().map(digest));
-        assert_eq!(summary.messages[1], format!("assistant:{}", digest(&request.messages[1])));
-        assert_eq!(summary.tools[0], format!("add:{}", digest(&request.tools[0])));
+        assert_eq!(
+            summary.messages[1],
+            format!("assistant:{}", digest(&request.messages[1]))
+        );
         assert_eq!(summary.output_schema, request.output_schema.as_ref().map(digest));
         let mut changed = request.clone();
         changed.messages[1] = ModelMessage::text(ModelRole::Assistant, "hullo");
