@@ -61,7 +61,10 @@ impl Agent for Agentish {
             return session;
         }
         let session = session
-            .with_context("memory", ContextBlock::writable("What you know about the user.", 50))
+            .with_context(
+                "memory",
+                ContextBlock::writable("What you know about the user.", 50),
+            )
             .with_search_tool();
         if self.inflated_tokens {
             session.token_counter(|text: &str| if text.is_empty() { 0 } else { 1_000 })
@@ -184,7 +187,11 @@ async fn a_turn_cancelled_mid_stream_replays_identically() {
         steps[1].ending,
         mull::providers::replay::StepEnding::Cancelled
     );
-    assert_eq!(steps[1].parts.len(), 4, "the first text block: start, two deltas, end");
+    assert_eq!(
+        steps[1].parts.len(),
+        4,
+        "the first text block: start, two deltas, end"
+    );
 
     let report = replay(&recording, Agentish::new(three_turns_one_cancelled())).await;
     assert_identical(&recording, &report);
@@ -213,7 +220,9 @@ async fn a_changed_before_step_diverges_at_the_first_step_it_configures() {
     assert_eq!(divergence.seq, first_configured.seq);
     let differences = divergence.differences();
     assert!(
-        differences.contains(&r#"event.system: "Answer in one line." ≠ "Answer in two lines.""#.to_owned()),
+        differences.contains(
+            &r#"event.system: "Answer in one line." ≠ "Answer in two lines.""#.to_owned()
+        ),
         "{differences:?}"
     );
     assert!(

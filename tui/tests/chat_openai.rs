@@ -111,7 +111,11 @@ async fn piped_lines_are_turns_against_a_streaming_chat_completions_server() {
 
     // What went over the wire: three streamed calls; the history and the tool result travel.
     let received = server.received();
-    assert_eq!(received.len(), 3, "one call for turn 1, two steps for turn 2");
+    assert_eq!(
+        received.len(),
+        3,
+        "one call for turn 1, two steps for turn 2"
+    );
     for request in &received {
         assert_eq!(request.path, "/v1/chat/completions");
         assert_eq!(request.body["stream"], true);

@@ -198,7 +198,10 @@ mod tests {
         assert!(summary.tools[0].starts_with("add:"));
         assert_eq!(summary.settings.headers["authorization"], "[redacted]");
         let text = summary.to_value().to_string();
-        assert!(!text.contains("s3cret") && !text.contains("hello"), "{text}");
+        assert!(
+            !text.contains("s3cret") && !text.contains("hello"),
+            "{text}"
+        );
         let back: RequestSummary = serde_json::from_value(summary.to_value()).unwrap();
         assert_eq!(back, summary);
         let request = request();
@@ -207,7 +210,10 @@ mod tests {
             summary.messages[1],
             format!("assistant:{}", digest(&request.messages[1]))
         );
-        assert_eq!(summary.output_schema, request.output_schema.as_ref().map(digest));
+        assert_eq!(
+            summary.output_schema,
+            request.output_schema.as_ref().map(digest)
+        );
         let mut changed = request.clone();
         changed.messages[1] = ModelMessage::text(ModelRole::Assistant, "hullo");
         let other = RequestSummary::of(&changed);

@@ -17,12 +17,12 @@ pub mod stream;
 pub use classify::{default_context_overflow_classifier, ChatErrorClassification, ErrorInput};
 pub use clock::{Clock, FixedClock, IdSource, RandomIds, SequentialIds, SystemClock};
 pub use convert::{to_model_messages, truncate_for_context};
-pub use fingerprint::RequestSummary;
 pub use event::{
     CompactionReason, ContextBlockSource, DecisionAction, EntryPath, Envelope, ErrorStage, Event,
     EventDecodeError, HookName, StepRecord, SubmissionStatus, ToolCallRecord, ToolResultRecord,
     TurnConfigRecord, TurnStatus, EVENT_VERSION,
 };
+pub use fingerprint::RequestSummary;
 pub use message::{Role, ToolPart, ToolPartState, UIMessage, UIPart};
 pub use model::{
     CallSettings, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelMessage,

@@ -51,19 +51,18 @@ use chrono::{DateTime, Duration as TimeDelta, Utc};
 use futures::StreamExt;
 use mull_core::{
     ChatErrorClassification, Clock, ContextBlockSource, EntryPath, Envelope, Event, IdSource,
-    LanguageModel,
-    ModelError, ModelRequest, ModelStream, StreamPart, ToolPartState, UIMessage,
+    LanguageModel, ModelError, ModelRequest, ModelStream, StreamPart, ToolPartState, UIMessage,
 };
 use mull_store::{Log, StoreError};
 use serde_json::Value;
 
 use crate::agent::Agent;
 use crate::config::{ModelChoice, StepConfig, TurnConfig};
-use crate::context_blocks::write as write_block;
 use crate::context::{
     ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, StepContext,
     ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
 };
+use crate::context_blocks::write as write_block;
 use crate::error::{ChatError, EngineError, HookResult};
 use crate::extension::Extensions;
 use crate::session::{

@@ -25,9 +25,9 @@ use futures::{FutureExt, StreamExt};
 use mull_core::{
     to_model_messages, truncate_for_context, ChatErrorClassification, CompactionReason,
     DecisionAction, EntryPath, ErrorStage, Event, FinishReason, HookName, LanguageModel,
-    ModelError, ModelMessage, ModelRequest, ModelStream, RequestSummary, Role, Source, StepRecord, StreamPart,
-    ToolCallRecord, ToolPartState, ToolResultRecord, ToolSpec, TurnStatus, UIMessage, UIPart,
-    Usage,
+    ModelError, ModelMessage, ModelRequest, ModelStream, RequestSummary, Role, Source, StepRecord,
+    StreamPart, ToolCallRecord, ToolPartState, ToolResultRecord, ToolSpec, TurnStatus, UIMessage,
+    UIPart, Usage,
 };
 use mull_store::TurnSummary;
 use serde_json::{json, Value};

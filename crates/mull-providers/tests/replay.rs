@@ -6,12 +6,10 @@ use common::collect;
 use futures::StreamExt;
 use mull_core::{
     Clock, Envelope, Event, FinishReason, FixedClock, LanguageModel, ModelErrorKind, ModelMessage,
-    ModelRequest, ModelRole, RequestSummary, StepRecord, StreamPart, ToolChoice, TurnStatus,
-    Usage, EVENT_VERSION,
+    ModelRequest, ModelRole, RequestSummary, StepRecord, StreamPart, ToolChoice, TurnStatus, Usage,
+    EVENT_VERSION,
 };
-use mull_providers::replay::{
-    recorded_steps, RecordedRetry, ReplayError, ReplayModel, StepEnding,
-};
+use mull_providers::replay::{recorded_steps, RecordedRetry, ReplayError, ReplayModel, StepEnding};
 use serde_json::json;
 
 /// Builds a log the way the engine writes one.
@@ -215,7 +213,10 @@ async fn serves_steps_by_hash_first_in_first_out() {
         .expect("the recorded failed attempt");
     assert!(retry.is_retryable());
     assert_eq!(retry.message, "overloaded");
-    assert_eq!(retry.retry_after, Some(std::time::Duration::from_millis(10)));
+    assert_eq!(
+        retry.retry_after,
+        Some(std::time::Duration::from_millis(10))
+    );
     let (parts, error) = collect(model.stream(request("it is noon")).await.expect("hit")).await;
     assert_eq!(error, None);
     assert_eq!(parts[1], text("a", "noon"));
@@ -434,7 +435,10 @@ async fn a_miss_against_a_summary_names_the_changed_message_and_shows_it() {
         message.contains(r#"actual messages[1]: {"role":"assistant","content":[{"type":"text","text":"Half past noon."}]}"#),
         "{message}"
     );
-    assert!(message.contains("settings.temperature: (absent) ≠ 0.2"), "{message}");
+    assert!(
+        message.contains("settings.temperature: (absent) ≠ 0.2"),
+        "{message}"
+    );
     assert!(
         !message.contains("messages[0]") && !message.contains("messages[2]"),
         "unchanged messages are not listed: {message}"
