@@ -258,7 +258,9 @@ pub struct StepRecord {
     pub raw_finish_reason: Option<String>,
     pub usage: Usage,
     pub warnings: Vec<String>,
-    /// Request metadata (what was sent, without secrets).
+    /// What was sent, without secrets: a [`RequestSummary`](crate::RequestSummary) (hash,
+    /// settings, tool names, message count, a digest per message), not the whole request.
+    /// Logs written before the summary existed hold the whole redacted request here.
     pub request: Value,
     /// Response metadata (provider ids, model, timing).
     pub response: Value,
@@ -306,6 +308,11 @@ pub enum Event {
         message_count: u32,
         /// Which fields `before_step` changed.
         overrides: Vec<String>,
+        /// The [`ModelRequest::canonical_hash`](crate::ModelRequest::canonical_hash) of the
+        /// request this step sends, recorded before the call starts so that a step cut short
+        /// (cancelled, failed) can still be served again by a replay. Absent in older logs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_hash: Option<String>,
     },
     /// A model call failed in a retryable way and will be tried again.
     ModelRetried {

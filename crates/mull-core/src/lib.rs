@@ -9,6 +9,7 @@ pub mod classify;
 pub mod clock;
 pub mod convert;
 pub mod event;
+pub mod fingerprint;
 pub mod message;
 pub mod model;
 pub mod stream;
@@ -21,6 +22,7 @@ pub use event::{
     EventDecodeError, HookName, StepRecord, SubmissionStatus, ToolCallRecord, ToolResultRecord,
     TurnConfigRecord, TurnStatus, EVENT_VERSION,
 };
+pub use fingerprint::RequestSummary;
 pub use message::{Role, ToolPart, ToolPartState, UIMessage, UIPart};
 pub use model::{
     CallSettings, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelMessage,

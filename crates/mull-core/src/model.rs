@@ -174,12 +174,7 @@ impl ModelRequest {
     /// settings and output schema. Header values are left out (they may be secrets and do not
     /// change the answer), so a recorded session matches its replay. Hex-encoded SHA-256.
     pub fn canonical_hash(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut canonical = self.clone();
-        canonical.settings = canonical.settings.redacted();
-        let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
-        let digest = Sha256::digest(&bytes);
-        digest.iter().map(|b| format!("{b:02x}")).collect()
+        crate::fingerprint::canonical_hash(self)
     }
 }
 

@@ -264,7 +264,7 @@ fn record_provider_failure(
 }
 
 /// Records a checked write.
-async fn write(
+pub(crate) async fn write(
     inner: &Arc<Inner>,
     block: &str,
     content: &str,

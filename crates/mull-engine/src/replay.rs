@@ -15,16 +15,24 @@
 //!   the providers crate's business and dependencies point one way (providers do not depend on
 //!   the engine, nor the engine on providers). Every model the agent names — its default, a
 //!   `before_turn` / `before_step` override, a `resolve_model` answer — keeps its provider and
-//!   model id (those are recorded facts) but streams from `model`.
+//!   model id (those are recorded facts) but streams from `model`. A step the recording cut
+//!   short is served too (its request hash is in `step_configured`): the recorded parts, then
+//!   the recorded error — or, for a cancelled step, nothing more until the recorded cancellation
+//!   is re-issued, which happens when the call starts and before each part is read.
 //! - **Tool results** come from the recording: a server tool keeps its name, description,
 //!   schema and streaming-ness, but `execute` answers with the recorded preliminary values and
-//!   outcome of the same call id (first in, first out when a call id repeats).
+//!   outcome of the same call id (first in, first out when a call id repeats). That holds for
+//!   the session's own tools (`update_context`, `search_messages`) as well: they do not run
+//!   again; the context block writes a recorded call made are written again, once, as part of
+//!   serving it, so they are compared like every other event (and a block is never written
+//!   twice).
 //! - **Time** comes from a [`RecordedClock`] that replays the recorded `at` values in order,
 //!   plus the two readings the engine takes around each executed tool (chosen so the recorded
 //!   `duration_ms` comes out again).
 //! - **Ids** come from [`RecordedIds`], which hands out the recorded request, turn and message
 //!   ids in order (a deterministic recording's counting ids are simply replayed as recorded).
-//! - **Inputs** (user messages and their entry path, submissions, client tool results,
+//! - **Inputs** (user messages and their entry path — `save_messages`, `chat`, or `http` for a
+//!   chat request that came in over the network — submissions, client tool results,
 //!   continuations, reopening the session) are re-issued through the session's entry paths at
 //!   the point where the recording received them; a recorded cancellation is re-issued as soon
 //!   as the replay has written every event that preceded it (from the next hook or tool call).
@@ -36,14 +44,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration as TimeDelta, Utc};
 use futures::StreamExt;
 use mull_core::{
-    ChatErrorClassification, Clock, EntryPath, Envelope, Event, IdSource, LanguageModel,
-    ModelError, ModelRequest, ModelStream, StreamPart, ToolPartState, UIMessage,
+    ChatErrorClassification, Clock, ContextBlockSource, EntryPath, Envelope, Event, IdSource,
+    LanguageModel, ModelError, ModelRequest, ModelStream, StreamPart, ToolPartState, UIMessage,
 };
 use mull_store::{Log, StoreError};
 use serde_json::Value;
@@ -54,9 +62,12 @@ use crate::context::{
     ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, StepContext,
     ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
 };
+use crate::context_blocks::write as write_block;
 use crate::error::{ChatError, EngineError, HookResult};
 use crate::extension::Extensions;
-use crate::session::{ClientToolOutcome, Session, SessionOptions, SubmitOptions, TurnOptions};
+use crate::session::{
+    ClientToolOutcome, Inner, Session, SessionOptions, SubmitOptions, TurnOptions,
+};
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolEntry, ToolError, ToolExecution, ToolOutput, ToolSet};
 
@@ -383,6 +394,24 @@ struct RecordedRun {
     result: Result<Value, String>,
     /// The turn was cancelled while the call ran: the replayed call waits for the cancellation.
     aborted: bool,
+    /// Context blocks the call wrote (the `update_context` tool), to write again.
+    effects: Vec<BlockWrite>,
+}
+
+/// A context block write a tool call made, as recorded.
+#[derive(Debug, Clone)]
+struct BlockWrite {
+    block: String,
+    content: String,
+    source: ContextBlockSource,
+}
+
+/// An executed call whose outcome is still to come while the recording is read.
+#[derive(Debug, Default)]
+struct OpenRun {
+    preliminary: Vec<Value>,
+    cancelled: bool,
+    effects: Vec<BlockWrite>,
 }
 
 /// The recorded runs of every executed tool call, per call id, oldest first.
@@ -394,15 +423,29 @@ struct ToolRuns {
 impl ToolRuns {
     fn new(envelopes: &[Envelope]) -> ToolRuns {
         let mut runs: HashMap<String, VecDeque<RecordedRun>> = HashMap::new();
-        // Executed calls still running: (turn, call id) → (preliminary values, cancelled).
-        let mut open: HashMap<(Option<String>, String), (Vec<Value>, bool)> = HashMap::new();
+        // Executed calls still running, by (turn, call id).
+        let mut open: HashMap<(Option<String>, String), OpenRun> = HashMap::new();
         for envelope in envelopes {
             let turn = envelope.turn_id.clone();
             match &envelope.event {
                 Event::ToolDecided {
                     call_id, action, ..
                 } if action.executes() => {
-                    open.insert((turn, call_id.clone()), (Vec::new(), false));
+                    open.insert((turn, call_id.clone()), OpenRun::default());
+                }
+                Event::ContextBlockUpdated {
+                    block,
+                    content,
+                    source,
+                    call_id: Some(call_id),
+                } => {
+                    if let Some(run) = open.get_mut(&(turn, call_id.clone())) {
+                        run.effects.push(BlockWrite {
+                            block: block.clone(),
+                            content: content.clone(),
+                            source: *source,
+                        });
+                    }
                 }
                 Event::Chunk {
                     part:
@@ -414,13 +457,13 @@ impl ToolRuns {
                         },
                     ..
                 } => {
-                    if let Some((values, _)) = open.get_mut(&(turn, call_id.clone())) {
-                        values.push(output.clone());
+                    if let Some(run) = open.get_mut(&(turn, call_id.clone())) {
+                        run.preliminary.push(output.clone());
                     }
                 }
                 Event::CancellationRequested { .. } => {
-                    for (_, cancelled) in open.values_mut() {
-                        *cancelled = true;
+                    for run in open.values_mut() {
+                        run.cancelled = true;
                     }
                 }
                 Event::ToolCallFinished {
@@ -430,7 +473,7 @@ impl ToolRuns {
                     error,
                     ..
                 } => {
-                    if let Some((preliminary, cancelled)) = open.remove(&(turn, call_id.clone())) {
+                    if let Some(run) = open.remove(&(turn, call_id.clone())) {
                         let result = if *success {
                             Ok(output.clone().unwrap_or(Value::Null))
                         } else {
@@ -439,9 +482,10 @@ impl ToolRuns {
                         runs.entry(call_id.clone())
                             .or_default()
                             .push_back(RecordedRun {
-                                preliminary,
-                                aborted: cancelled && !success,
+                                preliminary: run.preliminary,
+                                aborted: run.cancelled && !success,
                                 result,
+                                effects: run.effects,
                             });
                     }
                 }
@@ -501,21 +545,25 @@ impl Shared {
     }
 
     /// `model` presented under the provider and id of the model the agent chose.
-    fn present(&self, chosen: &Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {
+    fn present(self: &Arc<Self>, chosen: &Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {
         Arc::new(PresentedModel {
             provider: chosen.provider().to_owned(),
             model_id: chosen.model_id().to_owned(),
-            serving: Arc::clone(&self.model),
+            shared: Arc::clone(self),
         })
     }
 
-    fn wrap_tools(self: &Arc<Self>, tools: ToolSet) -> ToolSet {
+    /// `tools` with every server tool's execute answered from the recording. `session` is the
+    /// session the tools belong to when they are its own (their recorded context block writes
+    /// are written again there).
+    fn wrap_tools(self: &Arc<Self>, tools: ToolSet, session: Option<&Arc<Inner>>) -> ToolSet {
         let mut out = ToolSet::new();
         for entry in tools.entries() {
             out.insert(match entry {
                 ToolEntry::Server(tool) => ToolEntry::Server(Arc::new(RecordedTool {
                     tool: Arc::clone(tool),
                     shared: Arc::clone(self),
+                    session: session.map(Arc::downgrade),
                 })),
                 ToolEntry::Client(spec) => ToolEntry::Client(spec.clone()),
             });
@@ -523,7 +571,7 @@ impl Shared {
         out
     }
 
-    fn wrap_choice(&self, choice: Option<ModelChoice>) -> Option<ModelChoice> {
+    fn wrap_choice(self: &Arc<Self>, choice: Option<ModelChoice>) -> Option<ModelChoice> {
         match choice {
             Some(ModelChoice::Model(model)) => Some(ModelChoice::Model(self.present(&model))),
             other => other,
@@ -531,11 +579,13 @@ impl Shared {
     }
 }
 
-/// The model a recording was made with, by name, streaming from the replay's model.
+/// The model a recording was made with, by name, streaming from the replay's model. Recorded
+/// cancellations due are re-issued when the call starts and before each part is read, so a
+/// step the recording cancelled mid-call is cancelled at the same point.
 struct PresentedModel {
     provider: String,
     model_id: String,
-    serving: Arc<dyn LanguageModel>,
+    shared: Arc<Shared>,
 }
 
 #[async_trait]
@@ -549,7 +599,17 @@ impl LanguageModel for PresentedModel {
     }
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
-        self.serving.stream(request).await
+        self.shared.cancel_due();
+        let serving = self.shared.model.stream(request).await?;
+        let shared = Arc::clone(&self.shared);
+        Ok(Box::pin(futures::stream::unfold(
+            (serving, shared),
+            |(mut serving, shared)| async move {
+                shared.cancel_due();
+                let item = serving.next().await?;
+                Some((item, (serving, shared)))
+            },
+        )))
     }
 }
 
@@ -557,6 +617,8 @@ impl LanguageModel for PresentedModel {
 struct RecordedTool {
     tool: Arc<dyn Tool>,
     shared: Arc<Shared>,
+    /// The session whose own tool this is, for writing recorded context block changes again.
+    session: Option<Weak<Inner>>,
 }
 
 #[async_trait]
@@ -588,6 +650,24 @@ impl Tool for RecordedTool {
         };
         if run.aborted {
             call.cancel.cancelled().await;
+        }
+        if !run.effects.is_empty() {
+            let inner = self
+                .session
+                .as_ref()
+                .and_then(Weak::upgrade)
+                .ok_or("the session replaying this tool call is closed")?;
+            for effect in &run.effects {
+                write_block(
+                    &inner,
+                    &effect.block,
+                    &effect.content,
+                    effect.source,
+                    Some(call.call_id.clone()),
+                )
+                .await
+                .map_err(|e| format!("writing context block {:?} again: {e}", effect.block))?;
+            }
         }
         if !self.tool.is_streaming() {
             return match run.result {
@@ -622,7 +702,7 @@ impl Agent for ReplayAgent {
     }
 
     fn tools(&self) -> ToolSet {
-        self.shared.wrap_tools(self.agent.tools())
+        self.shared.wrap_tools(self.agent.tools(), None)
     }
 
     fn system_prompt(&self) -> String {
@@ -664,7 +744,7 @@ impl Agent for ReplayAgent {
         let mut config = self.agent.before_turn(ctx).await?;
         if let Some(config) = &mut config {
             config.model = self.shared.wrap_choice(config.model.take());
-            config.tools = config.tools.take().map(|t| self.shared.wrap_tools(t));
+            config.tools = config.tools.take().map(|t| self.shared.wrap_tools(t, None));
         }
         Ok(config)
     }
@@ -781,7 +861,10 @@ fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, ReplayError> {
                 saved.insert(request);
                 let (entry, body) =
                     started(request).unwrap_or((EntryPath::SaveMessages, Value::Null));
-                if !matches!(entry, EntryPath::SaveMessages | EntryPath::Chat) {
+                if !matches!(
+                    entry,
+                    EntryPath::SaveMessages | EntryPath::Chat | EntryPath::Http
+                ) {
                     return Err(ReplayError::Unsupported {
                         seq: envelope.seq,
                         what: format!("a turn entered through {entry:?}"),
@@ -1046,6 +1129,10 @@ pub async fn reexecute(
         .with_auto_continue(auto_continue);
     session_options.metadata = metadata;
     session_options.extensions = options.extensions;
+    let serving = Arc::clone(&shared);
+    session_options.serve_session_tools = Some(Arc::new(move |inner, tools| {
+        serving.wrap_tools(tools, Some(inner))
+    }));
     let open = || Session::open(log, Arc::clone(&replay_agent), session_options.clone());
     let mut session = open().await.map_err(engine_err)?;
     // The first session only: a reopened one re-issues cancellations through its own handle.
@@ -1073,8 +1160,13 @@ pub async fn reexecute(
                 body,
             } => {
                 let opts = TurnOptions::with_body(body);
-                if entry == EntryPath::Chat {
-                    let mut stream = session.chat(messages, opts).map_err(engine_err)?;
+                if matches!(entry, EntryPath::Chat | EntryPath::Http) {
+                    let stream = if entry == EntryPath::Http {
+                        session.chat_http(messages, opts)
+                    } else {
+                        session.chat(messages, opts)
+                    };
+                    let mut stream = stream.map_err(engine_err)?;
                     while stream.next().await.is_some() {}
                     stream.finish().await.map_err(engine_err)?;
                 } else {

@@ -60,7 +60,14 @@ pub struct SessionOptions {
     pub capture_content: bool,
     /// Extensions, in load order; each runs right after the agent's own hook.
     pub extensions: Extensions,
+    /// Stands in for the session's own tools (`update_context`, `search_messages`) each turn:
+    /// re-execution replay serves their results from the recording.
+    pub(crate) serve_session_tools: Option<ServeSessionTools>,
 }
+
+/// Replaces the tools a session offers itself, given the session they belong to.
+pub(crate) type ServeSessionTools =
+    Arc<dyn Fn(&Arc<Inner>, crate::tool::ToolSet) -> crate::tool::ToolSet + Send + Sync>;
 
 impl SessionOptions {
     /// Real time and random ids.
@@ -75,6 +82,7 @@ impl SessionOptions {
             bus_capacity: 1024,
             capture_content: false,
             extensions: Extensions::new(),
+            serve_session_tools: None,
         }
     }
 
@@ -482,8 +490,29 @@ impl Session {
         messages: Vec<UIMessage>,
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
-        let inline = self.entry_mode("chat")?;
-        let spec = self.new_spec(EntryPath::Chat, messages, opts);
+        self.stream_turn(EntryPath::Chat, "chat", messages, opts)
+    }
+
+    /// [`Session::chat`] for a chat request that arrived over the network (the HTTP and
+    /// WebSocket routes): the same turn, recorded with entry `http` so the log says where it
+    /// came from.
+    pub fn chat_http(
+        &self,
+        messages: Vec<UIMessage>,
+        opts: TurnOptions,
+    ) -> Result<ChatStream, EngineError> {
+        self.stream_turn(EntryPath::Http, "chat_http", messages, opts)
+    }
+
+    fn stream_turn(
+        &self,
+        entry: EntryPath,
+        name: &'static str,
+        messages: Vec<UIMessage>,
+        opts: TurnOptions,
+    ) -> Result<ChatStream, EngineError> {
+        let inline = self.entry_mode(name)?;
+        let spec = self.new_spec(entry, messages, opts);
         Ok(self.spawn_streaming(spec, move |inner, spec| async move {
             turn::run_entry(&inner, spec, inline).await
         }))

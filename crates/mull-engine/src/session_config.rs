@@ -268,7 +268,8 @@ impl std::fmt::Debug for SessionConfig {
 }
 
 /// The tools the session itself offers (the second layer of the merge, after the agent's):
-/// `update_context` when a block is writable, `search_messages` when asked for.
+/// `update_context` when a block is writable, `search_messages` when asked for — served from
+/// the recording instead when the session is a re-execution replay.
 pub(crate) fn session_tools(inner: &std::sync::Arc<crate::session::Inner>) -> crate::tool::ToolSet {
     let mut tools = crate::tool::ToolSet::new();
     for tool in crate::context_blocks::update_context_tool(inner)
@@ -277,5 +278,8 @@ pub(crate) fn session_tools(inner: &std::sync::Arc<crate::session::Inner>) -> cr
     {
         tools = tools.with(tool);
     }
-    tools
+    match &inner.options.serve_session_tools {
+        Some(serve) => serve(inner, tools),
+        None => tools,
+    }
 }

@@ -25,9 +25,9 @@ use futures::{FutureExt, StreamExt};
 use mull_core::{
     to_model_messages, truncate_for_context, ChatErrorClassification, CompactionReason,
     DecisionAction, EntryPath, ErrorStage, Event, FinishReason, HookName, LanguageModel,
-    ModelError, ModelMessage, ModelRequest, ModelStream, Role, Source, StepRecord, StreamPart,
-    ToolCallRecord, ToolPartState, ToolResultRecord, ToolSpec, TurnStatus, UIMessage, UIPart,
-    Usage,
+    ModelError, ModelMessage, ModelRequest, ModelStream, RequestSummary, Role, Source, StepRecord,
+    StreamPart, ToolCallRecord, ToolPartState, ToolResultRecord, ToolSpec, TurnStatus, UIMessage,
+    UIPart, Usage,
 };
 use mull_store::TurnSummary;
 use serde_json::{json, Value};
@@ -993,15 +993,6 @@ impl TurnRun<'_> {
         if provider_options.is_some() {
             settings.provider_options = provider_options;
         }
-        self.append(Event::StepConfigured {
-            step,
-            model_id: step_model.model_id().to_owned(),
-            active_tools: active_tools.clone(),
-            tool_choice: tool_choice.clone(),
-            system: (!system.is_empty()).then(|| system.clone()),
-            message_count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
-            overrides,
-        })?;
         let request = ModelRequest {
             system: (!system.is_empty()).then_some(system),
             messages: messages.clone(),
@@ -1010,6 +1001,18 @@ impl TurnRun<'_> {
             settings,
             output_schema: resolved.output.clone(),
         };
+        // Summarised (and hashed) before the call starts: a step cut short is identified too.
+        let summary = RequestSummary::of(&request);
+        self.append(Event::StepConfigured {
+            step,
+            model_id: step_model.model_id().to_owned(),
+            active_tools: active_tools.clone(),
+            tool_choice: request.tool_choice.clone(),
+            system: request.system.clone(),
+            message_count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
+            overrides,
+            request_hash: Some(summary.hash.clone()),
+        })?;
         span.record(
             "otel.name",
             tracing::field::display(format!("chat {}", step_model.model_id())),
@@ -1100,7 +1103,7 @@ impl TurnRun<'_> {
             raw_finish_reason: parts.raw_finish_reason.clone(),
             usage: parts.usage.clone(),
             warnings: Vec::new(),
-            request: request_metadata(&request),
+            request: summary.to_value(),
             response: json!({
                 "provider": step_model.provider(),
                 "model_id": step_model.model_id(),
@@ -1728,22 +1731,6 @@ fn step_overrides(config: &StepConfig) -> Vec<String> {
         }
     }
     out
-}
-
-/// What a step's record keeps of its model request: the canonical hash, then the request
-/// itself with header values redacted (system, messages, tools, tool choice, settings, output
-/// schema), so a replay that misses can show what changed, field by field.
-fn request_metadata(request: &ModelRequest) -> Value {
-    let mut fields = serde_json::Map::new();
-    fields.insert("hash".to_owned(), Value::String(request.canonical_hash()));
-    let redacted = ModelRequest {
-        settings: request.settings.redacted(),
-        ..request.clone()
-    };
-    if let Ok(Value::Object(request)) = serde_json::to_value(redacted) {
-        fields.extend(request);
-    }
-    Value::Object(fields)
 }
 
 /// The model messages of the draft's last step.

@@ -123,7 +123,16 @@ fn file_contains(path: &Path, needle: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_recorded_through_openai_replays_offline_identically_and_keeps_no_secret() {
     let dir = tempfile::tempdir().unwrap();
-    let server = serve(Reply::SseEach(wire())).await;
+    let server = serve(Reply::Sequence(
+        wire()
+            .into_iter()
+            .map(|body| Reply::Sse {
+                pieces: vec![body.into_bytes()],
+                cut: false,
+            })
+            .collect(),
+    ))
+    .await;
     let base_url = server.base_url.clone();
 
     // Record: real clock, random ids, a real provider over HTTP.

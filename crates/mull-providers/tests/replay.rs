@@ -3,11 +3,13 @@
 mod common;
 
 use common::collect;
+use futures::StreamExt;
 use mull_core::{
     Clock, Envelope, Event, FinishReason, FixedClock, LanguageModel, ModelErrorKind, ModelMessage,
-    ModelRequest, ModelRole, StepRecord, StreamPart, Usage, EVENT_VERSION,
+    ModelRequest, ModelRole, RequestSummary, StepRecord, StreamPart, ToolChoice, TurnStatus, Usage,
+    EVENT_VERSION,
 };
-use mull_providers::replay::{recorded_steps, ReplayError, ReplayModel};
+use mull_providers::replay::{recorded_steps, RecordedRetry, ReplayError, ReplayModel, StepEnding};
 use serde_json::json;
 
 /// Builds a log the way the engine writes one.
@@ -181,8 +183,16 @@ fn recorded_steps_keep_only_what_the_model_emitted() {
             StreamPart::TextEnd { id: "a".into() },
             finish(FinishReason::Stop),
         ],
-        "the failed attempt is dropped and the untransformed part served"
+        "the failed attempt's parts are dropped and the untransformed part served"
     );
+    assert_eq!(
+        steps[1].retries,
+        vec![RecordedRetry {
+            error: "overloaded".into(),
+            delay_ms: 10
+        }]
+    );
+    assert!(steps.iter().all(|s| s.ending == StepEnding::Finished));
     assert_eq!(steps[2].seq, 21);
 }
 
@@ -195,6 +205,18 @@ async fn serves_steps_by_hash_first_in_first_out() {
     );
     assert_eq!(model.remaining(), 3);
 
+    // The recorded failed attempt comes first, as a retryable error with the recorded delay.
+    let retry = model
+        .stream(request("it is noon"))
+        .await
+        .err()
+        .expect("the recorded failed attempt");
+    assert!(retry.is_retryable());
+    assert_eq!(retry.message, "overloaded");
+    assert_eq!(
+        retry.retry_after,
+        Some(std::time::Duration::from_millis(10))
+    );
     let (parts, error) = collect(model.stream(request("it is noon")).await.expect("hit")).await;
     assert_eq!(error, None);
     assert_eq!(parts[1], text("a", "noon"));
@@ -284,5 +306,141 @@ fn a_step_without_a_hash_is_refused_with_its_seq() {
     assert_eq!(
         ReplayModel::from_envelopes(Vec::new()).err(),
         Some(ReplayError::NoSteps)
+    );
+}
+
+fn configured(log: &mut LogBuilder, turn: &str, request: &ModelRequest) {
+    log.push(turn, Event::StepStarted { step: 0 });
+    log.push(
+        turn,
+        Event::StepConfigured {
+            step: 0,
+            model_id: "gpt-4o-mini".into(),
+            active_tools: None,
+            tool_choice: ToolChoice::Auto,
+            system: request.system.clone(),
+            message_count: 1,
+            overrides: Vec::new(),
+            request_hash: Some(request.canonical_hash()),
+        },
+    );
+    log.chunk(turn, 0, StreamPart::TextStart { id: "t".into() });
+    log.chunk(turn, 0, text("t", "Half"));
+}
+
+fn turn_finished(status: TurnStatus, error: Option<&str>) -> Event {
+    Event::TurnFinished {
+        request_id: "r".into(),
+        status,
+        error: error.map(str::to_owned),
+        steps: 0,
+        usage: Usage::default(),
+    }
+}
+
+#[tokio::test]
+async fn steps_cut_short_are_served_with_their_recorded_ending() {
+    let mut log = LogBuilder::new();
+    configured(&mut log, "cancelled", &request("one"));
+    log.push("cancelled", turn_finished(TurnStatus::Aborted, None));
+    configured(&mut log, "failed", &request("two"));
+    log.push(
+        "failed",
+        turn_finished(TurnStatus::Error, Some("connection reset by peer")),
+    );
+    configured(&mut log, "cut", &request("three"));
+    let steps = recorded_steps(log.envelopes.clone()).expect("steps");
+    let endings: Vec<&StepEnding> = steps.iter().map(|s| &s.ending).collect();
+    assert_eq!(
+        endings,
+        [
+            &StepEnding::Cancelled,
+            &StepEnding::Failed {
+                error: "connection reset by peer".into()
+            },
+            &StepEnding::Cut
+        ]
+    );
+    let model = ReplayModel::from_envelopes(log.envelopes).expect("model");
+
+    // Cancelled: the recorded parts, then the stream stays open for the cancellation.
+    let mut stream = model.stream(request("one")).await.expect("hit");
+    for _ in 0..2 {
+        assert!(stream.next().await.expect("a part").is_ok());
+    }
+    let waited = tokio::time::timeout(std::time::Duration::from_millis(50), stream.next()).await;
+    assert!(waited.is_err(), "a cancelled step does not end by itself");
+
+    // Failed: the recorded parts, then the recorded error.
+    let (parts, error) = collect(model.stream(request("two")).await.expect("hit")).await;
+    assert_eq!(parts.len(), 2);
+    assert_eq!(
+        error.expect("the recorded failure").message,
+        "connection reset by peer"
+    );
+
+    // Cut: the recorded parts, then an error that says the recording stops there.
+    let (parts, error) = collect(model.stream(request("three")).await.expect("hit")).await;
+    assert_eq!(parts.len(), 2);
+    let message = error.expect("the recording ends").message;
+    assert!(
+        message.contains("ends inside step 0 of turn cut"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_miss_against_a_summary_names_the_changed_message_and_shows_it() {
+    let mut recorded = request("what time is it?");
+    recorded
+        .messages
+        .push(ModelMessage::text(ModelRole::Assistant, "Noon."));
+    recorded
+        .messages
+        .push(ModelMessage::text(ModelRole::User, "and in Lisbon?"));
+    let mut log = LogBuilder::new();
+    log.push("t1", Event::StepStarted { step: 0 });
+    log.push(
+        "t1",
+        Event::StepFinished {
+            record: StepRecord {
+                step: 0,
+                model_id: "gpt-4o-mini".into(),
+                request: RequestSummary::of(&recorded).to_value(),
+                ..StepRecord::default()
+            },
+        },
+    );
+    let model = ReplayModel::from_envelopes(log.envelopes).expect("model");
+    let mut actual = recorded.clone();
+    actual.messages[1] = ModelMessage::text(ModelRole::Assistant, "Half past noon.");
+    actual.settings.temperature = Some(0.2);
+    let message = model.stream(actual).await.err().expect("miss").message;
+    assert!(
+        message.contains("nearest recorded request: seq 2, session s1, step 0"),
+        "{message}"
+    );
+    let summary_of = |r: &ModelRequest| RequestSummary::of(r).messages[1].clone();
+    let mut changed = recorded.clone();
+    changed.messages[1] = ModelMessage::text(ModelRole::Assistant, "Half past noon.");
+    assert!(
+        message.contains(&format!(
+            "messages[1]: {:?} ≠ {:?}",
+            summary_of(&recorded),
+            summary_of(&changed)
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains(r#"actual messages[1]: {"role":"assistant","content":[{"type":"text","text":"Half past noon."}]}"#),
+        "{message}"
+    );
+    assert!(
+        message.contains("settings.temperature: (absent) ≠ 0.2"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("messages[0]") && !message.contains("messages[2]"),
+        "unchanged messages are not listed: {message}"
     );
 }

@@ -295,7 +295,7 @@ async fn submit(
             .map_err(|e| engine_error(chat_id, e))?;
     }
     session
-        .chat(plan.new_messages, TurnOptions::with_body(body))
+        .chat_http(plan.new_messages, TurnOptions::with_body(body))
         .map(Some)
         .map_err(|e| engine_error(chat_id, e))
 }

@@ -30,9 +30,11 @@ pub enum Reply {
     },
     /// Waits this long before answering (for timeouts).
     Stall(Duration),
-    /// The n-th request gets the n-th body as one `text/event-stream` piece; requests past the
-    /// last get an empty stream (for multi-step turns).
-    SseEach(Vec<String>),
+    /// A `text/event-stream` body that sends these pieces and then neither sends more nor ends
+    /// (a model that hangs mid-answer).
+    SseThenHang { pieces: Vec<Vec<u8>> },
+    /// The n-th request gets the n-th reply; the last one answers every request after it.
+    Sequence(Vec<Reply>),
 }
 
 /// One request the server received.
@@ -47,6 +49,27 @@ pub struct Received {
 struct ServerState {
     reply: Reply,
     received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Reply {
+    /// The reply to the request numbered `n` (from 0).
+    fn for_request(self, n: usize) -> Reply {
+        match self {
+            Reply::Sequence(replies) => {
+                let last = replies.len().saturating_sub(1);
+                replies
+                    .into_iter()
+                    .nth(n.min(last))
+                    .map(|reply| reply.for_request(n))
+                    .unwrap_or(Reply::Status {
+                        status: 500,
+                        headers: Vec::new(),
+                        body: "an empty sequence answers nothing".into(),
+                    })
+            }
+            other => other,
+        }
+    }
 }
 
 /// A running server on 127.0.0.1.
@@ -140,7 +163,7 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let nth = {
+    let n = {
         let mut received = state.received.lock().expect("lock");
         received.push(Received {
             path: uri.path().to_owned(),
@@ -149,7 +172,7 @@ async fn handle(
         });
         received.len() - 1
     };
-    match state.reply {
+    match state.reply.for_request(n) {
         Reply::Sse { pieces, cut } => {
             let tail: Vec<Result<Vec<u8>, std::io::Error>> = if cut {
                 vec![Err(std::io::Error::other("connection cut"))]
@@ -187,10 +210,15 @@ async fn handle(
             tokio::time::sleep(wait).await;
             Response::new(Body::from("late"))
         }
-        Reply::SseEach(bodies) => Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(Body::from(bodies.get(nth).cloned().unwrap_or_default()))
-            .expect("response"),
+        Reply::SseThenHang { pieces } => {
+            let stream = futures::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>))
+                .chain(futures::stream::pending());
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(stream))
+                .expect("response")
+        }
+        Reply::Sequence(_) => unreachable!("for_request resolves sequences"),
     }
 }
 

@@ -1,0 +1,223 @@
+//! Fingerprints of a model request: the canonical hash that identifies it, and the compact
+//! [`RequestSummary`] a step record keeps instead of the whole request.
+//!
+//! A step's request holds the whole conversation so far; recording it in every step would make
+//! the log grow with steps × history. The summary keeps what a reader and a replay miss need —
+//! the hash, the settings, which tools and how many messages — and a short digest of each
+//! message, tool and the system prompt, so a replay that misses can say *which* message or tool
+//! differs without the recording holding them twice (the messages themselves are in the log).
+
+use std::borrow::Cow;
+use std::io::Write;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::model::{CallSettings, ModelMessage, ModelRequest, ModelRole, ToolChoice, ToolSpec};
+
+/// Hex characters of a digest in a [`RequestSummary`] (64 bits: enough to tell items apart).
+pub const DIGEST_HEX_CHARS: usize = 16;
+
+/// The request as it is hashed: the request with header values left out, serialized exactly as
+/// `ModelRequest` serializes (same fields, same order), without cloning the messages.
+#[derive(Serialize)]
+struct Canonical<'a> {
+    system: &'a Option<String>,
+    messages: &'a [ModelMessage],
+    tools: &'a [ToolSpec],
+    tool_choice: &'a ToolChoice,
+    settings: Cow<'a, CallSettings>,
+    #[serde(skip_serializing_if = "is_none")]
+    output_schema: &'a Option<Value>,
+}
+
+fn is_none(value: &&Option<Value>) -> bool {
+    value.is_none()
+}
+
+/// The hex-encoded SHA-256 of `request` with header values redacted (see
+/// [`ModelRequest::canonical_hash`]).
+pub(crate) fn canonical_hash(request: &ModelRequest) -> String {
+    let settings = if request.settings.headers.is_empty() {
+        Cow::Borrowed(&request.settings)
+    } else {
+        Cow::Owned(request.settings.redacted())
+    };
+    let canonical = Canonical {
+        system: &request.system,
+        messages: &request.messages,
+        tools: &request.tools,
+        tool_choice: &request.tool_choice,
+        settings,
+        output_schema: &request.output_schema,
+    };
+    hex(&sha256_of(&canonical))
+}
+
+/// SHA-256 of a value's compact JSON, written straight into the hasher.
+fn sha256_of(value: &impl Serialize) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    // Writing into a hasher cannot fail, and plain data always serializes.
+    let _ = serde_json::to_writer(&mut hasher, value);
+    let _ = hasher.flush();
+    hasher.finalize().into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// A short digest of a value's compact JSON: the first [`DIGEST_HEX_CHARS`] hex characters of
+/// its SHA-256.
+pub fn digest(value: &impl Serialize) -> String {
+    let full = sha256_of(value);
+    hex(&full[..DIGEST_HEX_CHARS / 2])
+}
+
+/// What a step record keeps of its model request (`StepRecord.request`): the canonical hash,
+/// everything small as it was sent, and a digest in place of everything that grows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestSummary {
+    /// [`ModelRequest::canonical_hash`]: what a replay matches requests by.
+    pub hash: String,
+    /// Digest of the system prompt, when there was one (the text is in `step_configured`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    pub message_count: u32,
+    /// One `role:digest` per message, in order.
+    pub messages: Vec<String>,
+    /// One `name:digest` per tool offered (the digest covers description and schema).
+    pub tools: Vec<String>,
+    pub tool_choice: ToolChoice,
+    /// Call settings, header values redacted.
+    pub settings: CallSettings,
+    /// Digest of the structured-output schema, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<String>,
+}
+
+impl RequestSummary {
+    /// Summarises `request`, computing its canonical hash.
+    pub fn of(request: &ModelRequest) -> RequestSummary {
+        RequestSummary {
+            hash: canonical_hash(request),
+            system: request.system.as_ref().map(digest),
+            message_count: u32::try_from(request.messages.len()).unwrap_or(u32::MAX),
+            messages: request
+                .messages
+                .iter()
+                .map(|m| format!("{}:{}", role_name(m.role), digest(m)))
+                .collect(),
+            tools: request
+                .tools
+                .iter()
+                .map(|t| format!("{}:{}", t.name, digest(t)))
+                .collect(),
+            tool_choice: request.tool_choice.clone(),
+            settings: request.settings.redacted(),
+            output_schema: request.output_schema.as_ref().map(digest),
+        }
+    }
+
+    /// The summary as the JSON a step record stores.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+fn role_name(role: ModelRole) -> &'static str {
+    match role {
+        ModelRole::System => "system",
+        ModelRole::User => "user",
+        ModelRole::Assistant => "assistant",
+        ModelRole::Tool => "tool",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ModelMessage;
+    use serde_json::json;
+
+    fn request() -> ModelRequest {
+        let mut request = ModelRequest {
+            system: Some("be brief".into()),
+            messages: vec![
+                ModelMessage::text(ModelRole::User, "hi"),
+                ModelMessage::text(ModelRole::Assistant, "hello"),
+            ],
+            tools: vec![ToolSpec {
+                name: "add".into(),
+                description: "Adds.".into(),
+                input_schema: json!({"type": "object"}),
+            }],
+            output_schema: Some(json!({"type": "string"})),
+            ..ModelRequest::default()
+        };
+        request.settings.temperature = Some(0.5);
+        request
+            .settings
+            .headers
+            .insert("authorization".into(), "Bearer s3cret".into());
+        request
+    }
+
+    #[test]
+    fn the_hash_is_sha256_of_the_redacted_request_as_serialized() {
+        let request = request();
+        let redacted = ModelRequest {
+            settings: request.settings.redacted(),
+            ..request.clone()
+        };
+        let bytes = serde_json::to_vec(&redacted).unwrap();
+        assert_eq!(canonical_hash(&request), hex(&Sha256::digest(&bytes)));
+        let plain = ModelRequest {
+            output_schema: None,
+            settings: CallSettings::default(),
+            ..request
+        };
+        let bytes = serde_json::to_vec(&plain).unwrap();
+        assert_eq!(canonical_hash(&plain), hex(&Sha256::digest(&bytes)));
+    }
+
+    #[test]
+    fn the_summary_keeps_digests_and_no_secret() {
+        let summary = RequestSummary::of(&request());
+        assert_eq!(summary.hash, canonical_hash(&request()));
+        assert_eq!(summary.message_count, 2);
+        assert_eq!(summary.messages.len(), 2);
+        assert!(summary.messages[0].starts_with("user:"));
+        assert_eq!(summary.messages[0].len(), "user:".len() + DIGEST_HEX_CHARS);
+        assert!(summary.tools[0].starts_with("add:"));
+        assert_eq!(summary.settings.headers["authorization"], "[redacted]");
+        let text = summary.to_value().to_string();
+        assert!(
+            !text.contains("s3cret") && !text.contains("hello"),
+            "{text}"
+        );
+        let back: RequestSummary = serde_json::from_value(summary.to_value()).unwrap();
+        assert_eq!(back, summary);
+        let request = request();
+        assert_eq!(summary.system, request.system.as_ref().map(digest));
+        assert_eq!(
+            summary.messages[1],
+            format!("assistant:{}", digest(&request.messages[1]))
+        );
+        assert_eq!(
+            summary.output_schema,
+            request.output_schema.as_ref().map(digest)
+        );
+        let mut changed = request.clone();
+        changed.messages[1] = ModelMessage::text(ModelRole::Assistant, "hullo");
+        let other = RequestSummary::of(&changed);
+        assert_eq!(other.messages[0], summary.messages[0]);
+        assert_ne!(other.messages[1], summary.messages[1]);
+    }
+}
