@@ -138,7 +138,7 @@ enum Work {
     Insert,
     /// A barrier is queued or the batch's delay has passed: insert and commit everything.
     Commit,
-    /// The WAL has grown: copy it back into the database.
+    /// The WAL has grown: commit what was inserted, then copy the WAL back into the database.
     Checkpoint,
     /// Every handle is gone: commit everything and stop.
     Close,
@@ -189,7 +189,6 @@ pub(crate) struct Row {
 
 enum Command {
     Append(Row),
-    Flush(oneshot::Sender<Result<(), StoreError>>),
     Import {
         rows: Vec<Row>,
         done: oneshot::Sender<Result<(), StoreError>>,
@@ -385,49 +384,17 @@ impl Log {
     /// A barrier: resolves once everything appended before it is committed, or with the error
     /// of a failed commit. Needs no runtime of its own; await it from any executor.
     ///
-    /// Costs nothing when everything appended is already committed. When the write connection
-    /// is free, the caller commits the queue itself (one short transaction, no fsync: the WAL
-    /// runs with `synchronous=NORMAL`) instead of handing it to the writer thread and waiting to
-    /// be woken; when the writer thread is busy committing, the barrier waits for it.
+    /// Costs nothing when everything appended is already committed. Otherwise the caller
+    /// commits the queue itself — one short transaction without fsync (the WAL runs with
+    /// `synchronous=NORMAL`), cheaper than handing it to the writer thread and waiting to be
+    /// woken — after the writer thread's current batch, if it is inserting one. Barriers that
+    /// arrive together share a commit: the first commits what the others queued.
     pub async fn flush(&self) -> Result<(), StoreError> {
         let shared = &self.inner.shared;
-        if let Some(result) = self.flush_inline() {
-            return result;
-        }
-        let (done, wait) = oneshot::channel();
-        {
-            let mut queue = lock(&shared.queue);
-            if shared.committed.load(Ordering::Acquire) + 1 >= queue.next_seq {
-                drop(queue);
-                return shared.failure.check();
-            }
-            if queue.closed {
-                return Err(StoreError::WriterGone);
-            }
-            queue.commands.push(Command::Flush(done));
-            queue.barrier = true;
-            queue.wake_writer(&shared.wake);
-        }
-        match wait.await {
-            Ok(result) => result,
-            Err(_) => {
-                shared.failure.check()?;
-                Err(StoreError::WriterGone)
-            }
-        }
-    }
-
-    /// The barrier without a hand-off: `None` when the writer thread holds the connection.
-    fn flush_inline(&self) -> Option<Result<(), StoreError>> {
-        let shared = &self.inner.shared;
         if shared.committed.load(Ordering::Acquire) >= self.last_seq() {
-            return Some(shared.failure.check());
+            return shared.failure.check();
         }
-        let mut store = match shared.store.try_lock() {
-            Ok(store) => store,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
+        let mut store = lock(&shared.store);
         let commands = shared.take();
         store.process(shared, commands);
         store.commit(shared);
@@ -436,7 +403,7 @@ impl Log {
         if shared.wal_pages.load(Ordering::Acquire) >= CHECKPOINT_PAGES {
             shared.nudge_writer();
         }
-        Some(shared.failure.check())
+        shared.failure.check()
     }
 
     /// [`Log::flush`] for synchronous code: blocks the calling thread. Do not call it on an
@@ -585,10 +552,10 @@ impl Shared {
             if queue.rows >= self.eager_rows() {
                 return Work::Insert;
             }
+            if self.wal_pages.load(Ordering::Acquire) >= CHECKPOINT_PAGES {
+                return Work::Checkpoint;
+            }
             match queue.first_at {
-                None if self.wal_pages.load(Ordering::Acquire) >= CHECKPOINT_PAGES => {
-                    return Work::Checkpoint;
-                }
                 None => {
                     queue.writer = WriterWait::Idle;
                     queue = self
@@ -617,30 +584,26 @@ impl Shared {
 
 /// The writer thread: inserts rows as they queue up, commits batches when they are due, and
 /// checkpoints the WAL.
+///
+/// The checkpoint runs with the connection held, so no commit lands while it copies the WAL
+/// back; that is what lets the next commit start the WAL over (a checkpoint racing new commits
+/// never catches up, and the WAL would grow for as long as writes go on).
 fn run_writer(shared: Arc<Shared>) {
     loop {
         let work = shared.wait_for_work();
         let mut store = lock(&shared.store);
-        match work {
-            Work::Checkpoint => {
-                if store.open.is_none() {
-                    store.checkpoint(&shared);
-                }
-            }
-            Work::Insert => {
-                let commands = shared.take();
-                store.process(&shared, commands);
-            }
-            Work::Commit | Work::Close => {
-                let commands = shared.take();
-                store.process(&shared, commands);
-                store.commit(&shared);
-                if shared.wal_pages.load(Ordering::Acquire) >= CHECKPOINT_PAGES {
-                    store.checkpoint(&shared);
-                }
-            }
+        if !matches!(work, Work::Checkpoint) {
+            let commands = shared.take();
+            store.process(&shared, commands);
+        }
+        if !matches!(work, Work::Insert) {
+            store.commit(&shared);
+        }
+        if store.open.is_none() && shared.wal_pages.load(Ordering::Acquire) >= CHECKPOINT_PAGES {
+            store.checkpoint(&shared);
         }
         store.settle(&shared);
+        drop(store);
         if matches!(work, Work::Close) {
             return;
         }
@@ -654,10 +617,6 @@ impl Store {
         for command in commands {
             match command {
                 Command::Append(row) => self.insert(shared, &row),
-                Command::Flush(done) => {
-                    self.commit(shared);
-                    let _ = done.send(shared.failure.check());
-                }
                 Command::Import { rows, done } => {
                     self.commit(shared);
                     let result = shared
@@ -776,12 +735,11 @@ impl Store {
     /// Copies the WAL back into the database without waiting for readers. A failure is only
     /// logged: the WAL keeps every commit, and the next checkpoint tries again.
     fn checkpoint(&mut self, shared: &Shared) {
-        match self
+        if let Err(err) = self
             .conn
             .wal_checkpoint_v2(None::<&str>, rusqlite::wal::CheckpointMode::PASSIVE)
         {
-            Ok(_) => {}
-            Err(err) => tracing::warn!(error = %err, "event log checkpoint failed"),
+            tracing::warn!(error = %err, "event log checkpoint failed");
         }
         // The next commit reports the WAL's size again (and so asks again if it stayed big).
         shared.wal_pages.store(0, Ordering::Release);
