@@ -16,9 +16,9 @@
 //! commits cost far more than inserts. The writer thread is woken when a batch begins and once
 //! a few rows wait (so it inserts them while the producer goes on), not once per row.
 //!
-//! A barrier whose caller finds the connection free commits on the caller's own thread: a
-//! commit in WAL mode with `synchronous=NORMAL` is a few page writes without fsync, cheaper
-//! than two thread hand-offs. SQLite's automatic checkpoint is replaced by one the writer thread
+//! A barrier commits on its caller's own thread (after the writer thread's batch, if one is
+//! being inserted): a commit in WAL mode with `synchronous=NORMAL` is a few page writes without
+//! fsync, cheaper than two thread hand-offs. SQLite's automatic checkpoint is replaced by one the writer thread
 //! runs (at SQLite's 1,000-page mark), so the fsyncs of a checkpoint never land on a caller.
 //!
 //! # Barriers and what a crash can lose

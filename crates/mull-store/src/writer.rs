@@ -1,11 +1,11 @@
-//! The write side of the log: [`Log`], its single writer thread and group commit.
+//! The write side of the log: [`Log`], its writer thread and group commit.
 //!
-//! `append` assigns the seq and queues the row under one short lock; the writer thread takes
-//! the whole queue at once and commits it when it holds [`LogOptions::batch_max_events`] rows,
-//! when [`LogOptions::batch_max_delay`] has passed since its first row, or when a flush barrier
-//! arrives — whichever comes first. Producers wake the thread only when that changes something
-//! (a batch begins, fills, or a barrier is asked for), not once per row: a streamed chunk costs
-//! an encode and a push, and the hand-off between threads is paid once per batch.
+//! `append` assigns the seq and queues the row under one short lock. The writer thread inserts
+//! queued rows into an open transaction and commits it when it holds
+//! [`LogOptions::batch_max_events`] rows or when [`LogOptions::batch_max_delay`] has passed
+//! since its first row. Producers wake the thread only when that changes something (a batch
+//! begins, or a few rows wait), not once per row: a streamed chunk costs an encode and a push.
+//! A flush barrier commits on its caller's thread, with no hand-off to wait for.
 
 use std::borrow::Cow;
 use std::fs::{File, TryLockError};
@@ -503,8 +503,8 @@ impl Drop for Inner {
     }
 }
 
-/// The write connection, owned by whoever commits: the writer thread, or a barrier's caller
-/// when the connection is free. A transaction stays open across owners until it is committed.
+/// The write connection, held by whoever writes: the writer thread or a barrier's caller. A
+/// transaction stays open across holders until it is committed.
 struct Store {
     conn: Connection,
     open: Option<OpenBatch>,
