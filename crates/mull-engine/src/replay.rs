@@ -33,9 +33,13 @@
 //!   ids in order (a deterministic recording's counting ids are simply replayed as recorded).
 //! - **Inputs** (user messages and their entry path — `save_messages`, `chat`, or `http` for a
 //!   chat request that came in over the network — submissions, client tool results,
-//!   continuations, reopening the session) are re-issued through the session's entry paths at
-//!   the point where the recording received them; a recorded cancellation is re-issued as soon
-//!   as the replay has written every event that preceded it (from the next hook or tool call).
+//!   continuations, regenerations, reopening the session) are re-issued through the session's
+//!   entry paths at the point where the recording received them. A regeneration is re-issued
+//!   from its `messages_retracted` event (or, when it retracted nothing, its `turn_started`),
+//!   naming the message that makes `Session::regenerate` retract the same messages again, so
+//!   the retraction is compared like every other event. A recorded cancellation is re-issued
+//!   as soon as the replay has written every event that preceded it (from the next hook or
+//!   tool call).
 //!
 //! Events are compared whole (turn id, time, version and payload), except `seq`, which belongs
 //! to the database the replay writes into. The replay stops issuing inputs once it has
@@ -51,7 +55,8 @@ use chrono::{DateTime, Duration as TimeDelta, Utc};
 use futures::StreamExt;
 use mull_core::{
     ChatErrorClassification, Clock, ContextBlockSource, EntryPath, Envelope, Event, IdSource,
-    LanguageModel, ModelError, ModelRequest, ModelStream, StreamPart, ToolPartState, UIMessage,
+    LanguageModel, ModelError, ModelRequest, ModelStream, Role, StreamPart, ToolPartState,
+    UIMessage,
 };
 use mull_store::{Log, StoreError};
 use serde_json::Value;
@@ -354,6 +359,10 @@ impl RecordedIds {
                     push("msg", message_id);
                 }
                 Event::TurnFailed {
+                    request_id: Some(id),
+                    ..
+                }
+                | Event::MessagesRetracted {
                     request_id: Some(id),
                     ..
                 } => push("req", id),
@@ -818,6 +827,12 @@ enum Input {
     ContinueLastTurn {
         body: Value,
     },
+    /// A regeneration that retracted `retracted` (in conversation order; empty when it
+    /// retracted nothing) before its turn ran.
+    Regenerate {
+        retracted: Vec<String>,
+        body: Value,
+    },
     ClientToolResult {
         call_id: String,
         outcome: ClientToolOutcome,
@@ -847,8 +862,36 @@ fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, ReplayError> {
         .collect();
     let mut out = Vec::new();
     let mut saved: std::collections::HashSet<&str> = Default::default();
+    let mut retracted_by: std::collections::HashSet<&str> = Default::default();
     for (i, envelope) in envelopes.iter().enumerate() {
         let input = match &envelope.event {
+            Event::MessagesRetracted {
+                request_id,
+                message_ids,
+            } => {
+                let request = request_id.as_deref().unwrap_or_default();
+                let Some((EntryPath::Regenerate, body)) = started(request) else {
+                    return Err(ReplayError::Unsupported {
+                        seq: envelope.seq,
+                        what: "a retraction no regeneration's turn followed".to_owned(),
+                    });
+                };
+                retracted_by.insert(request);
+                Input::Regenerate {
+                    retracted: message_ids.clone(),
+                    body,
+                }
+            }
+            Event::TurnStarted {
+                request_id,
+                entry: EntryPath::Regenerate,
+                attempt: 0,
+                body,
+                ..
+            } if !retracted_by.contains(request_id.as_str()) => Input::Regenerate {
+                retracted: Vec::new(),
+                body: body.clone(),
+            },
             Event::SessionOpened { .. } if i > 0 => Input::Reopen,
             Event::UserMessagesSaved {
                 request_id,
@@ -916,6 +959,25 @@ fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, ReplayError> {
         out.push((i, input));
     }
     Ok(out)
+}
+
+/// The message to name in `Session::regenerate` so that it retracts `retracted` from the
+/// session's conversation as it stands: the first retracted message when it is an answer (it
+/// and what follows go), else the user message right before it (what follows that goes).
+/// `Some(None)` when nothing was retracted (the last message was a question); `None` when the
+/// conversation does not hold the first retracted message.
+fn regeneration_target(session: &Session, retracted: &[String]) -> Option<Option<String>> {
+    let Some(first) = retracted.first() else {
+        return Some(None);
+    };
+    session.read_state(|s| {
+        let at = s.messages.iter().position(|m| &m.id == first)?;
+        if s.messages[at].role == Role::Assistant {
+            return Some(Some(first.clone()));
+        }
+        let before = at.checked_sub(1)?;
+        Some(Some(s.messages[before].id.clone()))
+    })
 }
 
 fn cancellations(recording: &Recording) -> VecDeque<PendingCancel> {
@@ -1203,6 +1265,18 @@ pub async fn reexecute(
                     .continue_last_turn(TurnOptions::with_body(body))
                     .await
                     .map_err(engine_err)?;
+            }
+            Input::Regenerate { retracted, body } => {
+                let Some(target) = regeneration_target(&session, &retracted) else {
+                    // The replayed conversation no longer holds what the recording retracted:
+                    // it has diverged, and the comparison below says where.
+                    break;
+                };
+                let mut stream = session
+                    .regenerate(target.as_deref(), TurnOptions::with_body(body))
+                    .map_err(engine_err)?;
+                while stream.next().await.is_some() {}
+                stream.finish().await.map_err(engine_err)?;
             }
             Input::ClientToolResult { call_id, outcome } => {
                 session
