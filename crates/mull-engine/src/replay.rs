@@ -47,8 +47,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use async_trait::async_trait;
@@ -107,6 +107,15 @@ pub enum ReplayError {
     /// The recording received an input this replay cannot re-issue.
     #[error("seq {seq}: {what} cannot be re-issued by a replay")]
     Unsupported { seq: u64, what: String },
+    /// The recorded process stopped between two events the engine writes one right after the
+    /// other: a replay can stop the work in flight only where it waits (a hook, a model part,
+    /// a tool call), so it cannot leave the log where that process did.
+    #[error("seq {seq}: the recorded process stopped right after {after}, but the engine writes {next} next without waiting in between; a replay can stop a turn only where it waits (a hook, a model part, a tool call)")]
+    UnreachableStop {
+        seq: u64,
+        after: String,
+        next: String,
+    },
     /// The engine failed (not a failed turn: a failed turn is an event like any other).
     #[error("replaying: {0}")]
     Engine(#[source] Box<EngineError>),
@@ -862,7 +871,9 @@ impl Agent for ReplayAgent {
 enum Input {
     /// The session was opened again (after the first time); its recovery re-ran the
     /// submissions `reruns` (accepted, never applied) in the background.
-    Reopen { reruns: Vec<String> },
+    Reopen {
+        reruns: Vec<String>,
+    },
     /// Messages through an entry path that saves them and runs a turn.
     Messages {
         entry: EntryPath,
@@ -893,27 +904,51 @@ enum Input {
     },
 }
 
-/// Where the recorded process stopped with work in flight — a turn still running or a
-/// submission not finished, which the next reopen's recovery resolves — as the number of
-/// events before that reopen (or before the recording's end, when it was never reopened).
-/// Recovery's own reading of the session decides, through the same projection.
+/// Where the recorded process stopped with work in flight — a request whose messages were in
+/// but whose turn had not started, a turn still running, a submission not finished, which the
+/// next reopen's recovery resolves — as the number of events before that reopen (or before the
+/// recording's end, when it was never reopened). Recovery's own reading of the session (the
+/// projection) decides what was running.
 fn stops(recording: &Recording) -> Vec<usize> {
     let unfinished = |s: &SessionState| {
         s.turns.iter().any(|t| t.status == TurnStatus::Running)
-            || s
-                .submissions
+            || s.submissions
                 .iter()
                 .any(|sub| sub.phase != SubmissionPhase::Finished)
     };
     let mut state = SessionState::new(recording.session_id.clone());
+    // A request whose messages were saved (or, for a regeneration, retracted) before its turn.
+    let mut awaiting_turn: Option<&str> = None;
     let mut out = Vec::new();
     for (i, envelope) in recording.envelopes.iter().enumerate() {
-        if i > 0 && matches!(envelope.event, Event::SessionOpened { .. }) && unfinished(&state) {
+        if i > 0
+            && matches!(envelope.event, Event::SessionOpened { .. })
+            && (awaiting_turn.is_some() || unfinished(&state))
+        {
             out.push(i);
+            awaiting_turn = None;
+        }
+        match &envelope.event {
+            Event::UserMessagesSaved {
+                request_id: Some(id),
+                ..
+            }
+            | Event::MessagesRetracted {
+                request_id: Some(id),
+                ..
+            } => awaiting_turn = Some(id),
+            Event::TurnStarted { request_id, .. } if awaiting_turn == Some(request_id) => {
+                awaiting_turn = None
+            }
+            Event::TurnFailed {
+                request_id: Some(id),
+                ..
+            } if awaiting_turn == Some(id) => awaiting_turn = None,
+            _ => {}
         }
         state.apply(envelope);
     }
-    if unfinished(&state) {
+    if awaiting_turn.is_some() || unfinished(&state) {
         out.push(recording.envelopes.len());
     }
     out
@@ -1322,6 +1357,12 @@ pub async fn reexecute(
     log.flush().await.map_err(store_err)?;
     let actual = read_session(&reader, &session_id).map_err(store_err)?;
     let divergence = first_divergence(&recording.envelopes, &actual, true);
+    if let Some(error) = divergence
+        .as_ref()
+        .and_then(|d| unreachable_stop(&shared, recording, d))
+    {
+        return Err(error);
+    }
     Ok(ReplayReport {
         session_id,
         expected_events: recording.envelopes.len(),
@@ -1364,8 +1405,8 @@ async fn drive(
     for (before, input) in inputs {
         log.flush().await.map_err(store_err)?;
         let so_far = read_session(reader, session_id).map_err(store_err)?;
-        if first_divergence(&recording.envelopes, &so_far, false).is_some() {
-            break;
+        if let Some(divergence) = first_divergence(&recording.envelopes, &so_far, false) {
+            return unreachable_stop(shared, recording, &divergence).map_or(Ok(()), Err);
         }
         if so_far.len() > before {
             // The agent's own hooks already issued it (e.g. from on_chat_response).
@@ -1489,6 +1530,28 @@ async fn drive(
         }
     }
     Ok(())
+}
+
+/// A divergence that is no change of behaviour but a stop the replay could not make: the
+/// replay went on writing, without waiting, past the point where the recorded process stopped
+/// (the reopen that followed it, or the recording's end).
+fn unreachable_stop(
+    shared: &Shared,
+    recording: &Recording,
+    divergence: &Divergence,
+) -> Option<ReplayError> {
+    let at_stop = lock(&shared.stops).front() == Some(&divergence.index);
+    let reopened = divergence
+        .expected
+        .as_ref()
+        .is_none_or(|e| matches!(e.event, Event::SessionOpened { .. }));
+    let next = divergence.actual.as_ref()?;
+    let last = recording.envelopes.get(divergence.index.checked_sub(1)?)?;
+    (at_stop && reopened).then(|| ReplayError::UnreachableStop {
+        seq: last.seq,
+        after: last.kind().to_owned(),
+        next: next.kind().to_owned(),
+    })
 }
 
 /// Reads a chat stream to its end, then its outcome.
