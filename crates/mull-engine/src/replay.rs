@@ -40,6 +40,18 @@
 //!   the retraction is compared like every other event. A recorded cancellation is re-issued
 //!   as soon as the replay has written every event that preceded it (from the next hook or
 //!   tool call).
+//! - **Crashes.** Where the recording shows a process that stopped with work in flight (a
+//!   reopen finds a turn running, a submission unfinished, or a request whose turn never
+//!   started), the replay re-enacts the stop: once it has written every event that process
+//!   wrote, the work in flight parks at its next waiting point (a hook, a model part, a tool
+//!   call) and is never resumed — its task stays parked until the runtime ends — and the
+//!   session is opened again, so recovery finishes the cut turn at stage `recovery` and re-runs
+//!   submissions that were never applied, with the current code. A submission accepted but not
+//!   applied before the stop is accepted again without running. A stop between two events the
+//!   engine writes back to back (the user's messages and the turn's start, `turn_configured`
+//!   and the first step, the saved answer and the turn's end) cannot be made by stopping where
+//!   the engine waits: the replay fails with [`ReplayError::UnreachableStop`] naming it, rather
+//!   than report a divergence no code change caused.
 //!
 //! Events are compared whole (turn id, time, version and payload), except `seq`, which belongs
 //! to the database the replay writes into. The replay stops issuing inputs once it has
