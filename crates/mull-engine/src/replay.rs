@@ -33,9 +33,25 @@
 //!   ids in order (a deterministic recording's counting ids are simply replayed as recorded).
 //! - **Inputs** (user messages and their entry path — `save_messages`, `chat`, or `http` for a
 //!   chat request that came in over the network — submissions, client tool results,
-//!   continuations, reopening the session) are re-issued through the session's entry paths at
-//!   the point where the recording received them; a recorded cancellation is re-issued as soon
-//!   as the replay has written every event that preceded it (from the next hook or tool call).
+//!   continuations, regenerations, reopening the session) are re-issued through the session's
+//!   entry paths at the point where the recording received them. A regeneration is re-issued
+//!   from its `messages_retracted` event (or, when it retracted nothing, its `turn_started`),
+//!   naming the message that makes `Session::regenerate` retract the same messages again, so
+//!   the retraction is compared like every other event. A recorded cancellation is re-issued
+//!   as soon as the replay has written every event that preceded it (from the next hook or
+//!   tool call).
+//! - **Crashes.** Where the recording shows a process that stopped with work in flight (a
+//!   reopen finds a turn running, a submission unfinished, or a request whose turn never
+//!   started), the replay re-enacts the stop: once it has written every event that process
+//!   wrote, the work in flight parks at its next waiting point (a hook, a model part, a tool
+//!   call) and is never resumed — its task stays parked until the runtime ends — and the
+//!   session is opened again, so recovery finishes the cut turn at stage `recovery` and re-runs
+//!   submissions that were never applied, with the current code. A submission accepted but not
+//!   applied before the stop is accepted again without running. A stop between two events the
+//!   engine writes back to back (the user's messages and the turn's start, `turn_configured`
+//!   and the first step, the saved answer and the turn's end) cannot be made by stopping where
+//!   the engine waits: the replay fails with [`ReplayError::UnreachableStop`] naming it, rather
+//!   than report a divergence no code change caused.
 //!
 //! Events are compared whole (turn id, time, version and payload), except `seq`, which belongs
 //! to the database the replay writes into. The replay stops issuing inputs once it has
@@ -43,17 +59,19 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration as TimeDelta, Utc};
 use futures::StreamExt;
 use mull_core::{
     ChatErrorClassification, Clock, ContextBlockSource, EntryPath, Envelope, Event, IdSource,
-    LanguageModel, ModelError, ModelRequest, ModelStream, StreamPart, ToolPartState, UIMessage,
+    LanguageModel, ModelError, ModelRequest, ModelStream, Role, StreamPart, ToolPartState,
+    TurnStatus, UIMessage,
 };
-use mull_store::{Log, StoreError};
+use mull_store::{Log, SessionState, StoreError, SubmissionPhase};
 use serde_json::Value;
 
 use crate::agent::Agent;
@@ -66,7 +84,8 @@ use crate::context_blocks::write as write_block;
 use crate::error::{ChatError, EngineError, HookResult};
 use crate::extension::Extensions;
 use crate::session::{
-    ClientToolOutcome, Inner, Session, SessionOptions, SubmitOptions, TurnOptions,
+    ChatStream, ClientToolOutcome, Inner, Session, SessionOptions, SubmitOptions, TurnOptions,
+    TurnOutcome,
 };
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolEntry, ToolError, ToolExecution, ToolOutput, ToolSet};
@@ -100,6 +119,15 @@ pub enum ReplayError {
     /// The recording received an input this replay cannot re-issue.
     #[error("seq {seq}: {what} cannot be re-issued by a replay")]
     Unsupported { seq: u64, what: String },
+    /// The recorded process stopped between two events the engine writes one right after the
+    /// other: a replay can stop the work in flight only where it waits (a hook, a model part,
+    /// a tool call), so it cannot leave the log where that process did.
+    #[error("seq {seq}: the recorded process stopped right after {after}, but the engine writes {next} next without waiting in between; a replay can stop a turn only where it waits (a hook, a model part, a tool call)")]
+    UnreachableStop {
+        seq: u64,
+        after: String,
+        next: String,
+    },
     /// The engine failed (not a failed turn: a failed turn is an event like any other).
     #[error("replaying: {0}")]
     Engine(#[source] Box<EngineError>),
@@ -356,6 +384,10 @@ impl RecordedIds {
                 Event::TurnFailed {
                     request_id: Some(id),
                     ..
+                }
+                | Event::MessagesRetracted {
+                    request_id: Some(id),
+                    ..
                 } => push("req", id),
                 Event::SubmissionAccepted { submission_id, .. } => push("sub", submission_id),
                 _ => {}
@@ -518,13 +550,60 @@ struct Shared {
     model: Arc<dyn LanguageModel>,
     tools: ToolRuns,
     cancels: Mutex<VecDeque<PendingCancel>>,
-    session: OnceLock<Session>,
+    /// The session open now (cancellations go to it). Cleared when the replay ends, since the
+    /// session's agent holds this.
+    session: Mutex<Option<Session>>,
+    /// Where a recorded process stopped with work in flight: how many events the recording
+    /// holds before the reopen that recovered it (or before its end), oldest first.
+    stops: Mutex<VecDeque<usize>>,
+    /// Raised when a task of the replayed session reached the next stop and parked there.
+    halted: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
+    /// A point where the replayed session waits (a hook, a model part, a tool): see
+    /// [`Shared::stop_point`]; then recorded cancellations due are re-issued.
+    async fn checkpoint(&self) {
+        self.stop_point().await;
+        self.cancel_due();
+    }
+
+    /// When the replay has written every event the recorded process wrote before it stopped,
+    /// the calling task parks for good — that process never got further, so the replay must
+    /// not either — and the driver is told.
+    async fn stop_point(&self) {
+        let stopped = lock(&self.stops)
+            .front()
+            .is_some_and(|at| self.clock.events_stamped() >= *at);
+        if stopped {
+            self.halted.send_replace(true);
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Runs `work` to its end, or until the replayed process stops (`None`): what `work` was
+    /// waiting for is then parked at the stop and never finishes.
+    async fn unless_stopped<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        let mut halted = self.halted.subscribe();
+        tokio::select! {
+            biased;
+            out = work => Some(out),
+            _ = halted.wait_for(|h| *h) => None,
+        }
+    }
+
+    /// The recorded process that stopped after `at` events is over; the next one starts.
+    fn restart(&self, at: usize) {
+        let mut stops = lock(&self.stops);
+        while stops.front().is_some_and(|s| *s <= at) {
+            stops.pop_front();
+        }
+        self.halted.send_replace(false);
+    }
+
     /// Re-issues every recorded cancellation whose place in the log has been reached.
     fn cancel_due(&self) {
-        let Some(session) = self.session.get() else {
+        let Some(session) = lock(&self.session).clone() else {
             return;
         };
         loop {
@@ -599,13 +678,13 @@ impl LanguageModel for PresentedModel {
     }
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
-        self.shared.cancel_due();
+        self.shared.checkpoint().await;
         let serving = self.shared.model.stream(request).await?;
         let shared = Arc::clone(&self.shared);
         Ok(Box::pin(futures::stream::unfold(
             (serving, shared),
             |(mut serving, shared)| async move {
-                shared.cancel_due();
+                shared.checkpoint().await;
                 let item = serving.next().await?;
                 Some((item, (serving, shared)))
             },
@@ -640,7 +719,7 @@ impl Tool for RecordedTool {
     }
 
     async fn execute(&self, _input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
-        self.shared.cancel_due();
+        self.shared.checkpoint().await;
         let Some(run) = self.shared.tools.take(&call.call_id) else {
             return Err(format!(
                 "the recording holds no result for tool call {:?} ({}): it never ran there",
@@ -740,7 +819,7 @@ impl Agent for ReplayAgent {
     }
 
     async fn before_turn(&self, ctx: &TurnContext) -> HookResult<Option<TurnConfig>> {
-        self.shared.cancel_due();
+        self.shared.checkpoint().await;
         let mut config = self.agent.before_turn(ctx).await?;
         if let Some(config) = &mut config {
             config.model = self.shared.wrap_choice(config.model.take());
@@ -750,7 +829,7 @@ impl Agent for ReplayAgent {
     }
 
     async fn before_step(&self, ctx: &PrepareStepContext) -> HookResult<Option<StepConfig>> {
-        self.shared.cancel_due();
+        self.shared.checkpoint().await;
         let mut config = self.agent.before_step(ctx).await?;
         if let Some(config) = &mut config {
             config.model = self.shared.wrap_choice(config.model.take());
@@ -762,26 +841,27 @@ impl Agent for ReplayAgent {
         &self,
         ctx: &ToolCallContext,
     ) -> HookResult<Option<ToolCallDecision>> {
-        self.shared.cancel_due();
+        self.shared.checkpoint().await;
         self.agent.before_tool_call(ctx).await
     }
 
     async fn after_tool_call(&self, ctx: &ToolCallResultContext) -> HookResult<()> {
-        self.shared.cancel_due();
+        self.shared.checkpoint().await;
         self.agent.after_tool_call(ctx).await
     }
 
     async fn on_step_finish(&self, ctx: &StepContext) -> HookResult<()> {
-        self.shared.cancel_due();
+        self.shared.checkpoint().await;
         self.agent.on_step_finish(ctx).await
     }
 
     async fn on_chunk(&self, ctx: &ChunkContext) -> HookResult<()> {
-        self.shared.cancel_due();
+        self.shared.checkpoint().await;
         self.agent.on_chunk(ctx).await
     }
 
     async fn on_chat_response(&self, result: &ChatResponseResult) -> HookResult<()> {
+        self.shared.stop_point().await;
         self.agent.on_chat_response(result).await
     }
 
@@ -801,8 +881,11 @@ impl Agent for ReplayAgent {
 /// An input the recording received from outside the engine, to re-issue at its place.
 #[derive(Debug, Clone)]
 enum Input {
-    /// The session was opened again (after the first time).
-    Reopen,
+    /// The session was opened again (after the first time); its recovery re-ran the
+    /// submissions `reruns` (accepted, never applied) in the background.
+    Reopen {
+        reruns: Vec<String>,
+    },
     /// Messages through an entry path that saves them and runs a turn.
     Messages {
         entry: EntryPath,
@@ -814,8 +897,17 @@ enum Input {
         idempotency_key: Option<String>,
         messages: Vec<UIMessage>,
         body: Value,
+        /// The recorded process stopped before the submission was applied: only its
+        /// acceptance is recorded again (a reopen's recovery runs it).
+        accept_only: bool,
     },
     ContinueLastTurn {
+        body: Value,
+    },
+    /// A regeneration that retracted `retracted` (in conversation order; empty when it
+    /// retracted nothing) before its turn ran.
+    Regenerate {
+        retracted: Vec<String>,
         body: Value,
     },
     ClientToolResult {
@@ -824,9 +916,80 @@ enum Input {
     },
 }
 
+/// Where the recorded process stopped with work in flight — a request whose messages were in
+/// but whose turn had not started, a turn still running, a submission not finished, which the
+/// next reopen's recovery resolves — as the number of events before that reopen (or before the
+/// recording's end, when it was never reopened). Recovery's own reading of the session (the
+/// projection) decides what was running.
+fn stops(recording: &Recording) -> Vec<usize> {
+    let unfinished = |s: &SessionState| {
+        s.turns.iter().any(|t| t.status == TurnStatus::Running)
+            || s.submissions
+                .iter()
+                .any(|sub| sub.phase != SubmissionPhase::Finished)
+    };
+    let mut state = SessionState::new(recording.session_id.clone());
+    // A request whose messages were saved (or, for a regeneration, retracted) before its turn.
+    let mut awaiting_turn: Option<&str> = None;
+    let mut out = Vec::new();
+    for (i, envelope) in recording.envelopes.iter().enumerate() {
+        if i > 0
+            && matches!(envelope.event, Event::SessionOpened { .. })
+            && (awaiting_turn.is_some() || unfinished(&state))
+        {
+            out.push(i);
+            awaiting_turn = None;
+        }
+        match &envelope.event {
+            Event::UserMessagesSaved {
+                request_id: Some(id),
+                ..
+            }
+            | Event::MessagesRetracted {
+                request_id: Some(id),
+                ..
+            } => awaiting_turn = Some(id),
+            Event::TurnStarted { request_id, .. } if awaiting_turn == Some(request_id) => {
+                awaiting_turn = None
+            }
+            Event::TurnFailed {
+                request_id: Some(id),
+                ..
+            } if awaiting_turn == Some(id) => awaiting_turn = None,
+            _ => {}
+        }
+        state.apply(envelope);
+    }
+    if awaiting_turn.is_some() || unfinished(&state) {
+        out.push(recording.envelopes.len());
+    }
+    out
+}
+
+/// The submissions a reopen at `at` finds accepted but never applied (which its recovery
+/// runs), in the order recovery takes them.
+fn accepted_at(recording: &Recording, at: usize) -> Vec<String> {
+    let mut state = SessionState::new(recording.session_id.clone());
+    for envelope in &recording.envelopes[..at] {
+        state.apply(envelope);
+    }
+    state
+        .submissions
+        .iter()
+        .filter(|sub| sub.phase == SubmissionPhase::Accepted)
+        .map(|sub| sub.submission_id.clone())
+        .collect()
+}
+
 /// The recording's inputs, each with the number of events that preceded it.
 fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, ReplayError> {
     let envelopes = &recording.envelopes;
+    let stops = stops(recording);
+    let applied_at = |submission: &str| {
+        envelopes.iter().position(|e| {
+            matches!(&e.event, Event::SubmissionApplied { submission_id, .. } if submission_id == submission)
+        })
+    };
     let started = |request: &str| {
         envelopes.iter().find_map(|e| match &e.event {
             Event::TurnStarted {
@@ -847,9 +1010,43 @@ fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, ReplayError> {
         .collect();
     let mut out = Vec::new();
     let mut saved: std::collections::HashSet<&str> = Default::default();
+    let mut retracted_by: std::collections::HashSet<&str> = Default::default();
     for (i, envelope) in envelopes.iter().enumerate() {
         let input = match &envelope.event {
-            Event::SessionOpened { .. } if i > 0 => Input::Reopen,
+            Event::MessagesRetracted {
+                request_id,
+                message_ids,
+            } => {
+                let request = request_id.as_deref().unwrap_or_default();
+                let Some((EntryPath::Regenerate, body)) = started(request) else {
+                    return Err(ReplayError::Unsupported {
+                        seq: envelope.seq,
+                        what: "a retraction no regeneration's turn followed".to_owned(),
+                    });
+                };
+                retracted_by.insert(request);
+                Input::Regenerate {
+                    retracted: message_ids.clone(),
+                    body,
+                }
+            }
+            Event::TurnStarted {
+                request_id,
+                entry: EntryPath::Regenerate,
+                attempt: 0,
+                body,
+                ..
+            } if !retracted_by.contains(request_id.as_str()) => Input::Regenerate {
+                retracted: Vec::new(),
+                body: body.clone(),
+            },
+            Event::SessionOpened { .. } if i > 0 => Input::Reopen {
+                reruns: if stops.contains(&i) {
+                    accepted_at(recording, i)
+                } else {
+                    Vec::new()
+                },
+            },
             Event::UserMessagesSaved {
                 request_id,
                 messages,
@@ -886,6 +1083,9 @@ fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, ReplayError> {
                 idempotency_key: idempotency_key.clone(),
                 messages: messages.clone(),
                 body: body.clone(),
+                accept_only: stops.iter().find(|at| **at > i).is_some_and(|stop| {
+                    applied_at(submission_id).is_none_or(|applied| applied > *stop)
+                }),
             },
             Event::TurnStarted {
                 request_id,
@@ -916,6 +1116,25 @@ fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, ReplayError> {
         out.push((i, input));
     }
     Ok(out)
+}
+
+/// The message to name in `Session::regenerate` so that it retracts `retracted` from the
+/// session's conversation as it stands: the first retracted message when it is an answer (it
+/// and what follows go), else the user message right before it (what follows that goes).
+/// `Some(None)` when nothing was retracted (the last message was a question); `None` when the
+/// conversation does not hold the first retracted message.
+fn regeneration_target(session: &Session, retracted: &[String]) -> Option<Option<String>> {
+    let Some(first) = retracted.first() else {
+        return Some(None);
+    };
+    session.read_state(|s| {
+        let at = s.messages.iter().position(|m| &m.id == first)?;
+        if s.messages[at].role == Role::Assistant {
+            return Some(Some(first.clone()));
+        }
+        let before = at.checked_sub(1)?;
+        Some(Some(s.messages[before].id.clone()))
+    })
 }
 
 fn cancellations(recording: &Recording) -> VecDeque<PendingCancel> {
@@ -1087,7 +1306,6 @@ pub async fn reexecute(
         session_id: session_id.clone(),
         source,
     };
-    let engine_err = |source| ReplayError::Engine(Box::new(source));
     log.flush().await.map_err(store_err)?;
     let reader = log.reader().map_err(store_err)?;
     if !reader
@@ -1104,7 +1322,9 @@ pub async fn reexecute(
         model,
         tools: ToolRuns::new(&recording.envelopes),
         cancels: Mutex::new(cancellations(recording)),
-        session: OnceLock::new(),
+        session: Mutex::new(None),
+        stops: Mutex::new(stops(recording).into()),
+        halted: tokio::sync::watch::channel(false).0,
     });
     let replay_agent: Arc<dyn Agent> = Arc::new(ReplayAgent {
         agent,
@@ -1133,16 +1353,72 @@ pub async fn reexecute(
     session_options.serve_session_tools = Some(Arc::new(move |inner, tools| {
         serving.wrap_tools(tools, Some(inner))
     }));
-    let open = || Session::open(log, Arc::clone(&replay_agent), session_options.clone());
-    let mut session = open().await.map_err(engine_err)?;
-    // The first session only: a reopened one re-issues cancellations through its own handle.
-    let _ = shared.session.set(session.clone());
+    let driven = drive(
+        log,
+        &reader,
+        recording,
+        inputs,
+        &shared,
+        replay_agent,
+        session_options,
+    )
+    .await;
+    // The session's agent holds `shared`: let go of the session so neither outlives the replay.
+    lock(&shared.session).take();
+    driven?;
+    log.flush().await.map_err(store_err)?;
+    let actual = read_session(&reader, &session_id).map_err(store_err)?;
+    let divergence = first_divergence(&recording.envelopes, &actual, true);
+    if let Some(error) = divergence
+        .as_ref()
+        .and_then(|d| unreachable_stop(&shared, recording, d))
+    {
+        return Err(error);
+    }
+    Ok(ReplayReport {
+        session_id,
+        expected_events: recording.envelopes.len(),
+        actual,
+        divergence,
+    })
+}
+
+/// Re-issues the recording's inputs, each at its place, into the session opened with
+/// `options`, until they run out or the replay diverges.
+///
+/// Where the recorded process stopped with work in flight, the work in flight parks at its
+/// next waiting point once the replay has written every event that process wrote (see
+/// [`Shared::stop_point`]), and the driver stops waiting for it: the next input is the reopen
+/// that recovered it, and a fresh session is opened, as the recording's next process did.
+async fn drive(
+    log: &Log,
+    reader: &mull_store::LogReader,
+    recording: &Recording,
+    inputs: Vec<(usize, Input)>,
+    shared: &Arc<Shared>,
+    agent: Arc<dyn Agent>,
+    options: SessionOptions,
+) -> Result<(), ReplayError> {
+    let session_id = &recording.session_id;
+    let store_err = |source| ReplayError::Store {
+        session_id: session_id.clone(),
+        source,
+    };
+    let engine_err = |source| ReplayError::Engine(Box::new(source));
+    let open = || async {
+        let session = Session::open(log, Arc::clone(&agent), options.clone())
+            .await
+            .map_err(engine_err)?;
+        *lock(&shared.session) = Some(session.clone());
+        Ok::<Session, ReplayError>(session)
+    };
+    let mut session = open().await?;
 
     for (before, input) in inputs {
         log.flush().await.map_err(store_err)?;
-        let so_far = read_session(&reader, &session_id).map_err(store_err)?;
-        if first_divergence(&recording.envelopes, &so_far, false).is_some() {
-            break;
+        let so_far = read_session(reader, session_id).map_err(store_err)?;
+        if let Some(divergence) = first_divergence(&recording.envelopes, &so_far, false) {
+            return unreachable_stop(shared, recording, &divergence).map_or(Ok(()), Err);
         }
         if so_far.len() > before {
             // The agent's own hooks already issued it (e.g. from on_chat_response).
@@ -1150,9 +1426,17 @@ pub async fn reexecute(
         }
         shared.cancel_due();
         match input {
-            Input::Reopen => {
+            Input::Reopen { reruns } => {
+                // The process before this one is over, and whatever it left parked with it.
+                shared.restart(before);
                 drop(session);
-                session = open().await.map_err(engine_err)?;
+                session = open().await?;
+                for submission_id in reruns {
+                    let rerun = shared.unless_stopped(session.wait_submission(&submission_id));
+                    if let Some(result) = rerun.await {
+                        result.map_err(engine_err)?;
+                    }
+                }
             }
             Input::Messages {
                 entry,
@@ -1166,14 +1450,15 @@ pub async fn reexecute(
                     } else {
                         session.chat(messages, opts)
                     };
-                    let mut stream = stream.map_err(engine_err)?;
-                    while stream.next().await.is_some() {}
-                    stream.finish().await.map_err(engine_err)?;
-                } else {
-                    session
-                        .save_messages(messages, opts)
-                        .await
-                        .map_err(engine_err)?;
+                    let stream = stream.map_err(engine_err)?;
+                    if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
+                        outcome.map_err(engine_err)?;
+                    }
+                } else if let Some(outcome) = shared
+                    .unless_stopped(session.save_messages(messages, opts))
+                    .await
+                {
+                    outcome.map_err(engine_err)?;
                 }
             }
             Input::Submission {
@@ -1181,6 +1466,32 @@ pub async fn reexecute(
                 idempotency_key,
                 messages,
                 body,
+                accept_only: true,
+            } => {
+                // The recorded process stopped before this submission's run wrote anything (it
+                // waited for the turn lock, or had not got to it): the acceptance is all there
+                // is to write, exactly as `submit_messages` writes it.
+                let inner = &session.inner;
+                inner
+                    .recorder
+                    .append(
+                        None,
+                        Event::SubmissionAccepted {
+                            submission_id,
+                            idempotency_key,
+                            messages,
+                            body,
+                        },
+                    )
+                    .map_err(engine_err)?;
+                inner.recorder.flush().await.map_err(engine_err)?;
+            }
+            Input::Submission {
+                submission_id,
+                idempotency_key,
+                messages,
+                body,
+                accept_only: false,
             } => {
                 let receipt = session
                     .submit_messages(
@@ -1193,34 +1504,72 @@ pub async fn reexecute(
                     )
                     .await
                     .map_err(engine_err)?;
-                session
-                    .wait_submission(&receipt.submission_id)
-                    .await
-                    .map_err(engine_err)?;
+                let waited = shared.unless_stopped(session.wait_submission(&receipt.submission_id));
+                if let Some(result) = waited.await {
+                    result.map_err(engine_err)?;
+                }
             }
             Input::ContinueLastTurn { body } => {
-                session
-                    .continue_last_turn(TurnOptions::with_body(body))
+                let opts = TurnOptions::with_body(body);
+                if let Some(outcome) = shared
+                    .unless_stopped(session.continue_last_turn(opts))
                     .await
+                {
+                    outcome.map_err(engine_err)?;
+                }
+            }
+            Input::Regenerate { retracted, body } => {
+                let Some(target) = regeneration_target(&session, &retracted) else {
+                    // The replayed conversation no longer holds what the recording retracted:
+                    // it has diverged, and the comparison says where.
+                    break;
+                };
+                let stream = session
+                    .regenerate(target.as_deref(), TurnOptions::with_body(body))
                     .map_err(engine_err)?;
+                if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
+                    outcome.map_err(engine_err)?;
+                }
             }
             Input::ClientToolResult { call_id, outcome } => {
-                session
-                    .add_tool_result(&call_id, outcome)
+                if let Some(result) = shared
+                    .unless_stopped(session.add_tool_result(&call_id, outcome))
                     .await
-                    .map_err(engine_err)?;
+                {
+                    result.map_err(engine_err)?;
+                }
             }
         }
     }
-    log.flush().await.map_err(store_err)?;
-    let actual = read_session(&reader, &session_id).map_err(store_err)?;
-    let divergence = first_divergence(&recording.envelopes, &actual, true);
-    Ok(ReplayReport {
-        session_id,
-        expected_events: recording.envelopes.len(),
-        actual,
-        divergence,
+    Ok(())
+}
+
+/// A divergence that is no change of behaviour but a stop the replay could not make: the
+/// replay went on writing, without waiting, past the point where the recorded process stopped
+/// (the reopen that followed it, or the recording's end).
+fn unreachable_stop(
+    shared: &Shared,
+    recording: &Recording,
+    divergence: &Divergence,
+) -> Option<ReplayError> {
+    let at_stop = lock(&shared.stops).front() == Some(&divergence.index);
+    let reopened = divergence
+        .expected
+        .as_ref()
+        .is_none_or(|e| matches!(e.event, Event::SessionOpened { .. }));
+    let next = divergence.actual.as_ref()?;
+    let last = recording.envelopes.get(divergence.index.checked_sub(1)?)?;
+    (at_stop && reopened).then(|| ReplayError::UnreachableStop {
+        seq: last.seq,
+        after: last.kind().to_owned(),
+        next: next.kind().to_owned(),
     })
+}
+
+/// Reads a chat stream to its end, then its outcome.
+async fn drain(mut stream: ChatStream) -> Result<TurnOutcome, EngineError> {
+    while stream.next().await.is_some() {}
+    stream.finish().await
 }
 
 fn diff_into(path: &str, expected: &Value, actual: &Value, out: &mut Vec<String>) {
