@@ -22,12 +22,19 @@ fn chat(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
         command.env(k, v);
     }
     let mut child = command.spawn().expect("run mull chat");
-    child
+    let written = child
         .stdin
         .take()
         .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write input");
+        .write_all(input.as_bytes());
+    // A chat that refuses to start exits without reading its input: the pipe is then closed.
+    if let Err(err) = written {
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "writing input: {err}"
+        );
+    }
     child.wait_with_output().expect("wait")
 }
 
