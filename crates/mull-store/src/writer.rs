@@ -616,50 +616,59 @@ impl Store {
     /// Inserts `commands` in order into the open transaction: a batch is committed when it
     /// holds `batch_max_events` rows, and before each barrier is answered.
     fn process(&mut self, shared: &Shared, commands: Vec<Command>) {
+        let mut rows = Vec::with_capacity(commands.len());
         for command in commands {
             match command {
-                Command::Append(row) => self.insert(shared, &row),
-                Command::Import { rows, done } => {
+                Command::Append(row) => rows.push(row),
+                Command::Import {
+                    rows: imported,
+                    done,
+                } => {
+                    self.insert_rows(shared, std::mem::take(&mut rows));
                     self.commit(shared);
                     let result = shared
                         .failure
                         .check()
-                        .and_then(|()| self.commit_import(shared, rows));
+                        .and_then(|()| self.commit_import(shared, imported));
                     let _ = done.send(result);
                 }
             }
         }
+        self.insert_rows(shared, rows);
     }
 
-    /// Inserts one row, opening a transaction if none is open.
-    fn insert(&mut self, shared: &Shared, row: &Row) {
-        if shared.failure.check().is_err() {
+    /// Inserts rows in order into the open transaction (opening one when none is), committing
+    /// each time it holds `batch_max_events` rows. The insert statement is looked up once.
+    fn insert_rows(&mut self, shared: &Shared, rows: Vec<Row>) {
+        if rows.is_empty() || shared.failure.check().is_err() {
             return;
         }
-        let begin = if self.open.is_none() {
-            self.run_cached("BEGIN")
-        } else {
-            Ok(())
-        };
-        let open = self.open.get_or_insert(OpenBatch {
-            first: row.seq,
-            last: row.seq,
-            count: 0,
-        });
-        open.last = row.seq;
-        open.count += 1;
-        let result = begin.and_then(|()| {
-            let mut insert = self.conn.prepare_cached(INSERT)?;
-            insert_row(&mut insert, row)
-        });
-        match result {
-            Err(err) => self.abandon(shared, &err),
-            Ok(())
-                if self.open.as_ref().map_or(0, |o| o.count) >= shared.options.batch_max_events =>
-            {
-                self.commit(shared);
+        let Store { conn, open } = self;
+        let result = (|| -> rusqlite::Result<()> {
+            let mut insert = conn.prepare_cached(INSERT)?;
+            for row in &rows {
+                if open.is_none() {
+                    conn.prepare_cached("BEGIN")?.execute([])?;
+                }
+                let batch = open.get_or_insert(OpenBatch {
+                    first: row.seq,
+                    last: row.seq,
+                    count: 0,
+                });
+                batch.last = row.seq;
+                batch.count += 1;
+                insert_row(&mut insert, row)?;
+                if batch.count >= shared.options.batch_max_events {
+                    let last = batch.last;
+                    conn.prepare_cached("COMMIT")?.execute([])?;
+                    *open = None;
+                    shared.committed.store(last, Ordering::Release);
+                }
             }
-            Ok(()) => {}
+            Ok(())
+        })();
+        if let Err(err) = result {
+            self.abandon(shared, &err);
         }
     }
 
