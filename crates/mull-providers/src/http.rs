@@ -387,15 +387,14 @@ pub(crate) fn optional_field<'v, T>(
     match parent.get(key) {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(found) => read(found).map(Some).ok_or_else(|| {
-            let path = if at.is_empty() {
-                key.to_owned()
-            } else {
-                format!("{at}.{key}")
-            };
             wrong_shape(
                 provider,
                 event,
-                &format!("`{path}` should be {expected}, found {}", json_kind(found)),
+                &format!(
+                    "`{}` should be {expected}, found {}",
+                    field_path(at, key),
+                    json_kind(found)
+                ),
             )
         }),
     }
@@ -412,17 +411,21 @@ pub(crate) fn required_field<'v, T>(
     read: impl FnOnce(&'v serde_json::Value) -> Option<T>,
 ) -> Result<T, ModelError> {
     optional_field(provider, event, parent, at, key, expected, read)?.ok_or_else(|| {
-        let path = if at.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{at}.{key}")
-        };
         wrong_shape(
             provider,
             event,
-            &format!("`{path}` ({expected}) is missing"),
+            &format!("`{}` ({expected}) is missing", field_path(at, key)),
         )
     })
+}
+
+/// `key` under the dotted path `at` (the top level when `at` is empty), as error messages name it.
+fn field_path(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{at}.{key}")
+    }
 }
 
 /// `value` itself when it is a JSON object: a reader for [`optional_field`].

@@ -435,6 +435,30 @@ impl ChatCompletionsDecoder {
         http::optional_field(&self.provider, CHUNK, parent, at, key, expected, read)
     }
 
+    /// Maps Chat Completions usage (including its detail objects) to [`Usage`]. A count that is
+    /// there but not a non-negative integer is a wrong-shaped chunk, as in every other field.
+    fn usage_from(&self, usage: &Value) -> Result<Usage, ModelError> {
+        let count = |at: &str, parent: &Value, key: &str| {
+            self.field(parent, at, key, "a non-negative integer", Value::as_u64)
+        };
+        let details = |key: &str| self.field(usage, "usage", key, "an object", http::as_object);
+        let completion = details("completion_tokens_details")?;
+        let prompt = details("prompt_tokens_details")?;
+        Ok(Usage {
+            input_tokens: count("usage", usage, "prompt_tokens")?,
+            output_tokens: count("usage", usage, "completion_tokens")?,
+            total_tokens: count("usage", usage, "total_tokens")?,
+            reasoning_tokens: match completion {
+                Some(d) => count("usage.completion_tokens_details", d, "reasoning_tokens")?,
+                None => None,
+            },
+            cached_input_tokens: match prompt {
+                Some(d) => count("usage.prompt_tokens_details", d, "cached_tokens")?,
+                None => None,
+            },
+        })
+    }
+
     fn chunk(&mut self, chunk: &Value, out: &mut Vec<StreamPart>) -> Result<(), ModelError> {
         if !chunk.is_object() {
             return Err(http::wrong_shape(
@@ -444,7 +468,7 @@ impl ChatCompletionsDecoder {
             ));
         }
         if let Some(usage) = self.field(chunk, "", "usage", "an object", http::as_object)? {
-            self.usage = usage_from(usage);
+            self.usage = self.usage_from(usage)?;
         }
         let Some(choices) = self.field(chunk, "", "choices", "an array", Value::as_array)? else {
             return Ok(());
@@ -694,24 +718,6 @@ impl WireDecoder for ChatCompletionsDecoder {
     }
 }
 
-/// Maps Chat Completions usage (including its detail objects) to [`Usage`].
-fn usage_from(usage: &Value) -> Usage {
-    let count = |path: &[&str]| {
-        let mut v = usage;
-        for key in path {
-            v = v.get(*key)?;
-        }
-        v.as_u64()
-    };
-    Usage {
-        input_tokens: count(&["prompt_tokens"]),
-        output_tokens: count(&["completion_tokens"]),
-        total_tokens: count(&["total_tokens"]),
-        reasoning_tokens: count(&["completion_tokens_details", "reasoning_tokens"]),
-        cached_input_tokens: count(&["prompt_tokens_details", "cached_tokens"]),
-    }
-}
-
 /// Maps a Chat Completions `finish_reason` to [`FinishReason`].
 fn finish_reason(raw: &str) -> FinishReason {
     match raw {
@@ -848,6 +854,49 @@ mod tests {
             r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
         ]);
         assert_eq!(error.map(|e| e.kind), Some(ModelErrorKind::Protocol));
+    }
+
+    #[test]
+    fn a_usage_count_of_the_wrong_type_is_a_protocol_error_naming_it() {
+        for (usage, named) in [
+            (r#"{"prompt_tokens":"9"}"#, "`usage.prompt_tokens` should be a non-negative integer, found a string"),
+            (r#"{"completion_tokens":-1}"#, "`usage.completion_tokens` should be a non-negative integer, found a number"),
+            (r#"{"prompt_tokens_details":{"cached_tokens":1.5}}"#, "`usage.prompt_tokens_details.cached_tokens` should be a non-negative integer, found a number"),
+            (r#"{"completion_tokens_details":[]}"#, "`usage.completion_tokens_details` should be an object, found an array"),
+        ] {
+            let usage_chunk = format!(r#"{{"choices":[],"usage":{usage}}}"#);
+            let (_, error) = decode(&[
+                r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#,
+                &usage_chunk,
+                "[DONE]",
+            ]);
+            let error = error.expect("a wrong-shaped usage fails the stream");
+            assert_eq!(error.kind, ModelErrorKind::Protocol, "{usage}");
+            assert!(error.message.contains(named), "{usage}: {}", error.message);
+        }
+    }
+
+    #[test]
+    fn a_usage_without_details_leaves_them_unknown() {
+        let (parts, error) = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3,"completion_tokens_details":null}}"#,
+            "[DONE]",
+        ]);
+        assert!(error.is_none(), "{error:?}");
+        let Some(StreamPart::Finish { usage, .. }) = parts.last() else {
+            panic!("the stream ends with a finish part: {parts:?}");
+        };
+        assert_eq!(
+            *usage,
+            Usage {
+                input_tokens: Some(2),
+                output_tokens: Some(1),
+                total_tokens: Some(3),
+                reasoning_tokens: None,
+                cached_input_tokens: None,
+            }
+        );
     }
 
     #[test]
