@@ -6,12 +6,13 @@ use std::io::BufReader;
 use std::path::Path;
 use std::sync::Arc;
 
+mod support;
+
 use async_trait::async_trait;
 use mull::core::{Envelope, Event, LanguageModel};
-use mull::engine::replay::{reexecute, Recording, ReplayOptions, ReplayReport};
+use mull::engine::replay::{Recording, ReplayReport};
 use mull::engine::{Agent, HookResult, ToolCallContext, ToolCallDecision, ToolSet};
-use mull::providers::replay::ReplayModel;
-use mull::store::{import_jsonl, Log, LogReader};
+use mull::store::{import_jsonl, Log};
 
 fn demo_recording(dir: &Path) -> Recording {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.jsonl");
@@ -20,23 +21,13 @@ fn demo_recording(dir: &Path) -> Recording {
     let file = BufReader::new(File::open(&fixture).unwrap());
     import_jsonl(file, "fixtures/demo.jsonl", &log).unwrap();
     log.close().unwrap();
-    Recording::read(&LogReader::open(&db).unwrap(), "sess_1").unwrap()
+    support::replay::recording_of(&db, "sess_1")
 }
 
 async fn replay(agent: Arc<dyn Agent>) -> (Recording, ReplayReport) {
     let dir = tempfile::tempdir().unwrap();
     let recording = demo_recording(dir.path());
-    let model = ReplayModel::from_envelopes(recording.envelopes().to_vec()).unwrap();
-    let log = Log::open(dir.path().join("replayed.db")).unwrap();
-    let report = reexecute(
-        &log,
-        agent,
-        Arc::new(model),
-        &recording,
-        ReplayOptions::default(),
-    )
-    .await
-    .unwrap();
+    let report = support::replay::reexecute_ok(&recording, agent).await;
     (recording, report)
 }
 

@@ -16,16 +16,16 @@ use mull::core::{
     Envelope, ErrorStage, Event, IdSource, LanguageModel, SequentialIds, SubmissionStatus,
     UIMessage,
 };
-use mull::engine::replay::{reexecute, Recording, ReplayError, ReplayOptions, ReplayReport};
+use mull::engine::replay::{Recording, ReplayError, ReplayReport};
 use mull::engine::{
-    Agent, FnTool, HookResult, OutcomeStatus, Session, SubmitOptions, ToolCallContext,
-    ToolCallDecision, ToolSet, TurnOptions,
+    Agent, HookResult, OutcomeStatus, Session, SubmitOptions, ToolCallContext, ToolCallDecision,
+    ToolSet, TurnOptions,
 };
-use mull::providers::replay::ReplayModel;
 use mull::providers::scripted::ScriptedModel;
-use mull::store::{Log, LogReader};
 use serde_json::json;
+use support::replay::{recording_of, reexecute_ok, try_reexecute};
 use support::test_log::TestLog;
+use support::tools::{block_lookups, echo_lookup};
 
 /// A scripted agent with one server tool; `block_lookup` is the changed policy.
 struct Looker {
@@ -42,25 +42,13 @@ impl Agent for Looker {
         Arc::new(self.model.clone())
     }
     fn tools(&self) -> ToolSet {
-        ToolSet::new().with(
-            FnTool::new(
-                "lookup",
-                "Looks a word up.",
-                |input: serde_json::Value, _call| async move { Ok(json!({"found": input})) },
-            )
-            .with_schema(json!({"type": "object"}))
-            .shared(),
-        )
+        ToolSet::new().with(echo_lookup())
     }
     async fn before_tool_call(
         &self,
         ctx: &ToolCallContext,
     ) -> HookResult<Option<ToolCallDecision>> {
-        Ok(
-            (self.block_lookup && ctx.tool_name == "lookup").then(|| ToolCallDecision::Block {
-                reason: Some("No lookups.".to_owned()),
-            }),
-        )
+        Ok(block_lookups(self.block_lookup, ctx))
     }
 }
 
@@ -177,30 +165,16 @@ async fn crashed_at(full: &[Envelope], cut: usize) -> (TestLog, Recording) {
         .unwrap();
     assert_eq!(out.status, OutcomeStatus::Completed);
     drop(session);
-    let recording = Recording::read(&LogReader::open(&log.path).unwrap(), "s1").unwrap();
+    let recording = recording_of(&log.path, "s1");
     (log, recording)
 }
 
 async fn replay(recording: &Recording, agent: Looker) -> ReplayReport {
-    try_replay(recording, agent).await.unwrap()
+    reexecute_ok(recording, Arc::new(agent)).await
 }
 
 async fn try_replay(recording: &Recording, agent: Looker) -> Result<ReplayReport, ReplayError> {
-    let dir = tempfile::tempdir().unwrap();
-    let model = ReplayModel::from_envelopes(recording.envelopes().to_vec()).unwrap();
-    let log = Log::open(dir.path().join("replayed.db")).unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        reexecute(
-            &log,
-            Arc::new(agent),
-            Arc::new(model),
-            recording,
-            ReplayOptions::default(),
-        ),
-    )
-    .await
-    .expect("the replay finishes")
+    try_reexecute(recording, Arc::new(agent)).await
 }
 
 fn unchanged() -> Looker {

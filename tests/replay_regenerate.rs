@@ -5,21 +5,20 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use mull::core::{EntryPath, Envelope, Event, LanguageModel, UIMessage};
-use mull::engine::replay::{reexecute, Recording, ReplayOptions, ReplayReport};
+use mull::engine::replay::{Recording, ReplayReport};
 use mull::engine::{
-    Agent, FnTool, HookResult, OutcomeStatus, Session, ToolCallContext, ToolCallDecision, ToolSet,
+    Agent, HookResult, OutcomeStatus, Session, ToolCallContext, ToolCallDecision, ToolSet,
     TurnOptions,
 };
-use mull::providers::replay::ReplayModel;
 use mull::providers::scripted::ScriptedModel;
-use mull::store::{Log, LogReader};
 use serde_json::json;
+use support::replay::{recording_of, reexecute_ok};
 use support::test_log::TestLog;
+use support::tools::{block_lookups, echo_lookup};
 
 /// A scripted agent with one server tool; `block_lookup` is the changed policy.
 struct Answerer {
@@ -39,25 +38,13 @@ impl Agent for Answerer {
         "Answer briefly.".into()
     }
     fn tools(&self) -> ToolSet {
-        ToolSet::new().with(
-            FnTool::new(
-                "lookup",
-                "Looks a word up.",
-                |input: serde_json::Value, _call| async move { Ok(json!({"found": input})) },
-            )
-            .with_schema(json!({"type": "object"}))
-            .shared(),
-        )
+        ToolSet::new().with(echo_lookup())
     }
     async fn before_tool_call(
         &self,
         ctx: &ToolCallContext,
     ) -> HookResult<Option<ToolCallDecision>> {
-        Ok(
-            (self.block_lookup && ctx.tool_name == "lookup").then(|| ToolCallDecision::Block {
-                reason: Some("No lookups.".to_owned()),
-            }),
-        )
+        Ok(block_lookups(self.block_lookup, ctx))
     }
 }
 
@@ -155,27 +142,12 @@ async fn record() -> (TestLog, Recording) {
     assert_eq!(retracted[1].len(), 3, "{retracted:?}");
     assert_eq!(retracted[1][..2], [regenerated, "u2".to_owned()]);
     assert_eq!(retracted[2][0], "u4", "{retracted:?}");
-    let recording = Recording::read(&LogReader::open(&log.path).unwrap(), "s1").unwrap();
+    let recording = recording_of(&log.path, "s1");
     (log, recording)
 }
 
 async fn replay(recording: &Recording, agent: Arc<Answerer>) -> ReplayReport {
-    let dir = tempfile::tempdir().unwrap();
-    let model = ReplayModel::from_envelopes(recording.envelopes().to_vec()).unwrap();
-    let log = Log::open(dir.path().join("replayed.db")).unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        reexecute(
-            &log,
-            agent,
-            Arc::new(model),
-            recording,
-            ReplayOptions::default(),
-        ),
-    )
-    .await
-    .expect("the replay finishes")
-    .unwrap()
+    reexecute_ok(recording, agent).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

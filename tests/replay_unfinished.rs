@@ -14,14 +14,13 @@ use mull::core::{
     ContextBlockSource, Envelope, Event, LanguageModel, ModelError, ModelErrorKind, StreamPart,
     TurnStatus, UIMessage,
 };
-use mull::engine::replay::{reexecute, Recording, ReplayOptions, ReplayReport};
+use mull::engine::replay::{Recording, ReplayReport};
 use mull::engine::{
     Agent, ContextBlock, HookResult, OutcomeStatus, PrepareStepContext, SessionConfig, StepConfig,
     TurnOptions,
 };
-use mull::providers::replay::ReplayModel;
 use mull::providers::scripted::ScriptedModel;
-use mull::store::{Log, LogReader};
+use support::replay::reexecute_ok;
 use support::test_log::TestLog;
 
 /// An agent on a scripted model; `before_step` can replace the system prompt, and the session
@@ -85,27 +84,12 @@ fn user(id: &str, text: &str) -> Vec<UIMessage> {
 }
 
 fn recording_of(log: &TestLog) -> Recording {
-    Recording::read(&LogReader::open(&log.path).unwrap(), "s1").unwrap()
+    support::replay::recording_of(&log.path, "s1")
 }
 
 /// Re-executes `recording` with `agent` into a fresh log, the model served from the recording.
 async fn replay(recording: &Recording, agent: Agentish) -> ReplayReport {
-    let dir = tempfile::tempdir().unwrap();
-    let model = ReplayModel::from_envelopes(recording.envelopes().to_vec()).unwrap();
-    let log = Log::open(dir.path().join("replayed.db")).unwrap();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        reexecute(
-            &log,
-            Arc::new(agent),
-            Arc::new(model),
-            recording,
-            ReplayOptions::default(),
-        ),
-    )
-    .await
-    .expect("the replay finishes")
-    .unwrap()
+    reexecute_ok(recording, Arc::new(agent)).await
 }
 
 fn assert_identical(recording: &Recording, report: &ReplayReport) {
@@ -258,18 +242,11 @@ async fn a_changed_hook_in_the_cancelled_turn_is_named_there() {
             }))
         }
     }
-    let dir = tempfile::tempdir().unwrap();
-    let model = ReplayModel::from_envelopes(recording.envelopes().to_vec()).unwrap();
-    let log = Log::open(dir.path().join("replayed.db")).unwrap();
-    let report = reexecute(
-        &log,
-        Arc::new(SecondTurnOnly(Agentish::new(three_turns_one_cancelled()))),
-        Arc::new(model),
+    let report = reexecute_ok(
         &recording,
-        ReplayOptions::default(),
+        Arc::new(SecondTurnOnly(Agentish::new(three_turns_one_cancelled()))),
     )
-    .await
-    .unwrap();
+    .await;
     let divergence = report.divergence.expect("the changed hook must diverge");
     let configured: Vec<&Envelope> = recording
         .envelopes()

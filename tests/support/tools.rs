@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use mull::engine::FnTool;
+use mull::engine::{FnTool, Tool, ToolCallContext, ToolCallDecision};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -26,5 +26,24 @@ where
             executions.fetch_add(1, Ordering::SeqCst);
             Ok(json!({ "found": found(input) }))
         }
+    })
+}
+
+/// A `lookup` tool that answers `{"found": input}` for any object input.
+pub fn echo_lookup() -> Arc<dyn Tool> {
+    FnTool::new(
+        "lookup",
+        "Looks a word up.",
+        |input: Value, _call| async move { Ok(json!({ "found": input })) },
+    )
+    .with_schema(json!({"type": "object"}))
+    .shared()
+}
+
+/// The "changed policy" of the replay tests: when `block` is set, every `lookup` call is
+/// blocked with the reason "No lookups.".
+pub fn block_lookups(block: bool, ctx: &ToolCallContext) -> Option<ToolCallDecision> {
+    (block && ctx.tool_name == "lookup").then(|| ToolCallDecision::Block {
+        reason: Some("No lookups.".to_owned()),
     })
 }
