@@ -31,6 +31,8 @@ use support::tools::{block_lookups, echo_lookup};
 struct Looker {
     model: ScriptedModel,
     block_lookup: bool,
+    /// Held as long as the agent is: tells whether anything still runs it.
+    _alive: Arc<()>,
 }
 
 #[async_trait]
@@ -56,6 +58,7 @@ fn looker(model: ScriptedModel) -> Arc<Looker> {
     Arc::new(Looker {
         model,
         block_lookup: false,
+        _alive: Arc::new(()),
     })
 }
 
@@ -181,6 +184,7 @@ fn unchanged() -> Looker {
     Looker {
         model: first_script(),
         block_lookup: false,
+        _alive: Arc::new(()),
     }
 }
 
@@ -307,6 +311,7 @@ async fn a_changed_policy_diverges_in_the_turn_a_crash_cut() {
         Looker {
             model: first_script(),
             block_lookup: true,
+            _alive: Arc::new(()),
         },
     )
     .await;
@@ -364,4 +369,38 @@ async fn every_cut_inside_a_submitted_turn_replays_identically_or_is_named_unrea
         replay_every_cut(&full, accepted + 1..=finished).await,
         [saved, "submission_applied", configured, answered]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_parked_at_a_reenacted_stop_does_not_outlive_the_replay() {
+    // A durable submission runs in a background task; cut its turn mid-stream, so the replay
+    // parks that task where the recorded process died.
+    let full = first_process(true).await;
+    let cut = full
+        .iter()
+        .position(|e| {
+            matches!(&e.event, Event::Chunk { part: mull::core::StreamPart::TextDelta { text, .. }, .. } if text == "Let me ")
+        })
+        .unwrap()
+        + 1;
+    let (_log, recording) = crashed_at(&full, cut).await;
+    assert_eq!(recovered(recording.envelopes()), 1);
+    let alive = Arc::new(());
+    let agent = Looker {
+        _alive: Arc::clone(&alive),
+        ..unchanged()
+    };
+    let report = replay(&recording, agent).await;
+    if let Some(divergence) = &report.divergence {
+        panic!("{divergence}");
+    }
+    // Every holder of the agent is gone once the aborted task has been dropped by the runtime.
+    let released = async {
+        while Arc::strong_count(&alive) > 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), released)
+        .await
+        .expect("the parked turn was let go of after the replay");
 }

@@ -44,7 +44,8 @@
 //!   reopen finds a turn running, a submission unfinished, or a request whose turn never
 //!   started), the replay re-enacts the stop: once it has written every event that process
 //!   wrote, the work in flight parks at its next waiting point (a hook, a model part, a tool
-//!   call) and is never resumed — its task stays parked until the runtime ends — and the
+//!   call) and is never resumed — its task is aborted when the next process starts or the
+//!   replay ends, so it writes nothing more and holds nothing after — and the
 //!   session is opened again, so recovery finishes the cut turn at stage `recovery` and re-runs
 //!   submissions that were never applied, with the current code. A submission accepted but not
 //!   applied before the stop is accepted again without running. A stop between two events the
@@ -1363,8 +1364,11 @@ pub async fn reexecute(
         session_options,
     )
     .await;
-    // The session's agent holds `shared`: let go of the session so neither outlives the replay.
-    lock(&shared.session).take();
+    // The session's agent holds `shared`: let go of the session, and stop the work a re-enacted
+    // stop left parked, so neither outlives the replay.
+    if let Some(session) = lock(&shared.session).take() {
+        session.abort_background_turns();
+    }
     driven?;
     log.flush().await.map_err(store_err)?;
     let actual = read_session(&reader, &session_id).map_err(store_err)?;
@@ -1428,6 +1432,7 @@ async fn drive(
         match input {
             Input::Reopen { reruns } => {
                 // The process before this one is over, and whatever it left parked with it.
+                session.abort_background_turns();
                 shared.restart(before);
                 drop(session);
                 session = open().await?;

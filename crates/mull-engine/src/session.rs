@@ -287,6 +287,9 @@ pub(crate) struct Inner {
     pub waiters: Mutex<HashMap<String, watch::Sender<Option<SubmissionResult>>>>,
     /// The full-text index of the conversation, built on first search.
     pub search: crate::search::SearchIndex,
+    /// Turn tasks running in the background (streamed chats, submissions) that may not have
+    /// ended yet: what [`Session::abort_background_turns`] stops.
+    background: Mutex<Vec<tokio::task::AbortHandle>>,
     failures: Sender<TurnFailure>,
     _failures_open: InactiveReceiver<TurnFailure>,
 }
@@ -295,6 +298,19 @@ impl Inner {
     /// Forgets a request's cancellation token once its turn ended (cancelling it is a no-op).
     pub(crate) fn forget_request(&self, request_id: &str) {
         lock(&self.active).remove(request_id);
+    }
+
+    /// Spawns a background turn task, keeping a handle to abort it (tasks that ended are
+    /// forgotten here, so the list stays as long as the work in flight).
+    fn spawn_turn<T: Send + 'static>(
+        &self,
+        task: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        let handle = tokio::spawn(task);
+        let mut background = lock(&self.background);
+        background.retain(|h| !h.is_finished());
+        background.push(handle.abort_handle());
+        handle
     }
 }
 
@@ -347,6 +363,7 @@ impl Session {
                 active: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
                 search: crate::search::SearchIndex::default(),
+                background: Mutex::new(Vec::new()),
                 failures,
                 _failures_open: failures_rx.deactivate(),
             }),
@@ -362,6 +379,16 @@ impl Session {
         // durable event (or within the writer's batch delay).
         session.recover().await?;
         Ok(session)
+    }
+
+    /// Stops this session's background turns (streamed chats, submissions) where they wait,
+    /// writing nothing more, as if the process had died there: a replay re-enacting a process
+    /// that stopped with work in flight uses it so that work does not outlive the replay.
+    /// Whatever they left unfinished is what reopening the session recovers.
+    pub(crate) fn abort_background_turns(&self) {
+        for handle in lock(&self.inner.background).drain(..) {
+            handle.abort();
+        }
     }
 
     /// The session's id.
@@ -528,7 +555,7 @@ impl Session {
         let (tx, rx) = mpsc::unbounded_channel();
         spec.client = Some(tx);
         let request_id = spec.request_id.clone();
-        let done = tokio::spawn(run(Arc::clone(&self.inner), spec));
+        let done = self.inner.spawn_turn(run(Arc::clone(&self.inner), spec));
         ChatStream {
             request_id,
             parts: rx,
@@ -789,7 +816,7 @@ impl Session {
         );
         spec.submission_id = Some(submission_id.clone());
         let inner = Arc::clone(&self.inner);
-        tokio::spawn(async move {
+        self.inner.spawn_turn(async move {
             let request_id = spec.request_id.clone();
             let outcome = turn::run_entry(&inner, spec, false).await;
             let (status, error) = match &outcome {
