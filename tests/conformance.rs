@@ -559,9 +559,14 @@ fn render(env: &Envelope) -> String {
             messages_persisted,
             classification,
             error,
+            model_error,
         } => format!(
-            "{} stage={stage:?} persisted={messages_persisted} classification={classification:?} {error:?}",
-            request_id.clone().unwrap_or_default()
+            "{} stage={stage:?} persisted={messages_persisted} classification={classification:?} {error:?}{}",
+            request_id.clone().unwrap_or_default(),
+            model_error
+                .as_ref()
+                .map(|m| format!(" model_error={:?}/{}", m.kind, m.status.map_or("-".to_owned(), |s| s.to_string())))
+                .unwrap_or_default()
         ),
         Event::CompactionApplied {
             reason,

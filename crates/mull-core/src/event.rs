@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::classify::ChatErrorClassification;
 use crate::message::{ToolPartState, UIMessage};
-use crate::model::{CallSettings, ToolChoice};
+use crate::model::{CallSettings, ModelErrorRecord, ToolChoice};
 use crate::stream::{FinishReason, Source, StreamPart, Usage};
 
 /// The payload version this build writes. Readers upcast older versions on decode.
@@ -392,13 +392,17 @@ pub enum Event {
         steps: u32,
         usage: Usage,
     },
-    /// A failure, with its stage.
+    /// A failure, with its stage. `error` is the message callers were given; `model_error`,
+    /// when the failure came from a model call, is that call's error as the model gave it
+    /// (before `on_chat_error`).
     TurnFailed {
         request_id: Option<String>,
         stage: ErrorStage,
         messages_persisted: bool,
         classification: Option<ChatErrorClassification>,
         error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_error: Option<ModelErrorRecord>,
     },
     /// History was compacted: the messages in `replaced_ids` are shown as `summary`.
     CompactionApplied {

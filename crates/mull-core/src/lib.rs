@@ -25,7 +25,7 @@ pub use event::{
 pub use fingerprint::RequestSummary;
 pub use message::{Role, ToolPart, ToolPartState, UIMessage, UIPart};
 pub use model::{
-    CallSettings, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelMessage,
-    ModelRequest, ModelRole, ModelStream, ToolChoice, ToolSpec,
+    CallSettings, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelErrorRecord,
+    ModelMessage, ModelRequest, ModelRole, ModelStream, ToolChoice, ToolSpec,
 };
 pub use stream::{FinishReason, Source, StreamPart, Usage};

@@ -197,7 +197,7 @@ pub enum ModelErrorKind {
 }
 
 /// A failed model call.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ModelError {
     pub kind: ModelErrorKind,
@@ -228,6 +228,47 @@ impl ModelError {
             self.kind,
             ModelErrorKind::RateLimit | ModelErrorKind::Transient
         )
+    }
+}
+
+/// A [`ModelError`] as the log keeps it: everything `classify_chat_error` and `on_chat_error`
+/// may read, so a replay can fail a step with the same error the model gave, and the dashboard
+/// can show the provider's status and body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelErrorRecord {
+    pub kind: ModelErrorKind,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+impl From<&ModelError> for ModelErrorRecord {
+    fn from(error: &ModelError) -> Self {
+        ModelErrorRecord {
+            kind: error.kind,
+            message: error.message.clone(),
+            status: error.status,
+            retry_after_ms: error
+                .retry_after
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            body: error.body.clone(),
+        }
+    }
+}
+
+impl From<ModelErrorRecord> for ModelError {
+    fn from(record: ModelErrorRecord) -> Self {
+        ModelError {
+            kind: record.kind,
+            message: record.message,
+            status: record.status,
+            retry_after: record.retry_after_ms.map(Duration::from_millis),
+            body: record.body,
+        }
     }
 }
 

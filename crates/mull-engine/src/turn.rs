@@ -25,9 +25,9 @@ use futures::{FutureExt, StreamExt};
 use mull_core::{
     to_model_messages, truncate_for_context, ChatErrorClassification, CompactionReason,
     DecisionAction, EntryPath, ErrorStage, Event, FinishReason, HookName, LanguageModel,
-    ModelError, ModelMessage, ModelRequest, ModelStream, RequestSummary, Role, Source, StepRecord,
-    StreamPart, ToolCallRecord, ToolPartState, ToolResultRecord, ToolSpec, TurnStatus, UIMessage,
-    UIPart, Usage,
+    ModelError, ModelErrorRecord, ModelMessage, ModelRequest, ModelStream, RequestSummary, Role,
+    Source, StepRecord, StreamPart, ToolCallRecord, ToolPartState, ToolResultRecord, ToolSpec,
+    TurnStatus, UIMessage, UIPart, Usage,
 };
 use mull_store::TurnSummary;
 use serde_json::{json, Value};
@@ -384,6 +384,7 @@ pub(crate) async fn fail(
             messages_persisted,
             classification: error.classification,
             error: error.message.clone(),
+            model_error: error.model_error.as_ref().map(ModelErrorRecord::from),
         },
     );
     match appended {

@@ -15,8 +15,10 @@
 //! - the turn finished `aborted` first (the step was cancelled mid-call): the stream stays open
 //!   after the recorded parts, so the ending comes from outside, as it did when recording —
 //!   re-execution replay re-issues the recorded cancellation at the same point.
-//! - the turn finished `error` first: the stream fails with the recorded error message (an
-//!   in-band error part among the parts ends the step before that, as it did).
+//! - the turn finished `error` first: the stream fails with the model's error as its
+//!   `turn_failed` kept it (kind, status, body, retry delay), or, in logs without it, with the
+//!   recorded message (an in-band error part among the parts ends the step before that, as it
+//!   did).
 //! - the log ends inside the step: the stream fails saying so.
 //!
 //! **What is served.** `stream(request)` hashes the request and serves the first not yet
@@ -83,8 +85,9 @@ pub enum StepEnding {
     Finished,
     /// The turn was cancelled during the step: the stream stays open after the parts.
     Cancelled,
-    /// The turn failed during the step: the stream fails with this message after the parts.
-    Failed { error: String },
+    /// The turn failed during the step: the stream fails with this error after the parts (the
+    /// model's own error when the log kept it, else the failure's message).
+    Failed { error: ModelError },
     /// The log ends inside the step.
     Cut,
 }
@@ -151,7 +154,9 @@ pub fn recorded_steps(
     envelopes: impl IntoIterator<Item = Envelope>,
 ) -> Result<Vec<RecordedStep>, ReplayError> {
     let mut open: HashMap<(String, Option<String>), OpenStep> = HashMap::new();
-    let mut steps = Vec::new();
+    let mut steps: Vec<RecordedStep> = Vec::new();
+    // Steps closed by a failed turn's end, until its `turn_failed` says what the model gave.
+    let mut failed_step: HashMap<(String, Option<String>), usize> = HashMap::new();
     for envelope in envelopes {
         let key = (envelope.session_id.clone(), envelope.turn_id.clone());
         let seq = envelope.seq;
@@ -239,6 +244,20 @@ pub fn recorded_steps(
                 }
                 steps.extend(open_step.close(seq, key, record.request, StepEnding::Finished));
             }
+            Event::TurnFailed {
+                model_error: Some(error),
+                ..
+            } => {
+                // `turn_failed` follows the `turn_finished` that closed the failed step: the
+                // step fails with the model's own error rather than the message callers saw.
+                if let Some(StepEnding::Failed { error: served }) = failed_step
+                    .remove(&key)
+                    .and_then(|index| steps.get_mut(index))
+                    .map(|step| &mut step.ending)
+                {
+                    *served = ModelError::from(error);
+                }
+            }
             Event::TurnFinished { status, error, .. } => {
                 let Some(open_step) = open.remove(&key) else {
                     continue;
@@ -246,11 +265,19 @@ pub fn recorded_steps(
                 let ending = match status {
                     TurnStatus::Aborted => StepEnding::Cancelled,
                     _ => StepEnding::Failed {
-                        error: error.unwrap_or_else(|| "the step failed".to_owned()),
+                        error: ModelError::new(
+                            ModelErrorKind::Other,
+                            error.unwrap_or_else(|| "the step failed".to_owned()),
+                        ),
                     },
                 };
+                let failed = matches!(ending, StepEnding::Failed { .. });
                 let request = open_step.configured.clone();
-                steps.extend(open_step.close(seq, key, request, ending));
+                let before = steps.len();
+                steps.extend(open_step.close(seq, key.clone(), request, ending));
+                if failed && steps.len() > before {
+                    failed_step.insert(key, steps.len() - 1);
+                }
             }
             _ => {}
         }
@@ -452,7 +479,7 @@ impl LanguageModel for ReplayModel {
             StepEnding::Finished => Box::pin(parts),
             StepEnding::Cancelled => Box::pin(parts.chain(futures::stream::pending())),
             StepEnding::Failed { error } => Box::pin(parts.chain(futures::stream::once(
-                std::future::ready(Err(ModelError::new(ModelErrorKind::Other, error.clone()))),
+                std::future::ready(Err(error.clone())),
             ))),
             StepEnding::Cut => {
                 let error = format!(

@@ -5,9 +5,9 @@ mod common;
 use common::collect;
 use futures::StreamExt;
 use mull_core::{
-    Clock, Envelope, Event, FinishReason, FixedClock, LanguageModel, ModelErrorKind, ModelMessage,
-    ModelRequest, ModelRole, RequestSummary, StepRecord, StreamPart, ToolChoice, TurnStatus, Usage,
-    EVENT_VERSION,
+    Clock, Envelope, Event, FinishReason, FixedClock, LanguageModel, ModelError, ModelErrorKind,
+    ModelErrorRecord, ModelMessage, ModelRequest, ModelRole, RequestSummary, StepRecord,
+    StreamPart, ToolChoice, TurnStatus, Usage, EVENT_VERSION,
 };
 use mull_providers::replay::{recorded_steps, RecordedRetry, ReplayError, ReplayModel, StepEnding};
 use serde_json::json;
@@ -349,6 +349,33 @@ async fn steps_cut_short_are_served_with_their_recorded_ending() {
         turn_finished(TurnStatus::Error, Some("connection reset by peer")),
     );
     configured(&mut log, "cut", &request("three"));
+    // A failure whose model error the log kept (on_chat_error rewrote what callers saw); as
+    // the engine writes it, `turn_failed` comes after `turn_finished`.
+    configured(&mut log, "overloaded", &request("four"));
+    let overloaded = ModelError {
+        status: Some(529),
+        retry_after: Some(std::time::Duration::from_millis(1500)),
+        body: Some(r#"{"type":"error","error":{"type":"overloaded_error"}}"#.into()),
+        ..ModelError::new(ModelErrorKind::Transient, "Overloaded")
+    };
+    log.push(
+        "overloaded",
+        turn_finished(
+            TurnStatus::Error,
+            Some("Something went wrong. Please try again."),
+        ),
+    );
+    log.push(
+        "overloaded",
+        Event::TurnFailed {
+            request_id: Some("r".into()),
+            stage: mull_core::ErrorStage::Stream,
+            messages_persisted: true,
+            classification: None,
+            error: "Something went wrong. Please try again.".into(),
+            model_error: Some(ModelErrorRecord::from(&overloaded)),
+        },
+    );
     let steps = recorded_steps(log.envelopes.clone()).expect("steps");
     let endings: Vec<&StepEnding> = steps.iter().map(|s| &s.ending).collect();
     assert_eq!(
@@ -356,9 +383,12 @@ async fn steps_cut_short_are_served_with_their_recorded_ending() {
         [
             &StepEnding::Cancelled,
             &StepEnding::Failed {
-                error: "connection reset by peer".into()
+                error: ModelError::new(ModelErrorKind::Other, "connection reset by peer")
             },
-            &StepEnding::Cut
+            &StepEnding::Failed {
+                error: overloaded.clone()
+            },
+            &StepEnding::Cut,
         ]
     );
     let model = ReplayModel::from_envelopes(log.envelopes).expect("model");
@@ -387,6 +417,11 @@ async fn steps_cut_short_are_served_with_their_recorded_ending() {
         message.contains("ends inside step 0 of turn cut"),
         "{message}"
     );
+
+    // Failed with the model's error kept: exactly that error, status, body and delay included.
+    let (parts, error) = collect(model.stream(request("four")).await.expect("hit")).await;
+    assert_eq!(parts.len(), 2);
+    assert_eq!(error, Some(overloaded));
 }
 
 #[tokio::test]

@@ -441,6 +441,7 @@ mod tests {
             messages_persisted: true,
             classification: Some(mull_core::ChatErrorClassification::ContextOverflow),
             error: "prompt is too long".into(),
+            model_error: None,
         }
     }
 
@@ -528,6 +529,7 @@ mod tests {
                 messages_persisted: false,
                 classification: None,
                 error: "disk full".into(),
+                model_error: None,
             },
         )
         .await;

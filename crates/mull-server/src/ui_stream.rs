@@ -744,6 +744,7 @@ mod tests {
                     messages_persisted: true,
                     classification: None,
                     error: "overloaded".into(),
+                    model_error: None,
                 },
                 finished(TurnStatus::Error, Some("overloaded")),
             ],
@@ -833,6 +834,7 @@ mod tests {
             messages_persisted: true,
             classification: None,
             error: "prompt is too long".into(),
+            model_error: None,
         };
         let mut mapper = UiStreamMapper::new();
         let parts = run(

@@ -1012,6 +1012,7 @@ mod tests {
                 messages_persisted: true,
                 classification: None,
                 error: "upstream 500".into(),
+                model_error: None,
             });
         let turn = &feed.state.turns[0];
         assert_eq!(turn.model_id.as_deref(), Some("gpt-test"));

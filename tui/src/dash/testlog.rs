@@ -425,6 +425,7 @@ pub fn sample_log() -> Vec<Envelope> {
             messages_persisted: true,
             classification: None,
             error: "upstream 529: overloaded".into(),
+            model_error: None,
         },
     );
     b.push(
