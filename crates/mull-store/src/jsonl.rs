@@ -116,6 +116,17 @@ pub fn import_jsonl(
                 };
                 bad(number, format!("{what}: {err}"))
             })?;
+            // SQLite stores seqs as i64; a larger one would fail the insert without a line number.
+            if i64::try_from(line.seq).is_err() {
+                return Err(bad(
+                    number,
+                    format!(
+                        "seq {} is past the largest seq a log holds ({})",
+                        line.seq,
+                        i64::MAX
+                    ),
+                ));
+            }
             if line.seq <= previous_seq {
                 return Err(bad(
                     number,
@@ -278,6 +289,10 @@ mod tests {
                     r#"{"type":"step_started","step":"zero"}"#,
                 ),
                 "bad.jsonl:1: seq 1: event of kind \"step_started\" does not fit its shape",
+            ),
+            (
+                &LINE_1.replace("\"seq\":1", "\"seq\":9223372036854775808"),
+                "bad.jsonl:1: seq 9223372036854775808 is past the largest seq a log holds",
             ),
             (
                 &format!("{LINE_1}\n{LINE_1}"),
