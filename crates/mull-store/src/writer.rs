@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, EVENT_VERSION};
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
 use crate::error::StoreError;
 use crate::reader::LogReader;
@@ -738,11 +738,12 @@ impl Store {
         self.commit(shared);
         shared.failure.check()?;
         let context = |what: &str| StoreError::sqlite(format!("{source_name}: {what}"));
-        self.run_cached("BEGIN")
+        // Rolls back when dropped, also if `fill` panics: the writer must not inherit it.
+        let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)
             .map_err(context("beginning the import"))?;
         let after = queue.next_seq - 1;
         let mut import = Import {
-            conn: &self.conn,
+            conn: &tx,
             source_name,
             after,
             batch: Vec::with_capacity(IMPORT_BATCH),
@@ -751,21 +752,24 @@ impl Store {
         };
         let result = fill(&mut import).and_then(|()| import.insert());
         let (count, last) = (import.count, import.last);
-        drop(import);
-        let result = result.and_then(|()| {
-            self.run_cached("COMMIT")
-                .map_err(context("committing the import"))
-        });
         if let Err(err) = result {
-            // A failed statement may have ended the transaction already.
-            if !self.conn.is_autocommit() {
-                if let Err(rollback) = self.conn.execute_batch("ROLLBACK") {
-                    shared.failure.set(format!(
-                        "rolling back the import of {source_name}: {rollback}"
-                    ));
-                }
+            // A failed statement may have ended the transaction already; `finish` knows.
+            if let Err(rollback) = tx.finish() {
+                shared.failure.set(format!(
+                    "rolling back the import of {source_name}: {rollback}"
+                ));
             }
             return Err(err);
+        }
+        if let Err(err) = tx.commit() {
+            // Dropping the transaction tried to roll it back; if it is still open, the
+            // connection can't be trusted with another.
+            if !self.conn.is_autocommit() {
+                shared.failure.set(format!(
+                    "the import of {source_name} could not be committed or rolled back: {err}"
+                ));
+            }
+            return Err(context("committing the import")(err));
         }
         queue.next_seq = last + 1;
         shared.committed.store(last, Ordering::Release);
@@ -1053,6 +1057,39 @@ mod tests {
         let reader = log.reader().expect("reader");
         assert_eq!(reader.max_seq().expect("max"), total);
         assert_eq!(reader.range(1, total).expect("range").len() as u64, total);
+    }
+
+    #[test]
+    fn an_import_that_panics_leaves_the_log_working() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        log.append("s", None, at(0), delta("before"))
+            .expect("appends");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            log.import("rows", |import| {
+                let event = delta("imported");
+                import.push(Row {
+                    seq: 2,
+                    session_id: Arc::from("s"),
+                    turn_id: None,
+                    at: at(1),
+                    v: EVENT_VERSION,
+                    kind: kind_of(&event),
+                    payload: event.encode(),
+                })?;
+                import.insert()?;
+                panic!("the input broke");
+            })
+        }));
+        assert!(panicked.is_err());
+        let env = log
+            .append("s", None, at(2), delta("after"))
+            .expect("appends");
+        assert_eq!(env.seq, 2, "the import's seq was never published");
+        log.flush_blocking().expect("the writer goes on");
+        let events = log.reader().expect("reader").range(1, 10).expect("range");
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1].event, delta("after"));
     }
 
     #[test]
