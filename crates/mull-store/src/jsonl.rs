@@ -4,12 +4,14 @@
 //! written exactly as stored, so unknown kinds from a newer writer survive verbatim, and
 //! export → import into a fresh log → export gives the same bytes.
 //!
-//! Import is all-or-nothing: every line is checked first (JSON shape, timestamp form, seqs
-//! strictly increasing, the event decodes), then all rows are committed in one transaction.
-//! A truncated or malformed line fails the import with the source name, the line number and
-//! what was wrong, and nothing of that file is written; events already in the log are kept.
-//! Imported events keep their seqs, so they must all come after the log's last seq. The whole
-//! file is held in memory while it is checked.
+//! Import is all-or-nothing and streams: each line is checked as it is read (JSON shape,
+//! timestamp form, seqs strictly increasing, the event decodes) and inserted, a batch of a few
+//! thousand rows at a time, into one write transaction that is committed only after the last
+//! line. A truncated or malformed line, a read error or a failed insert rolls it back:
+//! the import fails with the source name, the line number and what was wrong, and nothing of
+//! that file is written; events already in the log are kept. Memory is bounded by a batch,
+//! not by the file. Imported events keep their seqs, so they must all come after the log's
+//! last seq; appends wait while an import runs.
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
@@ -89,75 +91,85 @@ pub fn import_jsonl(
         line,
         message,
     };
-    let mut rows: Vec<Row> = Vec::new();
-    let mut text = String::new();
-    let mut number = 0u64;
-    let mut previous_seq = log.last_seq();
-    loop {
-        text.clear();
-        number += 1;
-        let read = input
-            .read_line(&mut text)
-            .map_err(|err| bad(number, format!("cannot read: {err}")))?;
-        if read == 0 {
-            break;
-        }
-        let content = text.strip_suffix('\n').unwrap_or(&text);
-        if content.trim().is_empty() {
-            return Err(bad(number, "empty line".to_owned()));
-        }
-        let line: Line<'_> = serde_json::from_str(content).map_err(|err| {
-            let what = if err.is_eof() {
-                "truncated envelope"
-            } else {
-                "malformed envelope"
+    log.import(source_name, |import| {
+        let mut text = String::new();
+        let mut number = 0u64;
+        let mut previous_seq = import.after();
+        loop {
+            text.clear();
+            number += 1;
+            let read = input
+                .read_line(&mut text)
+                .map_err(|err| bad(number, format!("cannot read: {err}")))?;
+            if read == 0 {
+                return Ok(());
+            }
+            let content = text.strip_suffix('\n').unwrap_or(&text);
+            if content.trim().is_empty() {
+                return Err(bad(number, "empty line".to_owned()));
+            }
+            let line: Line<'_> = serde_json::from_str(content).map_err(|err| {
+                let what = if err.is_eof() {
+                    "truncated envelope"
+                } else {
+                    "malformed envelope"
+                };
+                bad(number, format!("{what}: {err}"))
+            })?;
+            // SQLite stores seqs as i64; a larger one would fail the insert without a line number.
+            if i64::try_from(line.seq).is_err() {
+                return Err(bad(
+                    number,
+                    format!(
+                        "seq {} is past the largest seq a log holds ({})",
+                        line.seq,
+                        i64::MAX
+                    ),
+                ));
+            }
+            if line.seq <= previous_seq {
+                return Err(bad(
+                    number,
+                    format!(
+                        "seq {} does not come after seq {previous_seq} (seqs must increase, and follow the log's last seq)",
+                        line.seq
+                    ),
+                ));
+            }
+            previous_seq = line.seq;
+            let at = timestamp::parse(&line.at).ok_or_else(|| {
+                bad(
+                    number,
+                    format!(
+                        "seq {}: at {:?} is not fixed-width RFC 3339 UTC with microseconds",
+                        line.seq, line.at
+                    ),
+                )
+            })?;
+            let raw = line.event.get();
+            let event = Event::decode(line.v, raw)
+                .map_err(|err| bad(number, format!("seq {}: {err}", line.seq)))?;
+            let payload = match &event {
+                Event::Unknown(_) => raw.to_owned(),
+                known => known.encode(),
             };
-            bad(number, format!("{what}: {err}"))
-        })?;
-        if line.seq <= previous_seq {
-            return Err(bad(
-                number,
-                format!(
-                    "seq {} does not come after seq {previous_seq} (seqs must increase, and follow the log's last seq)",
-                    line.seq
-                ),
-            ));
+            import.push(Row {
+                seq: line.seq,
+                session_id: Arc::from(line.session_id),
+                turn_id: line.turn_id.map(Arc::from),
+                at,
+                v: line.v,
+                kind: kind_of(&event),
+                payload,
+            })?;
         }
-        previous_seq = line.seq;
-        let at = timestamp::parse(&line.at).ok_or_else(|| {
-            bad(
-                number,
-                format!(
-                    "seq {}: at {:?} is not fixed-width RFC 3339 UTC with microseconds",
-                    line.seq, line.at
-                ),
-            )
-        })?;
-        let raw = line.event.get();
-        let event = Event::decode(line.v, raw)
-            .map_err(|err| bad(number, format!("seq {}: {err}", line.seq)))?;
-        let payload = match &event {
-            Event::Unknown(_) => raw.to_owned(),
-            known => known.encode(),
-        };
-        rows.push(Row {
-            seq: line.seq,
-            session_id: Arc::from(line.session_id),
-            turn_id: line.turn_id.map(Arc::from),
-            at,
-            v: line.v,
-            kind: kind_of(&event),
-            payload,
-        });
-    }
-    let count = rows.len() as u64;
-    log.import_rows(rows, source_name)?;
-    Ok(count)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::writer::IMPORT_BATCH;
     use chrono::{DateTime, Utc};
     use mull_core::{EntryPath, StreamPart, UIMessage};
     use proptest::prelude::*;
@@ -279,6 +291,10 @@ mod tests {
                 "bad.jsonl:1: seq 1: event of kind \"step_started\" does not fit its shape",
             ),
             (
+                &LINE_1.replace("\"seq\":1", "\"seq\":9223372036854775808"),
+                "bad.jsonl:1: seq 9223372036854775808 is past the largest seq a log holds",
+            ),
+            (
                 &format!("{LINE_1}\n{LINE_1}"),
                 "bad.jsonl:2: seq 1 does not come after seq 1",
             ),
@@ -310,6 +326,217 @@ mod tests {
             .append("s", None, at(1), Event::StepStarted { step: 1 })
             .expect("appends");
         assert_eq!(next.seq, 6, "appends continue after the imported seqs");
+    }
+
+    /// `count` valid lines with seqs `first..`, one session, a microsecond apart.
+    fn lines(first: u64, count: u64) -> String {
+        (first..first + count)
+            .map(|seq| {
+                format!(
+                    "{{\"seq\":{seq},\"session_id\":\"sess_1\",\"turn_id\":null,\"at\":\"{}\",\"v\":1,\"event\":{{\"type\":\"step_started\",\"step\":{seq}}}}}\n",
+                    timestamp::format(at(seq as i64))
+                )
+            })
+            .collect()
+    }
+
+    /// A log holding three appended events, committed.
+    fn log_with_three(dir: &std::path::Path) -> Log {
+        let log = fresh(dir, "a.db");
+        for step in 0..3 {
+            log.append(
+                "s",
+                None,
+                at(step),
+                Event::StepStarted { step: step as u32 },
+            )
+            .expect("appends");
+        }
+        log.flush_blocking().expect("flushes");
+        log
+    }
+
+    #[test]
+    fn an_import_of_more_than_a_batch_round_trips() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let total = 2 * IMPORT_BATCH as u64 + 10;
+        let source = lines(1, total);
+        let log = fresh(dir.path(), "a.db");
+        let n = import_jsonl(source.as_bytes(), "big.jsonl", &log).expect("imports");
+        assert_eq!(n, total);
+        assert_eq!(log.last_seq(), total);
+        assert_eq!(String::from_utf8(export(&log, None)).expect("utf8"), source);
+        let next = log
+            .append("s", None, at(0), Event::StepStarted { step: 0 })
+            .expect("appends");
+        assert_eq!(next.seq, total + 1);
+        log.flush_blocking().expect("flushes");
+    }
+
+    #[test]
+    fn a_bad_line_after_more_than_a_batch_rolls_back_every_batch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with_three(dir.path());
+        let before = export(&log, None);
+        let good = IMPORT_BATCH as u64 + 10;
+        let source = format!("{}garbage\n", lines(4, good));
+        let err = import_jsonl(source.as_bytes(), "big.jsonl", &log).expect_err("refused");
+        let expected = format!("big.jsonl:{}: malformed envelope", good + 1);
+        assert!(err.to_string().starts_with(&expected), "{err}");
+        assert_eq!(log.last_seq(), 3);
+        assert_eq!(log.reader().expect("reader").max_seq().expect("max"), 3);
+        assert_eq!(export(&log, None), before);
+        let next = log
+            .append("s", None, at(9), Event::StepStarted { step: 9 })
+            .expect("the log still works");
+        assert_eq!(next.seq, 4);
+        log.flush_blocking().expect("flushes");
+    }
+
+    /// Gives `data`, then fails like a broken disk would.
+    struct FailsAfter(std::io::Cursor<Vec<u8>>);
+
+    impl std::io::Read for FailsAfter {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match self.0.read(buf)? {
+                0 => Err(std::io::Error::other("the disk went away")),
+                n => Ok(n),
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_error_after_more_than_a_batch_rolls_back_every_batch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with_three(dir.path());
+        let before = export(&log, None);
+        let good = IMPORT_BATCH as u64 + 10;
+        let input = FailsAfter(std::io::Cursor::new(lines(4, good).into_bytes()));
+        let err =
+            import_jsonl(std::io::BufReader::new(input), "big.jsonl", &log).expect_err("refused");
+        let expected = format!("big.jsonl:{}: cannot read: the disk went away", good + 1);
+        assert_eq!(err.to_string(), expected);
+        assert_eq!(log.last_seq(), 3);
+        assert_eq!(export(&log, None), before);
+    }
+
+    #[test]
+    fn a_failed_insert_after_a_batch_rolls_back_and_the_log_goes_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with_three(dir.path());
+        let before = export(&log, None);
+        // Another connection makes one insert of the second batch fail, as a full disk would.
+        let refused = 4 + IMPORT_BATCH as u64 + 5;
+        let raw = rusqlite::Connection::open(log.path()).expect("raw");
+        raw.busy_timeout(std::time::Duration::from_secs(5))
+            .expect("timeout");
+        raw.execute_batch(&format!(
+            "CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.seq = {refused} \
+             BEGIN SELECT RAISE(ABORT, 'disk is full'); END;"
+        ))
+        .expect("trigger");
+        let source = lines(4, IMPORT_BATCH as u64 + 10);
+        let err = import_jsonl(source.as_bytes(), "big.jsonl", &log).expect_err("refused");
+        let text = err.to_string();
+        assert!(matches!(err, StoreError::Sqlite { .. }), "{text}");
+        assert!(
+            text.starts_with(&format!(
+                "big.jsonl: importing seqs {}..=",
+                4 + IMPORT_BATCH
+            )) && text.contains("disk is full"),
+            "{text}"
+        );
+        assert_eq!(log.last_seq(), 3);
+        assert_eq!(export(&log, None), before);
+        raw.execute_batch("DROP TRIGGER refuse")
+            .expect("drop trigger");
+        drop(raw);
+        let n = import_jsonl(source.as_bytes(), "big.jsonl", &log).expect("imports");
+        assert_eq!(n, IMPORT_BATCH as u64 + 10);
+        let next = log
+            .append("s", None, at(0), Event::StepStarted { step: 0 })
+            .expect("the writer did not stop");
+        assert_eq!(next.seq, 4 + n);
+        log.flush_blocking().expect("flushes");
+    }
+
+    /// Lines sent one at a time over a channel; tells `started` when it is first read.
+    struct Fed {
+        lines: std::sync::mpsc::Receiver<String>,
+        started: Option<std::sync::mpsc::Sender<()>>,
+        held: Vec<u8>,
+        at: usize,
+    }
+
+    impl std::io::Read for Fed {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = std::io::BufRead::fill_buf(self)?.len().min(buf.len());
+            buf[..n].copy_from_slice(&self.held[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    impl BufRead for Fed {
+        fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+            if let Some(started) = self.started.take() {
+                started.send(()).expect("test waits");
+            }
+            if self.at == self.held.len() {
+                self.held = self
+                    .lines
+                    .recv()
+                    .map(String::into_bytes)
+                    .unwrap_or_default();
+                self.at = 0;
+            }
+            Ok(&self.held[self.at..])
+        }
+
+        fn consume(&mut self, amount: usize) {
+            self.at += amount;
+        }
+    }
+
+    #[test]
+    fn appends_during_an_import_wait_for_it_and_follow_its_seqs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with_three(dir.path());
+        let (feed, lines_in) = std::sync::mpsc::channel();
+        let (started, has_started) = std::sync::mpsc::channel();
+        let importer = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let input = Fed {
+                    lines: lines_in,
+                    started: Some(started),
+                    held: Vec::new(),
+                    at: 0,
+                };
+                import_jsonl(input, "fed.jsonl", &log)
+            })
+        };
+        has_started.recv().expect("the import reads");
+        feed.send(lines(10, 1)).expect("feeds");
+        let appender = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                log.append("s", None, at(0), Event::StepStarted { step: 0 })
+                    .expect("appends")
+                    .seq
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !appender.is_finished(),
+            "an append went in during the import"
+        );
+        feed.send(lines(11, 1)).expect("feeds");
+        drop(feed);
+        assert_eq!(importer.join().expect("import thread").expect("imports"), 2);
+        assert_eq!(appender.join().expect("append thread"), 12);
+        log.flush_blocking().expect("flushes");
+        assert_eq!(log.reader().expect("reader").max_seq().expect("max"), 12);
     }
 
     fn event_strategy() -> impl Strategy<Value = Event> {

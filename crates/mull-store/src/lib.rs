@@ -61,7 +61,9 @@
 //!
 //! # JSONL
 //! [`export_jsonl`] and [`import_jsonl`] move logs in and out as one envelope per line,
-//! byte-for-byte round-trippable; see [`jsonl`].
+//! byte-for-byte round-trippable; see [`jsonl`]. An import streams its file into one
+//! transaction (all of it or nothing), holding one batch of rows in memory at a time; appends
+//! wait until it is done.
 
 pub mod decode;
 pub mod error;

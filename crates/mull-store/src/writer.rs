@@ -5,7 +5,8 @@
 //! [`LogOptions::batch_max_events`] rows or when [`LogOptions::batch_max_delay`] has passed
 //! since its first row. Producers wake the thread only when that changes something (a batch
 //! begins, or a few rows wait), not once per row: a streamed chunk costs an encode and a push.
-//! A flush barrier commits on its caller's thread, with no hand-off to wait for.
+//! A flush barrier commits on its caller's thread, with no hand-off to wait for. So does a
+//! JSONL import, in one transaction of its own that it fills a batch at a time.
 
 use std::borrow::Cow;
 use std::fs::{File, TryLockError};
@@ -16,9 +17,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use futures_channel::oneshot;
 use mull_core::{Envelope, Event, EVENT_VERSION};
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
 use crate::error::StoreError;
 use crate::reader::LogReader;
@@ -91,13 +91,10 @@ struct Shared {
 /// the queue holds rows in seq order.
 struct Queue {
     next_seq: u64,
-    commands: Vec<Command>,
-    /// Rows among `commands`.
-    rows: usize,
+    /// Appended rows not yet inserted, in seq order.
+    rows: Vec<Row>,
     /// When the oldest uncommitted row (queued, or inserted in the open transaction) arrived.
     first_at: Option<Instant>,
-    /// A flush or import is queued: the writer must not wait for the batch to fill.
-    barrier: bool,
     /// Every handle is gone: commit what is queued and stop.
     closed: bool,
     /// What the writer thread is doing, so producers wake it only when it needs to know.
@@ -138,7 +135,7 @@ const EAGER_ROWS: usize = 64;
 enum Work {
     /// Insert what is queued; commit only full batches.
     Insert,
-    /// A barrier is queued or the batch's delay has passed: insert and commit everything.
+    /// The batch's delay has passed: insert and commit everything.
     Commit,
     /// The WAL has grown: commit what was inserted, then copy the WAL back into the database.
     Checkpoint,
@@ -187,14 +184,6 @@ pub(crate) struct Row {
     pub v: u16,
     pub kind: Cow<'static, str>,
     pub payload: String,
-}
-
-enum Command {
-    Append(Row),
-    Import {
-        rows: Vec<Row>,
-        done: oneshot::Sender<Result<(), StoreError>>,
-    },
 }
 
 const INSERT: &str =
@@ -279,10 +268,8 @@ impl Log {
             wal_pages,
             queue: Mutex::new(Queue {
                 next_seq: last + 1,
-                commands: Vec::new(),
-                rows: 0,
+                rows: Vec::new(),
                 first_at: None,
-                barrier: false,
                 closed: false,
                 writer: WriterWait::Busy,
                 session: None,
@@ -355,9 +342,8 @@ impl Log {
                 kind,
                 payload,
             };
-            queue.commands.push(Command::Append(row));
+            queue.rows.push(row);
             queue.next_seq += 1;
-            queue.rows += 1;
             if queue.first_at.is_none() {
                 queue.first_at = Some(Instant::now());
             }
@@ -366,7 +352,7 @@ impl Log {
             let wake = match queue.writer {
                 WriterWait::Busy => false,
                 WriterWait::Idle => true,
-                WriterWait::Timed => queue.rows >= shared.eager_rows(),
+                WriterWait::Timed => queue.rows.len() >= shared.eager_rows(),
             };
             if wake {
                 queue.wake_writer(&shared.wake);
@@ -397,8 +383,8 @@ impl Log {
             return shared.failure.check();
         }
         let mut store = lock(&shared.store);
-        let commands = shared.take();
-        store.process(shared, commands);
+        let rows = shared.take();
+        store.insert_rows(shared, rows);
         store.commit(shared);
         store.settle(shared);
         drop(store);
@@ -442,40 +428,87 @@ impl Log {
         result
     }
 
-    /// Commits `rows` (seqs already checked strictly increasing) in one transaction after
-    /// everything appended so far. Either all rows land or none.
-    pub(crate) fn import_rows(&self, rows: Vec<Row>, source_name: &str) -> Result<(), StoreError> {
-        let (Some(first), Some(last)) = (rows.first().map(|r| r.seq), rows.last().map(|r| r.seq))
-        else {
-            return Ok(());
-        };
+    /// Runs `fill` inside one write transaction on the log's connection, after committing
+    /// everything appended so far, and commits what it pushed if it returns `Ok`; on any error
+    /// (its own, or SQLite's) rolls back, so the log is left as it was. Returns the number of
+    /// rows imported.
+    ///
+    /// Imported rows keep their seqs, which are known only as `fill` reads them: appends (and
+    /// [`Log::last_seq`]) wait until the import is done, then continue after its last seq.
+    /// `fill` must not use this log.
+    pub(crate) fn import(
+        &self,
+        source_name: &str,
+        fill: impl FnOnce(&mut Import<'_>) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
         let shared = &self.inner.shared;
         shared.failure.check()?;
-        let (done, wait) = oneshot::channel();
-        {
-            let mut queue = lock(&shared.queue);
-            if first < queue.next_seq {
-                return Err(StoreError::Jsonl {
-                    source_name: source_name.to_owned(),
-                    line: 1,
-                    message: format!(
-                        "seq {first} is not after the log's last seq {}",
-                        queue.next_seq - 1
-                    ),
-                });
-            }
-            if queue.closed {
-                return Err(StoreError::WriterGone);
-            }
-            queue.commands.push(Command::Import { rows, done });
-            queue.next_seq = last + 1;
-            queue.barrier = true;
-            queue.wake_writer(&shared.wake);
+        let mut store = lock(&shared.store);
+        let mut queue = lock(&shared.queue);
+        let result = store.import(shared, &mut queue, source_name, fill);
+        drop(queue);
+        store.settle(shared);
+        drop(store);
+        if shared.wal_pages.load(Ordering::Acquire) >= CHECKPOINT_PAGES {
+            shared.nudge_writer();
         }
-        match futures_executor::block_on(wait) {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::WriterGone),
+        result
+    }
+}
+
+/// Rows an import inserts at a time: all it holds in memory, however long its input.
+pub(crate) const IMPORT_BATCH: usize = 4096;
+
+/// An import in progress: rows pushed are inserted a batch at a time into its transaction.
+pub(crate) struct Import<'a> {
+    conn: &'a Connection,
+    source_name: &'a str,
+    after: u64,
+    batch: Vec<Row>,
+    /// The last seq inserted (`after` until the first batch).
+    last: u64,
+    count: u64,
+}
+
+impl Import<'_> {
+    /// The log's last seq when the import began: imported seqs must come after it.
+    pub(crate) fn after(&self) -> u64 {
+        self.after
+    }
+
+    /// Adds a row (its seq already checked to follow the previous one); inserts the batch once
+    /// it holds [`IMPORT_BATCH`] rows.
+    pub(crate) fn push(&mut self, row: Row) -> Result<(), StoreError> {
+        self.batch.push(row);
+        if self.batch.len() >= IMPORT_BATCH {
+            self.insert()?;
         }
+        Ok(())
+    }
+
+    /// Inserts the rows held into the import's transaction.
+    fn insert(&mut self) -> Result<(), StoreError> {
+        let (Some(first), Some(last)) = (self.batch.first(), self.batch.last()) else {
+            return Ok(());
+        };
+        let (first, last) = (first.seq, last.seq);
+        let conn = self.conn;
+        let batch = &self.batch;
+        (|| -> rusqlite::Result<()> {
+            let mut insert = conn.prepare_cached(INSERT)?;
+            for row in batch {
+                insert_row(&mut insert, row)?;
+            }
+            Ok(())
+        })()
+        .map_err(StoreError::sqlite(format!(
+            "{}: importing seqs {first}..={last}",
+            self.source_name
+        )))?;
+        self.count += self.batch.len() as u64;
+        self.last = last;
+        self.batch.clear();
+        Ok(())
     }
 }
 
@@ -530,11 +563,8 @@ impl Shared {
 
     /// Takes everything queued. Called with the store locked, so what is taken is inserted in
     /// the order it was taken.
-    fn take(&self) -> Vec<Command> {
-        let mut queue = lock(&self.queue);
-        queue.rows = 0;
-        queue.barrier = false;
-        std::mem::take(&mut queue.commands)
+    fn take(&self) -> Vec<Row> {
+        std::mem::take(&mut lock(&self.queue).rows)
     }
 
     /// The writer thread's wait, until there is something to do.
@@ -548,10 +578,10 @@ impl Shared {
             let expired = queue
                 .first_at
                 .is_some_and(|t| t.elapsed() >= self.options.batch_max_delay);
-            if queue.barrier || expired {
+            if expired {
                 return Work::Commit;
             }
-            if queue.rows >= self.eager_rows() {
+            if queue.rows.len() >= self.eager_rows() {
                 return Work::Insert;
             }
             if self.wal_pages.load(Ordering::Acquire) >= CHECKPOINT_PAGES {
@@ -595,8 +625,8 @@ fn run_writer(shared: Arc<Shared>) {
         let work = shared.wait_for_work();
         let mut store = lock(&shared.store);
         if !matches!(work, Work::Checkpoint) {
-            let commands = shared.take();
-            store.process(&shared, commands);
+            let rows = shared.take();
+            store.insert_rows(&shared, rows);
         }
         if !matches!(work, Work::Insert) {
             store.commit(&shared);
@@ -613,30 +643,6 @@ fn run_writer(shared: Arc<Shared>) {
 }
 
 impl Store {
-    /// Inserts `commands` in order into the open transaction: a batch is committed when it
-    /// holds `batch_max_events` rows, and before each barrier is answered.
-    fn process(&mut self, shared: &Shared, commands: Vec<Command>) {
-        let mut rows = Vec::with_capacity(commands.len());
-        for command in commands {
-            match command {
-                Command::Append(row) => rows.push(row),
-                Command::Import {
-                    rows: imported,
-                    done,
-                } => {
-                    self.insert_rows(shared, std::mem::take(&mut rows));
-                    self.commit(shared);
-                    let result = shared
-                        .failure
-                        .check()
-                        .and_then(|()| self.commit_import(shared, imported));
-                    let _ = done.send(result);
-                }
-            }
-        }
-        self.insert_rows(shared, rows);
-    }
-
     /// Inserts rows in order into the open transaction (opening one when none is), committing
     /// each time it holds `batch_max_events` rows. The insert statement is looked up once.
     fn insert_rows(&mut self, shared: &Shared, rows: Vec<Row>) {
@@ -676,7 +682,7 @@ impl Store {
     /// it; rows left with no clock running start it.
     fn settle(&self, shared: &Shared) {
         let mut queue = lock(&shared.queue);
-        if self.open.is_none() && queue.rows == 0 {
+        if self.open.is_none() && queue.rows.is_empty() {
             queue.first_at = None;
         } else if queue.first_at.is_none() {
             queue.first_at = Some(Instant::now());
@@ -715,32 +721,59 @@ impl Store {
         ));
     }
 
-    fn commit_import(&mut self, shared: &Shared, rows: Vec<Row>) -> Result<(), StoreError> {
-        let (first, last) = (
-            rows.first().map_or(0, |r| r.seq),
-            rows.last().map_or(0, |r| r.seq),
-        );
-        let result = (|| -> Result<(), rusqlite::Error> {
-            let tx = self.conn.transaction()?;
-            {
-                let mut insert = tx.prepare_cached(INSERT)?;
-                for row in &rows {
-                    insert_row(&mut insert, row)?;
-                }
-            }
-            tx.commit()
-        })();
-        match result {
-            Ok(()) => {
-                shared.committed.store(last, Ordering::Release);
-                Ok(())
-            }
-            Err(err) => {
-                let message = format!("importing seqs {first}..={last}: {err}");
-                shared.failure.set(message.clone());
-                Err(StoreError::WriterFailed { message })
-            }
+    /// The body of [`Log::import`], with the store and the queue locked: commits what is
+    /// queued, then runs the import in a transaction of its own and publishes its seqs only
+    /// once it is committed.
+    fn import(
+        &mut self,
+        shared: &Shared,
+        queue: &mut Queue,
+        source_name: &str,
+        fill: impl FnOnce(&mut Import<'_>) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
+        if queue.closed {
+            return Err(StoreError::WriterGone);
         }
+        self.insert_rows(shared, std::mem::take(&mut queue.rows));
+        self.commit(shared);
+        shared.failure.check()?;
+        let context = |what: &str| StoreError::sqlite(format!("{source_name}: {what}"));
+        // Rolls back when dropped, also if `fill` panics: the writer must not inherit it.
+        let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)
+            .map_err(context("beginning the import"))?;
+        let after = queue.next_seq - 1;
+        let mut import = Import {
+            conn: &tx,
+            source_name,
+            after,
+            batch: Vec::with_capacity(IMPORT_BATCH),
+            last: after,
+            count: 0,
+        };
+        let result = fill(&mut import).and_then(|()| import.insert());
+        let (count, last) = (import.count, import.last);
+        if let Err(err) = result {
+            // A failed statement may have ended the transaction already; `finish` knows.
+            if let Err(rollback) = tx.finish() {
+                shared.failure.set(format!(
+                    "rolling back the import of {source_name}: {rollback}"
+                ));
+            }
+            return Err(err);
+        }
+        if let Err(err) = tx.commit() {
+            // Dropping the transaction tried to roll it back; if it is still open, the
+            // connection can't be trusted with another.
+            if !self.conn.is_autocommit() {
+                shared.failure.set(format!(
+                    "the import of {source_name} could not be committed or rolled back: {err}"
+                ));
+            }
+            return Err(context("committing the import")(err));
+        }
+        queue.next_seq = last + 1;
+        shared.committed.store(last, Ordering::Release);
+        Ok(count)
     }
 
     /// Copies the WAL back into the database without waiting for readers. A failure is only
@@ -994,6 +1027,69 @@ mod tests {
         log.append("s", None, at(0), delta("a")).expect("appends");
         log.flush_blocking().expect("flushes");
         assert_eq!(log.with_reader(|r| r.max_seq()).expect("reads"), 1);
+    }
+
+    #[test]
+    fn an_import_holds_at_most_a_batch_of_rows_and_commits_them_all() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        let total = 2 * IMPORT_BATCH as u64 + 1;
+        let n = log
+            .import("rows", |import| {
+                for seq in 1..=total {
+                    let event = delta(&seq.to_string());
+                    import.push(Row {
+                        seq,
+                        session_id: Arc::from("s"),
+                        turn_id: None,
+                        at: at(seq as i64),
+                        v: EVENT_VERSION,
+                        kind: kind_of(&event),
+                        payload: event.encode(),
+                    })?;
+                    assert!(import.batch.len() < IMPORT_BATCH, "seq {seq}");
+                }
+                Ok(())
+            })
+            .expect("imports");
+        assert_eq!(n, total);
+        assert_eq!(log.last_seq(), total);
+        let reader = log.reader().expect("reader");
+        assert_eq!(reader.max_seq().expect("max"), total);
+        assert_eq!(reader.range(1, total).expect("range").len() as u64, total);
+    }
+
+    #[test]
+    fn an_import_that_panics_leaves_the_log_working() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        log.append("s", None, at(0), delta("before"))
+            .expect("appends");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            log.import("rows", |import| {
+                let event = delta("imported");
+                import.push(Row {
+                    seq: 2,
+                    session_id: Arc::from("s"),
+                    turn_id: None,
+                    at: at(1),
+                    v: EVENT_VERSION,
+                    kind: kind_of(&event),
+                    payload: event.encode(),
+                })?;
+                import.insert()?;
+                panic!("the input broke");
+            })
+        }));
+        assert!(panicked.is_err());
+        let env = log
+            .append("s", None, at(2), delta("after"))
+            .expect("appends");
+        assert_eq!(env.seq, 2, "the import's seq was never published");
+        log.flush_blocking().expect("the writer goes on");
+        let events = log.reader().expect("reader").range(1, 10).expect("range");
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1].event, delta("after"));
     }
 
     #[test]
