@@ -219,17 +219,20 @@ fn second_turn(full: &[Envelope]) -> (usize, usize) {
     (starts[1], finish)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_cut_mid_stream_and_recovered_replays_identically() {
-    let full = first_process(false).await;
-    // Cut right after the second turn's first text delta.
-    let cut = full
-        .iter()
+/// The cut right after the second turn's first text delta: mid-stream, before the tool call.
+fn after_first_delta_of_the_second_turn(full: &[Envelope]) -> usize {
+    full.iter()
         .position(|e| {
             matches!(&e.event, Event::Chunk { part: mull::core::StreamPart::TextDelta { text, .. }, .. } if text == "Let me ")
         })
-        .unwrap()
-        + 1;
+        .expect("the second turn streams \"Let me \"")
+        + 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cut_mid_stream_and_recovered_replays_identically() {
+    let full = first_process(false).await;
+    let cut = after_first_delta_of_the_second_turn(&full);
     let (_log, recording) = crashed_at(&full, cut).await;
     assert_eq!(recovered(recording.envelopes()), 1);
     let partial = recording.envelopes().iter().find_map(|e| match &e.event {
@@ -376,13 +379,7 @@ async fn work_parked_at_a_reenacted_stop_does_not_outlive_the_replay() {
     // A durable submission runs in a background task; cut its turn mid-stream, so the replay
     // parks that task where the recorded process died.
     let full = first_process(true).await;
-    let cut = full
-        .iter()
-        .position(|e| {
-            matches!(&e.event, Event::Chunk { part: mull::core::StreamPart::TextDelta { text, .. }, .. } if text == "Let me ")
-        })
-        .unwrap()
-        + 1;
+    let cut = after_first_delta_of_the_second_turn(&full);
     let (_log, recording) = crashed_at(&full, cut).await;
     assert_eq!(recovered(recording.envelopes()), 1);
     let alive = Arc::new(());
