@@ -306,7 +306,9 @@ impl Inner {
         &self,
         task: impl std::future::Future<Output = T> + Send + 'static,
     ) -> tokio::task::JoinHandle<T> {
-        let handle = tokio::spawn(task);
+        // Boxed: a turn's future is large (kilobytes), and tokio moves an unboxed future
+        // through several copies while spawning and finishing the task.
+        let handle = tokio::spawn(Box::pin(task));
         let mut background = lock(&self.background);
         background.retain(|h| !h.is_finished());
         background.push(handle.abort_handle());

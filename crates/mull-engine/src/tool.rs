@@ -2,8 +2,10 @@
 //! client tool has only a schema and is answered by the client. A [`ToolSet`] merges tools by
 //! name, later entries replacing earlier ones, in a stable order.
 
+use std::any::TypeId;
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -211,8 +213,25 @@ pub fn validate_input(tool_name: &str, schema: &Value, input: &Value) -> Result<
 }
 
 /// The JSON Schema of a Rust input type, as tools declare it.
-pub fn schema_of<I: JsonSchema>() -> Value {
-    serde_json::to_value(schemars::schema_for!(I)).unwrap_or(Value::Null)
+///
+/// Derived once per type and kept: agents commonly build their tools afresh for every turn,
+/// and deriving and serializing a schema costs far more than cloning it.
+pub fn schema_of<I: JsonSchema + 'static>() -> Value {
+    static SCHEMAS: OnceLock<Mutex<HashMap<TypeId, Value>>> = OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(Default::default);
+    let known = schemas
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(&TypeId::of::<I>())
+        .cloned();
+    known.unwrap_or_else(|| {
+        let schema = serde_json::to_value(schemars::schema_for!(I)).unwrap_or(Value::Null);
+        schemas
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(TypeId::of::<I>(), schema.clone());
+        schema
+    })
 }
 
 type ScalarFn = dyn Fn(Value, ToolExecution) -> futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>
