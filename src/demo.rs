@@ -227,6 +227,9 @@ impl Agent for TravelDesk {
 fn script(part_delay: Duration) -> ScriptedModel {
     ScriptedModel::builder("scripted-travel-1")
         .part_delay(part_delay)
+        // A session reopened with a fresh agent (a new process, a server that evicted it)
+        // carries on with the turn its conversation has reached.
+        .by_conversation()
         // Turn 1: a plain answer with reasoning.
         .step(|s| {
             s.reasoning("The user wants a quick sense of Lisbon; no tool needed for that.")

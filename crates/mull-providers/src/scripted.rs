@@ -24,8 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::{self, StreamExt};
 use mull_core::{
-    FinishReason, LanguageModel, ModelError, ModelErrorKind, ModelRequest, ModelStream, Source,
-    StreamPart, Usage,
+    FinishReason, LanguageModel, ModelError, ModelErrorKind, ModelRequest, ModelRole, ModelStream,
+    Source, StreamPart, Usage,
 };
 use serde_json::Value;
 
@@ -272,6 +272,7 @@ pub struct ScriptedModelBuilder {
     model_id: String,
     steps: Vec<ScriptedStep>,
     part_delay: Duration,
+    by_conversation: bool,
 }
 
 impl ScriptedModelBuilder {
@@ -310,6 +311,19 @@ impl ScriptedModelBuilder {
         self
     }
 
+    /// Plays the step numbered by how many assistant messages the request already holds,
+    /// instead of the next unplayed one.
+    ///
+    /// A script then follows the conversation rather than the calls this value has seen: a
+    /// session reopened by another process (or after a server evicted it) with a fresh model
+    /// carries on where its conversation is, and a retried call gets the same step again.
+    /// Each scripted step must leave exactly one assistant message behind, as a step of text
+    /// and tool calls does.
+    pub fn by_conversation(mut self) -> Self {
+        self.by_conversation = true;
+        self
+    }
+
     /// Names the provider (`scripted` by default).
     pub fn provider(mut self, provider: impl Into<String>) -> Self {
         self.provider = provider.into();
@@ -322,6 +336,7 @@ impl ScriptedModelBuilder {
             provider: self.provider,
             model_id: self.model_id,
             part_delay: self.part_delay,
+            by_conversation: self.by_conversation,
             inner: Arc::new(Mutex::new(Inner {
                 steps: self.steps.into(),
                 requests: Vec::new(),
@@ -343,6 +358,7 @@ pub struct ScriptedModel {
     provider: String,
     model_id: String,
     part_delay: Duration,
+    by_conversation: bool,
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -354,6 +370,7 @@ impl ScriptedModel {
             model_id: model_id.into(),
             steps: Vec::new(),
             part_delay: Duration::ZERO,
+            by_conversation: false,
         }
     }
 
@@ -368,7 +385,8 @@ impl ScriptedModel {
         self.lock().requests.clone()
     }
 
-    /// How many scripted steps have not been consumed yet.
+    /// How many scripted steps have not been consumed yet (in a script that follows the
+    /// conversation, none is ever consumed).
     pub fn remaining_steps(&self) -> usize {
         self.lock().steps.len()
     }
@@ -394,15 +412,30 @@ impl LanguageModel for ScriptedModel {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
         let step = {
             let mut inner = self.lock();
+            let answered = request
+                .messages
+                .iter()
+                .filter(|m| m.role == ModelRole::Assistant)
+                .count();
             inner.requests.push(request);
             let call = inner.requests.len();
-            inner.steps.pop_front().ok_or_else(|| {
+            let step = if self.by_conversation {
+                inner.steps.get(answered).cloned()
+            } else {
+                inner.steps.pop_front()
+            };
+            step.ok_or_else(|| {
+                let why = if self.by_conversation {
+                    format!(
+                        "the conversation holds {answered} assistant messages and the script has {} steps",
+                        inner.steps.len()
+                    )
+                } else {
+                    format!("call {call} has no scripted step left")
+                };
                 ModelError::new(
                     ModelErrorKind::Other,
-                    format!(
-                        "scripted model {}: call {call} has no scripted step left",
-                        self.model_id
-                    ),
+                    format!("scripted model {}: {why}", self.model_id),
                 )
             })?
         };
@@ -455,6 +488,68 @@ mod tests {
                 Err(e) => vec![Err(e)],
             }
         })
+    }
+
+    #[test]
+    fn a_script_that_follows_the_conversation_plays_the_step_its_history_has_reached() {
+        use mull_core::ModelMessage;
+        let script = || {
+            ScriptedModel::builder("m")
+                .step(|s| s.text("first"))
+                .step(|s| s.text("second"))
+                .by_conversation()
+                .build()
+        };
+        let texts = |model: &ScriptedModel, request: ModelRequest| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                match model.stream(request).await {
+                    Ok(s) => s
+                        .filter_map(|p| async move {
+                            match p {
+                                Ok(StreamPart::TextDelta { text, .. }) => Some(text),
+                                _ => None,
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .await
+                        .join(""),
+                    Err(e) => format!("error: {e}"),
+                }
+            })
+        };
+        let user = ModelMessage::text(ModelRole::User, "hi");
+        let answered = ModelRequest {
+            messages: vec![
+                user.clone(),
+                ModelMessage::text(ModelRole::Assistant, "first"),
+                user.clone(),
+            ],
+            ..ModelRequest::default()
+        };
+        // A fresh model (a reopened session) picks up at the conversation's second step, and
+        // asking again with the same history gets the same step, not the next one.
+        let fresh = script();
+        assert_eq!(texts(&fresh, answered.clone()), "second");
+        assert_eq!(texts(&fresh, answered.clone()), "second");
+        assert_eq!(fresh.remaining_steps(), 2);
+        let start = ModelRequest {
+            messages: vec![user.clone()],
+            ..ModelRequest::default()
+        };
+        assert_eq!(texts(&fresh, start), "first");
+        // Past the script's end the error says where the conversation is.
+        let mut beyond = answered;
+        beyond
+            .messages
+            .push(ModelMessage::text(ModelRole::Assistant, "second"));
+        let error = texts(&fresh, beyond);
+        assert!(
+            error.contains("holds 2 assistant messages and the script has 2 steps"),
+            "{error}"
+        );
     }
 
     #[test]
