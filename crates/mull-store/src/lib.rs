@@ -19,7 +19,9 @@
 //! A barrier commits on its caller's own thread (after the writer thread's batch, if one is
 //! being inserted): a commit in WAL mode with `synchronous=NORMAL` is a few page writes without
 //! fsync, cheaper than two thread hand-offs. SQLite's automatic checkpoint is replaced by one the writer thread
-//! runs (at SQLite's 1,000-page mark), so the fsyncs of a checkpoint never land on a caller.
+//! runs (at [`LogOptions::checkpoint_pages`]): it copies the WAL back on a connection of its
+//! own while commits go on, and only the last few frames, with their two fsyncs, with the
+//! write connection held.
 //!
 //! # Barriers and what a crash can lose
 //! [`Log::flush`] is a barrier: it resolves once every event appended before it is committed.

@@ -137,6 +137,21 @@ fn migrate(conn: &mut Connection, from: i64, path: &Path) -> Result<(), StoreErr
     Ok(())
 }
 
+/// Opens the connection the writer thread checkpoints with while the write connection commits
+/// (a checkpoint needs a read-write connection, but this one never writes rows).
+pub fn open_checkpointer(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path).map_err(StoreError::sqlite(format!(
+        "{}: opening the checkpoint connection",
+        path.display()
+    )))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(StoreError::sqlite(format!(
+            "{}: setting busy_timeout",
+            path.display()
+        )))?;
+    Ok(conn)
+}
+
 /// Opens a read-only connection to an existing log, from any process, while a writer runs.
 pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
     if !path.exists() {
