@@ -611,7 +611,7 @@ fn upsert(messages: &mut Vec<UIMessage>, message: &UIMessage) {
 /// One tool call as its lifecycle events tell it (stream chunks add nothing to these facts).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ToolCallRecord {
-    /// The turn whose `tool_call_started` (or first event of the call) was filed under.
+    /// The turn the call's first event was filed under.
     pub turn_id: Option<String>,
     pub call_id: String,
     pub tool: String,
