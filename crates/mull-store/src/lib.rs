@@ -80,7 +80,8 @@ pub mod writer;
 pub use error::StoreError;
 pub use jsonl::{export_jsonl, import_jsonl};
 pub use projection::{
-    PendingClientCall, SessionState, Submission, SubmissionPhase, ToolStats, TurnSummary,
+    PendingClientCall, SessionState, SessionToolCalls, Submission, SubmissionPhase, ToolCallRecord,
+    ToolStats, TurnSummary,
 };
 pub use reader::{LogReader, SessionSummary};
 pub use tail::{Tail, TAIL_POLL_INTERVAL};

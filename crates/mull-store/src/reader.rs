@@ -11,7 +11,7 @@ use rusqlite::{params, Connection, Params};
 use serde::Serialize;
 
 use crate::error::StoreError;
-use crate::projection::{SessionState, TurnSummary};
+use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
 use crate::schema::{self, LIFECYCLE_PREDICATE};
 use crate::tail::Tail;
 use crate::timestamp;
@@ -197,6 +197,21 @@ impl LogReader {
         Ok(state.turns)
     }
 
+    /// A session's tool calls and turn count, for session-wide tool statistics without
+    /// reading the session's chunks: only the lifecycle index is walked, and only tool and
+    /// `turn_started` events are decoded. Keep the result current with
+    /// [`SessionToolCalls::apply`].
+    pub fn session_tool_calls(&self, session_id: &str) -> Result<SessionToolCalls, StoreError> {
+        let mut calls = SessionToolCalls::new(session_id);
+        self.scan(
+            &tool_calls_sql(),
+            params![session_id],
+            "reading tool calls",
+            |env| calls.apply(&env),
+        )?;
+        Ok(calls)
+    }
+
     /// Rebuilds a session's state by folding all its events, page by page.
     pub fn load_session(&self, session_id: &str) -> Result<SessionState, StoreError> {
         let mut state = SessionState::new(session_id);
@@ -351,6 +366,16 @@ impl LogReader {
     }
 }
 
+/// The events [`LogReader::session_tool_calls`] folds: the lifecycle predicate is repeated so
+/// the planner walks the partial index, never the session's chunks.
+fn tool_calls_sql() -> String {
+    format!(
+        "SELECT {COLUMNS} FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} \
+         AND kind IN ('turn_started', 'tool_call_started', 'tool_decided', \
+         'tool_call_finished', 'client_tool_result', 'tool_call_repaired') ORDER BY seq"
+    )
+}
+
 /// A stored row, borrowed from SQLite.
 pub(crate) struct RawRow<'a> {
     pub seq: u64,
@@ -427,7 +452,7 @@ fn text_or_null<'a>(row: &'a rusqlite::Row<'_>, index: usize) -> rusqlite::Resul
 mod tests {
     use super::*;
     use crate::writer::Log;
-    use mull_core::{EntryPath, Event, StreamPart, TurnStatus, Usage};
+    use mull_core::{DecisionAction, EntryPath, Event, StreamPart, TurnStatus, Usage};
     use serde_json::json;
 
     fn at(micros: i64) -> DateTime<Utc> {
@@ -547,6 +572,169 @@ mod tests {
                 ("req_1", TurnStatus::Completed),
                 ("req_3", TurnStatus::Running)
             ]
+        );
+    }
+
+    fn tool_events(
+        call: &str,
+        tool: &str,
+        action: DecisionAction,
+        ok: bool,
+        ms: u64,
+    ) -> [Event; 3] {
+        [
+            Event::ToolCallStarted {
+                step: 0,
+                call_id: call.into(),
+                tool: tool.into(),
+                input: json!({}),
+                client: false,
+            },
+            Event::ToolDecided {
+                step: 0,
+                call_id: call.into(),
+                tool: tool.into(),
+                action,
+                model_input: json!({}),
+                effective_input: json!({}),
+                reason: None,
+                output: None,
+            },
+            Event::ToolCallFinished {
+                step: 0,
+                call_id: call.into(),
+                tool: tool.into(),
+                success: ok,
+                output: None,
+                error: (!ok).then(|| "failed".to_owned()),
+                duration_ms: ms,
+            },
+        ]
+    }
+
+    #[test]
+    fn session_tool_calls_fold_only_the_sessions_tool_events() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        let mut t = 0;
+        let mut push = |s: &str, turn: &str, e: Event| {
+            t += 1000;
+            log.append(s, Some(turn), at(t), e).expect("appends");
+        };
+        push("a", "turn_1", started(1));
+        push("a", "turn_1", delta());
+        for e in tool_events("call_1", "search", DecisionAction::Allow, true, 40) {
+            push("a", "turn_1", e);
+            push("b", "turn_b", delta());
+        }
+        for e in tool_events("call_2", "rm", DecisionAction::Block, true, 0) {
+            push("a", "turn_1", e);
+        }
+        push("a", "turn_1", finished(1));
+        push("b", "turn_b", started(9));
+        for e in tool_events("call_9", "other", DecisionAction::Allow, true, 5) {
+            push("b", "turn_b", e);
+        }
+        push("a", "turn_2", started(2));
+        // The model reuses an id in the next turn: a new call, not the old one again.
+        for e in tool_events("call_1", "search", DecisionAction::Allow, false, 60) {
+            push("a", "turn_2", e);
+        }
+        let [begun, decided, _] =
+            tool_events("call_3", "fetch", DecisionAction::Substitute, true, 0);
+        push("a", "turn_2", begun);
+        push("a", "turn_2", decided);
+        log.flush_blocking().expect("flushes");
+        let reader = log.reader().expect("reader");
+
+        let calls = reader.session_tool_calls("a").expect("reads");
+        assert_eq!(calls.turns, 2);
+        let brief: Vec<_> = calls
+            .calls
+            .iter()
+            .map(|c| {
+                (
+                    c.turn_id.as_deref().unwrap_or(""),
+                    c.call_id.as_str(),
+                    c.tool.as_str(),
+                    c.decision,
+                    c.success,
+                    c.duration_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            brief,
+            [
+                (
+                    "turn_1",
+                    "call_1",
+                    "search",
+                    Some(DecisionAction::Allow),
+                    Some(true),
+                    Some(40)
+                ),
+                (
+                    "turn_1",
+                    "call_2",
+                    "rm",
+                    Some(DecisionAction::Block),
+                    Some(true),
+                    Some(0)
+                ),
+                (
+                    "turn_2",
+                    "call_1",
+                    "search",
+                    Some(DecisionAction::Allow),
+                    Some(false),
+                    Some(60)
+                ),
+                (
+                    "turn_2",
+                    "call_3",
+                    "fetch",
+                    Some(DecisionAction::Substitute),
+                    None,
+                    None
+                ),
+            ]
+        );
+        // Events already folded (an overlapping tail) change nothing; new ones are folded in.
+        let mut live = calls.clone();
+        for env in reader.session_events("a", 0).expect("reads") {
+            live.apply(&env);
+        }
+        assert_eq!(live, calls);
+        let last = log
+            .append(
+                "a",
+                Some("turn_2"),
+                at(t + 1000),
+                tool_events("call_3", "fetch", DecisionAction::Substitute, true, 0)[2].clone(),
+            )
+            .expect("appends");
+        live.apply(&last);
+        assert_eq!(live.calls[3].success, Some(true));
+        assert_eq!(live.last_seq, last.seq);
+        assert!(reader
+            .session_tool_calls("c")
+            .expect("reads")
+            .calls
+            .is_empty());
+
+        // Only the lifecycle index is walked: the session's chunks are never read.
+        let plan: Vec<String> = reader
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", tool_calls_sql()))
+            .expect("prepares")
+            .query_map(["a"], |r| r.get::<_, String>(3))
+            .expect("runs")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert!(
+            plan.iter().any(|p| p.contains("events_lifecycle")),
+            "{plan:?}"
         );
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mull_core::{Envelope, Event, TurnStatus, Usage};
 use mull_store::projection::{SessionState, TurnSummary};
-use mull_store::SessionSummary;
+use mull_store::{SessionSummary, SessionToolCalls};
 
 use crate::dash::keys::Action;
 use crate::dash::replay::Replay;
@@ -51,6 +51,8 @@ pub enum Msg {
         scanned_to: u64,
         exhausted: bool,
     },
+    /// The tool calls of a session, read from its lifecycle events.
+    ToolCalls(Box<SessionToolCalls>),
     /// The session's state just before the turn began.
     Base {
         turn_id: String,
@@ -85,6 +87,10 @@ pub enum Effect {
         session_id: String,
         turn_id: String,
         after_seq: u64,
+    },
+    /// A session's tool calls, for the session-wide tool table.
+    ToolCalls {
+        session_id: String,
     },
     /// The session folded up to (not including) `before_seq`.
     BaseState {
@@ -237,6 +243,9 @@ pub struct App {
     pub session_id: Option<String>,
     pub turns: Vec<TurnSummary>,
     pub turn_selected: usize,
+    /// The tool calls of the session whose turns are listed: read when the session is
+    /// entered, then kept current from the events that arrive.
+    pub session_tools: Option<SessionToolCalls>,
     pub turn: Option<TurnView>,
     /// The event the JSON view shows.
     pub event_seq: Option<u64>,
@@ -337,6 +346,7 @@ impl App {
             session_id: None,
             turns: Vec::new(),
             turn_selected: 0,
+            session_tools: None,
             turn: None,
             event_seq: None,
             event_scroll: 0,
@@ -427,6 +437,12 @@ impl App {
                 } else {
                     Vec::new()
                 }
+            }
+            Msg::ToolCalls(calls) => {
+                if self.session_id.as_deref() == Some(calls.session_id.as_str()) {
+                    self.session_tools = Some(*calls);
+                }
+                Vec::new()
             }
             Msg::Base { turn_id, state } => {
                 if let Some(turn) = self.turn.as_mut().filter(|t| t.turn_id == turn_id) {
@@ -537,6 +553,12 @@ impl App {
                         session_id: session_id.clone(),
                     });
                 }
+            }
+        }
+        if let Some(tools) = self.session_tools.as_mut() {
+            // Events the read already saw are skipped by seq.
+            for env in &events {
+                tools.apply(env);
             }
         }
         let follow = self.follow;
@@ -801,10 +823,16 @@ impl App {
                 if self.session_id.as_deref() != Some(session_id.as_str()) {
                     self.turns.clear();
                     self.turn_selected = 0;
+                    self.session_tools = None;
                 }
                 self.session_id = Some(session_id.clone());
                 self.view = View::Turns;
-                vec![Effect::Turns { session_id }]
+                vec![
+                    Effect::Turns {
+                        session_id: session_id.clone(),
+                    },
+                    Effect::ToolCalls { session_id },
+                ]
             }
             View::Turns => self.open_timeline(),
             View::Timeline => {
@@ -1047,6 +1075,43 @@ mod tests {
             Some(ItemKind::Text { text, open: true }) if text.starts_with("Rust 1.95")
         ));
         assert_eq!(dash.app.live_events, 3);
+    }
+
+    #[test]
+    fn the_session_tool_calls_follow_new_events_without_a_reread() {
+        let all = crate::dash::testlog::tools_log();
+        // Stop in turn_2 before its failing call finished.
+        let cut = all
+            .iter()
+            .position(|e| {
+                matches!(&e.event, Event::ToolCallFinished { tool, .. } if tool == "status_page")
+            })
+            .expect("the failing call");
+        let (dir, mut dash) = open_with(&all[..cut]);
+        press(&mut dash, &[Action::Enter]);
+        let calls = |dash: &Dash| {
+            dash.app
+                .session_tools
+                .as_ref()
+                .map(|c| (c.turns, crate::dash::timeline::session_tool_usage(c)))
+                .expect("read on entering the session")
+        };
+        let (turns, before) = calls(&dash);
+        assert_eq!(turns, 2);
+        let status = |usage: &[crate::dash::timeline::ToolUsage]| {
+            usage
+                .iter()
+                .find(|u| u.tool == "status_page")
+                .map(|u| (u.calls, u.failures))
+        };
+        assert_eq!(status(&before), Some((1, 0)));
+        // The tail may hand back events the read already saw: they are not counted twice.
+        commit_and_deliver(&dir, &mut dash, &all[cut..]);
+        dash.send(Msg::Appended(all[..cut].to_vec()));
+        let (_, after) = calls(&dash);
+        assert_eq!(status(&after), Some((1, 1)));
+        let search = after.iter().find(|u| u.tool == "search").map(|u| u.calls);
+        assert_eq!(search, Some(3));
     }
 
     #[test]

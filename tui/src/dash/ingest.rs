@@ -48,6 +48,9 @@ impl Source {
                 session_id: session_id.clone(),
                 turns: self.reader.turns(session_id)?,
             },
+            Effect::ToolCalls { session_id } => {
+                Msg::ToolCalls(Box::new(self.reader.session_tool_calls(session_id)?))
+            }
             Effect::TimelinePage {
                 session_id,
                 turn_id,

@@ -787,3 +787,69 @@ pub fn regenerate_log() -> Vec<Envelope> {
     answer(&mut b, "turn_2", "req_2", 4_020, "msg_a2", "The Tagus.");
     b.events
 }
+
+/// One session of two turns with every kind of tool outcome: the sample's first turn (an
+/// allowed and a blocked call), then a turn with a substituted call, a failing one and two
+/// more allowed ones.
+pub fn tools_log() -> Vec<Envelope> {
+    let mut b = LogBuilder::new();
+    push_completed_turn(&mut b);
+    let (s, t) = ("sess_1", "turn_2");
+    b.push(s, Some(t), 10_000, turn_started("req_2", "msg_a2"));
+    b.push(s, Some(t), 10_010, Event::StepStarted { step: 0 });
+    tool_call(
+        &mut b,
+        (s, t),
+        10_100,
+        ("call_1", "search", json!({"q": "rust 1.96"})),
+        DecisionAction::Allow,
+        Ok(json!(["Rust 1.96 beta"])),
+        180,
+    );
+    tool_call(
+        &mut b,
+        (s, t),
+        10_300,
+        ("call_2", "weather", json!({"city": "Oslo"})),
+        DecisionAction::Substitute,
+        Ok(json!({"city": "Oslo", "cached": true})),
+        0,
+    );
+    tool_call(
+        &mut b,
+        (s, t),
+        10_400,
+        ("call_3", "status_page", json!({})),
+        DecisionAction::Allow,
+        Err("status page timed out after 3000 ms"),
+        3000,
+    );
+    tool_call(
+        &mut b,
+        (s, t),
+        13_500,
+        ("call_4", "search", json!({"q": "rust 1.96 date"})),
+        DecisionAction::Allow,
+        Ok(json!(["in six weeks"])),
+        95,
+    );
+    b.push(
+        s,
+        Some(t),
+        13_700,
+        step_finished(0, FinishReason::Stop, usage(1_500, 30, None)),
+    );
+    b.push(
+        s,
+        Some(t),
+        13_710,
+        Event::TurnFinished {
+            request_id: "req_2".into(),
+            status: TurnStatus::Completed,
+            error: None,
+            steps: 1,
+            usage: usage(1_500, 30, None),
+        },
+    );
+    b.events
+}

@@ -284,3 +284,38 @@ fn fixture_aborted_timeline() {
     let f = open_fixture("aborted.jsonl");
     insta::assert_snapshot!(screen(&f.dash).backend());
 }
+
+/// Opens the second turn of a session whose two turns made allowed, blocked, substituted and
+/// failing calls, on a `width`-column screen.
+fn tools_screen(width: u16) -> Terminal<TestBackend> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_db(dir.path(), &crate::dash::testlog::tools_log());
+    let mut dash = Dash::open(&path).expect("open dashboard");
+    dash.app.db_label = "test.db".into();
+    open_turn(&mut dash, 1);
+    let mut terminal = Terminal::new(TestBackend::new(width, HEIGHT)).expect("terminal");
+    dash.draw(&mut terminal).expect("draw");
+    terminal
+}
+
+#[test]
+fn tool_tables_show_the_turn_and_the_session() {
+    let screen = tools_screen(WIDTH);
+    let text = format!("{}", screen.backend());
+    assert!(text.contains("tools · this turn"), "{text}");
+    assert!(text.contains("tools · session · 2 turns"), "{text}");
+    insta::assert_snapshot!(screen.backend());
+}
+
+#[test]
+fn narrow_tool_tables_drop_the_least_important_columns() {
+    let screen = tools_screen(80);
+    let text = format!("{}", screen.backend());
+    assert!(
+        text.contains("status_page"),
+        "tool names stay whole: {text}"
+    );
+    assert!(!text.contains("p95") && !text.contains("mean"), "{text}");
+    assert!(text.contains("blk") && text.contains("sub"), "{text}");
+    insta::assert_snapshot!(screen.backend());
+}

@@ -1,5 +1,5 @@
-//! A turn's timeline beside the conversation as of the cursor, the turn's totals and its
-//! tool usage.
+//! A turn's timeline beside the conversation as of the cursor, the turn's totals, and tool
+//! usage for the turn and for its whole session.
 
 use chrono::{DateTime, Utc};
 use mull_core::{Role, ToolPartState, UIMessage, UIPart};
@@ -10,7 +10,7 @@ use ratatui::widgets::{Block, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use crate::dash::app::{item_matches, App, TurnView};
-use crate::dash::timeline::{tool_usage, Item, ItemKind};
+use crate::dash::timeline::{session_tool_usage, turn_tool_usage, Item, ItemKind, ToolUsage};
 use crate::dash::view::{
     decision_style, fmt_duration, fmt_tokens, fmt_usage, selected_style, status_style, wrap,
 };
@@ -20,7 +20,7 @@ const TEXT_LINES: usize = 12;
 /// Width of the time column: "+12.345s ".
 const TIME_COLUMN: usize = 10;
 
-/// Draws the timeline (left) and the conversation, totals and tool usage (right).
+/// Draws the timeline (left) and the totals, conversation and tool usage tables (right).
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let Some(turn) = &app.turn else {
         frame.render_widget(Paragraph::new("no turn open"), area);
@@ -37,17 +37,115 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     };
     render_items(frame, left, app, turn);
 
-    let tools = tool_usage(turn.items());
-    let tools_height = (tools.len() as u16 + 4).min(right.height / 2).max(4);
-    let [totals, conversation, tools_area] = Layout::vertical([
-        Constraint::Length(4),
+    let turn_tools = turn_tool_usage(turn.items());
+    let session = app.session_tools.as_ref();
+    let session_tools = session.map(session_tool_usage).unwrap_or_default();
+    // The tables take at most three fifths of the panel, and leave the conversation its lines.
+    let budget = (right.height * 3 / 5).min(right.height.saturating_sub(TOTALS_HEIGHT + 3));
+    let (turn_height, session_height) = split_tables(
+        budget,
+        table_height(turn_tools.len()),
+        table_height(session_tools.len()),
+    );
+    let [totals, conversation, turn_area, session_area] = Layout::vertical([
+        Constraint::Length(TOTALS_HEIGHT),
         Constraint::Min(3),
-        Constraint::Length(tools_height),
+        Constraint::Length(turn_height),
+        Constraint::Length(session_height),
     ])
     .areas(right);
     render_totals(frame, totals, app, turn);
     render_conversation(frame, conversation, turn);
-    render_tools(frame, tools_area, &tools);
+    // Both tables show the same columns, so they read as one.
+    let columns = tool_columns(
+        right.width.saturating_sub(2),
+        turn_tools.iter().chain(&session_tools),
+    );
+    render_tools(
+        frame,
+        turn_area,
+        " tools · this turn ".to_owned(),
+        Some(&turn_tools),
+        columns,
+    );
+    let title = match session {
+        Some(calls) => format!(
+            " tools · session · {} turn{} ",
+            calls.turns,
+            if calls.turns == 1 { "" } else { "s" }
+        ),
+        None => " tools · session ".to_owned(),
+    };
+    render_tools(
+        frame,
+        session_area,
+        title,
+        session.map(|_| session_tools.as_slice()),
+        columns,
+    );
+}
+
+/// Height of the turn totals box.
+const TOTALS_HEIGHT: u16 = 4;
+/// A usage table's smallest height: borders, header and one line (a row or "…").
+const TABLE_MIN: u16 = 4;
+
+/// The height that shows every row of a usage table (an empty one says so on one line).
+fn table_height(rows: usize) -> u16 {
+    u16::try_from(rows.max(1))
+        .unwrap_or(u16::MAX)
+        .saturating_add(3)
+}
+
+/// Splits `budget` lines between the turn's and the session's usage tables. When both do not
+/// fit, each may take half, and what one leaves unused goes to the other, so neither starves;
+/// with almost no room each keeps its header and one line.
+fn split_tables(budget: u16, turn_need: u16, session_need: u16) -> (u16, u16) {
+    if turn_need.saturating_add(session_need) <= budget {
+        return (turn_need, session_need);
+    }
+    let half = budget / 2;
+    let turn = turn_need
+        .min(budget.saturating_sub(session_need.min(half)))
+        .max(TABLE_MIN);
+    let session = session_need.min(budget.saturating_sub(turn)).max(TABLE_MIN);
+    (turn, session)
+}
+
+/// A usage table's columns after the tool name, most important first: a narrow panel drops
+/// them from the end rather than squeeze the tool names.
+const TOOL_COLUMNS: [(&str, u16); 6] = [
+    ("calls", 5),
+    ("fail", 4),
+    ("blk", 3),
+    ("sub", 3),
+    ("mean", 7),
+    ("p95", 7),
+];
+/// Calls and failures stay however narrow the panel is.
+const KEPT_COLUMNS: usize = 2;
+/// Cells kept for tool names before a column is dropped (fewer when every name is shorter).
+const TOOL_NAME_MIN: usize = 10;
+
+/// How many of [`TOOL_COLUMNS`] fit beside the tool names in `width` cells.
+fn tool_columns<'a>(width: u16, tools: impl Iterator<Item = &'a ToolUsage>) -> usize {
+    let longest = tools
+        .map(|u| unicode_width::UnicodeWidthStr::width(u.tool.as_str()))
+        .max()
+        .unwrap_or(0);
+    let name = longest.clamp("tool".len(), TOOL_NAME_MIN);
+    (KEPT_COLUMNS..=TOOL_COLUMNS.len())
+        .rev()
+        .find(|&n| {
+            // Each column is one cell of spacing and its own width.
+            let others: usize = TOOL_COLUMNS
+                .iter()
+                .take(n)
+                .map(|(_, w)| usize::from(*w) + 1)
+                .sum();
+            name + others <= usize::from(width)
+        })
+        .unwrap_or(KEPT_COLUMNS)
 }
 
 fn render_items(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
@@ -531,44 +629,112 @@ fn render_conversation(frame: &mut Frame, area: Rect, turn: &TurnView) {
     frame.render_widget(Paragraph::new(shown), inner);
 }
 
-fn render_tools(frame: &mut Frame, area: Rect, tools: &[crate::dash::timeline::ToolUsage]) {
-    let header = Row::new(vec!["tool", "calls", "fail", "block", "mean", "p95"])
-        .style(Style::new().add_modifier(Modifier::BOLD));
+/// One usage table with the first `columns` of [`TOOL_COLUMNS`]; `tools` is `None` until read.
+/// Rows that do not fit end in a line saying how many more there are. A tool that never ran
+/// (every call blocked or substituted) has no duration: "-", never "0ms".
+fn render_tools(
+    frame: &mut Frame,
+    area: Rect,
+    title: String,
+    tools: Option<&[ToolUsage]>,
+    columns: usize,
+) {
+    let block = Block::bordered().title(title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let header = Row::new(
+        std::iter::once("tool")
+            .chain(TOOL_COLUMNS.iter().take(columns).map(|(name, _)| *name))
+            .collect::<Vec<_>>(),
+    )
+    .style(Style::new().add_modifier(Modifier::BOLD));
+    let room = usize::from(inner.height.saturating_sub(1));
+    let loaded = tools.is_some();
+    let tools = tools.unwrap_or_default();
+    let shown = if tools.len() > room {
+        room.saturating_sub(1)
+    } else {
+        tools.len()
+    };
     let rows: Vec<Row> = tools
         .iter()
+        .take(shown)
         .map(|u| {
-            Row::new(vec![
-                u.tool.clone(),
+            let cells = [
                 u.calls.to_string(),
                 u.failures.to_string(),
                 u.blocks.to_string(),
+                u.substitutions.to_string(),
                 u.mean_ms()
                     .map(|m| fmt_duration(m.round() as u64))
                     .unwrap_or_else(|| "-".into()),
                 u.p95_ms().map(fmt_duration).unwrap_or_else(|| "-".into()),
-            ])
+            ];
+            Row::new(
+                std::iter::once(u.tool.clone())
+                    .chain(cells.into_iter().take(columns))
+                    .collect::<Vec<_>>(),
+            )
         })
         .collect();
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Min(8),
-            Constraint::Length(5),
-            Constraint::Length(4),
-            Constraint::Length(5),
-            Constraint::Length(7),
-            Constraint::Length(7),
-        ],
-    )
-    .header(header)
-    .block(Block::bordered().title(" tool usage "));
-    frame.render_widget(table, area);
+    let widths = std::iter::once(Constraint::Min(4)).chain(
+        TOOL_COLUMNS
+            .iter()
+            .take(columns)
+            .map(|(_, w)| Constraint::Length(*w)),
+    );
+    frame.render_widget(Table::new(rows, widths).header(header), inner);
+    // A note across the whole width, on the line after the rows shown.
+    let note = match tools.len() - shown {
+        _ if !loaded => "loading…".to_owned(),
+        0 if tools.is_empty() => "no tool calls".to_owned(),
+        0 => return,
+        more => format!("… {more} more"),
+    };
+    let line = Rect {
+        y: inner.y.saturating_add(1).saturating_add(shown as u16),
+        height: 1,
+        ..inner
+    };
+    if line.y < inner.bottom() {
+        frame.render_widget(
+            Paragraph::new(note).style(Style::new().fg(Color::DarkGray)),
+            line,
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dash::testlog::t0;
+
+    #[test]
+    fn the_tables_share_their_lines_and_neither_starves() {
+        // Both fit: each gets what it needs.
+        assert_eq!(split_tables(19, 5, 7), (5, 7));
+        // Neither fits: half each.
+        assert_eq!(split_tables(19, 20, 30), (10, 9));
+        // What the small one leaves goes to the big one, whichever it is.
+        assert_eq!(split_tables(19, 5, 30), (5, 14));
+        assert_eq!(split_tables(19, 30, 5), (14, 5));
+        // No room: the session table keeps its header and a "…" line.
+        assert_eq!(split_tables(7, 20, 30), (4, 4));
+    }
+
+    #[test]
+    fn narrow_panels_drop_columns_from_the_right() {
+        let tools = [ToolUsage {
+            tool: "status_page".into(),
+            ..ToolUsage::default()
+        }];
+        assert_eq!(tool_columns(46, tools.iter()), 6);
+        assert_eq!(tool_columns(40, tools.iter()), 5, "p95 goes first");
+        assert_eq!(tool_columns(30, tools.iter()), 4, "then mean");
+        assert_eq!(tool_columns(26, tools.iter()), 3, "then sub");
+        assert_eq!(tool_columns(22, tools.iter()), 2, "then blk");
+        assert_eq!(tool_columns(5, tools.iter()), KEPT_COLUMNS);
+    }
 
     #[test]
     fn a_huge_text_row_shows_a_bounded_number_of_lines() {
