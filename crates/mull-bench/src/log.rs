@@ -13,7 +13,7 @@ use mull_core::{
     Clock, EntryPath, Event, FinishReason, Role, StepRecord, StreamPart, SystemClock, TurnStatus,
     UIMessage, UIPart, Usage, EVENT_VERSION,
 };
-use mull_store::{schema, timestamp, Log, LogReader};
+use mull_store::{schema, timestamp, Log, LogOptions, LogReader};
 use serde_json::json;
 
 use crate::report::{print, Measurement};
@@ -125,6 +125,12 @@ fn append_throughput(dir: &Path, n: usize) -> anyhow::Result<Vec<Measurement>> {
         .collect();
     let raw_path = dir.join("raw.db");
     let mut conn = schema::open_writer(&raw_path)?;
+    // Checkpoints at the same WAL size as the Log's, so both copy the WAL back as often.
+    conn.pragma_update(
+        None,
+        "wal_autocheckpoint",
+        LogOptions::default().checkpoint_pages,
+    )?;
     let start = Instant::now();
     for (batch_index, batch) in rows.chunks(512).enumerate() {
         let tx = conn.transaction()?;
