@@ -412,26 +412,27 @@ impl LanguageModel for ScriptedModel {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
         let step = {
             let mut inner = self.lock();
-            let answered = request
-                .messages
-                .iter()
-                .filter(|m| m.role == ModelRole::Assistant)
-                .count();
+            // Only a script that follows the conversation looks at its history.
+            let answered = self.by_conversation.then(|| {
+                request
+                    .messages
+                    .iter()
+                    .filter(|m| m.role == ModelRole::Assistant)
+                    .count()
+            });
             inner.requests.push(request);
             let call = inner.requests.len();
-            let step = if self.by_conversation {
-                inner.steps.get(answered).cloned()
-            } else {
-                inner.steps.pop_front()
+            let step = match answered {
+                Some(answered) => inner.steps.get(answered).cloned(),
+                None => inner.steps.pop_front(),
             };
             step.ok_or_else(|| {
-                let why = if self.by_conversation {
-                    format!(
+                let why = match answered {
+                    Some(answered) => format!(
                         "the conversation holds {answered} assistant messages and the script has {} steps",
                         inner.steps.len()
-                    )
-                } else {
-                    format!("call {call} has no scripted step left")
+                    ),
+                    None => format!("call {call} has no scripted step left"),
                 };
                 ModelError::new(
                     ModelErrorKind::Other,

@@ -724,14 +724,7 @@ mod tests {
             .is_empty());
 
         // Only the lifecycle index is walked: the session's chunks are never read.
-        let plan: Vec<String> = reader
-            .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {}", tool_calls_sql()))
-            .expect("prepares")
-            .query_map(["a"], |r| r.get::<_, String>(3))
-            .expect("runs")
-            .collect::<Result<_, _>>()
-            .expect("rows");
+        let plan = schema::query_plan(&reader.conn, &tool_calls_sql());
         assert!(
             plan.iter().any(|p| p.contains("events_lifecycle")),
             "{plan:?}"

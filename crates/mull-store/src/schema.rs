@@ -186,6 +186,18 @@ pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// SQLite's query plan for `sql` (one `?1` parameter), a line per step: what tests check to
+/// make sure a query walks the index it was written for.
+#[cfg(test)]
+pub(crate) fn query_plan(conn: &Connection, sql: &str) -> Vec<String> {
+    conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .expect("prepares")
+        .query_map(["s"], |r| r.get::<_, String>(3))
+        .expect("runs")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,15 +220,12 @@ mod tests {
     fn lifecycle_queries_use_the_partial_index() {
         let dir = tempfile::tempdir().expect("tempdir");
         let conn = open_writer(&dir.path().join("log.db")).expect("creates");
-        let plan: Vec<String> = conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN SELECT seq FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} ORDER BY seq"
-            ))
-            .expect("prepares")
-            .query_map(["s"], |r| r.get::<_, String>(3))
-            .expect("runs")
-            .collect::<Result<_, _>>()
-            .expect("rows");
+        let plan = query_plan(
+            &conn,
+            &format!(
+                "SELECT seq FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} ORDER BY seq"
+            ),
+        );
         assert!(
             plan.iter().any(|p| p.contains("events_lifecycle")),
             "{plan:?}"
