@@ -156,8 +156,23 @@ fn append_throughput(dir: &Path, n: usize) -> anyhow::Result<Vec<Measurement>> {
     let raw_rate = n as f64 / start.elapsed().as_secs_f64();
     drop(conn);
 
-    // Log: append (encode + queue) on this thread, group commit on the writer thread.
+    // Log: append (encode + queue) on this thread, group commit on the writer thread. The
+    // chunks stream inside a turn, as the engine writes them (and as the raw rows are kinded).
     let log = Log::open(dir.join("log.db"))?;
+    log.append(
+        SESSION,
+        Some("turn_1"),
+        epoch(),
+        Event::TurnStarted {
+            request_id: "req_1".into(),
+            message_id: "msg_1".into(),
+            entry: EntryPath::Chat,
+            continuation: false,
+            attempt: 0,
+            body: json!({}),
+        },
+    )?;
+    log.flush_blocking()?;
     let start = Instant::now();
     for (i, event) in events.into_iter().enumerate() {
         log.append(SESSION, Some("turn_1"), at(i), event)?;

@@ -153,15 +153,17 @@ pub fn import_jsonl(
                 Event::Unknown(_) => raw.to_owned(),
                 known => known.encode(),
             };
-            import.push(Row {
-                seq: line.seq,
-                session_id: Arc::from(line.session_id),
-                turn_id: line.turn_id.map(Arc::from),
-                at,
-                v: line.v,
-                kind: kind_of(&event),
-                payload,
-            })?;
+            import
+                .push(Row {
+                    seq: line.seq,
+                    session_id: Arc::from(line.session_id),
+                    turn_id: line.turn_id.map(Arc::from),
+                    at,
+                    v: line.v,
+                    kind: kind_of(&event),
+                    payload,
+                })
+?;
         }
     })
 }

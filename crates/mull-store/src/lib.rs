@@ -61,6 +61,14 @@
 //! [`Event::encode`](mull_core::Event::encode). The schema is versioned by `PRAGMA user_version`
 //! and recognised by `PRAGMA application_id`; see [`schema`].
 //!
+//! The table's rowid is the seq, so the whole log reads in order without an index. One partial
+//! index, on `(session_id, seq)` for every row that is not a chunk, finds a session's lifecycle
+//! events. Chunks, the bulk of the log, are in no index: each would cost a second B-tree insert
+//! and each commit another page (a fifth of a short turn's time). A session's chunks are found
+//! through its turns instead — they lie between a `turn_started` of the session and that
+//! turn's `turn_finished` — by walking those stretches of the table
+//! ([`LogReader::session_page`]).
+//!
 //! # JSONL
 //! [`export_jsonl`] and [`import_jsonl`] move logs in and out as one envelope per line,
 //! byte-for-byte round-trippable; see [`jsonl`]. An import streams its file into one
@@ -70,6 +78,7 @@
 pub mod decode;
 pub mod error;
 pub mod jsonl;
+mod open_turns;
 pub mod projection;
 pub mod reader;
 pub mod schema;

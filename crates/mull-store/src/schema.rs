@@ -23,6 +23,11 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Queries that want the index repeat this exact predicate so the planner can use it.
 pub const LIFECYCLE_PREDICATE: &str = "kind <> 'chunk'";
 
+/// The `kind` column of a chunk written outside its session's turns. Session reads look for
+/// chunks inside turns only; this kind puts such a chunk in the lifecycle index instead, where
+/// they find it. The engine never writes one; a hand-made or imported log may.
+pub const LOOSE_CHUNK: &str = "loose_chunk";
+
 /// Schema migrations in order; migration `i` moves `user_version` from `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
     // 1: the event table and its indexes.
@@ -41,6 +46,11 @@ const MIGRATIONS: &[&str] = &[
     // 2: a turn's events are read through its session (a turn is a stretch of one session's
     // seqs), so a per-turn index is one more B-tree to write for every chunk with no reader.
     "DROP INDEX IF EXISTS events_by_turn;",
+    // 3: an index over every row of a session cost each streamed chunk a second B-tree insert
+    // and its commit a page more, and a fifth of a short turn's time. A session's lifecycle
+    // events are indexed (`events_lifecycle`); its chunks, which only its running turns write,
+    // are read by walking each turn's stretch of the table (see `LogReader::session_page`).
+    "DROP INDEX IF EXISTS events_by_session;",
 ];
 
 /// The schema version this build writes and reads.
@@ -214,6 +224,49 @@ mod tests {
         drop(conn);
         open_writer(&path).expect("reopens");
         open_reader(&path).expect("reads");
+    }
+
+    #[test]
+    fn a_log_of_an_older_schema_is_migrated_in_place_keeping_its_rows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        // A log as the build before the last migration left it: schema 2, one event.
+        let raw = Connection::open(&path).expect("raw");
+        for sql in &MIGRATIONS[..2] {
+            raw.execute_batch(sql).expect("old schema");
+        }
+        raw.pragma_update(None, "application_id", APPLICATION_ID)
+            .expect("id");
+        raw.pragma_update(None, "user_version", 2).expect("version");
+        raw.execute(
+            "INSERT INTO events VALUES (1, 's', NULL, '2025-01-01T00:00:00.000000Z', 1, 'session_opened', '{}')",
+            [],
+        )
+        .expect("row");
+        drop(raw);
+        let err = open_reader(&path).expect_err("a reader does not migrate");
+        assert!(
+            matches!(err, StoreError::OlderSchema { found: 2, .. }),
+            "{err}"
+        );
+
+        let conn = open_writer(&path).expect("migrates");
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .expect("reads");
+        assert_eq!(version, SCHEMA_VERSION);
+        let indexes: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' ORDER BY name")
+            .expect("prepares")
+            .query_map([], |r| r.get(0))
+            .expect("runs")
+            .collect::<Result<_, _>>()
+            .expect("names");
+        assert_eq!(indexes, ["events_lifecycle"]);
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .expect("counts");
+        assert_eq!(rows, 1);
     }
 
     #[test]
