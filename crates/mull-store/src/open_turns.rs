@@ -7,6 +7,10 @@
 //! turns. A chunk written outside one (by hand, or in an imported file) is stored with the
 //! kind [`LOOSE_CHUNK`] instead, which the lifecycle index keeps, so no read misses it.
 //!
+//! A writer starts knowing no running turn: a turn an earlier process left open gets no more
+//! chunks in the stretch readers walk (a late one would be loose), so that stretch ends where
+//! this writer began (`writer_starts`), not at the `turn_finished` recovery writes later.
+//!
 //! [`LogReader::session_page`]: crate::LogReader::session_page
 
 use std::borrow::Cow;

@@ -130,7 +130,8 @@ impl LogReader {
 
     /// Every event of one turn of a session, in order: its lifecycle events from the index,
     /// and its chunks from the turn's stretch of the table — from its `turn_started` to its
-    /// `turn_finished`, or, for a turn that never finished, to the session's next turn.
+    /// `turn_finished`, or, for a turn that never finished, to the session's next turn or the
+    /// next writer's start, whichever comes first.
     pub fn turn_events(
         &self,
         session_id: &str,
@@ -144,11 +145,16 @@ impl LogReader {
                      FROM events
                      WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND turn_id = ?2
                  ), bound AS (
-                     SELECT coalesce(span.finished, (
-                         SELECT min(seq) FROM events
-                         WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND kind = 'turn_started'
-                           AND seq > span.first AND turn_id <> ?2
-                     ), {OPEN_END}) AS past FROM span
+                     SELECT coalesce(span.finished, min(
+                         coalesce((
+                             SELECT min(seq) FROM events
+                             WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE}
+                               AND kind = 'turn_started' AND seq > span.first AND turn_id <> ?2
+                         ), {OPEN_END}),
+                         coalesce((
+                             SELECT min(seq) + 1 FROM writer_starts WHERE seq >= span.first
+                         ), {OPEN_END})
+                     )) AS past FROM span
                  )
                  SELECT {COLUMNS} FROM events
                  WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND turn_id = ?2
@@ -287,8 +293,8 @@ impl LogReader {
     /// No index covers every row of a session: that would cost each streamed chunk a second
     /// B-tree insert. A session's lifecycle events are in the partial index, and its chunks
     /// are written only by its turns, between a `turn_started` and that turn's
-    /// `turn_finished` (a turn that never finished, because the process stopped, runs on to
-    /// the session's next `turn_started`). So the walk goes from turn boundary to turn
+    /// `turn_finished`, by the writer that started the turn (a turn whose process stopped gets
+    /// no chunk after the next writer's start). So the walk goes from turn boundary to turn
     /// boundary: outside a turn through the index, inside one along the table's stretch of
     /// seqs, which holds every session's rows of that time and is read in seq order.
     fn visit_session(
@@ -306,19 +312,8 @@ impl LogReader {
         // One snapshot for the boundaries and the rows between them: a commit landing between
         // two of the queries could otherwise add rows on one side of a boundary only.
         let snapshot = self.conn.unchecked_transaction().map_err(sqlite)?;
-        let mut inside = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT kind = 'turn_started' FROM events
-                 WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND {TURN_BOUNDARY} AND seq <= ?2
-                 ORDER BY seq DESC LIMIT 1"
-            ))
-            .and_then(|mut s| {
-                s.query_row(params![session_id, after_seq], |r| r.get(0))
-                    .optional()
-            })
-            .map_err(sqlite)?
-            .unwrap_or(false);
+        // The turn running at `after_seq`, by the seq of its `turn_started`.
+        let mut running = self.open_turn_at(session_id, after_seq).map_err(sqlite)?;
         let mut boundaries = self
             .conn
             .prepare_cached(&format!(
@@ -338,20 +333,32 @@ impl LogReader {
                 .next()
                 .and_then(|row| row.map(|r| Ok((r.get(0)?, r.get(1)?))).transpose())
                 .map_err(sqlite)?;
-            // The stretch up to and including the next boundary (itself a lifecycle event).
+            // The stretch up to and including the next boundary (itself a lifecycle event):
+            // walked along the table while the running turn may still be writing chunks,
+            // through the index from where its writer stopped.
             let to = boundary.map_or(OPEN_END, |(seq, _)| seq);
-            let sql = if inside { &inside_sql } else { &outside_sql };
-            count += self.visit(
-                sql,
-                params![session_id, from, to, (limit - count) as i64],
-                what,
-                &mut f,
-            )?;
+            let chunks_end = match running {
+                Some(started) => self.chunks_end(started).map_err(sqlite)?.clamp(from, to),
+                None => from,
+            };
+            for (sql, low, high) in [
+                (&inside_sql, from, chunks_end),
+                (&outside_sql, chunks_end, to),
+            ] {
+                if high > low && count < limit {
+                    count += self.visit(
+                        sql,
+                        params![session_id, low, high, (limit - count) as i64],
+                        what,
+                        &mut f,
+                    )?;
+                }
+            }
             let Some((seq, started)) = boundary else {
                 break;
             };
             from = seq;
-            inside = started;
+            running = started.then_some(seq);
         }
         drop(boundaries);
         snapshot.commit().map_err(sqlite)?;
@@ -372,29 +379,47 @@ impl LogReader {
         let Some((seq, at)) = last_lifecycle else {
             return Ok(None);
         };
-        let open: bool = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT kind = 'turn_started' FROM events
-                 WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND {TURN_BOUNDARY}
-                 ORDER BY seq DESC LIMIT 1"
-            ))?
-            .query_row([session_id], |r| r.get(0))
-            .optional()?
-            .unwrap_or(false);
-        let later: Option<(i64, String)> = if open {
-            self.conn
+        let later: Option<(i64, String)> = match self.open_turn_at(session_id, OPEN_END as u64)? {
+            Some(started) => self
+                .conn
                 .prepare_cached(
-                    "SELECT seq, at FROM events WHERE seq > ?2 AND session_id = ?1
+                    "SELECT seq, at FROM events WHERE seq > ?2 AND seq <= ?3 AND session_id = ?1
                      ORDER BY seq DESC LIMIT 1",
                 )?
-                .query_row(params![session_id, seq], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?
-        } else {
-            None
+                .query_row(params![session_id, seq, self.chunks_end(started)?], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?,
+            None => None,
         };
         let (seq, at) = later.unwrap_or((seq, at));
         Ok(Some((seq.max(0) as u64, at)))
+    }
+
+    /// The `turn_started` seq of the turn `session_id` was running at `seq`, if one was.
+    fn open_turn_at(&self, session_id: &str, seq: u64) -> rusqlite::Result<Option<i64>> {
+        let last_boundary: Option<(i64, bool)> = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT seq, kind = 'turn_started' FROM events
+                 WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND {TURN_BOUNDARY} AND seq <= ?2
+                 ORDER BY seq DESC LIMIT 1"
+            ))?
+            .query_row(params![session_id, seq.min(OPEN_END as u64)], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        Ok(last_boundary.and_then(|(seq, started)| started.then_some(seq)))
+    }
+
+    /// The last seq that can hold a chunk of the turn started at `started`: where the next
+    /// writer began, if one has since (see `writer_starts`), else the end of the log.
+    fn chunks_end(&self, started: i64) -> rusqlite::Result<i64> {
+        self.conn
+            .prepare_cached(&format!(
+                "SELECT coalesce(min(seq), {OPEN_END}) FROM writer_starts WHERE seq >= ?1"
+            ))?
+            .query_row([started], |r| r.get(0))
     }
 
     /// Follows the log from `after_seq`: see [`Tail`]. The reader becomes the tail's.
@@ -713,6 +738,8 @@ mod tests {
         Chunk(usize),
         Lifecycle(usize),
         Finish(usize),
+        /// The writer stops and a new one opens the log: turns it left open stay open.
+        Reopen,
     }
 
     fn step() -> impl proptest::strategy::Strategy<Value = Step> {
@@ -722,25 +749,34 @@ mod tests {
             4 => (0..3usize).prop_map(Step::Chunk),
             1 => (0..3usize).prop_map(Step::Lifecycle),
             1 => (0..3usize).prop_map(Step::Finish),
+            1 => Just(Step::Reopen),
         ]
     }
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
-        /// Sessions interleaved at random, turns left open or started twice, chunks inside and
-        /// outside turns: every page of every session, from every seq, is exactly what a scan
-        /// of the whole log filtered by session gives.
+        /// Sessions interleaved at random, turns left open or started twice, writers stopped
+        /// and reopened mid-turn, chunks inside and outside turns: every page of every
+        /// session, from every seq, is exactly what a scan of the whole log filtered by
+        /// session gives.
         #[test]
         fn session_pages_equal_the_whole_log_filtered_by_session(
             steps in proptest::collection::vec(step(), 1..80),
             limit in 1usize..7,
         ) {
             let dir = tempfile::tempdir().expect("tempdir");
-            let log = Log::open(dir.path().join("log.db")).expect("opens");
+            let path = dir.path().join("log.db");
+            let mut log = Log::open(&path).expect("opens");
             let names = ["a", "b", "c"];
             let mut turn = [0u32; 3];
-            for (i, step) in steps.iter().enumerate() {
+            let mut i = 0;
+            for step in &steps {
                 let (s, event) = match *step {
+                    Step::Reopen => {
+                        log.close().expect("closes");
+                        log = Log::open(&path).expect("reopens");
+                        continue;
+                    }
                     Step::Start(s) => {
                         turn[s] += 1;
                         (s, started(turn[s]))
@@ -750,7 +786,8 @@ mod tests {
                     Step::Finish(s) => (s, finished(turn[s])),
                 };
                 let turn_id = format!("{}_{}", names[s], turn[s]);
-                log.append(names[s], Some(&turn_id), at(i as i64), event).expect("appends");
+                i += 1;
+                log.append(names[s], Some(&turn_id), at(i), event).expect("appends");
             }
             log.flush_blocking().expect("flushes");
             let reader = log.reader().expect("reader");
@@ -765,6 +802,23 @@ mod tests {
                     proptest::prop_assert_eq!(page, expected, "session {} after {}", name, after);
                 }
                 proptest::prop_assert_eq!(reader.has_session(name).expect("looks up"), !all.is_empty());
+            }
+            let everything = reader.page(0, usize::MAX >> 1).expect("reads the log");
+            let mut turns: Vec<(String, String)> = everything
+                .iter()
+                .filter_map(|e| Some((e.session_id.clone(), e.turn_id.clone()?)))
+                .collect();
+            turns.sort();
+            turns.dedup();
+            for (session, turn) in turns {
+                let expected: Vec<u64> = everything
+                    .iter()
+                    .filter(|e| e.session_id == session && e.turn_id.as_deref() == Some(&turn))
+                    .map(|e| e.seq)
+                    .collect();
+                let got: Vec<u64> =
+                    reader.turn_events(&session, &turn).expect("reads").iter().map(|e| e.seq).collect();
+                proptest::prop_assert_eq!(got, expected, "turn {} of {}", turn, session);
             }
             let listed: Vec<(String, u64)> = reader
                 .sessions()

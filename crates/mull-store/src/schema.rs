@@ -51,6 +51,10 @@ const MIGRATIONS: &[&str] = &[
     // events are indexed (`events_lifecycle`); its chunks, which only its running turns write,
     // are read by walking each turn's stretch of the table (see `LogReader::session_page`).
     "DROP INDEX IF EXISTS events_by_session;",
+    // 4: the log's last seq each time a writer opened it. A turn's chunks all come from the
+    // writer that started the turn, so the stretch of a turn left open by a stopped process
+    // ends at the next start, however late its recovery finishes it.
+    "CREATE TABLE writer_starts (seq INTEGER PRIMARY KEY);",
 ];
 
 /// The schema version this build writes and reads.
@@ -230,7 +234,7 @@ mod tests {
     fn a_log_of_an_older_schema_is_migrated_in_place_keeping_its_rows() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("log.db");
-        // A log as the build before the last migration left it: schema 2, one event.
+        // A log as a build of schema 2 left it: one event, and the index over every row.
         let raw = Connection::open(&path).expect("raw");
         for sql in &MIGRATIONS[..2] {
             raw.execute_batch(sql).expect("old schema");
@@ -263,6 +267,10 @@ mod tests {
             .collect::<Result<_, _>>()
             .expect("names");
         assert_eq!(indexes, ["events_lifecycle"]);
+        let starts: i64 = conn
+            .query_row("SELECT count(*) FROM writer_starts", [], |r| r.get(0))
+            .expect("the writers' starts are kept");
+        assert_eq!(starts, 0, "opening a connection is not a writer's start");
         let rows: i64 = conn
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .expect("counts");

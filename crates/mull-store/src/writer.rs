@@ -259,6 +259,16 @@ impl Log {
                 "{}: reading the last seq",
                 path.display()
             )))?;
+        // Where this writer's rows begin: the turns it finds open are not its own, and their
+        // chunks are all before this seq (see `open_turns`).
+        conn.execute(
+            "INSERT OR IGNORE INTO writer_starts (seq) VALUES (?1)",
+            [last],
+        )
+        .map_err(StoreError::sqlite(format!(
+            "{}: recording the writer's start",
+            path.display()
+        )))?;
         let last = last.max(0) as u64;
         // The WAL hook replaces SQLite's auto-checkpoint: a commit made by a barrier's caller
         // must not also copy the WAL back and fsync; the writer thread does that.
@@ -1052,6 +1062,49 @@ mod tests {
             .expect("wal")
             .len();
         assert!(wal < 12 * 1024 * 1024, "WAL grew to {wal} bytes");
+    }
+
+    #[test]
+    fn every_writer_records_where_it_started_and_knows_no_earlier_turn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let started = Event::TurnStarted {
+            request_id: "req_1".into(),
+            message_id: "msg_1".into(),
+            entry: mull_core::EntryPath::Chat,
+            continuation: false,
+            attempt: 0,
+            body: serde_json::json!({}),
+        };
+        let log = Log::open(&path).expect("opens");
+        log.append("s", Some("t"), at(0), started).expect("appends");
+        log.append("s", Some("t"), at(1), delta("a"))
+            .expect("appends");
+        log.close().expect("closes");
+        // The process stopped mid-turn; the next writer did not start that turn.
+        let log = Log::open(&path).expect("reopens");
+        log.append("s", Some("t"), at(2), delta("b"))
+            .expect("appends");
+        log.close().expect("closes");
+        let conn = Connection::open(&path).expect("raw");
+        let starts: Vec<i64> = conn
+            .prepare("SELECT seq FROM writer_starts ORDER BY seq")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .expect("reads");
+        assert_eq!(starts, [0, 2]);
+        let kinds: Vec<String> = conn
+            .prepare("SELECT kind FROM events ORDER BY seq")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .expect("reads");
+        assert_eq!(kinds, ["turn_started", "chunk", crate::schema::LOOSE_CHUNK]);
+        let reader = LogReader::open(&path).expect("reader");
+        let seqs: Vec<u64> = reader
+            .session_page("s", 0, 10)
+            .expect("reads")
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
     }
 
     #[test]
