@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, EVENT_VERSION};
-use rusqlite::{params, Connection, Transaction, TransactionBehavior};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 use crate::error::StoreError;
 use crate::open_turns::OpenTurns;
@@ -194,9 +194,6 @@ pub(crate) struct Row {
     pub kind: Cow<'static, str>,
     pub payload: String,
 }
-
-const INSERT: &str =
-    "INSERT INTO events (seq, session_id, turn_id, at, v, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
 /// The `kind` column of an event, without allocating for known kinds.
 pub(crate) fn kind_of(event: &Event) -> Cow<'static, str> {
@@ -520,17 +517,13 @@ impl Import<'_> {
         let (first, last) = (first.seq, last.seq);
         let conn = self.conn;
         let batch = &self.batch;
-        (|| -> rusqlite::Result<()> {
-            let mut insert = conn.prepare_cached(INSERT)?;
-            for row in batch {
-                insert_row(&mut insert, row)?;
-            }
-            Ok(())
-        })()
-        .map_err(StoreError::sqlite(format!(
-            "{}: importing seqs {first}..={last}",
-            self.source_name
-        )))?;
+        batch
+            .chunks(ROWS_PER_INSERT)
+            .try_for_each(|rows| insert_many(conn, rows))
+            .map_err(StoreError::sqlite(format!(
+                "{}: importing seqs {first}..={last}",
+                self.source_name
+            )))?;
         self.count += self.batch.len() as u64;
         self.last = last;
         self.batch.clear();
@@ -685,19 +678,28 @@ impl Store {
         }
         let Store { conn, open } = self;
         let result = (|| -> rusqlite::Result<()> {
-            let mut insert = conn.prepare_cached(INSERT)?;
-            for row in &rows {
+            let mut rest = &rows[..];
+            while let Some(first) = rest.first() {
                 if open.is_none() {
                     conn.prepare_cached("BEGIN")?.execute([])?;
                 }
                 let batch = open.get_or_insert(OpenBatch {
-                    first: row.seq,
-                    last: row.seq,
+                    first: first.seq,
+                    last: first.seq,
                     count: 0,
                 });
-                batch.last = row.seq;
-                batch.count += 1;
-                insert_row(&mut insert, row)?;
+                let room = shared
+                    .options
+                    .batch_max_events
+                    .saturating_sub(batch.count)
+                    .max(1);
+                let (now, later) = rest.split_at(rest.len().min(room).min(ROWS_PER_INSERT));
+                insert_many(conn, now)?;
+                rest = later;
+                batch.count += now.len();
+                if let Some(last) = now.last() {
+                    batch.last = last.seq;
+                }
                 if batch.count >= shared.options.batch_max_events {
                     let last = batch.last;
                     conn.prepare_cached("COMMIT")?.execute([])?;
@@ -829,16 +831,39 @@ fn checkpoint(conn: &Connection, what: &str) {
     }
 }
 
-fn insert_row(insert: &mut rusqlite::CachedStatement<'_>, row: &Row) -> rusqlite::Result<()> {
-    insert.execute(params![
-        row.seq,
-        &*row.session_id,
-        row.turn_id.as_deref(),
-        timestamp::format(row.at),
-        row.v,
-        &*row.kind,
-        row.payload,
-    ])?;
+/// Most rows one INSERT statement carries: a statement's fixed cost (running it, resetting
+/// it) is shared by its rows.
+const ROWS_PER_INSERT: usize = 16;
+
+/// The INSERT statement of `n` rows.
+fn insert_sql(n: usize) -> &'static str {
+    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        (1..=ROWS_PER_INSERT)
+            .map(|n| {
+                let values = vec!["(?, ?, ?, ?, ?, ?, ?)"; n].join(", ");
+                format!("INSERT INTO events (seq, session_id, turn_id, at, v, kind, payload) VALUES {values}")
+            })
+            .collect()
+    });
+    &all[n.clamp(1, ROWS_PER_INSERT) - 1]
+}
+
+/// Inserts `rows` (at most [`ROWS_PER_INSERT`]) with one statement.
+fn insert_many(conn: &Connection, rows: &[Row]) -> rusqlite::Result<()> {
+    let mut insert = conn.prepare_cached(insert_sql(rows.len()))?;
+    for (i, row) in rows.iter().enumerate() {
+        let at = timestamp::format(row.at);
+        let base = i * 7;
+        insert.raw_bind_parameter(base + 1, row.seq)?;
+        insert.raw_bind_parameter(base + 2, &*row.session_id)?;
+        insert.raw_bind_parameter(base + 3, row.turn_id.as_deref())?;
+        insert.raw_bind_parameter(base + 4, at)?;
+        insert.raw_bind_parameter(base + 5, row.v)?;
+        insert.raw_bind_parameter(base + 6, &*row.kind)?;
+        insert.raw_bind_parameter(base + 7, &row.payload)?;
+    }
+    insert.raw_execute()?;
     Ok(())
 }
 
