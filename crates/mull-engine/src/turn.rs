@@ -1126,9 +1126,14 @@ impl TurnRun<'_> {
         }
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
-        self.append(Event::StepFinished {
-            record: record.clone(),
-        })?;
+        // The log hands the event back: its record is reused, not copied before the append.
+        let envelope = self
+            .inner
+            .recorder
+            .append(self.tid(), Event::StepFinished { record })?;
+        let Event::StepFinished { record } = envelope.event else {
+            unreachable!("the log returns the step_finished event it was given")
+        };
         self.usage.add(&record.usage);
         self.steps.push(record.clone());
         let response_messages = self.inner.recorder.read(|s| {
@@ -1141,7 +1146,7 @@ impl TurnRun<'_> {
         let ctx = StepContext {
             step_number: step,
             reasoning: parts.reasoning.iter().map(|(_, t)| t.clone()).collect(),
-            record: record.clone(),
+            record,
             response_messages,
         };
         observe(
@@ -1152,7 +1157,7 @@ impl TurnRun<'_> {
         )
         .await?;
         extension::on_step_finish(self.inner, self.tid(), &ctx).await?;
-        if parts.waits_for_client || record.tool_calls.is_empty() {
+        if parts.waits_for_client || ctx.record.tool_calls.is_empty() {
             return Ok(StepEnd::Stop);
         }
         if resolved.stop_when.iter().any(|c| c.matches(&self.steps)) {
