@@ -312,8 +312,10 @@ impl LogReader {
         // One snapshot for the boundaries and the rows between them: a commit landing between
         // two of the queries could otherwise add rows on one side of a boundary only.
         let snapshot = self.conn.unchecked_transaction().map_err(sqlite)?;
-        // The turn running at `after_seq`, by the seq of its `turn_started`.
-        let mut running = self.open_turn_at(session_id, after_seq).map_err(sqlite)?;
+        // SQLite's integers are i64: a seq past them is past every row.
+        let after = i64::try_from(after_seq).unwrap_or(OPEN_END);
+        // The turn running at `after`, by the seq of its `turn_started`.
+        let mut running = self.open_turn_at(session_id, after).map_err(sqlite)?;
         let mut boundaries = self
             .conn
             .prepare_cached(&format!(
@@ -323,10 +325,10 @@ impl LogReader {
             ))
             .map_err(sqlite)?;
         let mut boundaries = boundaries
-            .query(params![session_id, after_seq])
+            .query(params![session_id, after])
             .map_err(sqlite)?;
         let (outside_sql, inside_sql) = (between_turns_sql(), within_a_turn_sql());
-        let mut from = after_seq as i64;
+        let mut from = after;
         let mut count = 0;
         while count < limit {
             let boundary: Option<(i64, bool)> = boundaries
@@ -379,7 +381,7 @@ impl LogReader {
         let Some((seq, at)) = last_lifecycle else {
             return Ok(None);
         };
-        let later: Option<(i64, String)> = match self.open_turn_at(session_id, OPEN_END as u64)? {
+        let later: Option<(i64, String)> = match self.open_turn_at(session_id, OPEN_END)? {
             Some(started) => self
                 .conn
                 .prepare_cached(
@@ -397,7 +399,7 @@ impl LogReader {
     }
 
     /// The `turn_started` seq of the turn `session_id` was running at `seq`, if one was.
-    fn open_turn_at(&self, session_id: &str, seq: u64) -> rusqlite::Result<Option<i64>> {
+    fn open_turn_at(&self, session_id: &str, seq: i64) -> rusqlite::Result<Option<i64>> {
         let last_boundary: Option<(i64, bool)> = self
             .conn
             .prepare_cached(&format!(
@@ -405,9 +407,7 @@ impl LogReader {
                  WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND {TURN_BOUNDARY} AND seq <= ?2
                  ORDER BY seq DESC LIMIT 1"
             ))?
-            .query_row(params![session_id, seq.min(OPEN_END as u64)], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(params![session_id, seq], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         Ok(last_boundary.and_then(|(seq, started)| started.then_some(seq)))
     }
@@ -830,6 +830,44 @@ mod tests {
                 proptest::prop_assert_eq!(brute_force(&reader, &name).last().copied(), Some(last));
             }
         }
+    }
+
+    #[test]
+    fn a_turn_left_open_by_a_stopped_writer_ends_where_the_next_writer_started() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let log = Log::open(&path).expect("opens");
+        log.append("a", Some("turn_1"), at(1), started(1))
+            .expect("appends");
+        log.append("a", Some("turn_1"), at(2), delta())
+            .expect("appends");
+        log.close().expect("the process stops mid-turn");
+        let log = Log::open(&path).expect("a new writer");
+        for i in 0..50 {
+            log.append("b", None, at(3 + i), Event::StepStarted { step: 0 })
+                .expect("appends");
+        }
+        // Recovery finishes the turn long after the new writer started.
+        log.append("a", Some("turn_1"), at(60), finished(1))
+            .expect("appends");
+        log.flush_blocking().expect("flushes");
+        let reader = log.reader().expect("reader");
+        // Its chunks can only be before seq 2, where the second writer began; the 50 rows of
+        // session b in between are not walked.
+        assert_eq!(reader.chunks_end(1).expect("reads"), 2);
+        let seqs = |events: Vec<Envelope>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+        assert_eq!(
+            seqs(reader.session_events("a", 0).expect("reads")),
+            [1, 2, 53]
+        );
+        assert_eq!(
+            seqs(reader.turn_events("a", "turn_1").expect("reads")),
+            [1, 2, 53]
+        );
+        assert!(reader
+            .session_page("a", u64::MAX, 10)
+            .expect("a seq past every row reads nothing")
+            .is_empty());
     }
 
     #[test]
