@@ -341,9 +341,13 @@ impl Session {
             source,
         };
         log.flush().await.map_err(store_err)?;
-        let state = log
-            .with_reader(|r| r.load_session(&options.session_id))
-            .map_err(store_err)?;
+        // A new session is looked up on the write connection and needs no read at all.
+        let state = if log.has_session(&options.session_id).map_err(store_err)? {
+            log.with_reader(|r| r.load_session(&options.session_id))
+                .map_err(store_err)?
+        } else {
+            SessionState::new(options.session_id.clone())
+        };
         let recorder = Recorder::new(
             log.clone(),
             options.session_id.clone(),

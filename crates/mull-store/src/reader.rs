@@ -515,7 +515,7 @@ impl LogReader {
 }
 
 /// Whether session `?1` has any event: its first is always a lifecycle event.
-fn has_session_sql() -> String {
+pub(crate) fn has_session_sql() -> String {
     format!("SELECT EXISTS (SELECT 1 FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE})")
 }
 

@@ -431,6 +431,22 @@ impl Log {
         LogReader::open(&self.inner.path)
     }
 
+    /// Whether the log holds an event of `session_id` (committed, or inserted into the
+    /// transaction being filled). Asked on the write connection: its page cache survives the
+    /// commits, where a read connection starts cold after each one and reads the lookup's pages
+    /// again — what opening a new session costs most.
+    pub fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
+        let store = lock(&self.inner.shared.store);
+        store
+            .conn
+            .prepare_cached(&crate::reader::has_session_sql())
+            .and_then(|mut s| s.query_row([session_id], |r| r.get(0)))
+            .map_err(StoreError::sqlite(format!(
+                "{}: looking up a session",
+                self.inner.path.display()
+            )))
+    }
+
     /// Runs `f` on the log's own read connection (opened once, on first use), so short reads
     /// don't pay for opening a connection each time. Reads through it are serialized: keep
     /// them short, and take [`Log::reader`] for long ones.
@@ -1130,6 +1146,18 @@ mod tests {
             .map(|e| e.seq)
             .collect();
         assert_eq!(seqs, [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_session_is_found_on_the_write_connection_once_it_has_a_row() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        assert!(!log.has_session("s").expect("looks up"));
+        log.append("s", None, at(0), Event::StepStarted { step: 0 })
+            .expect("appends");
+        log.flush_blocking().expect("flushes");
+        assert!(log.has_session("s").expect("looks up"));
+        assert!(!log.has_session("t").expect("looks up"));
     }
 
     #[test]
