@@ -535,7 +535,7 @@ impl Import<'_> {
         let batch = &self.batch;
         batch
             .chunks(ROWS_PER_INSERT)
-            .try_for_each(|rows| insert_many(conn, rows))
+            .try_for_each(|rows| insert_many(conn, rows, Seqs::Given))
             .map_err(StoreError::sqlite(format!(
                 "{}: importing seqs {first}..={last}",
                 self.source_name
@@ -710,7 +710,7 @@ impl Store {
                     .saturating_sub(batch.count)
                     .max(1);
                 let (now, later) = rest.split_at(rest.len().min(room).min(ROWS_PER_INSERT));
-                insert_many(conn, now)?;
+                insert_many(conn, now, Seqs::Next)?;
                 rest = later;
                 batch.count += now.len();
                 if let Some(last) = now.last() {
@@ -851,35 +851,88 @@ fn checkpoint(conn: &Connection, what: &str) {
 /// it) is shared by its rows.
 const ROWS_PER_INSERT: usize = 16;
 
+/// Where an inserted row's seq comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seqs {
+    /// The rows continue the table without a gap, so SQLite's next rowid is each row's seq:
+    /// the appended rows, whose seqs the queue hands out one after another from the log's last.
+    /// The statement leaves `seq` out, which spares it what SQLite must prepare for a rowid
+    /// given by value in a statement of several rows (a copy of every page it touches, in
+    /// case a later row's rowid is refused); [`insert_many`] checks SQLite's rowids matched.
+    Next,
+    /// The rows carry seqs that may leave gaps (an import): bound like the other columns.
+    Given,
+}
+
 /// The INSERT statement of `n` rows.
-fn insert_sql(n: usize) -> &'static str {
-    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let all = SQL.get_or_init(|| {
-        (1..=ROWS_PER_INSERT)
-            .map(|n| {
-                let values = vec!["(?, ?, ?, ?, ?, ?, ?)"; n].join(", ");
-                format!("INSERT INTO events (seq, session_id, turn_id, at, v, kind, payload) VALUES {values}")
-            })
-            .collect()
+///
+/// `OR ROLLBACK`: a row the table refuses ends the whole transaction, which its writer abandons
+/// anyway. Under SQLite's default (`ABORT`) a statement must be undoable on its own, which for
+/// several rows means the page copies [`Seqs::Next`] avoids.
+fn insert_sql(n: usize, seqs: Seqs) -> &'static str {
+    static SQL: std::sync::OnceLock<[Vec<String>; 2]> = std::sync::OnceLock::new();
+    let [next, given] = SQL.get_or_init(|| {
+        let statements = |columns: &str, row: &str| -> Vec<String> {
+            (1..=ROWS_PER_INSERT)
+                .map(|n| {
+                    let values = vec![row; n].join(", ");
+                    format!("INSERT OR ROLLBACK INTO events ({columns}) VALUES {values}")
+                })
+                .collect()
+        };
+        [
+            statements(
+                "session_id, turn_id, at, v, kind, payload",
+                "(?, ?, ?, ?, ?, ?)",
+            ),
+            statements(
+                "seq, session_id, turn_id, at, v, kind, payload",
+                "(?, ?, ?, ?, ?, ?, ?)",
+            ),
+        ]
     });
+    let all = match seqs {
+        Seqs::Next => next,
+        Seqs::Given => given,
+    };
     &all[n.clamp(1, ROWS_PER_INSERT) - 1]
 }
 
 /// Inserts `rows` (at most [`ROWS_PER_INSERT`]) with one statement.
-fn insert_many(conn: &Connection, rows: &[Row]) -> rusqlite::Result<()> {
-    let mut insert = conn.prepare_cached(insert_sql(rows.len()))?;
-    for (i, row) in rows.iter().enumerate() {
-        let at = timestamp::format(row.at);
-        let base = i * 7;
-        insert.raw_bind_parameter(base + 1, row.seq)?;
-        insert.raw_bind_parameter(base + 2, &*row.session_id)?;
-        insert.raw_bind_parameter(base + 3, row.turn_id.as_deref())?;
-        insert.raw_bind_parameter(base + 4, at)?;
-        insert.raw_bind_parameter(base + 5, row.v)?;
-        insert.raw_bind_parameter(base + 6, &*row.kind)?;
-        insert.raw_bind_parameter(base + 7, &row.payload)?;
+fn insert_many(conn: &Connection, rows: &[Row], seqs: Seqs) -> rusqlite::Result<()> {
+    let Some(last) = rows.last() else {
+        return Ok(());
+    };
+    let mut insert = conn.prepare_cached(insert_sql(rows.len(), seqs))?;
+    let mut param = 0;
+    let mut bind = |value: &dyn rusqlite::ToSql| {
+        param += 1;
+        insert.raw_bind_parameter(param, value)
+    };
+    for row in rows {
+        if seqs == Seqs::Given {
+            bind(&row.seq)?;
+        }
+        bind(&&*row.session_id)?;
+        bind(&row.turn_id.as_deref())?;
+        bind(&timestamp::format(row.at))?;
+        bind(&row.v)?;
+        bind(&&*row.kind)?;
+        bind(&row.payload)?;
     }
     insert.raw_execute()?;
+    let stored = conn.last_insert_rowid();
+    if seqs == Seqs::Next && u64::try_from(stored).ok() != Some(last.seq) {
+        // The table does not end where the queue believes: the seqs already handed out would
+        // not name these rows. Refusing is all that is left.
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISMATCH),
+            Some(format!(
+                "seq {} was stored as {stored}: the table does not end where the log's seqs do",
+                last.seq
+            )),
+        ));
+    }
     Ok(())
 }
 
@@ -1034,7 +1087,7 @@ mod tests {
         let raw = Connection::open(&path).expect("raw");
         raw.busy_timeout(Duration::from_secs(5)).expect("timeout");
         raw.execute_batch(
-            "CREATE TRIGGER refuse_five BEFORE INSERT ON events WHEN NEW.seq = 5 \
+            "CREATE TRIGGER refuse_lost BEFORE INSERT ON events WHEN NEW.payload LIKE '%lost%' \
              BEGIN SELECT RAISE(ABORT, 'disk is full'); END;",
         )
         .expect("trigger");
@@ -1054,6 +1107,44 @@ mod tests {
         drop(log);
         let reader = LogReader::open(&path).expect("reader");
         assert_eq!(reader.max_seq().expect("max"), 4);
+    }
+
+    #[test]
+    fn a_row_another_program_added_stops_the_writer_before_seqs_go_astray() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let log = Log::open(&path).expect("opens");
+        for i in 0..3 {
+            log.append("s", None, at(i), delta("ok")).expect("appends");
+        }
+        log.flush_blocking().expect("flushes");
+        // Behind the writer's back (past its lock), a row lands far beyond the log's last seq.
+        let raw = Connection::open(&path).expect("raw");
+        raw.busy_timeout(Duration::from_secs(5)).expect("timeout");
+        raw.execute(
+            "INSERT INTO events (seq, session_id, at, v, kind, payload) \
+             VALUES (10, 's', '2025-01-01T00:00:00Z', 1, 'chunk', '{}')",
+            [],
+        )
+        .expect("foreign row");
+        drop(raw);
+        let envelope = log
+            .append("s", None, at(3), delta("astray"))
+            .expect("queued");
+        assert_eq!(envelope.seq, 4);
+        let err = log.flush_blocking().expect_err("the mismatch is refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("seq 4 was stored as 11") && text.contains("4..=4"),
+            "{text}"
+        );
+        drop(log);
+        let reader = LogReader::open(&path).expect("reader");
+        assert_eq!(
+            reader.max_seq().expect("max"),
+            10,
+            "the refused row was rolled back"
+        );
     }
 
     #[test]
