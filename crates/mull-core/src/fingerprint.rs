@@ -8,7 +8,6 @@
 //! differs without the recording holding them twice (the messages themselves are in the log).
 
 use std::borrow::Cow;
-use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -52,32 +51,22 @@ pub(crate) fn canonical_hash(request: &ModelRequest) -> String {
         settings,
         output_schema: &request.output_schema,
     };
-    hex(&sha256_of(&canonical))
+    hex::encode(sha256_of(&canonical))
 }
 
-/// SHA-256 of a value's compact JSON, written straight into the hasher.
+/// SHA-256 of a value's compact JSON. The JSON is written out first and hashed in one call:
+/// serialized straight into the hasher, every key, quote and comma was an update of its own.
 fn sha256_of(value: &impl Serialize) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    // Writing into a hasher cannot fail, and plain data always serializes.
-    let _ = serde_json::to_writer(&mut hasher, value);
-    let _ = hasher.flush();
-    hasher.finalize().into()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    // Plain data always serializes.
+    let json = serde_json::to_vec(value).unwrap_or_default();
+    Sha256::digest(&json).into()
 }
 
 /// A short digest of a value's compact JSON: the first [`DIGEST_HEX_CHARS`] hex characters of
 /// its SHA-256.
 pub fn digest(value: &impl Serialize) -> String {
     let full = sha256_of(value);
-    hex(&full[..DIGEST_HEX_CHARS / 2])
+    hex::encode(&full[..DIGEST_HEX_CHARS / 2])
 }
 
 /// What a step record keeps of its model request (`StepRecord.request`): the canonical hash,
@@ -177,14 +166,17 @@ mod tests {
             ..request.clone()
         };
         let bytes = serde_json::to_vec(&redacted).unwrap();
-        assert_eq!(canonical_hash(&request), hex(&Sha256::digest(&bytes)));
+        assert_eq!(
+            canonical_hash(&request),
+            hex::encode(Sha256::digest(&bytes))
+        );
         let plain = ModelRequest {
             output_schema: None,
             settings: CallSettings::default(),
             ..request
         };
         let bytes = serde_json::to_vec(&plain).unwrap();
-        assert_eq!(canonical_hash(&plain), hex(&Sha256::digest(&bytes)));
+        assert_eq!(canonical_hash(&plain), hex::encode(Sha256::digest(&bytes)));
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! the agent, in-process or in another process).
 
 pub mod agent;
+mod broadcast;
 pub mod compaction;
 pub mod config;
 pub mod context;

@@ -4,10 +4,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use async_broadcast::{InactiveReceiver, Receiver, Sender};
+use async_broadcast::Receiver;
 use mull_core::{Clock, Envelope, Event};
 use mull_store::{Log, SessionState};
 
+use crate::broadcast::Broadcast;
 use crate::error::EngineError;
 
 /// Appends events for one session and keeps its projection current.
@@ -16,8 +17,7 @@ pub(crate) struct Recorder {
     session_id: String,
     clock: Arc<dyn Clock>,
     state: Mutex<SessionState>,
-    bus: Sender<Envelope>,
-    _keep_open: InactiveReceiver<Envelope>,
+    bus: Broadcast<Envelope>,
 }
 
 impl Recorder {
@@ -28,17 +28,12 @@ impl Recorder {
         state: SessionState,
         bus_capacity: usize,
     ) -> Recorder {
-        let (mut bus, rx) = async_broadcast::broadcast(bus_capacity.max(1));
-        // A slow subscriber must never slow the agent: the oldest events are dropped for it and
-        // it sees `Overflowed(n)`, its cue to re-read the missed range from the log.
-        bus.set_overflow(true);
         Recorder {
             log,
             session_id,
             clock,
             state: Mutex::new(state),
-            bus,
-            _keep_open: rx.deactivate(),
+            bus: Broadcast::new(bus_capacity),
         }
     }
 
@@ -64,12 +59,8 @@ impl Recorder {
             .map_err(|e| self.store_error(e))?;
         state.apply(&envelope);
         drop(state);
-        // With overflow on, a full channel drops its oldest event instead of failing; the only
-        // other error is "no receivers", which is kept from happening by `_keep_open`. With no
-        // subscriber listening there is nobody to copy the event for.
-        if self.bus.receiver_count() > 0 {
-            let _ = self.bus.try_broadcast(envelope.clone());
-        }
+        // With no subscriber listening there is nobody to copy the event for.
+        self.bus.publish(|| envelope.clone());
         Ok(envelope)
     }
 
@@ -85,7 +76,7 @@ impl Recorder {
 
     /// A new subscriber to every event appended from now on.
     pub fn subscribe(&self) -> Receiver<Envelope> {
-        self.bus.new_receiver()
+        self.bus.subscribe()
     }
 
     /// The log.

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use async_broadcast::{InactiveReceiver, Receiver, Sender};
+use async_broadcast::Receiver;
 use futures::Stream;
 use mull_core::{
     Clock, EntryPath, Envelope, ErrorStage, Event, IdSource, RandomIds, Role, SequentialIds,
@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::broadcast::Broadcast;
 use crate::error::{ChatError, EngineError};
 use crate::extension::{Extension, Extensions};
 use crate::recorder::Recorder;
@@ -290,8 +291,7 @@ pub(crate) struct Inner {
     /// Turn tasks running in the background (streamed chats, submissions) that may not have
     /// ended yet: what [`Session::abort_background_turns`] stops.
     background: Mutex<Vec<tokio::task::AbortHandle>>,
-    failures: Sender<TurnFailure>,
-    _failures_open: InactiveReceiver<TurnFailure>,
+    failures: Broadcast<TurnFailure>,
 }
 
 impl Inner {
@@ -355,8 +355,6 @@ impl Session {
             state,
             options.bus_capacity,
         );
-        let (mut failures, failures_rx) = async_broadcast::broadcast(64);
-        failures.set_overflow(true);
         let config = agent.configure_session(SessionConfig::new()).await;
         let session = Session {
             inner: Arc::new(Inner {
@@ -370,8 +368,7 @@ impl Session {
                 waiters: Mutex::new(HashMap::new()),
                 search: crate::search::SearchIndex::default(),
                 background: Mutex::new(Vec::new()),
-                failures,
-                _failures_open: failures_rx.deactivate(),
+                failures: Broadcast::new(64),
             }),
         };
         session.inner.recorder.append(
@@ -420,11 +417,11 @@ impl Session {
 
     /// Every failed turn from now on (Think's `chat:request:failed`).
     pub fn failures(&self) -> Receiver<TurnFailure> {
-        self.inner.failures.new_receiver()
+        self.inner.failures.subscribe()
     }
 
     pub(crate) fn publish_failure(inner: &Inner, envelope: Envelope) {
-        let _ = inner.failures.try_broadcast(TurnFailure { envelope });
+        inner.failures.publish(|| TurnFailure { envelope });
     }
 
     /// Checks whether a blocking entry may start from the current task. `Ok(true)` means it
