@@ -12,11 +12,17 @@ pub fn truncate(at: DateTime<Utc>) -> DateTime<Utc> {
 
 /// The stored text of a timestamp.
 pub fn format(at: DateTime<Utc>) -> String {
+    with_formatted(at, str::to_owned)
+}
+
+/// Calls `f` with the stored text of a timestamp, written on the stack: what the writer binds
+/// for every row, without a string allocated for it.
+pub fn with_formatted<R>(at: DateTime<Utc>, f: impl FnOnce(&str) -> R) -> R {
     let t = at.naive_utc();
     let micros = t.nanosecond() / 1000;
     // Years outside 0..=9999 and leap seconds do not fit the fixed width: let chrono write them.
     if !(0..=9999).contains(&t.year()) || micros > 999_999 {
-        return at.to_rfc3339_opts(SecondsFormat::Micros, true);
+        return f(&at.to_rfc3339_opts(SecondsFormat::Micros, true));
     }
     let mut buf = *b"0000-00-00T00:00:00.000000Z";
     put_digits(&mut buf[0..4], t.year() as u32);
@@ -27,7 +33,7 @@ pub fn format(at: DateTime<Utc>) -> String {
     put_digits(&mut buf[17..19], t.second());
     put_digits(&mut buf[20..26], micros);
     // Only ASCII digits and separators were written, so this never takes the lossy branch.
-    String::from_utf8_lossy(&buf).into_owned()
+    f(&String::from_utf8_lossy(&buf))
 }
 
 fn put_digits(out: &mut [u8], mut value: u32) {

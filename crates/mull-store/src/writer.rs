@@ -915,7 +915,7 @@ fn insert_many(conn: &Connection, rows: &[Row], seqs: Seqs) -> rusqlite::Result<
         }
         bind(&&*row.session_id)?;
         bind(&row.turn_id.as_deref())?;
-        bind(&timestamp::format(row.at))?;
+        timestamp::with_formatted(row.at, |at| bind(&at))?;
         bind(&row.v)?;
         bind(&&*row.kind)?;
         bind(&row.payload)?;
