@@ -18,11 +18,14 @@
 //! ```
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::stream::{self, StreamExt};
+use futures::Stream;
 use mull_core::{
     FinishReason, LanguageModel, ModelError, ModelErrorKind, ModelRequest, ModelRole, ModelStream,
     Source, StreamPart, Usage,
@@ -444,38 +447,71 @@ impl LanguageModel for ScriptedModel {
             ScriptedStep::Refuse(error) => return Err(error),
             ScriptedStep::Respond(items) => items,
         };
-        let part_delay = self.part_delay;
-        let stream = stream::iter(items)
-            .then(move |item| async move {
-                match item {
-                    ScriptedItem::Pause(pause) => {
-                        tokio::time::sleep(pause).await;
-                        None
-                    }
-                    ScriptedItem::Part(p) => {
-                        if !part_delay.is_zero() {
-                            tokio::time::sleep(part_delay).await;
-                        }
-                        Some(Ok(p))
-                    }
-                    ScriptedItem::Fail(error) => Some(Err(error)),
+        Ok(Box::pin(ScriptedStream {
+            items: items.into_iter(),
+            part_delay: self.part_delay,
+            wait: None,
+            held: None,
+            failed: false,
+        }))
+    }
+}
+
+/// The stream of one scripted call: its items in order, waiting where the script (or the
+/// model's part delay) says. A failure is the last item delivered. Written out rather than
+/// composed from stream adapters: an unpaced script, the usual one, then costs no timer and no
+/// per-item future.
+struct ScriptedStream {
+    items: std::vec::IntoIter<ScriptedItem>,
+    part_delay: Duration,
+    /// The wait in progress, if any.
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The part delivered once `wait` is over.
+    held: Option<StreamPart>,
+    failed: bool,
+}
+
+impl Stream for ScriptedStream {
+    type Item = Result<StreamPart, ModelError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(wait) = this.wait.as_mut() {
+                ready!(wait.as_mut().poll(cx));
+                this.wait = None;
+            }
+            if let Some(part) = this.held.take() {
+                return Poll::Ready(Some(Ok(part)));
+            }
+            if this.failed {
+                return Poll::Ready(None);
+            }
+            match this.items.next() {
+                None => return Poll::Ready(None),
+                Some(ScriptedItem::Pause(pause)) => {
+                    this.wait = Some(Box::pin(tokio::time::sleep(pause)));
                 }
-            })
-            .filter_map(futures::future::ready);
-        // A failure ends the stream: nothing after it is delivered.
-        let mut failed = false;
-        let stream = stream.take_while(move |item| {
-            let go = !failed;
-            failed |= item.is_err();
-            futures::future::ready(go)
-        });
-        Ok(Box::pin(stream))
+                Some(ScriptedItem::Part(part)) if this.part_delay.is_zero() => {
+                    return Poll::Ready(Some(Ok(part)));
+                }
+                Some(ScriptedItem::Part(part)) => {
+                    this.held = Some(part);
+                    this.wait = Some(Box::pin(tokio::time::sleep(this.part_delay)));
+                }
+                Some(ScriptedItem::Fail(error)) => {
+                    this.failed = true;
+                    return Poll::Ready(Some(Err(error)));
+                }
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
     use serde_json::json;
 
     fn collect(model: &ScriptedModel) -> Vec<Result<StreamPart, ModelError>> {
@@ -623,6 +659,34 @@ mod tests {
         let items = collect(&model);
         assert_eq!(items.len(), 4);
         assert!(items[3].is_err());
+    }
+
+    #[test]
+    fn pauses_and_the_part_delay_come_before_their_parts_in_order() {
+        let model = ScriptedModel::builder("paced")
+            .part_delay(Duration::from_millis(5))
+            .step(|s| {
+                s.text_deltas(["a", "b"])
+                    .pause(Duration::from_millis(30))
+                    .text_deltas(["c"])
+            })
+            .build();
+        let start = std::time::Instant::now();
+        let parts = collect(&model);
+        let elapsed = start.elapsed();
+        let texts: Vec<&str> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Ok(StreamPart::TextDelta { text, .. }) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["a", "b", "c"]);
+        assert!(parts.iter().all(Result::is_ok));
+        // Every part waited its delay, and the pause came on top (a lower bound only: a busy
+        // machine may take longer, never shorter).
+        let waits = Duration::from_millis(5) * parts.len() as u32 + Duration::from_millis(30);
+        assert!(elapsed >= waits, "{elapsed:?} < {waits:?}");
     }
 
     #[test]
