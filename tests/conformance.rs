@@ -772,12 +772,12 @@ async fn b01_tools_merge_in_order_and_turn_tools_win() {
     let client = ToolSpec {
         name: "ask_user".into(),
         description: "Asks the user.".into(),
-        input_schema: json!({"type": "object"}),
+        input_schema: json!({"type": "object"}).into(),
     };
     let caller = ToolSet::new().with_client(ToolSpec {
         name: "ask_user".into(),
         description: "Caller's version wins over the client's.".into(),
-        input_schema: json!({"type": "object"}),
+        input_schema: json!({"type": "object"}).into(),
     });
     let opts = TurnOptions {
         client_tools: vec![client],
@@ -1600,7 +1600,7 @@ async fn d20_client_tools_fire_no_hooks_and_auto_continue_after_results() {
     let ask = ToolSpec {
         name: "ask_user".into(),
         description: "Ask the user.".into(),
-        input_schema: json!({"type": "object"}),
+        input_schema: json!({"type": "object"}).into(),
     };
     let out = session
         .save_messages(

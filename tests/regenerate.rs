@@ -31,7 +31,7 @@ impl Agent for Scripted {
         ToolSet::new().with_client(ToolSpec {
             name: "ask".to_owned(),
             description: "Asks the user".to_owned(),
-            input_schema: json!({"type": "object", "properties": {}}),
+            input_schema: json!({"type": "object", "properties": {}}).into(),
         })
     }
 }

@@ -36,6 +36,29 @@ pub struct Envelope {
     pub event: Event,
 }
 
+/// An [`Envelope`] borrowed in parts and without its session id: what a fold that already
+/// knows its session reads, so the engine can fold the event it has just appended without
+/// copying its ids into an envelope first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EventRef<'a> {
+    pub seq: u64,
+    pub at: DateTime<Utc>,
+    pub turn_id: Option<&'a str>,
+    pub event: &'a Event,
+}
+
+impl<'a> EventRef<'a> {
+    /// The parts of `env`.
+    pub fn of(env: &'a Envelope) -> EventRef<'a> {
+        EventRef {
+            seq: env.seq,
+            at: env.at,
+            turn_id: env.turn_id.as_deref(),
+            event: &env.event,
+        }
+    }
+}
+
 /// How a turn was started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -7,51 +7,101 @@
 //! message, tool and the system prompt, so a replay that misses can say *which* message or tool
 //! differs without the recording holding them twice (the messages themselves are in the log).
 
-use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::model::{CallSettings, ModelMessage, ModelRequest, ModelRole, ToolChoice, ToolSpec};
+use crate::model::{CallSettings, ModelRequest, ModelRole, ToolChoice};
 
 /// Hex characters of a digest in a [`RequestSummary`] (64 bits: enough to tell items apart).
 pub const DIGEST_HEX_CHARS: usize = 16;
 
-/// The request as it is hashed: the request with header values left out, serialized exactly as
-/// `ModelRequest` serializes (same fields, same order), without cloning the messages.
-#[derive(Serialize)]
-struct Canonical<'a> {
-    system: &'a Option<String>,
-    messages: &'a [ModelMessage],
-    tools: &'a [ToolSpec],
-    tool_choice: &'a ToolChoice,
-    settings: Cow<'a, CallSettings>,
-    #[serde(skip_serializing_if = "is_none")]
-    output_schema: &'a Option<Value>,
+/// The request as it is hashed — serialized exactly as `ModelRequest` serializes (same
+/// fields, same order, compact), with header values redacted — and where in that JSON each
+/// summarised item sits, so that one serialization serves the hash and every digest.
+struct Canonical {
+    json: Vec<u8>,
+    system: Option<Range<usize>>,
+    messages: Vec<Range<usize>>,
+    tools: Vec<Range<usize>>,
+    output_schema: Option<Range<usize>>,
 }
 
-fn is_none(value: &&Option<Value>) -> bool {
-    value.is_none()
+impl Canonical {
+    fn of(request: &ModelRequest) -> Canonical {
+        let mut json = Vec::with_capacity(1024);
+        json.extend_from_slice(b"{\"system\":");
+        let system_at = write_json(&mut json, &request.system);
+        json.extend_from_slice(b",\"messages\":");
+        let messages = write_seq(&mut json, &request.messages);
+        json.extend_from_slice(b",\"tools\":");
+        let tools = write_seq(&mut json, &request.tools);
+        json.extend_from_slice(b",\"tool_choice\":");
+        write_json(&mut json, &request.tool_choice);
+        json.extend_from_slice(b",\"settings\":");
+        if request.settings.headers.is_empty() {
+            write_json(&mut json, &request.settings);
+        } else {
+            write_json(&mut json, &request.settings.redacted());
+        }
+        let output_schema = request.output_schema.as_ref().map(|schema| {
+            json.extend_from_slice(b",\"output_schema\":");
+            write_json(&mut json, schema)
+        });
+        json.push(b'}');
+        Canonical {
+            json,
+            system: request.system.as_ref().map(|_| system_at),
+            messages,
+            tools,
+            output_schema,
+        }
+    }
+
+    /// The short digest of the item at `range`.
+    fn digest(&self, range: &Range<usize>) -> String {
+        short_hex(&Sha256::digest(&self.json[range.clone()]).into())
+    }
+}
+
+/// Appends `value`'s compact JSON to `json`; returns where it landed.
+fn write_json(json: &mut Vec<u8>, value: &impl Serialize) -> Range<usize> {
+    let start = json.len();
+    // Plain data always serializes; should it not, the item is hashed as `null`.
+    if serde_json::to_writer(&mut *json, value).is_err() {
+        json.truncate(start);
+        json.extend_from_slice(b"null");
+    }
+    start..json.len()
+}
+
+/// Appends `items` as a JSON array; returns where each item landed.
+fn write_seq<T: Serialize>(json: &mut Vec<u8>, items: &[T]) -> Vec<Range<usize>> {
+    json.push(b'[');
+    let ranges = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            if i > 0 {
+                json.push(b',');
+            }
+            write_json(json, item)
+        })
+        .collect();
+    json.push(b']');
+    ranges
 }
 
 /// The hex-encoded SHA-256 of `request` with header values redacted (see
 /// [`ModelRequest::canonical_hash`]).
 pub(crate) fn canonical_hash(request: &ModelRequest) -> String {
-    let settings = if request.settings.headers.is_empty() {
-        Cow::Borrowed(&request.settings)
-    } else {
-        Cow::Owned(request.settings.redacted())
-    };
-    let canonical = Canonical {
-        system: &request.system,
-        messages: &request.messages,
-        tools: &request.tools,
-        tool_choice: &request.tool_choice,
-        settings,
-        output_schema: &request.output_schema,
-    };
-    hex::encode(sha256_of(&canonical))
+    hex::encode(Sha256::digest(&Canonical::of(request).json))
+}
+
+fn short_hex(full: &[u8; 32]) -> String {
+    hex::encode(&full[..DIGEST_HEX_CHARS / 2])
 }
 
 /// SHA-256 of a value's compact JSON. The JSON is written out first and hashed in one call:
@@ -65,8 +115,7 @@ fn sha256_of(value: &impl Serialize) -> [u8; 32] {
 /// A short digest of a value's compact JSON: the first [`DIGEST_HEX_CHARS`] hex characters of
 /// its SHA-256.
 pub fn digest(value: &impl Serialize) -> String {
-    let full = sha256_of(value);
-    hex::encode(&full[..DIGEST_HEX_CHARS / 2])
+    short_hex(&sha256_of(value))
 }
 
 /// What a step record keeps of its model request (`StepRecord.request`): the canonical hash,
@@ -92,25 +141,32 @@ pub struct RequestSummary {
 }
 
 impl RequestSummary {
-    /// Summarises `request`, computing its canonical hash.
+    /// Summarises `request`, computing its canonical hash. The request is serialized once: the
+    /// hash covers the whole and each digest its item's stretch of the same bytes.
     pub fn of(request: &ModelRequest) -> RequestSummary {
+        let canonical = Canonical::of(request);
         RequestSummary {
-            hash: canonical_hash(request),
-            system: request.system.as_ref().map(digest),
+            hash: hex::encode(Sha256::digest(&canonical.json)),
+            system: canonical.system.as_ref().map(|r| canonical.digest(r)),
             message_count: u32::try_from(request.messages.len()).unwrap_or(u32::MAX),
             messages: request
                 .messages
                 .iter()
-                .map(|m| format!("{}:{}", role_name(m.role), digest(m)))
+                .zip(&canonical.messages)
+                .map(|(m, r)| format!("{}:{}", role_name(m.role), canonical.digest(r)))
                 .collect(),
             tools: request
                 .tools
                 .iter()
-                .map(|t| format!("{}:{}", t.name, digest(t)))
+                .zip(&canonical.tools)
+                .map(|(t, r)| format!("{}:{}", t.name, canonical.digest(r)))
                 .collect(),
             tool_choice: request.tool_choice.clone(),
             settings: request.settings.redacted(),
-            output_schema: request.output_schema.as_ref().map(digest),
+            output_schema: canonical
+                .output_schema
+                .as_ref()
+                .map(|r| canonical.digest(r)),
         }
     }
 
@@ -132,7 +188,7 @@ fn role_name(role: ModelRole) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ModelMessage;
+    use crate::model::{ModelMessage, ToolSpec};
     use serde_json::json;
 
     fn request() -> ModelRequest {
@@ -145,7 +201,7 @@ mod tests {
             tools: vec![ToolSpec {
                 name: "add".into(),
                 description: "Adds.".into(),
-                input_schema: json!({"type": "object"}),
+                input_schema: json!({"type": "object"}).into(),
             }],
             output_schema: Some(json!({"type": "string"})),
             ..ModelRequest::default()

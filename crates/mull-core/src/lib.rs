@@ -19,8 +19,8 @@ pub use clock::{Clock, FixedClock, IdSource, RandomIds, SequentialIds, SystemClo
 pub use convert::{to_model_messages, truncate_for_context};
 pub use event::{
     CompactionReason, ContextBlockSource, DecisionAction, EntryPath, Envelope, ErrorStage, Event,
-    EventDecodeError, HookName, StepRecord, SubmissionStatus, ToolCallRecord, ToolResultRecord,
-    TurnConfigRecord, TurnStatus, EVENT_VERSION,
+    EventDecodeError, EventRef, HookName, StepRecord, SubmissionStatus, ToolCallRecord,
+    ToolResultRecord, TurnConfigRecord, TurnStatus, EVENT_VERSION,
 };
 pub use fingerprint::RequestSummary;
 pub use message::{Role, ToolPart, ToolPartState, UIMessage, UIPart};

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -84,8 +85,8 @@ pub enum ToolChoice {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    /// JSON Schema of the input.
-    pub input_schema: Value,
+    /// JSON Schema of the input, shared: the same schema goes into every step's request.
+    pub input_schema: Arc<Value>,
 }
 
 /// Who speaks in a model message.

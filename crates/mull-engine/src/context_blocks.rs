@@ -343,7 +343,7 @@ impl Session {
 struct UpdateContextTool {
     inner: Weak<Inner>,
     description: String,
-    schema: Value,
+    schema: Arc<Value>,
 }
 
 /// The `update_context` tool when the session has a writable block.
@@ -382,7 +382,8 @@ pub(crate) fn update_context_tool(inner: &Arc<Inner>) -> Option<Arc<dyn Tool>> {
             },
             "required": ["block", "content"],
             "additionalProperties": false
-        }),
+        })
+        .into(),
     }))
 }
 
@@ -394,8 +395,8 @@ impl Tool for UpdateContextTool {
     fn description(&self) -> &str {
         &self.description
     }
-    fn input_schema(&self) -> Value {
-        self.schema.clone()
+    fn input_schema(&self) -> Arc<Value> {
+        Arc::clone(&self.schema)
     }
     async fn execute(&self, input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
         let inner = self

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_broadcast::Receiver;
-use mull_core::{Clock, Envelope, Event};
-use mull_store::{Log, SessionState};
+use mull_core::{Clock, Envelope, Event, EventRef};
+use mull_store::{Appended, Log, SessionState};
 
 use crate::broadcast::Broadcast;
 use crate::error::EngineError;
@@ -50,18 +50,30 @@ impl Recorder {
         }
     }
 
-    /// Appends `event`, folds it into the state and publishes it.
-    pub fn append(&self, turn_id: Option<&str>, event: Event) -> Result<Envelope, EngineError> {
+    /// Appends `event`, folds it into the state and publishes it. Hands the event back with
+    /// its seq and time; [`Recorder::envelope`] makes the full envelope where one is wanted.
+    pub fn append(&self, turn_id: Option<&str>, event: Event) -> Result<Appended, EngineError> {
         let mut state = self.lock();
-        let envelope = self
+        let appended = self
             .log
-            .append(&self.session_id, turn_id, self.clock.now(), event)
+            .append_event(&self.session_id, turn_id, self.clock.now(), event)
             .map_err(|e| self.store_error(e))?;
-        state.apply(&envelope);
+        state.apply_own(EventRef {
+            seq: appended.seq,
+            at: appended.at,
+            turn_id,
+            event: &appended.event,
+        });
         drop(state);
         // With no subscriber listening there is nobody to copy the event for.
-        self.bus.publish(|| envelope.clone());
-        Ok(envelope)
+        self.bus
+            .publish(|| self.envelope(turn_id, appended.clone()));
+        Ok(appended)
+    }
+
+    /// The envelope of an event this recorder appended.
+    pub fn envelope(&self, turn_id: Option<&str>, appended: Appended) -> Envelope {
+        appended.into_envelope(&self.session_id, turn_id)
     }
 
     /// Waits until every event appended so far is committed.

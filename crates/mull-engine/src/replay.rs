@@ -711,7 +711,7 @@ impl Tool for RecordedTool {
         self.tool.description()
     }
 
-    fn input_schema(&self) -> Value {
+    fn input_schema(&self) -> Arc<Value> {
         self.tool.input_schema()
     }
 

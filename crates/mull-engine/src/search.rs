@@ -238,8 +238,8 @@ impl Tool for SearchTool {
          parts) for messages containing every given word; returns the best matches with a \
          snippet each."
     }
-    fn input_schema(&self) -> Value {
-        json!({
+    fn input_schema(&self) -> Arc<Value> {
+        Arc::new(json!({
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "Words that must all occur."},
@@ -247,7 +247,7 @@ impl Tool for SearchTool {
             },
             "required": ["query"],
             "additionalProperties": false
-        })
+        }))
     }
     async fn execute(&self, input: Value, _call: &ToolExecution) -> Result<ToolOutput, ToolError> {
         let inner = self

@@ -60,7 +60,8 @@ pub trait Tool: Send + Sync {
     /// What the tool does, for the model.
     fn description(&self) -> &str;
     /// JSON Schema of the input; the model's input is validated against it before any hook.
-    fn input_schema(&self) -> Value;
+    /// Shared, because every step's request carries it.
+    fn input_schema(&self) -> Arc<Value>;
     /// Whether execute streams preliminary outputs. The engine must know before a decision is
     /// made: a blocked or substituted streaming tool still yields one preliminary result.
     fn is_streaming(&self) -> bool {
@@ -101,10 +102,10 @@ impl ToolEntry {
     }
 
     /// JSON Schema of the input.
-    pub fn input_schema(&self) -> Value {
+    pub fn input_schema(&self) -> Arc<Value> {
         match self {
             ToolEntry::Server(t) => t.input_schema(),
-            ToolEntry::Client(spec) => spec.input_schema.clone(),
+            ToolEntry::Client(spec) => Arc::clone(&spec.input_schema),
         }
     }
 }
@@ -215,9 +216,9 @@ pub fn validate_input(tool_name: &str, schema: &Value, input: &Value) -> Result<
 /// The JSON Schema of a Rust input type, as tools declare it.
 ///
 /// Derived once per type and kept: agents commonly build their tools afresh for every turn,
-/// and deriving and serializing a schema costs far more than cloning it.
-pub fn schema_of<I: JsonSchema + 'static>() -> Value {
-    static SCHEMAS: OnceLock<Mutex<HashMap<TypeId, Value>>> = OnceLock::new();
+/// and deriving and serializing a schema costs far more than sharing it.
+pub fn schema_of<I: JsonSchema + 'static>() -> Arc<Value> {
+    static SCHEMAS: OnceLock<Mutex<HashMap<TypeId, Arc<Value>>>> = OnceLock::new();
     let schemas = SCHEMAS.get_or_init(Default::default);
     let known = schemas
         .lock()
@@ -225,11 +226,12 @@ pub fn schema_of<I: JsonSchema + 'static>() -> Value {
         .get(&TypeId::of::<I>())
         .cloned();
     known.unwrap_or_else(|| {
-        let schema = serde_json::to_value(schemars::schema_for!(I)).unwrap_or(Value::Null);
+        let schema =
+            Arc::new(serde_json::to_value(schemars::schema_for!(I)).unwrap_or(Value::Null));
         schemas
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(TypeId::of::<I>(), schema.clone());
+            .insert(TypeId::of::<I>(), Arc::clone(&schema));
         schema
     })
 }
@@ -242,7 +244,7 @@ type ScalarFn = dyn Fn(Value, ToolExecution) -> futures::future::BoxFuture<'stat
 pub struct FnTool {
     name: String,
     description: String,
-    schema: Value,
+    schema: Arc<Value>,
     streaming: bool,
     run: Box<ScalarFn>,
 }
@@ -298,7 +300,7 @@ impl FnTool {
 
     /// Replaces the derived schema (for inputs described by hand).
     pub fn with_schema(mut self, schema: Value) -> FnTool {
-        self.schema = schema;
+        self.schema = Arc::new(schema);
         self
     }
 
@@ -316,8 +318,8 @@ impl Tool for FnTool {
     fn description(&self) -> &str {
         &self.description
     }
-    fn input_schema(&self) -> Value {
-        self.schema.clone()
+    fn input_schema(&self) -> Arc<Value> {
+        Arc::clone(&self.schema)
     }
     fn is_streaming(&self) -> bool {
         self.streaming
@@ -354,7 +356,7 @@ mod tests {
         let spec = |name: &str, d: &str| ToolSpec {
             name: name.into(),
             description: d.into(),
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
         };
         let mut set = ToolSet::new()
             .with_client(spec("a", "1"))

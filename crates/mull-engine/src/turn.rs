@@ -388,11 +388,11 @@ pub(crate) async fn fail(
         },
     );
     match appended {
-        Ok(envelope) => {
+        Ok(appended) => {
             if let Err(e) = inner.recorder.flush().await {
                 tracing::warn!(error = %e, "turn_failed could not be flushed");
             }
-            Session::publish_failure(inner, envelope);
+            Session::publish_failure(inner, inner.recorder.envelope(turn_id, appended));
         }
         Err(e) => tracing::warn!(error = %e, "turn_failed could not be recorded"),
     }
@@ -1127,15 +1127,14 @@ impl TurnRun<'_> {
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
         // The log hands the event back: its record is reused, not copied before the append.
-        let envelope = self
+        let appended = self
             .inner
             .recorder
             .append(self.tid(), Event::StepFinished { record })?;
-        let Event::StepFinished { record } = envelope.event else {
+        let Event::StepFinished { record } = appended.event else {
             unreachable!("the log returns the step_finished event it was given")
         };
         self.usage.add(&record.usage);
-        self.steps.push(record.clone());
         let response_messages = self.inner.recorder.read(|s| {
             s.draft
                 .as_ref()
@@ -1149,15 +1148,22 @@ impl TurnRun<'_> {
             record,
             response_messages,
         };
-        observe(
+        let observed = match observe(
             self.inner,
             self.tid(),
             HookName::OnStepFinish,
             self.inner.agent.on_step_finish(&ctx),
         )
-        .await?;
-        extension::on_step_finish(self.inner, self.tid(), &ctx).await?;
-        if parts.waits_for_client || ctx.record.tool_calls.is_empty() {
+        .await
+        {
+            Ok(()) => extension::on_step_finish(self.inner, self.tid(), &ctx).await,
+            Err(e) => Err(e),
+        };
+        let last_step = parts.waits_for_client || ctx.record.tool_calls.is_empty();
+        // The hooks have seen the record; the turn keeps it (not a copy) for its result.
+        self.steps.push(ctx.record);
+        observed?;
+        if last_step {
             return Ok(StepEnd::Stop);
         }
         if resolved.stop_when.iter().any(|c| c.matches(&self.steps)) {
@@ -1219,7 +1225,7 @@ impl TurnRun<'_> {
         parts: &mut StepParts,
     ) -> Result<(), EngineError> {
         let (shown, original) = apply_all(&resolved.transforms, part);
-        let envelope = self.inner.recorder.append(
+        let appended = self.inner.recorder.append(
             self.tid(),
             Event::Chunk {
                 step,
@@ -1228,7 +1234,7 @@ impl TurnRun<'_> {
             },
         )?;
         // The log hands the event back: its part is reused, not copied before the append.
-        let Event::Chunk { part: shown, .. } = envelope.event else {
+        let Event::Chunk { part: shown, .. } = appended.event else {
             unreachable!("the log returns the chunk event it was given")
         };
         parts.observe(&shown);

@@ -88,6 +88,9 @@ impl StepScript {
         S: Into<String>,
     {
         let id = self.next_block_id("txt");
+        let deltas = deltas.into_iter();
+        // Start, deltas, end and the finish that usually follows: one allocation, not several.
+        self.items.reserve(deltas.size_hint().0 + 3);
         self.items
             .push(part(StreamPart::TextStart { id: id.clone() }));
         for text in deltas {

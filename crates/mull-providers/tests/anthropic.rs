@@ -319,7 +319,7 @@ async fn every_request_field_reaches_the_messages_body() {
         tools: vec![ToolSpec {
             name: "weather".into(),
             description: "Weather by city".into(),
-            input_schema: json!({"type": "object"}),
+            input_schema: json!({"type": "object"}).into(),
         }],
         tool_choice: ToolChoice::Required,
         settings: CallSettings {

@@ -390,7 +390,7 @@ fn full_request() -> ModelRequest {
         tools: vec![ToolSpec {
             name: "search".into(),
             description: "Search the web".into(),
-            input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
+            input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}).into(),
         }],
         tool_choice: ToolChoice::Tool {
             tool_name: "search".into(),

@@ -71,8 +71,10 @@ impl Tool for Add {
     fn description(&self) -> &str {
         "Adds two integers."
     }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]})
+    fn input_schema(&self) -> Arc<Value> {
+        Arc::new(
+            json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}),
+        )
     }
     async fn execute(&self, input: Value, _call: &ToolExecution) -> Result<ToolOutput, ToolError> {
         let n = |k: &str| {

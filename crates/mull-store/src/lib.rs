@@ -94,4 +94,4 @@ pub use projection::{
 };
 pub use reader::{LogReader, SessionSummary};
 pub use tail::{Tail, TAIL_POLL_INTERVAL};
-pub use writer::{Log, LogOptions};
+pub use writer::{Appended, Log, LogOptions};

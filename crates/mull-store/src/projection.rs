@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use mull_core::{
-    DecisionAction, EntryPath, Envelope, ErrorStage, Event, Role, Source, StreamPart,
+    DecisionAction, EntryPath, Envelope, ErrorStage, Event, EventRef, Role, Source, StreamPart,
     SubmissionStatus, ToolPart, ToolPartState, TurnStatus, UIMessage, UIPart, Usage,
 };
 use serde::Serialize;
@@ -136,11 +136,16 @@ impl SessionState {
 
     /// Folds one event in. Events of other sessions are ignored.
     pub fn apply(&mut self, env: &Envelope) {
-        if env.session_id != self.session_id {
-            return;
+        if env.session_id == self.session_id {
+            self.apply_own(EventRef::of(env));
         }
-        self.last_seq = env.seq;
-        match &env.event {
+    }
+
+    /// Folds in one event of this session, borrowed in parts: how the engine folds the event
+    /// it has just appended, without building an envelope for it.
+    pub fn apply_own(&mut self, e: EventRef<'_>) {
+        self.last_seq = e.seq;
+        match e.event {
             Event::Chunk { part, .. } => self.apply_chunk(part),
             Event::UserMessagesSaved { messages, .. } => {
                 for message in messages {
@@ -156,7 +161,7 @@ impl SessionState {
                 ..
             } => {
                 self.turns.push(TurnSummary {
-                    turn_id: env.turn_id.clone(),
+                    turn_id: e.turn_id.map(str::to_owned),
                     request_id: request_id.clone(),
                     message_id: message_id.clone(),
                     entry: *entry,
@@ -170,10 +175,10 @@ impl SessionState {
                     usage: Usage::default(),
                     tools: ToolStats::default(),
                     hook_failures: 0,
-                    started_at: env.at,
+                    started_at: e.at,
                     finished_at: None,
                     duration_ms: None,
-                    first_seq: env.seq,
+                    first_seq: e.seq,
                 });
                 self.draft = Some(UIMessage {
                     id: message_id.clone(),
@@ -184,7 +189,7 @@ impl SessionState {
                 self.open_blocks.clear();
             }
             Event::TurnConfigured { config } => {
-                if let Some(turn) = self.turn_mut(env) {
+                if let Some(turn) = self.turn_mut(e.turn_id) {
                     turn.model_id = Some(config.model_id.clone());
                 }
             }
@@ -206,12 +211,12 @@ impl SessionState {
                         tool: tool.clone(),
                         input: input.clone(),
                         step: *step,
-                        turn_id: env.turn_id.clone(),
+                        turn_id: e.turn_id.map(str::to_owned),
                     });
                 }
             }
             Event::ToolDecided { action, .. } => {
-                if let Some(turn) = self.turn_mut(env) {
+                if let Some(turn) = self.turn_mut(e.turn_id) {
                     let stats = &mut turn.tools;
                     match action {
                         DecisionAction::Allow => stats.allowed += 1,
@@ -228,7 +233,7 @@ impl SessionState {
                 duration_ms,
                 ..
             } => {
-                if let Some(turn) = self.turn_mut(env) {
+                if let Some(turn) = self.turn_mut(e.turn_id) {
                     let stats = &mut turn.tools;
                     stats.calls += 1;
                     if !success {
@@ -272,7 +277,7 @@ impl SessionState {
             }
             Event::StepFinished { record } => {
                 self.usage.add(&record.usage);
-                if let Some(turn) = self.turn_mut(env) {
+                if let Some(turn) = self.turn_mut(e.turn_id) {
                     turn.steps += 1;
                     turn.usage.add(&record.usage);
                 }
@@ -289,8 +294,8 @@ impl SessionState {
                 usage,
                 ..
             } => {
-                let at = env.at;
-                if let Some(turn) = self.turn_mut(env) {
+                let at = e.at;
+                if let Some(turn) = self.turn_mut(e.turn_id) {
                     turn.status = *status;
                     if error.is_some() {
                         turn.error = error.clone();
@@ -305,13 +310,13 @@ impl SessionState {
                 self.open_blocks.clear();
             }
             Event::TurnFailed { stage, error, .. } => {
-                if let Some(turn) = self.turn_mut(env) {
+                if let Some(turn) = self.turn_mut(e.turn_id) {
                     turn.error = Some(error.clone());
                     turn.error_stage = Some(*stage);
                 }
             }
             Event::HookFailed { .. } => {
-                if let Some(turn) = self.turn_mut(env) {
+                if let Some(turn) = self.turn_mut(e.turn_id) {
                     turn.hook_failures += 1;
                 }
             }
@@ -371,8 +376,8 @@ impl SessionState {
     }
 
     /// The turn an event belongs to: the latest with the envelope's turn id, else the latest.
-    fn turn_mut(&mut self, env: &Envelope) -> Option<&mut TurnSummary> {
-        match &env.turn_id {
+    fn turn_mut(&mut self, turn_id: Option<&str>) -> Option<&mut TurnSummary> {
+        match turn_id {
             Some(id) => self
                 .turns
                 .iter_mut()

@@ -32,8 +32,11 @@ pub fn with_formatted<R>(at: DateTime<Utc>, f: impl FnOnce(&str) -> R) -> R {
     put_digits(&mut buf[14..16], t.minute());
     put_digits(&mut buf[17..19], t.second());
     put_digits(&mut buf[20..26], micros);
-    // Only ASCII digits and separators were written, so this never takes the lossy branch.
-    f(&String::from_utf8_lossy(&buf))
+    // Only ASCII digits and separators were written: always valid UTF-8.
+    match std::str::from_utf8(&buf) {
+        Ok(text) => f(text),
+        Err(_) => f(&at.to_rfc3339_opts(SecondsFormat::Micros, true)),
+    }
 }
 
 fn put_digits(out: &mut [u8], mut value: u32) {

@@ -52,6 +52,29 @@ impl Default for LogOptions {
     }
 }
 
+/// What [`Log::append_event`] hands back: the event with the seq it was given and the time
+/// as stored (to the microsecond).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    pub seq: u64,
+    pub at: DateTime<Utc>,
+    pub event: Event,
+}
+
+impl Appended {
+    /// The full envelope, for the session and turn the event was appended to.
+    pub fn into_envelope(self, session_id: &str, turn_id: Option<&str>) -> Envelope {
+        Envelope {
+            seq: self.seq,
+            session_id: session_id.to_owned(),
+            turn_id: turn_id.map(str::to_owned),
+            at: self.at,
+            v: EVENT_VERSION,
+            event: self.event,
+        }
+    }
+}
+
 /// The append-only event log of one database file, opened for writing.
 ///
 /// A cheap handle: clones share one writer thread. The last handle to go flushes what is
@@ -340,6 +363,19 @@ impl Log {
         at: DateTime<Utc>,
         event: Event,
     ) -> Result<Envelope, StoreError> {
+        let appended = self.append_event(session_id, turn_id, at, event)?;
+        Ok(appended.into_envelope(session_id, turn_id))
+    }
+
+    /// [`Log::append`] without the envelope: hands back the seq, the stored time and the event,
+    /// for a caller that knows the ids already and need not copy them per event.
+    pub fn append_event(
+        &self,
+        session_id: &str,
+        turn_id: Option<&str>,
+        at: DateTime<Utc>,
+        event: Event,
+    ) -> Result<Appended, StoreError> {
         let shared = &self.inner.shared;
         shared.failure.check()?;
         let at = timestamp::truncate(at);
@@ -379,14 +415,7 @@ impl Log {
             }
             seq
         };
-        Ok(Envelope {
-            seq,
-            session_id: session_id.to_owned(),
-            turn_id: turn_id.map(str::to_owned),
-            at,
-            v: EVENT_VERSION,
-            event,
-        })
+        Ok(Appended { seq, at, event })
     }
 
     /// A barrier: resolves once everything appended before it is committed, or with the error
@@ -864,14 +893,44 @@ enum Seqs {
     Given,
 }
 
-/// The INSERT statement of `n` rows.
+/// How an INSERT statement takes its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// Every column of every row bound, `seq` included or not as [`Seqs`] says.
+    Each(Seqs),
+    /// [`Seqs::Next`] rows of one session and turn at this build's payload version: the ids
+    /// are bound once for the whole statement and the version is written in it, leaving three
+    /// values per row to bind. What a running turn writes.
+    Shared,
+}
+
+impl Form {
+    fn of(rows: &[Row], seqs: Seqs) -> Form {
+        let Some(first) = rows.first() else {
+            return Form::Each(seqs);
+        };
+        let shared = seqs == Seqs::Next
+            && rows.iter().all(|row| {
+                row.v == EVENT_VERSION
+                    && row.session_id == first.session_id
+                    && row.turn_id == first.turn_id
+            });
+        if shared {
+            Form::Shared
+        } else {
+            Form::Each(seqs)
+        }
+    }
+}
+
+/// The INSERT statement of `n` rows of `form`.
 ///
 /// `OR ROLLBACK`: a row the table refuses ends the whole transaction, which its writer abandons
 /// anyway. Under SQLite's default (`ABORT`) a statement must be undoable on its own, which for
 /// several rows means the page copies [`Seqs::Next`] avoids.
-fn insert_sql(n: usize, seqs: Seqs) -> &'static str {
-    static SQL: std::sync::OnceLock<[Vec<String>; 2]> = std::sync::OnceLock::new();
-    let [next, given] = SQL.get_or_init(|| {
+fn insert_sql(n: usize, form: Form) -> &'static str {
+    static SQL: std::sync::OnceLock<[Vec<String>; 3]> = std::sync::OnceLock::new();
+    let [next, given, shared] = SQL.get_or_init(|| {
         let statements = |columns: &str, row: &str| -> Vec<String> {
             (1..=ROWS_PER_INSERT)
                 .map(|n| {
@@ -889,11 +948,18 @@ fn insert_sql(n: usize, seqs: Seqs) -> &'static str {
                 "seq, session_id, turn_id, at, v, kind, payload",
                 "(?, ?, ?, ?, ?, ?, ?)",
             ),
+            // A bare `?` takes the number after the highest used so far: row 1's are ?3..?5,
+            // row 2's ?6..?8, and so on.
+            statements(
+                "session_id, turn_id, at, v, kind, payload",
+                &format!("(?1, ?2, ?, {EVENT_VERSION}, ?, ?)"),
+            ),
         ]
     });
-    let all = match seqs {
-        Seqs::Next => next,
-        Seqs::Given => given,
+    let all = match form {
+        Form::Each(Seqs::Next) => next,
+        Form::Each(Seqs::Given) => given,
+        Form::Shared => shared,
     };
     &all[n.clamp(1, ROWS_PER_INSERT) - 1]
 }
@@ -903,20 +969,29 @@ fn insert_many(conn: &Connection, rows: &[Row], seqs: Seqs) -> rusqlite::Result<
     let Some(last) = rows.last() else {
         return Ok(());
     };
-    let mut insert = conn.prepare_cached(insert_sql(rows.len(), seqs))?;
+    let form = Form::of(rows, seqs);
+    let mut insert = conn.prepare_cached(insert_sql(rows.len(), form))?;
     let mut param = 0;
     let mut bind = |value: &dyn rusqlite::ToSql| {
         param += 1;
         insert.raw_bind_parameter(param, value)
     };
+    if form == Form::Shared {
+        bind(&&*last.session_id)?;
+        bind(&last.turn_id.as_deref())?;
+    }
     for row in rows {
-        if seqs == Seqs::Given {
+        if form == Form::Each(Seqs::Given) {
             bind(&row.seq)?;
         }
-        bind(&&*row.session_id)?;
-        bind(&row.turn_id.as_deref())?;
+        if form != Form::Shared {
+            bind(&&*row.session_id)?;
+            bind(&row.turn_id.as_deref())?;
+        }
         timestamp::with_formatted(row.at, |at| bind(&at))?;
-        bind(&row.v)?;
+        if form != Form::Shared {
+            bind(&row.v)?;
+        }
         bind(&&*row.kind)?;
         bind(&row.payload)?;
     }
@@ -973,6 +1048,40 @@ mod tests {
         let reader = log.reader().expect("reader");
         assert_eq!(reader.max_seq().expect("max"), 1000);
         assert_eq!(reader.range(1, 1000).expect("range"), appended);
+    }
+
+    #[test]
+    fn rows_of_one_turn_and_rows_of_many_sessions_read_back_with_their_own_ids() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log.db")).expect("opens");
+        let mut appended = Vec::new();
+        let mut append = |session: &str, turn: Option<&str>, i: i64| {
+            let env = log
+                .append(session, turn, at(i), delta(&format!("d{i}")))
+                .expect("appends");
+            appended.push(env);
+        };
+        // A batch that one turn writes alone (its ids bound once per statement)...
+        for i in 0..40 {
+            append("sess_a", Some("turn_a"), i);
+        }
+        log.flush_blocking().expect("flushes");
+        // ...then batches where sessions, turns and turnless rows take turns.
+        for i in 40..80 {
+            match i % 3 {
+                0 => append("sess_a", Some("turn_a"), i),
+                1 => append("sess_b", Some("turn_b"), i),
+                _ => append("sess_b", None, i),
+            }
+        }
+        // A run of turnless rows of one session, then one of another session.
+        for i in 80..100 {
+            append("sess_c", None, i);
+        }
+        append("sess_a", Some("turn_a"), 100);
+        log.flush_blocking().expect("flushes");
+        let reader = log.reader().expect("reader");
+        assert_eq!(reader.range(1, 101).expect("range"), appended);
     }
 
     #[test]

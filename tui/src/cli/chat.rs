@@ -297,8 +297,8 @@ impl Tool for TimeNow {
         "The current date and time in UTC (RFC 3339)."
     }
 
-    fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    fn input_schema(&self) -> Arc<Value> {
+        Arc::new(json!({"type": "object", "properties": {}, "additionalProperties": false}))
     }
 
     async fn execute(&self, _input: Value, _call: &ToolExecution) -> Result<ToolOutput, ToolError> {
@@ -321,13 +321,13 @@ impl Tool for Calculate {
         "Evaluates an arithmetic expression such as `(2 + 3) * 4.5 / 2` or `2^10 % 7`."
     }
 
-    fn input_schema(&self) -> Value {
-        json!({
+    fn input_schema(&self) -> Arc<Value> {
+        Arc::new(json!({
             "type": "object",
             "properties": {"expression": {"type": "string", "description": "The expression."}},
             "required": ["expression"],
             "additionalProperties": false
-        })
+        }))
     }
 
     async fn execute(&self, input: Value, _call: &ToolExecution) -> Result<ToolOutput, ToolError> {

@@ -95,7 +95,7 @@ impl Agent for ScriptAgent {
             .with_client(ToolSpec {
                 name: "get_location".to_owned(),
                 description: "The user's location, answered by the client".to_owned(),
-                input_schema: json!({"type": "object", "properties": {}}),
+                input_schema: json!({"type": "object", "properties": {}}).into(),
             })
     }
 }
