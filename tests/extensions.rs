@@ -179,7 +179,7 @@ async fn turn_configured(env: &TestLog) -> Vec<TurnConfigRecord> {
         .await
         .into_iter()
         .filter_map(|e| match e {
-            Event::TurnConfigured { config } => Some(config),
+            Event::TurnConfigured { config } => Some(*config),
             _ => None,
         })
         .collect()

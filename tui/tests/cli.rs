@@ -114,12 +114,12 @@ fn write_sample(db: &Path) {
         (
             t,
             Event::StepFinished {
-                record: StepRecord {
+                record: Box::new(StepRecord {
                     step: 0,
                     finish_reason: FinishReason::Stop,
                     usage: usage.clone(),
                     ..StepRecord::default()
-                },
+                }),
             },
         ),
         (

@@ -271,13 +271,13 @@ fn write_turns(log: &Log, n: usize) -> anyhow::Result<()> {
             ..Usage::default()
         };
         emit(Event::StepFinished {
-            record: StepRecord {
+            record: Box::new(StepRecord {
                 step: 0,
                 model_id: "bench".into(),
                 finish_reason: FinishReason::Stop,
                 usage: usage.clone(),
                 ..StepRecord::default()
-            },
+            }),
         })?;
         emit(Event::AssistantMessageSaved {
             request_id: request_id.clone(),

@@ -318,7 +318,7 @@ pub enum Event {
         body: Value,
     },
     /// `before_turn` (and extensions) decided; this is what the turn runs with.
-    TurnConfigured { config: TurnConfigRecord },
+    TurnConfigured { config: Box<TurnConfigRecord> },
     /// A step is about to be prepared.
     StepStarted { step: u32 },
     /// `before_step` decided; this is what the step's model call uses.
@@ -350,7 +350,7 @@ pub enum Event {
         part: StreamPart,
         /// The part before a stream transform changed it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        original: Option<StreamPart>,
+        original: Option<Box<StreamPart>>,
     },
     /// The model called a tool.
     ToolCallStarted {
@@ -401,7 +401,7 @@ pub enum Event {
         error_text: String,
     },
     /// A step ended; the full step record.
-    StepFinished { record: StepRecord },
+    StepFinished { record: Box<StepRecord> },
     /// The assistant message of a turn was persisted.
     AssistantMessageSaved {
         request_id: String,

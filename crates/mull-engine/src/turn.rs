@@ -721,7 +721,7 @@ impl TurnRun<'_> {
             )));
         }
         self.append(Event::TurnConfigured {
-            config: resolved.record(),
+            config: Box::new(resolved.record()),
         })?;
         Ok(Ok(resolved))
     }
@@ -1127,10 +1127,12 @@ impl TurnRun<'_> {
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
         // The log hands the event back: its record is reused, not copied before the append.
-        let appended = self
-            .inner
-            .recorder
-            .append(self.tid(), Event::StepFinished { record })?;
+        let appended = self.inner.recorder.append(
+            self.tid(),
+            Event::StepFinished {
+                record: Box::new(record),
+            },
+        )?;
         let Event::StepFinished { record } = appended.event else {
             unreachable!("the log returns the step_finished event it was given")
         };
@@ -1145,7 +1147,7 @@ impl TurnRun<'_> {
         let ctx = StepContext {
             step_number: step,
             reasoning: parts.reasoning.iter().map(|(_, t)| t.clone()).collect(),
-            record,
+            record: *record,
             response_messages,
         };
         let observed = match observe(
@@ -1230,7 +1232,7 @@ impl TurnRun<'_> {
             Event::Chunk {
                 step,
                 part: shown,
-                original,
+                original: original.map(Box::new),
             },
         )?;
         // The log hands the event back: its part is reused, not copied before the append.

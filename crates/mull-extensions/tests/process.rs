@@ -105,7 +105,7 @@ impl Env {
             .await
             .into_iter()
             .filter_map(|e| match e.event {
-                Event::TurnConfigured { config } => Some(config),
+                Event::TurnConfigured { config } => Some(*config),
                 _ => None,
             })
             .collect()

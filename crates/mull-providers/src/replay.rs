@@ -211,7 +211,7 @@ pub fn recorded_steps(
                 part,
                 original,
             } => {
-                let emitted = original.unwrap_or(part);
+                let emitted = original.map_or(part, |o| *o);
                 if !is_model_part(&emitted) {
                     continue;
                 }

@@ -52,12 +52,12 @@ impl LogBuilder {
         self.push(
             turn,
             Event::StepFinished {
-                record: StepRecord {
+                record: Box::new(StepRecord {
                     step,
                     model_id: "gpt-4o-mini".into(),
                     request: json!({"hash": request.canonical_hash(), "system": request.system, "messages": request.messages}),
                     ..StepRecord::default()
-                },
+                }),
             },
         );
     }
@@ -149,7 +149,7 @@ fn recorded_log() -> LogBuilder {
         Event::Chunk {
             step: 1,
             part: text("a", "NOON"),
-            original: Some(text("a", "noon")),
+            original: Some(Box::new(text("a", "noon"))),
         },
     );
     log.chunk("t1", 1, StreamPart::TextEnd { id: "a".into() });
@@ -292,7 +292,7 @@ fn a_step_without_a_hash_is_refused_with_its_seq() {
     log.push(
         "t1",
         Event::StepFinished {
-            record: StepRecord::default(),
+            record: Box::default(),
         },
     );
     assert_eq!(
@@ -438,12 +438,12 @@ async fn a_miss_against_a_summary_names_the_changed_message_and_shows_it() {
     log.push(
         "t1",
         Event::StepFinished {
-            record: StepRecord {
+            record: Box::new(StepRecord {
                 step: 0,
                 model_id: "gpt-4o-mini".into(),
                 request: RequestSummary::of(&recorded).to_value(),
                 ..StepRecord::default()
-            },
+            }),
         },
     );
     let model = ReplayModel::from_envelopes(log.envelopes).expect("model");

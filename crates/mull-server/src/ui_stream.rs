@@ -526,10 +526,10 @@ mod tests {
 
     fn step_finished(reason: FinishReason) -> Event {
         Event::StepFinished {
-            record: StepRecord {
+            record: Box::new(StepRecord {
                 finish_reason: reason,
                 ..StepRecord::default()
-            },
+            }),
         }
     }
 
@@ -690,10 +690,10 @@ mod tests {
     fn reasoning_turn(send_reasoning: bool) -> Vec<Event> {
         vec![
             Event::TurnConfigured {
-                config: TurnConfigRecord {
+                config: Box::new(TurnConfigRecord {
                     send_reasoning,
                     ..TurnConfigRecord::default()
-                },
+                }),
             },
             chunk(StreamPart::ReasoningStart { id: "r0".into() }),
             chunk(StreamPart::ReasoningDelta {

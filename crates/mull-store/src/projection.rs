@@ -1103,10 +1103,10 @@ mod tests {
         };
         feed.started()
             .turn(Event::StepFinished {
-                record: record(100, 40),
+                record: Box::new(record(100, 40)),
             })
             .turn(Event::StepFinished {
-                record: record(200, 90),
+                record: Box::new(record(200, 90)),
             });
         let turn = &feed.state.turns[0];
         assert_eq!(turn.steps, 2);
@@ -1120,10 +1120,10 @@ mod tests {
         let mut feed = Feed::new();
         feed.started()
             .turn(Event::TurnConfigured {
-                config: TurnConfigRecord {
+                config: Box::new(TurnConfigRecord {
                     model_id: "gpt-test".into(),
                     ..TurnConfigRecord::default()
-                },
+                }),
             })
             .turn(Event::TurnFailed {
                 request_id: Some("req_1".into()),

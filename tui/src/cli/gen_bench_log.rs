@@ -182,13 +182,13 @@ fn write_turn(
         turn,
         2,
         Event::TurnConfigured {
-            config: TurnConfigRecord {
+            config: Box::new(TurnConfigRecord {
                 provider: "scripted".into(),
                 model_id: "scripted-1".into(),
                 tool_names: TOOLS.iter().map(|t| (*t).to_owned()).collect(),
                 max_steps: 4,
                 ..TurnConfigRecord::default()
-            },
+            }),
         },
     )?;
     let steps = 1 + dice.roll(3) as u32;
@@ -364,13 +364,13 @@ fn write_turn(
             turn,
             1,
             Event::StepFinished {
-                record: StepRecord {
+                record: Box::new(StepRecord {
                     step,
                     model_id: "scripted-1".into(),
                     finish_reason,
                     usage,
                     ..StepRecord::default()
-                },
+                }),
             },
         )?;
     }

@@ -58,13 +58,13 @@ fn usage(input: u64, output: u64, cached: Option<u64>) -> Usage {
 
 fn step_finished(step: u32, reason: FinishReason, usage: Usage) -> Event {
     Event::StepFinished {
-        record: StepRecord {
+        record: Box::new(StepRecord {
             step,
             model_id: "scripted-1".into(),
             finish_reason: reason,
             usage,
             ..StepRecord::default()
-        },
+        }),
     }
 }
 
@@ -218,13 +218,13 @@ fn push_completed_turn(b: &mut LogBuilder) {
         Some(t),
         5,
         Event::TurnConfigured {
-            config: TurnConfigRecord {
+            config: Box::new(TurnConfigRecord {
                 provider: "scripted".into(),
                 model_id: "scripted-1".into(),
                 tool_names: vec!["search".into(), "delete_all".into()],
                 max_steps: 5,
                 ..TurnConfigRecord::default()
-            },
+            }),
         },
     );
     b.push(s, Some(t), 10, Event::StepStarted { step: 0 });
