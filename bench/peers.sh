@@ -7,7 +7,7 @@
 #   bench/peers.sh [REPS]            (default 5)
 #
 # Each rep runs mull a,b,c, then the AI SDK a,b,c × (no log, log every chunk), then Think a,b,c
-# (a new wrangler/workerd per scenario).
+# (a new wrangler/workerd per scenario), each after waiting (≤ 30 s) for the machine to settle.
 #
 # Environment:
 #   PEER_DIR    an installed copy of the peer harness (default /work/peer). Parts missing there
@@ -131,14 +131,23 @@ read -r _ u n s i w x y z _ < /proc/stat
 BUSY0=$((u + n + s + x + y + z)); TOTAL0=$((u + n + s + i + w + x + y + z))
 STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
+# Before each contestant: up to 30 s for what the previous one left running (wrangler and
+# workerd exiting, Node's teardown) to settle, so that nobody starts on a busy machine.
+settle() {
+  run_in "$ROOT" bash "$WAIT_QUIET" 30 > /dev/null || true
+}
+
 THINK_DIR=$PEER_DIR/think
 : > "$OUT/think.jsonl"
 for rep in $(seq 1 "$REPS"); do
+  settle
   echo "rep $rep/$REPS: mull" >&2
   run_in "$ROOT" "$BENCH" turns --reps 1 --json --raw "$OUT/mull.jsonl" > /dev/null
+  settle
   echo "rep $rep/$REPS: AI SDK" >&2
   run_in "$PEER_DIR/aisdk" node run.mjs --reps 1 --modes cold --logs none,chunk \
     --out "$OUT/aisdk.jsonl" > /dev/null 2>&1
+  settle
   echo "rep $rep/$REPS: Think (port $THINK_PORT)" >&2
   touch "$OUT/.think-mark"
   # A failed rep is recorded by the harness itself (and counted in the table); a harness that
