@@ -118,10 +118,10 @@ fn append_throughput(dir: &Path, n: usize) -> anyhow::Result<Vec<Measurement>> {
     let mean_payload = payload_bytes as f64 / n as f64;
 
     // Raw: the same rows, pre-encoded, batched 512 per transaction into the same schema.
-    let rows: Vec<(String, String)> = events
+    let rows: Vec<(i64, String)> = events
         .iter()
         .enumerate()
-        .map(|(i, e)| (timestamp::format(at(i)), e.encode()))
+        .map(|(i, e)| (timestamp::to_stored(at(i)), e.encode()))
         .collect();
     let raw_path = dir.join("raw.db");
     let mut conn = schema::open_writer(&raw_path)?;

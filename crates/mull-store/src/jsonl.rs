@@ -59,7 +59,7 @@ fn write_line(line: &mut Vec<u8>, row: &RawRow<'_>) -> std::io::Result<()> {
     line.extend_from_slice(b",\"turn_id\":");
     serde_json::to_writer(&mut *line, &row.turn_id)?;
     line.extend_from_slice(b",\"at\":");
-    serde_json::to_writer(&mut *line, row.at)?;
+    serde_json::to_writer(&mut *line, &timestamp::format(row.at))?;
     write!(line, ",\"v\":{},\"event\":", row.v)?;
     line.extend_from_slice(row.payload.as_bytes());
     line.extend_from_slice(b"}\n");

@@ -23,6 +23,9 @@ use crate::schema::LOOSE_CHUNK;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OpenTurns {
     running: HashSet<Arc<str>>,
+    /// The session of the last chunk and whether it ran a turn: a turn streams its chunks one
+    /// after another, under the same shared id, so most chunks need no hashing.
+    last_chunk: Option<(Arc<str>, bool)>,
 }
 
 impl OpenTurns {
@@ -34,17 +37,30 @@ impl OpenTurns {
         kind: Cow<'static, str>,
     ) -> Cow<'static, str> {
         match &*kind {
-            "chunk" if !self.running.contains(session_id) => Cow::Borrowed(LOOSE_CHUNK),
+            "chunk" if !self.is_running(session_id) => Cow::Borrowed(LOOSE_CHUNK),
             "turn_started" => {
+                self.last_chunk = None;
                 self.running.insert(Arc::clone(session_id));
                 kind
             }
             "turn_finished" => {
+                self.last_chunk = None;
                 self.running.remove(session_id);
                 kind
             }
             _ => kind,
         }
+    }
+
+    fn is_running(&mut self, session_id: &Arc<str>) -> bool {
+        if let Some((last, running)) = &self.last_chunk {
+            if Arc::ptr_eq(last, session_id) {
+                return *running;
+            }
+        }
+        let running = self.running.contains(session_id);
+        self.last_chunk = Some((Arc::clone(session_id), running));
+        running
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
 use mull_core::Envelope;
+use rusqlite::types::{Value, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Params};
 use serde::Serialize;
 
@@ -180,7 +181,7 @@ impl LogReader {
                  WHERE {LIFECYCLE_PREDICATE} GROUP BY session_id ORDER BY min(seq)"
             ))
             .map_err(StoreError::sqlite(ctx.clone()))?;
-        let firsts: Vec<(String, u64, String, i64)> = groups
+        let firsts: Vec<(String, u64, Value, i64)> = groups
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .and_then(|rows| rows.collect())
             .map_err(StoreError::sqlite(ctx.clone()))?;
@@ -191,8 +192,8 @@ impl LogReader {
                 .map_err(StoreError::sqlite(ctx.clone()))?
                 .unwrap_or_else(|| (first_seq, first_at.clone()));
             out.push(SessionSummary {
-                first_at: parse_at(first_seq, &first_at)?,
-                last_at: parse_at(last_seq, &last_at)?,
+                first_at: stored_at(first_seq, (&first_at).into())?,
+                last_at: stored_at(last_seq, (&last_at).into())?,
                 session_id,
                 first_seq,
                 last_seq,
@@ -369,8 +370,8 @@ impl LogReader {
 
     /// The seq and time of a session's last event: its last lifecycle event, unless its last
     /// turn is still open, when a chunk may have come since.
-    fn last_event(&self, session_id: &str) -> rusqlite::Result<Option<(u64, String)>> {
-        let last_lifecycle: Option<(i64, String)> = self
+    fn last_event(&self, session_id: &str) -> rusqlite::Result<Option<(u64, Value)>> {
+        let last_lifecycle: Option<(i64, Value)> = self
             .conn
             .prepare_cached(&format!(
                 "SELECT seq, at FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE}
@@ -381,7 +382,7 @@ impl LogReader {
         let Some((seq, at)) = last_lifecycle else {
             return Ok(None);
         };
-        let later: Option<(i64, String)> = match self.open_turn_at(session_id, OPEN_END)? {
+        let later: Option<(i64, Value)> = match self.open_turn_at(session_id, OPEN_END)? {
             Some(started) => self
                 .conn
                 .prepare_cached(
@@ -427,7 +428,8 @@ impl LogReader {
         Tail::new(self, after_seq)
     }
 
-    /// Raw rows for export: (seq, session_id, turn_id, at, v, payload) exactly as stored.
+    /// Raw rows for export: (seq, session_id, turn_id, at, v, payload) as stored, the time
+    /// decoded.
     pub(crate) fn scan_raw(
         &self,
         session_id: Option<&str>,
@@ -437,11 +439,12 @@ impl LogReader {
     ) -> Result<usize, StoreError> {
         let what = "exporting";
         let mut raw = |row: &rusqlite::Row<'_>| -> Result<(), RowError> {
+            let seq = row.get(0)?;
             let raw = RawRow {
-                seq: row.get(0)?,
+                seq,
                 session_id: text(row, 1)?,
                 turn_id: text_or_null(row, 2)?,
-                at: text(row, 3)?,
+                at: stored_at(seq, row.get_ref(3)?).map_err(RowError::Store)?,
                 v: row.get(4)?,
                 payload: text(row, 5)?,
             };
@@ -553,7 +556,7 @@ pub(crate) struct RawRow<'a> {
     pub seq: u64,
     pub session_id: &'a str,
     pub turn_id: Option<&'a str>,
-    pub at: &'a str,
+    pub at: DateTime<Utc>,
     pub v: u16,
     pub payload: &'a str,
 }
@@ -572,7 +575,7 @@ impl From<rusqlite::Error> for RowError {
 fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
     let seq: u64 = row.get(0)?;
     let v: u16 = row.get(4)?;
-    let at = parse_at(seq, text(row, 3)?).map_err(RowError::Store)?;
+    let at = stored_at(seq, row.get_ref(3)?).map_err(RowError::Store)?;
     // The payload's bytes go to the decoder as they are: it checks UTF-8 while it parses
     // instead of in a separate pass over the whole column.
     let event = match crate::decode::fast_delta(v, text_bytes(row, 5)?) {
@@ -590,10 +593,22 @@ fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
     })
 }
 
-fn parse_at(seq: u64, text: &str) -> Result<DateTime<Utc>, StoreError> {
-    timestamp::parse(text).ok_or_else(|| StoreError::BadTimestamp {
+/// The time of the row at `seq`, from its `at` column: microseconds since the epoch. Anything
+/// else (text an older layout left unconverted, a hand-made row) is refused, naming the row.
+fn stored_at(seq: u64, value: ValueRef<'_>) -> Result<DateTime<Utc>, StoreError> {
+    let at = match value {
+        ValueRef::Integer(micros) => timestamp::from_stored(micros),
+        _ => None,
+    };
+    at.ok_or_else(|| StoreError::BadTimestamp {
         seq,
-        text: text.to_owned(),
+        text: match value {
+            ValueRef::Text(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            ValueRef::Integer(n) => n.to_string(),
+            ValueRef::Real(x) => x.to_string(),
+            ValueRef::Null => "NULL".to_owned(),
+            ValueRef::Blob(bytes) => format!("a blob of {} bytes", bytes.len()),
+        },
     })
 }
 
@@ -1132,12 +1147,12 @@ mod tests {
         log.flush_blocking().expect("flushes");
         let raw = Connection::open(&path).expect("raw");
         raw.execute(
-            "INSERT INTO events VALUES (2, 's', NULL, '2025-01-01T00:00:01.000000Z', 1, 'turn_started', ?1)",
+            "INSERT INTO events VALUES (2, 's', NULL, 1735689601000000, 1, 'turn_started', ?1)",
             [r#"{"type":"turn_started","request_id":42}"#],
         )
         .expect("inserts");
         raw.execute(
-            "INSERT INTO events VALUES (3, 's', NULL, '2025-01-01T00:00:02.000000Z', 1, 'from_the_future', ?1)",
+            "INSERT INTO events VALUES (3, 's', NULL, 1735689602000000, 1, 'from_the_future', ?1)",
             [r#"{"type":"from_the_future","z":[1,2]}"#],
         )
         .expect("inserts");
@@ -1150,6 +1165,28 @@ mod tests {
         assert_eq!(
             unknown[0].event.encode(),
             r#"{"type":"from_the_future","z":[1,2]}"#
+        );
+    }
+
+    #[test]
+    fn a_row_whose_time_is_not_microseconds_is_an_error_naming_its_seq_and_value() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let log = Log::open(&path).expect("opens");
+        log.append("s", None, at(0), started(1)).expect("appends");
+        log.flush_blocking().expect("flushes");
+        let raw = Connection::open(&path).expect("raw");
+        raw.execute(
+            "INSERT INTO events VALUES (2, 's', NULL, 'yesterday', 1, 'step_started', ?1)",
+            [r#"{"type":"step_started","step":0}"#],
+        )
+        .expect("inserts");
+        let reader = LogReader::open(&path).expect("reader");
+        assert_eq!(reader.range(1, 1).expect("the good row reads")[0].at, at(0));
+        let err = reader.range(1, 2).expect_err("bad time");
+        assert!(
+            matches!(&err, StoreError::BadTimestamp { seq: 2, text } if text == "yesterday"),
+            "{err}"
         );
     }
 

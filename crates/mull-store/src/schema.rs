@@ -55,6 +55,30 @@ const MIGRATIONS: &[&str] = &[
     // writer that started the turn, so the stretch of a turn left open by a stopped process
     // ends at the next start, however late its recovery finishes it.
     "CREATE TABLE writer_starts (seq INTEGER PRIMARY KEY);",
+    // 5: `at` as microseconds since the Unix epoch (UTC) instead of fixed-width RFC 3339 text:
+    // 8 bytes a row instead of 27, and no formatting or parsing per row. A text value that is
+    // not in the fixed form is kept as it was, for readers to report.
+    "CREATE TABLE events_v5 (
+         seq        INTEGER PRIMARY KEY,
+         session_id TEXT    NOT NULL,
+         turn_id    TEXT,
+         at         INTEGER NOT NULL,
+         v          INTEGER NOT NULL,
+         kind       TEXT    NOT NULL,
+         payload    TEXT    NOT NULL
+     );
+     INSERT INTO events_v5 (seq, session_id, turn_id, at, v, kind, payload)
+         SELECT seq, session_id, turn_id,
+                CASE WHEN typeof(at) = 'text' AND length(at) = 27 AND at GLOB
+                          '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]Z'
+                     THEN coalesce(CAST(strftime('%s', substr(at, 1, 19)) AS INTEGER) * 1000000
+                                   + CAST(substr(at, 21, 6) AS INTEGER), at)
+                     ELSE at END,
+                v, kind, payload
+         FROM events ORDER BY seq;
+     DROP TABLE events;
+     ALTER TABLE events_v5 RENAME TO events;
+     CREATE INDEX events_lifecycle ON events (session_id, seq) WHERE kind <> 'chunk';",
 ];
 
 /// The schema version this build writes and reads.
@@ -277,6 +301,11 @@ mod tests {
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .expect("counts");
         assert_eq!(rows, 1);
+        // The text timestamp became microseconds since the epoch.
+        let at: i64 = conn
+            .query_row("SELECT at FROM events WHERE seq = 1", [], |r| r.get(0))
+            .expect("an integer");
+        assert_eq!(at, 1_735_689_600_000_000);
     }
 
     #[test]

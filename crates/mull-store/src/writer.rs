@@ -988,7 +988,7 @@ fn insert_many(conn: &Connection, rows: &[Row], seqs: Seqs) -> rusqlite::Result<
             bind(&&*row.session_id)?;
             bind(&row.turn_id.as_deref())?;
         }
-        timestamp::with_formatted(row.at, |at| bind(&at))?;
+        bind(&timestamp::to_stored(row.at))?;
         if form != Form::Shared {
             bind(&row.v)?;
         }
@@ -1232,7 +1232,7 @@ mod tests {
         raw.busy_timeout(Duration::from_secs(5)).expect("timeout");
         raw.execute(
             "INSERT INTO events (seq, session_id, at, v, kind, payload) \
-             VALUES (10, 's', '2025-01-01T00:00:00Z', 1, 'chunk', '{}')",
+             VALUES (10, 's', 1735689600000000, 1, 'chunk', '{}')",
             [],
         )
         .expect("foreign row");
