@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use mull_core::Envelope;
+use mull_core::{Envelope, EventRef};
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Params};
 use serde::Serialize;
@@ -237,7 +237,12 @@ impl LogReader {
     pub fn load_session(&self, session_id: &str) -> Result<SessionState, StoreError> {
         let mut state = SessionState::new(session_id);
         if self.has_session(session_id)? {
-            self.for_each_session_event(session_id, 0, |env| state.apply(&env))?;
+            // Folded from each row's parts: the ids are read in place, not copied per event.
+            self.each_session_row(session_id, 0, |row| {
+                let parts = decode_parts(row)?;
+                state.apply_own(parts.event_ref());
+                Ok(parts.seq)
+            })?;
         }
         Ok(state)
     }
@@ -273,13 +278,27 @@ impl LogReader {
         after_seq: u64,
         mut f: impl FnMut(Envelope),
     ) -> Result<(), StoreError> {
+        self.each_session_row(session_id, after_seq, |row| {
+            let env = decode_row(row)?;
+            let seq = env.seq;
+            f(env);
+            Ok(seq)
+        })
+    }
+
+    /// Hands `f` every row of one session after `after_seq`, in order, one page per read
+    /// transaction; `f` returns the row's seq, where the next page starts.
+    fn each_session_row(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        mut f: impl FnMut(&rusqlite::Row<'_>) -> Result<u64, RowError>,
+    ) -> Result<(), StoreError> {
         let mut after = after_seq;
         loop {
             let rows =
                 self.visit_session(session_id, after, PAGE_ROWS, "reading a session", |row| {
-                    let env = decode_row(row)?;
-                    after = env.seq;
-                    f(env);
+                    after = f(row)?;
                     Ok(())
                 })?;
             if rows < PAGE_ROWS {
@@ -572,7 +591,27 @@ impl From<rusqlite::Error> for RowError {
     }
 }
 
-fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
+/// A row decoded but for its session id, its turn id borrowed from the row.
+struct RowParts<'r> {
+    seq: u64,
+    turn_id: Option<&'r str>,
+    at: DateTime<Utc>,
+    v: u16,
+    event: mull_core::Event,
+}
+
+impl RowParts<'_> {
+    fn event_ref(&self) -> EventRef<'_> {
+        EventRef {
+            seq: self.seq,
+            at: self.at,
+            turn_id: self.turn_id,
+            event: &self.event,
+        }
+    }
+}
+
+fn decode_parts<'r>(row: &'r rusqlite::Row<'_>) -> Result<RowParts<'r>, RowError> {
     let seq: u64 = row.get(0)?;
     let v: u16 = row.get(4)?;
     let at = stored_at(seq, row.get_ref(3)?).map_err(RowError::Store)?;
@@ -583,13 +622,25 @@ fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
         None => mull_core::Event::decode(v, text(row, 5)?)
             .map_err(|source| RowError::Store(StoreError::Decode { seq, source }))?,
     };
-    Ok(Envelope {
+    Ok(RowParts {
         seq,
-        session_id: row.get(1)?,
-        turn_id: row.get(2)?,
+        turn_id: text_or_null(row, 2)?,
         at,
         v,
         event,
+    })
+}
+
+fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
+    let session_id = row.get(1)?;
+    let parts = decode_parts(row)?;
+    Ok(Envelope {
+        seq: parts.seq,
+        session_id,
+        turn_id: parts.turn_id.map(str::to_owned),
+        at: parts.at,
+        v: parts.v,
+        event: parts.event,
     })
 }
 
