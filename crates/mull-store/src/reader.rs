@@ -1189,24 +1189,33 @@ mod tests {
         assert_eq!(later.len(), even.len() - 11);
     }
 
-    #[test]
-    fn a_known_kind_with_a_bad_shape_is_an_error_naming_its_seq() {
+    /// A log of session `s` holding `turn_started` at seq 1, then each `(sql, payload)` row
+    /// inserted behind the writer's back, as a damaged or hand-made log would hold it.
+    fn log_with_raw_rows(rows: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("log.db");
         let log = Log::open(&path).expect("opens");
         log.append("s", None, at(0), started(1)).expect("appends");
         log.flush_blocking().expect("flushes");
         let raw = Connection::open(&path).expect("raw");
-        raw.execute(
-            "INSERT INTO events VALUES (2, 's', NULL, 1735689601000000, 1, 'turn_started', ?1)",
-            [r#"{"type":"turn_started","request_id":42}"#],
-        )
-        .expect("inserts");
-        raw.execute(
-            "INSERT INTO events VALUES (3, 's', NULL, 1735689602000000, 1, 'from_the_future', ?1)",
-            [r#"{"type":"from_the_future","z":[1,2]}"#],
-        )
-        .expect("inserts");
+        for (sql, payload) in rows {
+            raw.execute(sql, [payload]).expect("inserts");
+        }
+        (dir, path)
+    }
+
+    #[test]
+    fn a_known_kind_with_a_bad_shape_is_an_error_naming_its_seq() {
+        let (_dir, path) = log_with_raw_rows(&[
+            (
+                "INSERT INTO events VALUES (2, 's', NULL, 1735689601000000, 1, 'turn_started', ?1)",
+                r#"{"type":"turn_started","request_id":42}"#,
+            ),
+            (
+                "INSERT INTO events VALUES (3, 's', NULL, 1735689602000000, 1, 'from_the_future', ?1)",
+                r#"{"type":"from_the_future","z":[1,2]}"#,
+            ),
+        ]);
         let reader = LogReader::open(&path).expect("reader");
         let err = reader.load_session("s").expect_err("bad shape");
         assert!(matches!(err, StoreError::Decode { seq: 2, .. }), "{err}");
@@ -1221,17 +1230,10 @@ mod tests {
 
     #[test]
     fn a_row_whose_time_is_not_microseconds_is_an_error_naming_its_seq_and_value() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("log.db");
-        let log = Log::open(&path).expect("opens");
-        log.append("s", None, at(0), started(1)).expect("appends");
-        log.flush_blocking().expect("flushes");
-        let raw = Connection::open(&path).expect("raw");
-        raw.execute(
+        let (_dir, path) = log_with_raw_rows(&[(
             "INSERT INTO events VALUES (2, 's', NULL, 'yesterday', 1, 'step_started', ?1)",
-            [r#"{"type":"step_started","step":0}"#],
-        )
-        .expect("inserts");
+            r#"{"type":"step_started","step":0}"#,
+        )]);
         let reader = LogReader::open(&path).expect("reader");
         assert_eq!(reader.range(1, 1).expect("the good row reads")[0].at, at(0));
         let err = reader.range(1, 2).expect_err("bad time");

@@ -155,8 +155,9 @@ pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(StoreError::sqlite(ctx("setting synchronous")))?;
-    // One cached INSERT per batch size (up to 16 rows each) besides the other statements.
-    conn.set_prepared_statement_cache_capacity(64);
+    // One cached INSERT per form and batch size (3 forms × up to 16 rows: 48) besides the
+    // other statements, so that a writer switching forms never re-prepares one.
+    conn.set_prepared_statement_cache_capacity(96);
     migrate(&mut conn, id.user_version, path)?;
     Ok(conn)
 }
