@@ -54,6 +54,9 @@
 //! state current as it appends; [`LogReader::load_session`] rebuilds the same state from the
 //! log; [`LogReader::turns`] folds only the lifecycle events (a partial index leaves the chunk
 //! rows out), so listing turns stays cheap however long the streams were.
+//! [`LogReader::session_overviews`] folds five lifecycle kinds of every session into a
+//! [`SessionOverview`] (agent, first prompt, status mix, tokens) for session lists;
+//! [`TurnPacing`] folds one turn's events into its first-chunk time, chunk gaps and stalls.
 //!
 //! # Storage
 //! Table `events(seq, session_id, turn_id, at, v, kind, payload)`: `at` is fixed-width
@@ -79,15 +82,20 @@ pub mod decode;
 pub mod error;
 pub mod jsonl;
 mod open_turns;
+pub mod overview;
+pub mod pacing;
 pub mod projection;
 pub mod reader;
 pub mod schema;
 pub mod tail;
 pub mod timestamp;
+pub mod tool_usage;
 pub mod writer;
 
 pub use error::StoreError;
 pub use jsonl::{export_jsonl, import_jsonl};
+pub use overview::{SessionOverview, SessionOverviews, StatusMix};
+pub use pacing::TurnPacing;
 pub use projection::{
     PendingClientCall, SessionState, SessionToolCalls, Submission, SubmissionPhase, ToolCallRecord,
     ToolStats, TurnSummary,

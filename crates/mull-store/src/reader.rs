@@ -13,6 +13,7 @@ use rusqlite::{params, Connection, OptionalExtension, Params};
 use serde::Serialize;
 
 use crate::error::StoreError;
+use crate::overview::{SessionOverviews, OVERVIEW_KINDS};
 use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
 use crate::schema::{self, LIFECYCLE_PREDICATE};
 use crate::tail::Tail;
@@ -231,6 +232,18 @@ impl LogReader {
             |env| calls.apply(&env),
         )?;
         Ok(calls)
+    }
+
+    /// Every session at a glance (agent, first prompt, status mix, tokens), folded from the
+    /// few lifecycle kinds an overview needs ([`OVERVIEW_KINDS`]): the lifecycle index is
+    /// walked session by session and no chunk is read. Keep the result current with
+    /// [`SessionOverviews::apply`].
+    pub fn session_overviews(&self) -> Result<SessionOverviews, StoreError> {
+        let mut all = SessionOverviews::default();
+        self.scan(&overview_sql(), [], "reading session overviews", |env| {
+            all.apply(&env)
+        })?;
+        Ok(all)
     }
 
     /// Rebuilds a session's state by folding all its events, page by page.
@@ -567,6 +580,19 @@ fn tool_calls_sql() -> String {
         "SELECT {COLUMNS} FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} \
          AND kind IN ('turn_started', 'tool_call_started', 'tool_decided', \
          'tool_call_finished', 'client_tool_result', 'tool_call_repaired') ORDER BY seq"
+    )
+}
+
+/// The rows an overview folds, session by session through the lifecycle index.
+fn overview_sql() -> String {
+    let kinds = OVERVIEW_KINDS
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "SELECT {COLUMNS} FROM events INDEXED BY events_lifecycle \
+         WHERE {LIFECYCLE_PREDICATE} AND kind IN ({kinds}) ORDER BY session_id, seq"
     )
 }
 

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use mull_core::{Envelope, Event, TurnStatus, Usage};
 use mull_store::projection::{SessionState, TurnSummary};
-use mull_store::{SessionSummary, SessionToolCalls};
+use mull_store::{SessionOverviews, SessionSummary, SessionToolCalls, TurnPacing};
 
 use crate::dash::keys::Action;
+use crate::dash::rates::Rates;
 use crate::dash::replay::Replay;
 use crate::dash::timeline::{Item, TimelineBuilder};
 
@@ -39,6 +40,8 @@ pub enum Msg {
     FilterEdit(FilterEdit),
     /// The session list, read from the log.
     Sessions(Vec<SessionSummary>),
+    /// Every session's overview, read from the log.
+    Overviews(Box<SessionOverviews>),
     /// A session's turns, read from the log.
     Turns {
         session_id: String,
@@ -64,6 +67,57 @@ pub enum Msg {
     Tick(Duration),
     /// A read failed; shown in the footer.
     Failed(String),
+    /// The mouse clicked a pane (and a row of it).
+    Click(Hit),
+    /// The mouse wheel turned over a pane: rows down (positive) or up.
+    Scroll(Pane, isize),
+}
+
+/// What a mouse click landed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hit {
+    pub pane: Pane,
+    /// The row of the pane's list (an index into the whole list), when it was on one.
+    pub row: Option<usize>,
+}
+
+/// The panes of a turn's screen that take the keys in turn (Tab). On a narrow screen only the
+/// focused one is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pane {
+    /// The view's list: sessions, turns or the timeline's rows.
+    #[default]
+    List,
+    /// The turn's totals, sparklines and chunk-gap chart.
+    Pacing,
+    Conversation,
+    Tools,
+}
+
+impl Pane {
+    /// Every pane of the timeline screen, in Tab order.
+    pub const ALL: [Pane; 4] = [Pane::List, Pane::Pacing, Pane::Conversation, Pane::Tools];
+
+    /// How the tab bar names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Pane::List => "timeline",
+            Pane::Pacing => "pacing",
+            Pane::Conversation => "conversation",
+            Pane::Tools => "tools",
+        }
+    }
+
+    fn cycle(self, forward: bool) -> Pane {
+        let index = Pane::ALL.iter().position(|p| *p == self).unwrap_or(0);
+        let len = Pane::ALL.len();
+        let next = if forward {
+            (index + 1) % len
+        } else {
+            (index + len - 1) % len
+        };
+        Pane::ALL[next]
+    }
 }
 
 /// A key typed into the filter prompt.
@@ -79,6 +133,8 @@ pub enum FilterEdit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     Sessions,
+    /// Every session's overview (read once; the tail keeps it current).
+    Overviews,
     Turns {
         session_id: String,
     },
@@ -109,6 +165,8 @@ pub struct TurnView {
     pub events: Vec<Envelope>,
     /// Rows built from `events[..=cursor]` (all of them outside replay).
     pub timeline: TimelineBuilder,
+    /// The pacing of the same events: first chunk, gaps, tool and model time.
+    pub pacing: TurnPacing,
     pub selected: usize,
     /// The last seq of the session scanned by paging.
     pub scanned_to: u64,
@@ -129,6 +187,7 @@ impl TurnView {
             turn_id: turn_id.to_owned(),
             events: Vec::new(),
             timeline: TimelineBuilder::new(),
+            pacing: TurnPacing::new(),
             selected: 0,
             scanned_to: first_seq.saturating_sub(1),
             exhausted: false,
@@ -167,6 +226,7 @@ impl TurnView {
         for env in fresh {
             if self.replay.is_none() {
                 self.timeline.push(&env);
+                self.pacing.apply(&env);
                 if let Some(conversation) = &mut self.conversation {
                     conversation.apply(&env);
                 }
@@ -188,6 +248,7 @@ impl TurnView {
                 .partition_point(|e| Some(e.seq) <= self.timeline.last_seq());
             for env in self.events.get(start..=index).unwrap_or_default() {
                 self.timeline.push(env);
+                self.pacing.apply(env);
                 if let Some(conversation) = &mut self.conversation {
                     conversation.apply(env);
                 }
@@ -195,6 +256,7 @@ impl TurnView {
         } else {
             let shown = self.events.get(..=index).unwrap_or_default();
             self.timeline = TimelineBuilder::from_events(shown);
+            self.pacing = pacing_of(shown);
             self.conversation = self.base.clone().map(|mut state| {
                 for env in shown {
                     state.apply(env);
@@ -208,6 +270,7 @@ impl TurnView {
     /// Shows every loaded event again (leaving replay).
     fn show_all(&mut self) {
         self.timeline = TimelineBuilder::from_events(&self.events);
+        self.pacing = pacing_of(&self.events);
         self.conversation = self.base.clone().map(|mut state| {
             for env in &self.events {
                 state.apply(env);
@@ -215,6 +278,14 @@ impl TurnView {
             state
         });
     }
+}
+
+fn pacing_of(events: &[Envelope]) -> TurnPacing {
+    let mut pacing = TurnPacing::new();
+    for env in events {
+        pacing.apply(env);
+    }
+    pacing
 }
 
 /// Events that arrived while the view was frozen.
@@ -229,6 +300,8 @@ pub struct Paused {
 pub struct Filter {
     pub editing: bool,
     pub query: String,
+    /// Rows that do not match are hidden (a filter), not just left unhighlighted (a search).
+    pub hide: bool,
 }
 
 /// The dashboard's whole state.
@@ -238,6 +311,8 @@ pub struct App {
     pub db_label: String,
     pub view: View,
     pub sessions: Vec<SessionSummary>,
+    /// What each session's list row says about it, kept current from the tail.
+    pub overviews: SessionOverviews,
     pub session_selected: usize,
     /// The session whose turns are listed.
     pub session_id: Option<String>,
@@ -251,7 +326,15 @@ pub struct App {
     pub event_seq: Option<u64>,
     pub event_scroll: u16,
     pub follow: bool,
+    /// Following entered a new session: open its newest turn once the turns arrive.
+    follow_pending: bool,
     pub paused: Option<Paused>,
+    /// The pane that takes the keys on the turn's screen.
+    pub focus: Pane,
+    /// Lines the conversation pane is scrolled up from its newest line.
+    pub conversation_scroll: u16,
+    /// Events and tokens per second, from what the tail delivered.
+    pub rates: Rates,
     pub filter: Filter,
     pub help: bool,
     /// The newest seq seen in the log.
@@ -330,9 +413,29 @@ pub fn turn_matches(query: &str, turn: &TurnSummary) -> bool {
     query_matches(query, "turn", "", turn.status.as_str(), &text)
 }
 
-/// Whether the filter matches a session row.
-pub fn session_matches(query: &str, session: &SessionSummary) -> bool {
-    query_matches(query, "session", "", "", &session.session_id)
+/// Whether the filter matches a turn row, the user's message it answers included.
+pub fn turn_row_matches(query: &str, turn: &TurnSummary, prompt: Option<&str>) -> bool {
+    turn_matches(query, turn) || prompt.is_some_and(|p| query_matches(query, "turn", "", "", p))
+}
+
+/// Whether the filter matches a session row: its id, agent, model or first message.
+pub fn session_matches(
+    query: &str,
+    session: &SessionSummary,
+    overviews: &SessionOverviews,
+) -> bool {
+    let overview = overviews.get(&session.session_id);
+    let text = match overview {
+        Some(o) => format!(
+            "{} {} {} {}",
+            session.session_id,
+            o.agent.as_deref().unwrap_or(""),
+            o.model_id.as_deref().unwrap_or(""),
+            o.first_prompt.as_deref().unwrap_or("")
+        ),
+        None => session.session_id.clone(),
+    };
+    query_matches(query, "session", "", "", &text)
 }
 
 impl App {
@@ -342,6 +445,7 @@ impl App {
             db_label: db_label.into(),
             view: View::Sessions,
             sessions: Vec::new(),
+            overviews: SessionOverviews::default(),
             session_selected: 0,
             session_id: None,
             turns: Vec::new(),
@@ -351,7 +455,11 @@ impl App {
             event_seq: None,
             event_scroll: 0,
             follow: false,
+            follow_pending: false,
             paused: None,
+            focus: Pane::List,
+            conversation_scroll: 0,
+            rates: Rates::default(),
             filter: Filter::default(),
             help: false,
             max_seq: 0,
@@ -359,7 +467,7 @@ impl App {
             status: None,
             quit: false,
         };
-        (app, vec![Effect::Sessions])
+        (app, vec![Effect::Sessions, Effect::Overviews])
     }
 
     /// The turn the turns list has selected.
@@ -373,6 +481,20 @@ impl App {
         self.turns
             .iter()
             .find(|t| t.turn_id.as_deref() == Some(turn.turn_id.as_str()))
+    }
+
+    /// The open turn's place in its session (1-based), as lists number turns.
+    pub fn open_turn_number(&self) -> Option<usize> {
+        let turn = self.turn.as_ref()?;
+        self.turns
+            .iter()
+            .position(|t| t.turn_id.as_deref() == Some(turn.turn_id.as_str()))
+            .map(|i| i + 1)
+    }
+
+    /// The overview of the session whose turns are listed.
+    pub fn session_overview(&self) -> Option<&mull_store::SessionOverview> {
+        self.overviews.get(self.session_id.as_deref()?)
     }
 
     /// The envelope the JSON view shows.
@@ -402,7 +524,22 @@ impl App {
                     .sessions
                     .get(self.session_selected)
                     .map(|s| s.session_id.clone());
+                let newest = sessions.last().map(|s| s.session_id.clone());
+                let arrived = !self.sessions.is_empty()
+                    && newest
+                        .as_ref()
+                        .is_some_and(|id| !self.sessions.iter().any(|s| &s.session_id == id));
                 self.sessions = sessions;
+                let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
+                if self.follow && arrived && !replaying {
+                    // Following moves on to a session that started after the dashboard opened.
+                    self.session_selected = self.sessions.len().saturating_sub(1);
+                    if let Some(id) = newest {
+                        self.follow_pending = true;
+                        self.turn = None;
+                        return self.enter_session(id);
+                    }
+                }
                 self.session_selected = if self.follow {
                     self.sessions.len().saturating_sub(1)
                 } else {
@@ -438,6 +575,10 @@ impl App {
                     Vec::new()
                 }
             }
+            Msg::Overviews(overviews) => {
+                self.overviews = *overviews;
+                Vec::new()
+            }
             Msg::ToolCalls(calls) => {
                 if self.session_id.as_deref() == Some(calls.session_id.as_str()) {
                     self.session_tools = Some(*calls);
@@ -458,6 +599,7 @@ impl App {
             }
             Msg::Appended(events) => self.appended(events),
             Msg::Tick(elapsed) => {
+                self.rates.tick(elapsed);
                 let mut moved = false;
                 if let Some(turn) = self.turn.as_mut() {
                     if let Some(replay) = turn.replay.as_mut() {
@@ -481,7 +623,44 @@ impl App {
                 }
                 Vec::new()
             }
+            Msg::Click(hit) => self.click(hit),
+            Msg::Scroll(pane, rows) => {
+                self.focus = pane;
+                self.move_selection(rows)
+            }
         }
+    }
+
+    fn click(&mut self, hit: Hit) -> Vec<Effect> {
+        self.focus = hit.pane;
+        let Some(row) = hit.row else {
+            return Vec::new();
+        };
+        let current = match self.view {
+            View::Sessions => self.session_selected,
+            View::Turns => self.turn_selected,
+            View::Timeline => self.turn.as_ref().map_or(0, |t| t.selected),
+            View::Event => return Vec::new(),
+        };
+        // A click on the selected row opens it, as Enter does.
+        if row == current {
+            return self.drill_in();
+        }
+        self.follow = false;
+        match self.view {
+            View::Sessions => {
+                self.session_selected = row.min(self.sessions.len().saturating_sub(1))
+            }
+            View::Turns => self.turn_selected = row.min(self.turns.len().saturating_sub(1)),
+            View::Timeline => {
+                if let Some(turn) = self.turn.as_mut() {
+                    turn.selected = row.min(turn.items().len().saturating_sub(1));
+                }
+                return self.more_pages();
+            }
+            View::Event => {}
+        }
+        Vec::new()
     }
 
     fn receive_turns(&mut self, session_id: String, turns: Vec<TurnSummary>) -> Vec<Effect> {
@@ -505,13 +684,21 @@ impl App {
         // Following a session's timeline moves on to the turn that just started.
         let newest = self.turns.last().and_then(|t| t.turn_id.clone());
         let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
-        if self.follow
-            && !replaying
-            && matches!(self.view, View::Timeline)
-            && newest.is_some()
+        let pending = std::mem::take(&mut self.follow_pending);
+        let newest_running = self
+            .turns
+            .last()
+            .is_some_and(|t| t.status == TurnStatus::Running);
+        let moved_on = newest.is_some()
             && newest != newest_before
-            && newest_before.is_some()
-        {
+            && (newest_before.is_some() || pending)
+            && newest != self.turn.as_ref().map(|t| t.turn_id.clone());
+        let open = match self.view {
+            View::Timeline => moved_on,
+            View::Turns => moved_on && newest_running,
+            _ => false,
+        };
+        if self.follow && !replaying && open {
             return self.open_timeline();
         }
         Vec::new()
@@ -522,6 +709,10 @@ impl App {
             return Vec::new();
         }
         self.live_events += events.len() as u64;
+        self.rates.record(&events);
+        for env in &events {
+            self.overviews.apply(env);
+        }
         if let Some(last) = events.last() {
             self.max_seq = self.max_seq.max(last.seq);
         }
@@ -615,6 +806,8 @@ impl App {
         let first_seq = summary.first_seq;
         self.turn = Some(TurnView::new(&session_id, &turn_id, first_seq));
         self.view = View::Timeline;
+        self.focus = Pane::List;
+        self.conversation_scroll = 0;
         vec![
             Effect::TimelinePage {
                 session_id: session_id.clone(),
@@ -629,22 +822,121 @@ impl App {
         ]
     }
 
+    /// The rows of the current list a filter leaves shown (all of them without one).
+    pub fn visible_rows(&self) -> Vec<usize> {
+        let len = self.row_count();
+        if !self.filter.hide || self.filter.query.trim().is_empty() {
+            return (0..len).collect();
+        }
+        (0..len).filter(|&i| self.row_matches(i)).collect()
+    }
+
+    /// Rows in the current list.
+    pub fn row_count(&self) -> usize {
+        match self.view {
+            View::Sessions => self.sessions.len(),
+            View::Turns => self.turns.len(),
+            View::Timeline => self.turn.as_ref().map_or(0, |t| t.items().len()),
+            View::Event => 0,
+        }
+    }
+
+    /// Whether row `i` of the current list matches the search.
+    pub fn row_matches(&self, i: usize) -> bool {
+        let query = &self.filter.query;
+        match self.view {
+            View::Sessions => self
+                .sessions
+                .get(i)
+                .is_some_and(|s| session_matches(query, s, &self.overviews)),
+            View::Turns => self.turns.get(i).is_some_and(|t| {
+                let prompt = self
+                    .session_id
+                    .as_deref()
+                    .and_then(|s| self.overviews.get(s))
+                    .and_then(|o| o.prompt(&t.request_id));
+                turn_row_matches(query, t, prompt)
+            }),
+            View::Timeline => self
+                .turn
+                .as_ref()
+                .and_then(|t| t.items().get(i))
+                .is_some_and(|item| item_matches(query, item)),
+            View::Event => false,
+        }
+    }
+
+    /// The search's matches in the current list, and which of them is selected (1-based).
+    pub fn match_count(&self) -> (Option<usize>, usize) {
+        if self.filter.query.trim().is_empty() {
+            return (None, 0);
+        }
+        let current = match self.view {
+            View::Sessions => self.session_selected,
+            View::Turns => self.turn_selected,
+            View::Timeline => self.turn.as_ref().map_or(0, |t| t.selected),
+            View::Event => return (None, 0),
+        };
+        let mut total = 0;
+        let mut at = None;
+        for i in 0..self.row_count() {
+            if self.row_matches(i) {
+                total += 1;
+                if i == current {
+                    at = Some(total);
+                }
+            }
+        }
+        (at, total)
+    }
+
+    /// Moves `index` by `delta` rows among the rows shown.
+    fn move_visible(&self, index: usize, delta: isize) -> usize {
+        let len = self.row_count();
+        if !self.filter.hide || self.filter.query.trim().is_empty() {
+            return move_index(index, len, delta);
+        }
+        let rows = self.visible_rows();
+        if rows.is_empty() {
+            return index;
+        }
+        let here = rows.partition_point(|&r| r < index);
+        let here = if rows.get(here) == Some(&index) || delta <= 0 {
+            here.min(rows.len() - 1)
+        } else {
+            // Between shown rows: the first step lands on the next one.
+            here.saturating_sub(1)
+        };
+        rows[move_index(here, rows.len(), delta)]
+    }
+
     fn move_selection(&mut self, delta: isize) -> Vec<Effect> {
+        // Moving by hand stops following, like scrolling up in `tail -f`.
+        if self.view != View::Event {
+            self.follow = false;
+        }
+        if self.view == View::Timeline && self.focus == Pane::Conversation {
+            self.conversation_scroll = if delta < 0 {
+                self.conversation_scroll
+                    .saturating_add(delta.unsigned_abs().min(u16::MAX as usize) as u16)
+            } else {
+                self.conversation_scroll
+                    .saturating_sub(delta.unsigned_abs().min(u16::MAX as usize) as u16)
+            };
+            return Vec::new();
+        }
         match self.view {
             View::Sessions => {
-                self.session_selected =
-                    move_index(self.session_selected, self.sessions.len(), delta);
+                self.session_selected = self.move_visible(self.session_selected, delta);
             }
             View::Turns => {
-                self.turn_selected = move_index(self.turn_selected, self.turns.len(), delta);
+                self.turn_selected = self.move_visible(self.turn_selected, delta);
             }
             View::Timeline => {
+                let current = self.turn.as_ref().map_or(0, |t| t.selected);
+                let moved = self.move_visible(current, delta);
                 if let Some(turn) = self.turn.as_mut() {
-                    turn.selected = move_index(turn.selected, turn.items().len(), delta);
-                }
-                // Moving by hand stops following.
-                if delta < 0 {
-                    self.follow = false;
+                    turn.selected = moved;
                 }
                 return self.more_pages();
             }
@@ -657,9 +949,6 @@ impl App {
                         .saturating_add(delta.unsigned_abs() as u16)
                 };
             }
-        }
-        if delta < 0 {
-            self.follow = false;
         }
         Vec::new()
     }
@@ -781,9 +1070,17 @@ impl App {
                 });
                 self.more_pages()
             }
-            Action::Filter => {
+            Action::Filter | Action::HideFilter => {
                 self.filter.editing = true;
+                self.filter.hide = action == Action::HideFilter;
                 self.filter.query.clear();
+                self.status = None;
+                Vec::new()
+            }
+            Action::FocusNext | Action::FocusPrev => {
+                if self.view == View::Timeline {
+                    self.focus = self.focus.cycle(action == Action::FocusNext);
+                }
                 Vec::new()
             }
             Action::NextMatch => self.jump_to_match(true, false),
@@ -808,6 +1105,7 @@ impl App {
         self.follow = false;
         turn.replay = Some(Replay::new());
         turn.timeline = TimelineBuilder::new();
+        turn.pacing = TurnPacing::new();
         turn.conversation = turn.base.clone();
         turn.seek_to(0);
         self.more_pages()
@@ -820,19 +1118,7 @@ impl App {
                     return Vec::new();
                 };
                 let session_id = session.session_id.clone();
-                if self.session_id.as_deref() != Some(session_id.as_str()) {
-                    self.turns.clear();
-                    self.turn_selected = 0;
-                    self.session_tools = None;
-                }
-                self.session_id = Some(session_id.clone());
-                self.view = View::Turns;
-                vec![
-                    Effect::Turns {
-                        session_id: session_id.clone(),
-                    },
-                    Effect::ToolCalls { session_id },
-                ]
+                self.enter_session(session_id)
             }
             View::Turns => self.open_timeline(),
             View::Timeline => {
@@ -845,6 +1131,24 @@ impl App {
             }
             View::Event => Vec::new(),
         }
+    }
+
+    /// Lists the turns of `session_id`.
+    fn enter_session(&mut self, session_id: String) -> Vec<Effect> {
+        if self.session_id.as_deref() != Some(session_id.as_str()) {
+            self.turns.clear();
+            self.turn_selected = 0;
+            self.session_tools = None;
+        }
+        self.session_id = Some(session_id.clone());
+        self.view = View::Turns;
+        self.focus = Pane::List;
+        vec![
+            Effect::Turns {
+                session_id: session_id.clone(),
+            },
+            Effect::ToolCalls { session_id },
+        ]
     }
 
     fn back_out(&mut self) -> Vec<Effect> {
@@ -860,6 +1164,7 @@ impl App {
             View::Timeline => {
                 self.view = View::Turns;
                 self.turn = None;
+                self.focus = Pane::List;
                 if let Some(session_id) = self.session_id.clone() {
                     return vec![Effect::Turns { session_id }];
                 }
@@ -891,9 +1196,9 @@ impl App {
     }
 
     /// Moves the selection to the next (or previous) row the filter matches, wrapping around.
+    /// With no match the selection stays; the footer's count says so.
     fn jump_to_match(&mut self, forward: bool, include_current: bool) -> Vec<Effect> {
-        let query = self.filter.query.clone();
-        if query.is_empty() {
+        if self.filter.query.trim().is_empty() {
             return Vec::new();
         }
         let (len, current) = match self.view {
@@ -908,19 +1213,6 @@ impl App {
         if len == 0 {
             return Vec::new();
         }
-        let matches = |i: usize| match self.view {
-            View::Sessions => self
-                .sessions
-                .get(i)
-                .is_some_and(|s| session_matches(&query, s)),
-            View::Turns => self.turns.get(i).is_some_and(|t| turn_matches(&query, t)),
-            View::Timeline => self
-                .turn
-                .as_ref()
-                .and_then(|t| t.items().get(i))
-                .is_some_and(|item| item_matches(&query, item)),
-            View::Event => false,
-        };
         let start = usize::from(!include_current);
         let found = (start..len + start).find_map(|offset| {
             let offset = offset % len;
@@ -929,24 +1221,20 @@ impl App {
             } else {
                 (current + len - offset) % len
             };
-            matches(index).then_some(index)
+            self.row_matches(index).then_some(index)
         });
-        match found {
-            Some(index) => {
-                self.status = None;
-                self.follow = false;
-                match self.view {
-                    View::Sessions => self.session_selected = index,
-                    View::Turns => self.turn_selected = index,
-                    View::Timeline => {
-                        if let Some(turn) = self.turn.as_mut() {
-                            turn.selected = index;
-                        }
+        if let Some(index) = found {
+            self.follow = false;
+            match self.view {
+                View::Sessions => self.session_selected = index,
+                View::Turns => self.turn_selected = index,
+                View::Timeline => {
+                    if let Some(turn) = self.turn.as_mut() {
+                        turn.selected = index;
                     }
-                    View::Event => {}
                 }
+                View::Event => {}
             }
-            None => self.status = Some(format!("no match for {query:?}")),
         }
         self.more_pages()
     }
@@ -1093,12 +1381,12 @@ mod tests {
             dash.app
                 .session_tools
                 .as_ref()
-                .map(|c| (c.turns, crate::dash::timeline::session_tool_usage(c)))
+                .map(|c| (c.turns, mull_store::tool_usage::session_tool_usage(c)))
                 .expect("read on entering the session")
         };
         let (turns, before) = calls(&dash);
         assert_eq!(turns, 2);
-        let status = |usage: &[crate::dash::timeline::ToolUsage]| {
+        let status = |usage: &[mull_store::tool_usage::ToolUsage]| {
             usage
                 .iter()
                 .find(|u| u.tool == "status_page")
@@ -1300,7 +1588,12 @@ mod tests {
             dash.send(Msg::FilterEdit(FilterEdit::Char(c)));
         }
         dash.send(Msg::FilterEdit(FilterEdit::Apply));
-        assert_eq!(dash.app.status.as_deref(), Some("no match for \"zebra\""));
+        assert_eq!(
+            dash.app.match_count(),
+            (None, 0),
+            "no match, and the count says so"
+        );
+        assert_eq!(dash.app.status, None, "no message outlives the search");
         press(&mut dash, &[Action::Back]);
         assert!(
             dash.app.filter.query.is_empty(),

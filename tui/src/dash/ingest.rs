@@ -44,6 +44,7 @@ impl Source {
     fn try_perform(&self, effect: &Effect) -> Result<Msg, StoreError> {
         Ok(match effect {
             Effect::Sessions => Msg::Sessions(self.reader.sessions()?),
+            Effect::Overviews => Msg::Overviews(Box::new(self.reader.session_overviews()?)),
             Effect::Turns { session_id } => Msg::Turns {
                 session_id: session_id.clone(),
                 turns: self.reader.turns(session_id)?,

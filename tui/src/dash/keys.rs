@@ -26,6 +26,9 @@ pub enum Action {
     Filter,
     NextMatch,
     PrevMatch,
+    HideFilter,
+    FocusNext,
+    FocusPrev,
     Help,
 }
 
@@ -63,7 +66,7 @@ pub const KEYMAP: &[Binding] = &[
         keys: &[plain(KeyCode::Up), ch('k')],
         label: "↑, k",
         action: Action::Up,
-        description: "previous row (event view: scroll up)",
+        description: "previous row, stops following (wheel: scroll; click: select)",
     },
     Binding {
         keys: &[plain(KeyCode::Down), ch('j')],
@@ -103,7 +106,7 @@ pub const KEYMAP: &[Binding] = &[
         keys: &[plain(KeyCode::Enter)],
         label: "Enter",
         action: Action::Enter,
-        description: "drill in: session → turns → timeline → event JSON",
+        description: "drill in: session → turns → timeline → event JSON (or click twice)",
     },
     Binding {
         keys: &[plain(KeyCode::Esc), plain(KeyCode::Backspace)],
@@ -163,7 +166,13 @@ pub const KEYMAP: &[Binding] = &[
         keys: &[ch('/')],
         label: "/",
         action: Action::Filter,
-        description: "filter: kind:K tool:T status:S or any text",
+        description: "search: kind:K tool:T status:S or any text (matches lit, n/N)",
+    },
+    Binding {
+        keys: &[ch('&')],
+        label: "&",
+        action: Action::HideFilter,
+        description: "filter: like search, and hide the rows that do not match",
     },
     Binding {
         keys: &[ch('n')],
@@ -176,6 +185,21 @@ pub const KEYMAP: &[Binding] = &[
         label: "N",
         action: Action::PrevMatch,
         description: "previous match",
+    },
+    Binding {
+        keys: &[plain(KeyCode::Tab)],
+        label: "Tab",
+        action: Action::FocusNext,
+        description: "turn screen: next pane (timeline, pacing, conversation, tools)",
+    },
+    Binding {
+        keys: &[
+            plain(KeyCode::BackTab),
+            Key(KeyCode::BackTab, KeyModifiers::SHIFT),
+        ],
+        label: "shift-Tab",
+        action: Action::FocusPrev,
+        description: "turn screen: previous pane",
     },
     Binding {
         keys: &[ch('?')],
@@ -257,7 +281,7 @@ mod tests {
             );
             assert!(!binding.keys.is_empty());
         }
-        assert_eq!(seen.len(), 21);
+        assert_eq!(seen.len(), 24);
     }
 
     #[test]

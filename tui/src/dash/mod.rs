@@ -7,6 +7,7 @@
 pub mod app;
 pub mod ingest;
 pub mod keys;
+pub mod rates;
 pub mod replay;
 pub mod timeline;
 pub mod view;
@@ -18,8 +19,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind};
+use crossterm::event::{
+    self, DisableMouseCapture, EnableMouseCapture, Event as TermEvent, KeyCode, KeyEventKind,
+    MouseEventKind,
+};
 use ratatui::backend::{Backend, TestBackend};
+use ratatui::layout::Rect;
 use ratatui::Terminal;
 
 use app::{App, Effect, FilterEdit, Msg};
@@ -77,6 +82,22 @@ impl Dash {
         }
     }
 
+    /// A mouse click at a cell of a `screen`-sized terminal: focuses the pane, selects the
+    /// row (a click on the selected row opens it).
+    pub fn click(&mut self, screen: Rect, column: u16, row: u16) {
+        if let Some(hit) = view::hit::hit(&self.app, screen, column, row) {
+            self.send(Msg::Click(hit));
+        }
+    }
+
+    /// The mouse wheel over a cell: scrolls the pane under it by `rows`.
+    pub fn wheel(&mut self, screen: Rect, column: u16, row: u16, rows: isize) {
+        let pane = view::hit::hit(&self.app, screen, column, row)
+            .map(|h| h.pane)
+            .unwrap_or(self.app.focus);
+        self.send(Msg::Scroll(pane, rows));
+    }
+
     /// Draws one frame.
     pub fn draw<B: Backend>(&self, terminal: &mut Terminal<B>) -> Result<()> {
         terminal
@@ -113,7 +134,10 @@ pub fn run(db: &Path, options: DashOptions) -> Result<()> {
         dash.follow_newest();
     }
     let mut terminal = ratatui::init();
+    // Without mouse reports the dashboard still works; clicks just do nothing.
+    let _ = crossterm::execute!(std::io::stdout(), EnableMouseCapture);
     let result = event_loop(&mut terminal, &mut dash, &follower);
+    let _ = crossterm::execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
     result
 }
@@ -142,6 +166,19 @@ fn event_loop<B: Backend>(
                         }
                     } else if let Some(action) = keys::action_for(key) {
                         dash.send(Msg::Action(action));
+                    }
+                }
+                TermEvent::Mouse(mouse) => {
+                    let size = terminal
+                        .size()
+                        .map_err(|e| anyhow::anyhow!("reading the terminal size: {e}"))?;
+                    let screen = Rect::new(0, 0, size.width, size.height);
+                    let (x, y) = (mouse.column, mouse.row);
+                    match mouse.kind {
+                        MouseEventKind::Down(_) => dash.click(screen, x, y),
+                        MouseEventKind::ScrollDown => dash.wheel(screen, x, y, 3),
+                        MouseEventKind::ScrollUp => dash.wheel(screen, x, y, -3),
+                        _ => {}
                     }
                 }
                 _ => {}

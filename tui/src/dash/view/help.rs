@@ -9,10 +9,20 @@ use crate::dash::keys::KEYMAP;
 
 /// Draws every binding of [`KEYMAP`] in a centred box.
 pub fn render(frame: &mut Frame, area: Rect) {
-    let rows: Vec<Row> = KEYMAP
+    let room = usize::from(area.height.saturating_sub(2));
+    let mut rows: Vec<Row> = KEYMAP
         .iter()
         .map(|b| Row::new(vec![b.label.to_owned(), b.description.to_owned()]))
         .collect();
+    if rows.len() > room {
+        // The status bar below stays; what does not fit says so rather than vanish.
+        let more = rows.len() + 1 - room;
+        rows.truncate(room.saturating_sub(1));
+        rows.push(Row::new(vec![
+            "…".to_owned(),
+            format!("{more} more: a taller terminal shows every key"),
+        ]));
+    }
     let height = (rows.len() as u16 + 2).min(area.height);
     let width = 84.min(area.width);
     let popup = Rect {

@@ -1,31 +1,45 @@
 //! Drawing: pure functions from `&App` to a frame. Nothing here changes state or reads the log.
+//!
+//! Every screen keeps a header (where you are, live throughput, modes) and a status bar (the
+//! position in the list, the search's count, the keys that work here). Tables choose their
+//! columns by priority for the width they get ([`fit_columns`]): a narrow terminal drops whole
+//! columns, never cuts a value, and keeps the key hints.
 
+mod columns;
 mod event;
 mod header;
 mod help;
+pub mod hit;
+mod pacing;
 mod sessions;
 mod timeline;
 mod turns;
 
 use chrono::{DateTime, Utc};
 use mull_core::{DecisionAction, TurnStatus, Usage};
+use mull_store::StatusMix;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
-use unicode_width::UnicodeWidthChar;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::dash::app::{App, View};
 
-/// Draws the whole screen.
-pub fn render(frame: &mut Frame, app: &App) {
-    let [header_area, body, footer_area] = Layout::vertical([
+/// The header, the body and the status bar.
+pub fn areas(area: Rect) -> [Rect; 3] {
+    Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(1),
         Constraint::Length(1),
     ])
-    .areas(frame.area());
+    .areas(area)
+}
+
+/// Draws the whole screen.
+pub fn render(frame: &mut Frame, app: &App) {
+    let [header_area, body, footer_area] = areas(frame.area());
     header::render(frame, header_area, app);
     match app.view {
         View::Sessions => sessions::render(frame, body, app),
@@ -35,37 +49,137 @@ pub fn render(frame: &mut Frame, app: &App) {
     }
     render_footer(frame, footer_area, app);
     if app.help {
-        help::render(frame, frame.area());
+        help::render(frame, body);
+    }
+}
+
+/// Key hints per view, most useful first; the status bar shows what fits, always ending with
+/// help and quit.
+fn hints(app: &App) -> &'static [&'static str] {
+    match app.view {
+        View::Sessions => &[
+            "Enter open",
+            "/ search",
+            "& filter",
+            "f follow",
+            "space pause",
+        ],
+        View::Turns => &["Enter open", "Esc back", "/ search", "& filter", "f follow"],
+        View::Timeline => &[
+            "Enter JSON",
+            "Esc back",
+            "Tab pane",
+            "r replay",
+            "/ search",
+            "f follow",
+        ],
+        View::Event => &["←/→ events", "Esc back", "↑/↓ scroll"],
+    }
+}
+
+/// Where the user is in the current list: "sessions 2/5", "turn 3/3", "row 4/18".
+fn position(app: &App) -> String {
+    let (what, at, len) = match app.view {
+        View::Sessions => ("session", app.session_selected, app.sessions.len()),
+        View::Turns => ("turn", app.turn_selected, app.turns.len()),
+        View::Timeline => match &app.turn {
+            Some(t) => ("row", t.selected, t.items().len()),
+            None => ("row", 0, 0),
+        },
+        View::Event => {
+            return app
+                .event_seq
+                .map(|s| format!("seq {s}"))
+                .unwrap_or_default()
+        }
+    };
+    if len == 0 {
+        format!("no {what}s")
+    } else {
+        format!("{what} {}/{len}", at + 1)
     }
 }
 
 fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
-    let line = if app.filter.editing {
-        Line::from(vec![
-            Span::styled("/", Style::new().fg(Color::Yellow)),
-            Span::raw(app.filter.query.clone()),
-            Span::styled("▏", Style::new().fg(Color::Yellow)),
-            Span::styled(
-                "  kind:K tool:T status:S or text · Enter apply · Esc cancel",
-                Style::new().fg(Color::DarkGray),
+    let dim = Style::new().fg(Color::DarkGray);
+    let yellow = Style::new().fg(Color::Yellow);
+    let width = usize::from(area.width);
+    let mut left: Vec<Span> = Vec::new();
+    if app.filter.editing {
+        left.push(Span::styled(
+            if app.filter.hide { "&" } else { "/" },
+            yellow,
+        ));
+        left.push(Span::raw(app.filter.query.clone()));
+        left.push(Span::styled("▏", yellow));
+        let (_, total) = app.match_count();
+        left.push(Span::styled(
+            format!(" {total} match{} ", plural_es(total)),
+            yellow,
+        ));
+        left.push(Span::styled(
+            "kind:K tool:T status:S or text · Enter apply · Esc cancel",
+            dim,
+        ));
+        frame.render_widget(Paragraph::new(Line::from(left)), area);
+        return;
+    }
+    if let Some(status) = &app.status {
+        frame.render_widget(
+            Paragraph::new(Line::from(Span::styled(
+                status.clone(),
+                Style::new().fg(Color::Red),
+            ))),
+            area,
+        );
+        return;
+    }
+    left.push(Span::styled(
+        format!(" {} ", position(app)),
+        Style::new().add_modifier(Modifier::REVERSED),
+    ));
+    if !app.filter.query.is_empty() {
+        let (at, total) = app.match_count();
+        let what = if app.filter.hide { "filter" } else { "search" };
+        let at = at.map(|a| format!("{a}/")).unwrap_or_default();
+        left.push(Span::styled(
+            format!(
+                " {what} {:?}: {at}{total} match{} (n/N) ",
+                app.filter.query,
+                plural_es(total)
             ),
-        ])
-    } else if let Some(status) = &app.status {
-        Line::from(Span::styled(status.clone(), Style::new().fg(Color::Red)))
-    } else {
-        let mut spans = vec![Span::styled(
-            "? help · Enter open · Esc back · f follow · space pause · r replay · / filter · q quit",
-            Style::new().fg(Color::DarkGray),
-        )];
-        if !app.filter.query.is_empty() {
-            spans.push(Span::styled(
-                format!("  filter: {} (n/N)", app.filter.query),
-                Style::new().fg(Color::Yellow),
-            ));
+            yellow,
+        ));
+    }
+    let used: usize = left.iter().map(|s| s.width()).sum();
+    let tail = " · ? help · q quit";
+    let mut text = String::new();
+    for hint in hints(app) {
+        let next = if text.is_empty() {
+            format!(" {hint}")
+        } else {
+            format!("{text} · {hint}")
+        };
+        if used + next.width() + tail.width() > width {
+            break;
         }
-        Line::from(spans)
-    };
-    frame.render_widget(Paragraph::new(line), area);
+        text = next;
+    }
+    text.push_str(if text.is_empty() {
+        " ? help · q quit"
+    } else {
+        tail
+    });
+    left.push(Span::styled(text, dim));
+    frame.render_widget(Paragraph::new(Line::from(left)), area);
+}
+
+fn plural_es(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "es"
+    }
 }
 
 /// A duration in the unit a reader takes in at a glance.
@@ -102,6 +216,53 @@ pub fn fmt_usage(usage: &Usage) -> String {
 /// A timestamp as the lists show it (UTC, to the second).
 pub fn fmt_at(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// A time of day, for columns where the date is in the detail pane.
+pub fn fmt_clock(at: DateTime<Utc>) -> String {
+    at.format("%H:%M:%S").to_string()
+}
+
+/// A session's turns by how they ended: "✓3 ✗1 ▶1" (only the kinds it has).
+pub fn status_mix_spans(mix: &StatusMix) -> Vec<Span<'static>> {
+    let mut spans = Vec::new();
+    let mut add = |n: u64, mark: &str, style: Style| {
+        if n > 0 {
+            if !spans.is_empty() {
+                spans.push(Span::raw(" "));
+            }
+            spans.push(Span::styled(format!("{mark}{n}"), style));
+        }
+    };
+    add(mix.completed, "✓", status_style(TurnStatus::Completed));
+    add(mix.error, "✗", status_style(TurnStatus::Error));
+    add(mix.aborted, "⊘", status_style(TurnStatus::Aborted));
+    add(mix.running, "▶", status_style(TurnStatus::Running));
+    spans
+}
+
+/// `text` cut to `width` columns at a word boundary where one is near, ending in "…".
+pub fn ellipsize(text: &str, width: usize) -> String {
+    if text.width() <= width {
+        return text.to_owned();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > width {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    if let Some(space) = out.rfind(' ') {
+        if space * 4 >= out.len() * 3 {
+            out.truncate(space);
+        }
+    }
+    out.push('…');
+    out
 }
 
 /// The colour of a turn status.

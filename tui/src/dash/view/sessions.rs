@@ -1,30 +1,83 @@
-//! The session list.
+//! The session list: one row per session — its agent, what the user first asked, how its
+//! turns ended, tokens and last activity — and the selected session's ids and dates below.
 
-use ratatui::layout::{Constraint, Rect};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::widgets::{Block, Row, Table, TableState};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Table, TableState, Wrap};
 use ratatui::Frame;
 
-use crate::dash::app::{session_matches, App};
-use crate::dash::view::{fmt_at, selected_style};
+use crate::dash::app::App;
+use crate::dash::view::columns::{fitted_rows, Column};
+use crate::dash::view::{
+    ellipsize, fmt_at, fmt_tokens, fmt_usage, selected_style, status_mix_spans,
+};
 
-/// Draws one row per session, newest last.
+/// Lines of the detail pane, borders included.
+const DETAIL_HEIGHT: u16 = 6;
+
+const COLUMNS: [Column; 7] = [
+    Column::fixed("agent", 1),
+    Column::flex("first message", 14),
+    Column::fixed("turns", 2),
+    Column::fixed("status", 3),
+    Column::fixed("in/out", 4),
+    Column::fixed("last activity", 5),
+    Column::fixed("model", 6),
+];
+
+/// The table and the detail pane.
+pub fn layout(area: Rect) -> [Rect; 2] {
+    let detail = if area.height >= 14 { DETAIL_HEIGHT } else { 0 };
+    Layout::vertical([Constraint::Min(3), Constraint::Length(detail)]).areas(area)
+}
+
+/// Draws one row per session, oldest first, and the selected session's details.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
-    let header = Row::new(vec!["session", "started", "last event", "turns", "seqs"])
-        .style(Style::new().add_modifier(Modifier::BOLD));
-    let rows: Vec<Row> = app
-        .sessions
+    let [list, detail] = layout(area);
+    let visible = app.visible_rows();
+    let match_style = Style::new().fg(Color::Yellow);
+    let matching = !app.filter.query.is_empty();
+    let cells: Vec<Vec<Line>> = visible
         .iter()
+        .filter_map(|&i| app.sessions.get(i))
         .map(|s| {
-            let row = Row::new(vec![
-                s.session_id.clone(),
-                fmt_at(s.first_at),
-                fmt_at(s.last_at),
-                s.turns.to_string(),
-                format!("{}–{}", s.first_seq, s.last_seq),
-            ]);
-            if session_matches(&app.filter.query, s) {
-                row.style(Style::new().fg(Color::Yellow))
+            let o = app.overviews.get(&s.session_id);
+            let prompt = o
+                .and_then(|o| o.first_prompt.clone())
+                .unwrap_or_else(|| "—".to_owned());
+            vec![
+                Line::from(
+                    o.and_then(|o| o.agent.clone())
+                        .unwrap_or_else(|| "?".to_owned()),
+                ),
+                Line::from(prompt),
+                Line::from(s.turns.to_string()),
+                Line::from(o.map(|o| status_mix_spans(&o.status)).unwrap_or_default()),
+                Line::from(
+                    o.map(|o| {
+                        format!(
+                            "{}/{}",
+                            fmt_tokens(o.usage.input_tokens),
+                            fmt_tokens(o.usage.output_tokens)
+                        )
+                    })
+                    .unwrap_or_default(),
+                ),
+                Line::from(s.last_at.format("%m-%d %H:%M:%S").to_string()),
+                Line::from(o.and_then(|o| o.model_id.clone()).unwrap_or_default()),
+            ]
+        })
+        .collect();
+    let inner_width = list.width.saturating_sub(2);
+    let (header, rows, widths, _) = fitted_rows(&COLUMNS, cells, inner_width);
+    let rows: Vec<_> = rows
+        .into_iter()
+        .zip(&visible)
+        .map(|(row, &i)| {
+            let matched = matching && app.row_matches(i);
+            if matched {
+                row.style(match_style)
             } else {
                 row
             }
@@ -35,20 +88,58 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         app.sessions.len(),
         app.max_seq
     );
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Min(16),
-            Constraint::Length(19),
-            Constraint::Length(19),
-            Constraint::Length(6),
-            Constraint::Length(16),
-        ],
-    )
-    .header(header)
-    .row_highlight_style(selected_style())
-    .block(Block::bordered().title(title));
-    let mut state = TableState::default()
-        .with_selected((!app.sessions.is_empty()).then_some(app.session_selected));
-    frame.render_stateful_widget(table, area, &mut state);
+    let selected = visible.iter().position(|&i| i == app.session_selected);
+    let table = Table::new(rows, widths)
+        .header(header)
+        .row_highlight_style(selected_style())
+        .block(Block::bordered().title(title));
+    let mut state = TableState::default().with_selected(selected);
+    frame.render_stateful_widget(table, list, &mut state);
+    if detail.height > 0 {
+        render_detail(frame, detail, app);
+    }
+}
+
+fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
+    let block = Block::bordered().title(" session ");
+    let width = usize::from(area.width.saturating_sub(2));
+    let dim = Style::new().fg(Color::DarkGray);
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    let Some(s) = app.sessions.get(app.session_selected) else {
+        frame.render_widget(Paragraph::new("no sessions yet").block(block), area);
+        return;
+    };
+    let o = app.overviews.get(&s.session_id);
+    let mut lines = vec![Line::from(vec![
+        Span::styled("id ", dim),
+        Span::styled(s.session_id.clone(), bold),
+        Span::styled(" · seqs ", dim),
+        Span::raw(format!("{}–{}", s.first_seq, s.last_seq)),
+    ])];
+    lines.push(Line::from(vec![
+        Span::styled("started ", dim),
+        Span::raw(fmt_at(s.first_at)),
+        Span::styled(" · last ", dim),
+        Span::raw(fmt_at(s.last_at)),
+    ]));
+    if let Some(o) = o {
+        lines.push(Line::from(vec![
+            Span::styled("tokens ", dim),
+            Span::raw(fmt_usage(&o.usage)),
+            Span::styled(" · model ", dim),
+            Span::raw(o.model_id.clone().unwrap_or_else(|| "-".into())),
+        ]));
+        if let Some(prompt) = &o.first_prompt {
+            lines.push(Line::from(vec![
+                Span::styled("asked ", dim),
+                Span::raw(ellipsize(prompt, width.saturating_sub(6))),
+            ]));
+        }
+    }
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(block),
+        area,
+    );
 }

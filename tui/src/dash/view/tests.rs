@@ -11,8 +11,8 @@ use crate::dash::keys::Action;
 use crate::dash::testlog::{sample_log, write_db};
 use crate::dash::Dash;
 
-const WIDTH: u16 = 120;
-const HEIGHT: u16 = 34;
+/// The two screens every view is checked on: a roomy terminal and the classic 80×24.
+const SIZES: [(u16, u16); 2] = [(160, 45), (80, 24)];
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -33,15 +33,39 @@ fn press(dash: &mut Dash, actions: &[Action]) {
     }
 }
 
-fn screen(dash: &Dash) -> Terminal<TestBackend> {
-    let mut terminal = Terminal::new(TestBackend::new(WIDTH, HEIGHT)).expect("terminal");
+fn screen_at(dash: &Dash, (width, height): (u16, u16)) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
     dash.draw(&mut terminal).expect("draw");
     terminal
+}
+
+fn screen(dash: &Dash) -> Terminal<TestBackend> {
+    screen_at(dash, SIZES[0])
+}
+
+/// Checks the screen at both sizes, as `NAME@160x45` and `NAME@80x24`; every frame keeps its
+/// key hints.
+fn snap(name: &str, dash: &Dash) {
+    for size in SIZES {
+        let terminal = screen_at(dash, size);
+        let text = format!("{}", terminal.backend());
+        assert!(
+            text.contains("q quit"),
+            "{name} at {size:?} lost its key hints:\n{text}"
+        );
+        insta::assert_snapshot!(format!("{name}@{}x{}", size.0, size.1), terminal.backend());
+    }
 }
 
 /// Opens the n-th turn (0-based) of the first session.
 fn open_turn(dash: &mut Dash, n: usize) {
     press(dash, &[Action::Enter]);
+    open_turn_of(dash, n);
+}
+
+/// Opens the n-th turn (0-based) of the listed session.
+fn open_turn_of(dash: &mut Dash, n: usize) {
+    press(dash, &[Action::First]);
     for _ in 0..n {
         press(dash, &[Action::Down]);
     }
@@ -52,14 +76,14 @@ fn open_turn(dash: &mut Dash, n: usize) {
 #[test]
 fn sessions_view() {
     let f = open();
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("sessions_view", &f.dash);
 }
 
 #[test]
 fn turns_view() {
     let mut f = open();
     press(&mut f.dash, &[Action::Enter]);
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("turns_view", &f.dash);
 }
 
 #[test]
@@ -68,14 +92,14 @@ fn timeline_of_a_completed_turn() {
     open_turn(&mut f.dash, 0);
     assert!(!f.dash.app.follow, "a finished turn does not follow");
     press(&mut f.dash, &[Action::Down, Action::Down, Action::Down]);
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("timeline_of_a_completed_turn", &f.dash);
 }
 
 #[test]
 fn timeline_of_a_failed_turn() {
     let mut f = open();
     open_turn(&mut f.dash, 1);
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("timeline_of_a_failed_turn", &f.dash);
 }
 
 #[test]
@@ -83,7 +107,7 @@ fn timeline_of_a_running_turn_follows() {
     let mut f = open();
     open_turn(&mut f.dash, 2);
     assert!(f.dash.app.follow, "a running turn turns follow on");
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("timeline_of_a_running_turn_follows", &f.dash);
 }
 
 #[test]
@@ -101,14 +125,14 @@ fn event_json_view() {
         ],
     );
     assert_eq!(f.dash.app.view, View::Event);
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("event_json_view", &f.dash);
 }
 
 #[test]
 fn help_overlay() {
     let mut f = open();
     press(&mut f.dash, &[Action::Help]);
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("help_overlay", &f.dash);
     press(&mut f.dash, &[Action::Down]);
     assert!(!f.dash.app.help, "any key closes the help");
 }
@@ -121,7 +145,10 @@ fn replay_paused_midway_shows_the_conversation_as_of_the_cursor() {
     // 1× for 1.05 s of recorded time: step 1's text has begun, its stall has not happened.
     f.dash.send(Msg::Tick(Duration::from_millis(1100)));
     press(&mut f.dash, &[Action::Pause]);
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap(
+        "replay_paused_midway_shows_the_conversation_as_of_the_cursor",
+        &f.dash,
+    );
 }
 
 #[test]
@@ -137,7 +164,10 @@ fn filter_highlights_matches_and_paused_counts_arrivals() {
     let later = crate::dash::testlog::sample_log();
     f.dash
         .send(Msg::Appended(later.into_iter().take(3).collect()));
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap(
+        "filter_highlights_matches_and_paused_counts_arrivals",
+        &f.dash,
+    );
 }
 
 #[test]
@@ -158,7 +188,7 @@ fn timeline_of_a_compacting_turn_shows_the_compaction_and_the_summary() {
         !text.contains("Alfama. Day 2"),
         "replaced messages still shown: {text}"
     );
-    insta::assert_snapshot!(screen.backend());
+    snap("timeline_of_a_compacting_turn", &dash);
 }
 
 #[test]
@@ -171,7 +201,7 @@ fn timeline_of_a_regenerated_answer_shows_its_retraction() {
     let screen = screen(&dash);
     let text = format!("{}", screen.backend());
     assert!(text.contains("✂ 1 message retracted by req_2"), "{text}");
-    insta::assert_snapshot!(screen.backend());
+    snap("timeline_of_a_regenerated_answer", &dash);
 }
 
 /// Every recorded fixture (fixtures/*.jsonl at the workspace root) opens, and every turn's
@@ -276,46 +306,145 @@ fn open_fixture(name: &str) -> Fixture {
 #[test]
 fn fixture_tool_decisions_timeline() {
     let f = open_fixture("tool-decisions.jsonl");
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("fixture_tool_decisions_timeline", &f.dash);
 }
 
 #[test]
 fn fixture_aborted_timeline() {
     let f = open_fixture("aborted.jsonl");
-    insta::assert_snapshot!(screen(&f.dash).backend());
+    snap("fixture_aborted_timeline", &f.dash);
 }
 
 /// Opens the second turn of a session whose two turns made allowed, blocked, substituted and
-/// failing calls, on a `width`-column screen.
-fn tools_screen(width: u16) -> Terminal<TestBackend> {
+/// failing calls.
+fn tools_dash() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = write_db(dir.path(), &crate::dash::testlog::tools_log());
     let mut dash = Dash::open(&path).expect("open dashboard");
     dash.app.db_label = "test.db".into();
     open_turn(&mut dash, 1);
-    let mut terminal = Terminal::new(TestBackend::new(width, HEIGHT)).expect("terminal");
-    dash.draw(&mut terminal).expect("draw");
-    terminal
+    Fixture { _dir: dir, dash }
 }
 
 #[test]
 fn tool_tables_show_the_turn_and_the_session() {
-    let screen = tools_screen(WIDTH);
-    let text = format!("{}", screen.backend());
+    let f = tools_dash();
+    let text = format!("{}", screen(&f.dash).backend());
     assert!(text.contains("tools · this turn"), "{text}");
     assert!(text.contains("tools · session · 2 turns"), "{text}");
-    insta::assert_snapshot!(screen.backend());
+    snap("tool_tables_show_the_turn_and_the_session", &f.dash);
 }
 
 #[test]
-fn narrow_tool_tables_drop_the_least_important_columns() {
-    let screen = tools_screen(80);
-    let text = format!("{}", screen.backend());
+fn a_narrow_screen_shows_one_pane_at_a_time_and_tab_moves_on() {
+    let mut f = tools_dash();
+    let narrow = |dash: &Dash| format!("{}", screen_at(dash, SIZES[1]).backend());
+    let text = narrow(&f.dash);
+    assert!(
+        text.contains("timeline ·"),
+        "the timeline pane first: {text}"
+    );
+    assert!(!text.contains("tools · this turn"), "{text}");
+    press(&mut f.dash, &[Action::FocusNext]);
+    let text = narrow(&f.dash);
+    assert!(text.contains("chunk gaps"), "then the pacing pane: {text}");
+    snap("narrow_pacing_pane", &f.dash);
+    press(&mut f.dash, &[Action::FocusNext, Action::FocusNext]);
+    let text = narrow(&f.dash);
     assert!(
         text.contains("status_page"),
         "tool names stay whole: {text}"
     );
-    assert!(!text.contains("p95") && !text.contains("mean"), "{text}");
     assert!(text.contains("blk") && text.contains("sub"), "{text}");
-    insta::assert_snapshot!(screen.backend());
+    snap("narrow_tool_tables", &f.dash);
+    press(&mut f.dash, &[Action::FocusNext]);
+    assert_eq!(
+        f.dash.app.focus,
+        crate::dash::app::Pane::List,
+        "Tab wraps around"
+    );
+}
+
+#[test]
+fn a_blocked_call_shows_its_reason_once_and_is_called_blocked() {
+    // The demo's policy blocks its cancel_booking call: the engine records the reason as the
+    // call's output too, since that is what the model is told.
+    let mut f = open_fixture("demo.jsonl");
+    let turn = f
+        .dash
+        .app
+        .turns
+        .iter()
+        .position(|t| t.tools.blocked > 0)
+        .expect("the demo has a blocked call");
+    press(&mut f.dash, &[Action::Back]);
+    open_turn_of(&mut f.dash, turn);
+    let text = format!("{}", screen(&f.dash).backend());
+    let reason_lines = text
+        .lines()
+        .filter(|l| l.contains("Cancelling bookings needs a human"))
+        .count();
+    assert_eq!(reason_lines, 1, "{text}");
+    assert!(text.contains("⚒ cancel_booking → blocked"), "{text}");
+    assert!(!text.contains("output-available"), "{text}");
+}
+
+#[test]
+fn search_counts_matches_and_a_filter_hides_the_rest() {
+    let mut f = open();
+    open_turn(&mut f.dash, 0);
+    press(&mut f.dash, &[Action::Filter]);
+    for c in "kind:tool".chars() {
+        f.dash.send(Msg::FilterEdit(FilterEdit::Char(c)));
+    }
+    f.dash.send(Msg::FilterEdit(FilterEdit::Apply));
+    assert_eq!(f.dash.app.match_count(), (Some(1), 2));
+    press(&mut f.dash, &[Action::NextMatch]);
+    assert_eq!(f.dash.app.match_count(), (Some(2), 2));
+    snap("search_counts_matches", &f.dash);
+    let rows = f.dash.app.turn.as_ref().map_or(0, |t| t.items().len());
+    press(&mut f.dash, &[Action::HideFilter]);
+    for c in "kind:tool".chars() {
+        f.dash.send(Msg::FilterEdit(FilterEdit::Char(c)));
+    }
+    f.dash.send(Msg::FilterEdit(FilterEdit::Apply));
+    assert_eq!(f.dash.app.visible_rows().len(), 2);
+    assert!(rows > 2);
+    snap("filter_hides_non_matches", &f.dash);
+    press(&mut f.dash, &[Action::Up]);
+    let selected = f.dash.app.turn.as_ref().map(|t| t.selected);
+    assert_eq!(
+        selected,
+        f.dash.app.visible_rows().first().copied(),
+        "moving skips the hidden rows"
+    );
+}
+
+#[test]
+fn clicks_select_and_open_rows_and_the_wheel_scrolls() {
+    let mut f = open();
+    let screen = ratatui::layout::Rect::new(0, 0, 160, 45);
+    // Row 3 of the screen: header, border, column headers, then the first session.
+    f.dash.click(screen, 10, 4);
+    assert_eq!(f.dash.app.session_selected, 1);
+    f.dash.click(screen, 10, 3);
+    assert_eq!(f.dash.app.session_selected, 0);
+    f.dash.click(screen, 10, 3);
+    assert_eq!(
+        f.dash.app.view,
+        View::Turns,
+        "a click on the selected row opens it"
+    );
+    f.dash.click(screen, 10, 4);
+    assert_eq!(f.dash.app.turn_selected, 1);
+    f.dash.click(screen, 10, 3);
+    assert_eq!(f.dash.app.turn_selected, 0);
+    f.dash.click(screen, 10, 3);
+    assert_eq!(f.dash.app.view, View::Timeline);
+    f.dash.wheel(screen, 10, 10, 3);
+    assert_eq!(f.dash.app.turn.as_ref().map(|t| t.selected), Some(3));
+    // The conversation pane scrolls under the wheel.
+    f.dash.wheel(screen, 120, 30, -3);
+    assert_eq!(f.dash.app.focus, crate::dash::app::Pane::Conversation);
+    assert_eq!(f.dash.app.conversation_scroll, 3);
 }

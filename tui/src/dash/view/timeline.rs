@@ -2,72 +2,195 @@
 //! usage for the turn and for its whole session.
 
 use chrono::{DateTime, Utc};
-use mull_core::{Role, ToolPartState, UIMessage, UIPart};
+use mull_core::{DecisionAction, Role, ToolPartState, UIMessage, UIPart};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use crate::dash::app::{item_matches, App, TurnView};
-use crate::dash::timeline::{session_tool_usage, turn_tool_usage, Item, ItemKind, ToolUsage};
+use crate::dash::app::{item_matches, App, Pane, TurnView};
+use crate::dash::timeline::{turn_tool_usage, Item, ItemKind};
+use crate::dash::view::pacing;
 use crate::dash::view::{
     decision_style, fmt_duration, fmt_tokens, fmt_usage, selected_style, status_style, wrap,
 };
+use mull_store::tool_usage::{session_tool_usage, ToolUsage};
 
 /// Lines of one text row shown before it is cut (the event view has the rest).
 const TEXT_LINES: usize = 12;
 /// Width of the time column: "+12.345s ".
 const TIME_COLUMN: usize = 10;
 
-/// Draws the timeline (left) and the totals, conversation and tool usage tables (right).
+/// At least this many columns show every pane side by side; fewer show the focused one.
+pub const WIDE: u16 = 110;
+/// Height of the pacing pane beside the timeline.
+const PACING_HEIGHT: u16 = 16;
+
+/// Where each pane of the turn screen goes (a zero-sized rect for a pane not drawn), and the
+/// tab bar of a narrow screen.
+pub struct Panes {
+    pub tabs: Rect,
+    pub list: Rect,
+    pub replay_bar: Rect,
+    pub pacing: Rect,
+    pub conversation: Rect,
+    pub turn_tools: Rect,
+    pub session_tools: Rect,
+}
+
+/// Lays out the turn screen in `area`.
+pub fn panes(area: Rect, app: &App, turn: &TurnView) -> Panes {
+    let zero = Rect::default();
+    let mut panes = Panes {
+        tabs: zero,
+        list: zero,
+        replay_bar: zero,
+        pacing: zero,
+        conversation: zero,
+        turn_tools: zero,
+        session_tools: zero,
+    };
+    let (left, right) = if area.width >= WIDE {
+        let [left, right] =
+            Layout::horizontal([Constraint::Percentage(58), Constraint::Percentage(42)])
+                .areas(area);
+        (Some(left), Some(right))
+    } else {
+        let [tabs, body] =
+            Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(area);
+        panes.tabs = tabs;
+        match app.focus {
+            Pane::List => (Some(body), None),
+            Pane::Pacing => {
+                panes.pacing = body;
+                (None, None)
+            }
+            Pane::Conversation => {
+                panes.conversation = body;
+                (None, None)
+            }
+            Pane::Tools => {
+                let [turn_area, session_area] =
+                    Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)])
+                        .areas(body);
+                panes.turn_tools = turn_area;
+                panes.session_tools = session_area;
+                (None, None)
+            }
+        }
+    };
+    if let Some(left) = left {
+        if turn.replay.is_some() {
+            let [list, bar] =
+                Layout::vertical([Constraint::Min(3), Constraint::Length(3)]).areas(left);
+            panes.list = list;
+            panes.replay_bar = bar;
+        } else {
+            panes.list = left;
+        }
+    }
+    if let Some(right) = right {
+        let turn_tools = turn_tool_usage(turn.items()).len();
+        let session_tools = app.session_tools.as_ref().map_or(0, |c| {
+            let mut names: Vec<&str> = c.calls.iter().map(|c| c.tool.as_str()).collect();
+            names.sort_unstable();
+            names.dedup();
+            names.len()
+        });
+        let pacing = PACING_HEIGHT.min(right.height / 2);
+        let rest = right.height.saturating_sub(pacing);
+        // The tables take at most half of what is left, and leave the conversation its lines.
+        let budget = (rest / 2).min(rest.saturating_sub(3));
+        let (turn_height, session_height) = split_tables(
+            budget,
+            table_height(turn_tools),
+            table_height(session_tools),
+        );
+        let [pacing_area, conversation, turn_area, session_area] = Layout::vertical([
+            Constraint::Length(pacing),
+            Constraint::Min(3),
+            Constraint::Length(turn_height),
+            Constraint::Length(session_height),
+        ])
+        .areas(right);
+        panes.pacing = pacing_area;
+        panes.conversation = conversation;
+        panes.turn_tools = turn_area;
+        panes.session_tools = session_area;
+    }
+    panes
+}
+
+/// A pane's frame: its border lit when it has the keys.
+fn pane_block(app: &App, pane: Pane, title: String) -> Block<'static> {
+    let block = Block::bordered().title(title);
+    if app.focus == pane {
+        block
+            .border_style(Style::new().fg(Color::Yellow))
+            .title_style(Style::new().add_modifier(Modifier::BOLD))
+    } else {
+        block
+    }
+}
+
+/// Draws the turn screen: the timeline, the pacing pane, the conversation as of the cursor
+/// and tool usage for the turn and its session — side by side, or one at a time when narrow.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let Some(turn) = &app.turn else {
         frame.render_widget(Paragraph::new("no turn open"), area);
         return;
     };
-    let [left, right] =
-        Layout::horizontal([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area);
-    let left = if turn.replay.is_some() {
-        let [list, bar] = Layout::vertical([Constraint::Min(3), Constraint::Length(3)]).areas(left);
-        render_replay_bar(frame, bar, turn);
-        list
-    } else {
-        left
-    };
-    render_items(frame, left, app, turn);
-
+    let panes = panes(area, app, turn);
+    if panes.tabs.height > 0 {
+        let mut spans = vec![Span::raw(" ")];
+        for pane in Pane::ALL {
+            let style = if pane == app.focus {
+                Style::new()
+                    .fg(Color::Yellow)
+                    .add_modifier(Modifier::REVERSED)
+            } else {
+                Style::new().fg(Color::DarkGray)
+            };
+            spans.push(Span::styled(format!(" {} ", pane.label()), style));
+            spans.push(Span::raw(" "));
+        }
+        spans.push(Span::styled(
+            "Tab: next pane",
+            Style::new().fg(Color::DarkGray),
+        ));
+        frame.render_widget(Paragraph::new(Line::from(spans)), panes.tabs);
+    }
+    if panes.replay_bar.height > 0 {
+        render_replay_bar(frame, panes.replay_bar, turn);
+    }
+    if panes.list.height > 0 {
+        render_items(frame, panes.list, app, turn);
+    }
+    if panes.pacing.height > 0 {
+        let block = pane_block(app, Pane::Pacing, " turn · pacing ".to_owned());
+        pacing::render(frame, panes.pacing, app, turn, block);
+    }
+    if panes.conversation.height > 0 {
+        render_conversation(frame, panes.conversation, app, turn);
+    }
     let turn_tools = turn_tool_usage(turn.items());
     let session = app.session_tools.as_ref();
     let session_tools = session.map(session_tool_usage).unwrap_or_default();
-    // The tables take at most three fifths of the panel, and leave the conversation its lines.
-    let budget = (right.height * 3 / 5).min(right.height.saturating_sub(TOTALS_HEIGHT + 3));
-    let (turn_height, session_height) = split_tables(
-        budget,
-        table_height(turn_tools.len()),
-        table_height(session_tools.len()),
-    );
-    let [totals, conversation, turn_area, session_area] = Layout::vertical([
-        Constraint::Length(TOTALS_HEIGHT),
-        Constraint::Min(3),
-        Constraint::Length(turn_height),
-        Constraint::Length(session_height),
-    ])
-    .areas(right);
-    render_totals(frame, totals, app, turn);
-    render_conversation(frame, conversation, turn);
     // Both tables show the same columns, so they read as one.
     let columns = tool_columns(
-        right.width.saturating_sub(2),
+        panes.turn_tools.width.saturating_sub(2),
         turn_tools.iter().chain(&session_tools),
     );
-    render_tools(
-        frame,
-        turn_area,
-        " tools · this turn ".to_owned(),
-        Some(&turn_tools),
-        columns,
-    );
+    if panes.turn_tools.height > 0 {
+        render_tools(
+            frame,
+            panes.turn_tools,
+            pane_block(app, Pane::Tools, " tools · this turn ".to_owned()),
+            Some(&turn_tools),
+            columns,
+        );
+    }
     let title = match session {
         Some(calls) => format!(
             " tools · session · {} turn{} ",
@@ -76,17 +199,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ),
         None => " tools · session ".to_owned(),
     };
-    render_tools(
-        frame,
-        session_area,
-        title,
-        session.map(|_| session_tools.as_slice()),
-        columns,
-    );
+    if panes.session_tools.height > 0 {
+        render_tools(
+            frame,
+            panes.session_tools,
+            pane_block(app, Pane::Tools, title),
+            session.map(|_| session_tools.as_slice()),
+            columns,
+        );
+    }
 }
 
-/// Height of the turn totals box.
-const TOTALS_HEIGHT: u16 = 4;
 /// A usage table's smallest height: borders, header and one line (a row or "…").
 const TABLE_MIN: u16 = 4;
 
@@ -155,7 +278,7 @@ fn render_items(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
         turn.events.len(),
         if turn.loading { " · loading…" } else { "" }
     );
-    let block = Block::bordered().title(title);
+    let block = pane_block(app, Pane::List, title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let height = inner.height as usize;
@@ -167,25 +290,11 @@ fn render_items(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
         return;
     }
     let selected = turn.selected.min(items.len() - 1);
-    // Scroll so the selected row sits in the top two thirds of the pane.
-    let mut start = selected;
-    let mut used = 0usize;
-    while start > 0 {
-        let above = items
-            .get(start - 1)
-            .map(|i| item_lines(i, first_at, width, false).len())
-            .unwrap_or(1);
-        if used + above > height * 2 / 3 {
-            break;
-        }
-        used += above;
-        start -= 1;
-    }
     let mut lines: Vec<Line> = Vec::with_capacity(height);
-    for (index, item) in items.iter().enumerate().skip(start) {
-        if lines.len() >= height {
-            break;
-        }
+    for (index, _) in shown_rows(app, turn, width, height) {
+        let Some(item) = items.get(index) else {
+            continue;
+        };
         let is_selected = index == selected;
         let matched = item_matches(&app.filter.query, item);
         for mut line in item_lines(item, first_at, width, matched) {
@@ -197,6 +306,42 @@ fn render_items(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
     }
     lines.truncate(height);
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The rows the timeline pane shows in `width` × `height` cells, with the lines each takes:
+/// scrolled so the selected row sits in the top two thirds, rows a filter hides left out.
+pub fn shown_rows(app: &App, turn: &TurnView, width: usize, height: usize) -> Vec<(usize, usize)> {
+    let items = turn.items();
+    let first_at = turn.timeline.first_at();
+    let visible = app.visible_rows();
+    let lines_of = |i: usize| {
+        items
+            .get(i)
+            .map(|item| item_lines(item, first_at, width, false).len())
+            .unwrap_or(1)
+    };
+    let at = visible.partition_point(|&i| i < turn.selected);
+    let mut start = at.min(visible.len().saturating_sub(1));
+    let mut used = 0usize;
+    while start > 0 {
+        let above = lines_of(visible[start - 1]);
+        if used + above > height * 2 / 3 {
+            break;
+        }
+        used += above;
+        start -= 1;
+    }
+    let mut out = Vec::new();
+    let mut total = 0;
+    for &index in visible.iter().skip(start) {
+        if total >= height {
+            break;
+        }
+        let n = lines_of(index);
+        out.push((index, n));
+        total += n;
+    }
+    out
 }
 
 /// The lines one row takes: time column, stall badge, then what happened.
@@ -361,12 +506,17 @@ fn item_lines(
                     Span::styled(format!("why {reason}"), Style::new().fg(Color::Yellow)),
                 ]));
             }
-            if let Some(error) = &tool.error {
+            // A blocked call's output is its reason, as the model was told: shown once, as why.
+            let blocked = tool.decision == Some(DecisionAction::Block);
+            let restates_reason = |e: &&String| {
+                blocked && tool.reason.as_ref().is_some_and(|r| e.contains(r.as_str()))
+            };
+            if let Some(error) = tool.error.as_ref().filter(|e| !restates_reason(e)) {
                 extra.push(Line::from(vec![
                     Span::raw(indent.clone()),
                     Span::styled(format!("err {error}"), red),
                 ]));
-            } else if let Some(output) = &tool.output {
+            } else if let Some(output) = tool.output.as_ref().filter(|_| !blocked) {
                 let output: String = output.chars().take(body_width.saturating_sub(4)).collect();
                 extra.push(Line::from(vec![
                     Span::raw(indent.clone()),
@@ -505,31 +655,17 @@ fn render_replay_bar(frame: &mut Frame, area: Rect, turn: &TurnView) {
     frame.render_widget(Paragraph::new(line), inner);
 }
 
-fn render_totals(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
-    let mut lines = Vec::new();
-    match app.open_turn() {
-        Some(summary) => {
-            lines.push(Line::from(vec![
-                Span::styled(summary.status.as_str(), status_style(summary.status)),
-                Span::raw(format!(
-                    " · steps {} · {} · tool calls {}",
-                    summary.steps,
-                    summary
-                        .duration_ms
-                        .map(fmt_duration)
-                        .unwrap_or_else(|| "…".into()),
-                    summary.tools.calls
-                )),
-            ]));
-            lines.push(Line::from(format!("tokens {}", fmt_usage(&summary.usage))));
-        }
-        None => lines.push(Line::from(turn.turn_id.clone())),
-    }
-    let block = Block::bordered().title(" turn ");
-    frame.render_widget(Paragraph::new(lines).block(block), area);
-}
+/// Decisions by call id, from the turn's rows: the conversation names a blocked or
+/// substituted call for what it was, not by the output the model was shown.
+type Decisions<'a> = std::collections::HashMap<&'a str, DecisionAction>;
 
-fn message_lines(message: &UIMessage, width: usize, draft: bool, out: &mut Vec<Line<'static>>) {
+fn message_lines(
+    message: &UIMessage,
+    width: usize,
+    draft: bool,
+    decisions: &Decisions,
+    out: &mut Vec<Line<'static>>,
+) {
     let (who, style) = match message.role {
         Role::User => (
             "user",
@@ -565,20 +701,22 @@ fn message_lines(message: &UIMessage, width: usize, draft: bool, out: &mut Vec<L
                 )));
             }
             UIPart::Tool(tool) => {
-                let state = match tool.state {
-                    ToolPartState::InputStreaming => "input-streaming",
-                    ToolPartState::InputAvailable => "input-available",
-                    ToolPartState::OutputAvailable => "output-available",
-                    ToolPartState::OutputError => "output-error",
-                    ToolPartState::OutputDenied => "output-denied",
+                let decision = decisions.get(tool.call_id.as_str()).copied();
+                let state = match (decision, tool.state) {
+                    (Some(DecisionAction::Block), _) => "blocked",
+                    (Some(DecisionAction::Substitute), _) => "answered by a hook",
+                    (_, ToolPartState::InputStreaming) => "writing input",
+                    (_, ToolPartState::InputAvailable) => "running",
+                    (_, ToolPartState::OutputAvailable) => "done",
+                    (_, ToolPartState::OutputError) => "failed",
+                    (_, ToolPartState::OutputDenied) => "denied",
                 };
-                let style = if matches!(
-                    tool.state,
-                    ToolPartState::OutputError | ToolPartState::OutputDenied
-                ) {
-                    Style::new().fg(Color::Red)
-                } else {
-                    dim
+                let style = match (decision, tool.state) {
+                    (Some(action), _) if !action.executes() => decision_style(action),
+                    (_, ToolPartState::OutputError | ToolPartState::OutputDenied) => {
+                        Style::new().fg(Color::Red)
+                    }
+                    _ => dim,
                 };
                 out.push(Line::from(Span::styled(
                     format!("  ⚒ {} → {state}", tool.tool_name),
@@ -603,12 +741,12 @@ fn message_lines(message: &UIMessage, width: usize, draft: bool, out: &mut Vec<L
     }
 }
 
-fn render_conversation(frame: &mut Frame, area: Rect, turn: &TurnView) {
+fn render_conversation(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
     let title = match (&turn.replay, turn.cursor().and_then(|c| turn.events.get(c))) {
         (Some(_), Some(env)) => format!(" conversation as of seq {} ", env.seq),
         _ => " conversation ".to_owned(),
     };
-    let block = Block::bordered().title(title);
+    let block = pane_block(app, Pane::Conversation, title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let Some(state) = &turn.conversation else {
@@ -616,15 +754,27 @@ fn render_conversation(frame: &mut Frame, area: Rect, turn: &TurnView) {
         return;
     };
     let width = inner.width as usize;
+    let decisions: Decisions = turn
+        .items()
+        .iter()
+        .filter_map(|i| match &i.kind {
+            ItemKind::Tool(t) => t.decision.map(|d| (t.call_id.as_str(), d)),
+            _ => None,
+        })
+        .collect();
     let mut lines = Vec::new();
     for message in &state.messages {
-        message_lines(message, width, false, &mut lines);
+        message_lines(message, width, false, &decisions, &mut lines);
     }
     if let Some(draft) = &state.draft {
-        message_lines(draft, width, true, &mut lines);
+        message_lines(draft, width, true, &decisions, &mut lines);
     }
-    // Anchor at the bottom: the newest message stays in view.
-    let skip = lines.len().saturating_sub(inner.height as usize);
+    // Anchor at the bottom (the newest message stays in view), scrolled up by the user.
+    let bottom = lines
+        .len()
+        .saturating_sub(usize::from(app.conversation_scroll));
+    let skip = bottom.saturating_sub(inner.height as usize);
+    lines.truncate(bottom.max(inner.height as usize).min(lines.len()));
     let shown: Vec<Line> = lines.into_iter().skip(skip).collect();
     frame.render_widget(Paragraph::new(shown), inner);
 }
@@ -635,11 +785,10 @@ fn render_conversation(frame: &mut Frame, area: Rect, turn: &TurnView) {
 fn render_tools(
     frame: &mut Frame,
     area: Rect,
-    title: String,
+    block: Block,
     tools: Option<&[ToolUsage]>,
     columns: usize,
 ) {
-    let block = Block::bordered().title(title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let header = Row::new(
