@@ -21,6 +21,8 @@ use mull_engine::{
 use mull_providers::scripted::ScriptedModel;
 use mull_store::Log;
 use serde::Deserialize;
+
+use crate::policy::{Guarded, ToolPolicy};
 use serde_json::{json, Value};
 
 /// How to run the demo.
@@ -32,6 +34,8 @@ pub struct DemoOptions {
     pub session_id: String,
     /// Delay between streamed parts when not deterministic.
     pub part_delay: Duration,
+    /// A stricter tool policy over the demo agent's own (see [`crate::policy`]).
+    pub policy: Option<ToolPolicy>,
 }
 
 impl Default for DemoOptions {
@@ -40,6 +44,7 @@ impl Default for DemoOptions {
             deterministic: false,
             session_id: "demo".to_owned(),
             part_delay: Duration::from_millis(35),
+            policy: None,
         }
     }
 }
@@ -292,6 +297,11 @@ pub fn agent() -> Arc<dyn Agent> {
     })
 }
 
+/// The demo's agent, unpaced, with `policy` over its own tool policy.
+pub fn guarded_agent(policy: ToolPolicy) -> Arc<dyn Agent> {
+    Arc::new(Guarded::new(agent(), policy))
+}
+
 /// Runs the demo's three turns into `log` under `options.session_id`.
 pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoError> {
     let session_id = options.session_id.clone();
@@ -305,10 +315,14 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
     } else {
         Duration::ZERO
     };
-    let agent = Arc::new(TravelDesk {
+    let agent: Arc<dyn Agent> = Arc::new(TravelDesk {
         model: script(part_delay),
         paced,
     });
+    let agent = match options.policy {
+        Some(policy) => Arc::new(Guarded::new(agent, policy)),
+        None => agent,
+    };
     let mut session_options = SessionOptions::new(session_id.clone());
     session_options.metadata = json!({"demo": true});
     if options.deterministic {

@@ -10,3 +10,4 @@ pub use mull_providers as providers;
 pub use mull_store as store;
 
 pub mod demo;
+pub mod policy;

@@ -16,6 +16,7 @@ async fn demo_log_bytes() -> Vec<u8> {
             deterministic: true,
             session_id: "det".into(),
             part_delay: Duration::from_millis(50),
+            policy: None,
         },
     )
     .await

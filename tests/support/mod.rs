@@ -8,6 +8,7 @@
 //! leaves unused is not dead.
 #![allow(dead_code)]
 
+pub mod demo_runs;
 pub mod events;
 pub mod faults;
 pub mod hook_calls;

@@ -50,6 +50,9 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Compare two runs of a conversation turn by turn: decisions, tool calls, text, errors,
+    /// usage, timing; the first divergence named exactly. Exits 1 when they diverge.
+    Diff(cli::diff::DiffArgs),
     /// Counts of a log: sessions, turns, events by kind, tokens.
     Stats {
         /// The database.
@@ -72,6 +75,12 @@ fn main() -> Result<()> {
         Command::Replay { file, check: false } => cli::replay::run(&file),
         Command::Replay { file, check: true } => {
             if !cli::check::run(&file)? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Diff(args) => {
+            if cli::diff::run(args)? {
                 std::process::exit(1);
             }
             Ok(())

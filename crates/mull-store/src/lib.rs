@@ -79,6 +79,7 @@
 //! wait until it is done.
 
 pub mod decode;
+pub mod diff;
 pub mod error;
 pub mod jsonl;
 mod open_turns;

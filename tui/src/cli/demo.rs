@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use mull::demo::{self, DemoOptions, DemoReport};
+use mull::policy::ToolPolicy;
 use mull_core::{IdSource, RandomIds};
 use mull_store::{Log, LogReader};
 
@@ -24,6 +25,13 @@ pub struct DemoArgs {
     /// Fixed clock, counting ids and no pacing: the same log bytes every run.
     #[arg(long)]
     pub deterministic: bool,
+    /// The session to write (default: `demo` when deterministic, a fresh id otherwise).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// A stricter tool policy over the demo agent's own: a built-in example (`guides-only`,
+    /// `no-weather`, `demo`).
+    #[arg(long)]
+    pub policy: Option<String>,
 }
 
 /// How long the dashboard waits for the demo's first turn before opening anyway.
@@ -32,11 +40,15 @@ const FIRST_TURN_WAIT: Duration = Duration::from_secs(5);
 /// Runs the demo, headless or under the dashboard.
 pub fn run(args: DemoArgs) -> Result<()> {
     let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let policy = args.policy.as_deref().map(builtin_policy).transpose()?;
     let mut options = DemoOptions {
         deterministic: args.deterministic,
+        policy,
         ..DemoOptions::default()
     };
-    if !args.deterministic {
+    if let Some(session) = &args.session {
+        options.session_id = session.clone();
+    } else if !args.deterministic {
         // A fresh session per run, so running the demo again adds to the log.
         options.session_id = RandomIds.next_id("demo");
     }
@@ -65,6 +77,16 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let report = report?;
     print_report(&report, &args.db);
     Ok(())
+}
+
+/// A built-in tool policy by name, or an error listing them.
+pub fn builtin_policy(name: &str) -> Result<ToolPolicy> {
+    ToolPolicy::builtin(name).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no built-in policy {name:?} (built-in: {})",
+            ToolPolicy::BUILTIN.join(", ")
+        )
+    })
 }
 
 fn run_demo(log: &Log, options: DemoOptions) -> Result<DemoReport> {

@@ -4,6 +4,7 @@ pub mod chat;
 pub mod check;
 pub mod dash;
 pub mod demo;
+pub mod diff;
 pub mod export;
 pub mod gen_bench_log;
 pub mod import;
