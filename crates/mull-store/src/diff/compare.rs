@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::fold::{CallRun, Facts, Run, StepRun, Timing, TurnRun};
+use super::fold::{CallRun, Facts, Run, StepRun, TurnRun};
 use super::{Aspect, Difference};
 
 /// Whether two runs are of one conversation: one a fork of the other, or the same first user
@@ -91,7 +91,7 @@ impl Out {
         }
     }
 
-    fn timing(&mut self, place: &Place, event: &str, field: &str, a: Option<f64>, b: Option<f64>) {
+    fn timing(&mut self, place: &Place, event: &str, field: &str, a: Option<u64>, b: Option<u64>) {
         if a != b {
             self.push(
                 place,
@@ -107,29 +107,35 @@ impl Out {
         }
     }
 
-    fn timings(&mut self, place: &Place, event: &str, a: &Timing, b: &Timing) {
-        self.timing(
-            place,
-            event,
+    /// Time to the first chunk, duration and the longest silence before a chunk.
+    fn timings(&mut self, place: &Place, event: &str, a: [Option<u64>; 3], b: [Option<u64>; 3]) {
+        let fields = [
             "time_to_first_chunk_ms",
-            a.time_to_first_chunk_ms(),
-            b.time_to_first_chunk_ms(),
-        );
-        self.timing(
-            place,
-            event,
             "duration_ms",
-            a.duration_ms(),
-            b.duration_ms(),
-        );
-        self.timing(
-            place,
-            event,
             "longest_chunk_gap_ms",
-            a.longest_gap_ms,
-            b.longest_gap_ms,
-        );
+        ];
+        for (i, field) in fields.into_iter().enumerate() {
+            self.timing(place, event, field, a[i], b[i]);
+        }
     }
+}
+
+/// A turn's timings: from its pacing, and its start and end.
+fn turn_timings(turn: &TurnRun) -> [Option<u64>; 3] {
+    [
+        turn.pacing.first_chunk_ms,
+        turn.timing.duration_ms(),
+        turn.pacing.longest_gap().map(|c| c.gap_ms),
+    ]
+}
+
+/// A step's timings: its chunks in the turn's pacing (a step's first chunk's silence is counted
+/// from the step's start), and its start and end.
+fn step_timings(turn: &TurnRun, step: &StepRun) -> [Option<u64>; 3] {
+    let mut chunks = turn.pacing.chunks.iter().filter(|c| c.step == step.step);
+    let first = chunks.next().map(|c| c.gap_ms);
+    let longest = first.map(|f| chunks.map(|c| c.gap_ms).fold(f, u64::max));
+    [first, step.timing.duration_ms(), longest]
 }
 
 /// Every difference between two runs, unordered.
@@ -185,7 +191,7 @@ fn turn(out: &mut Out, place: &Place, a: &TurnRun, b: &TurnRun) {
         at.step = sa.or(sb).map(|s| s.step);
         at.pos = sa.map(|s| s.pos).unwrap_or_else(|| end_of(a));
         match (sa, sb) {
-            (Some(sa), Some(sb)) => step(out, &at, sa, sb),
+            (Some(sa), Some(sb)) => step(out, &at, (a, sa), (b, sb)),
             _ => out.push(
                 &at,
                 Aspect::Structure,
@@ -215,7 +221,7 @@ fn turn(out: &mut Out, place: &Place, a: &TurnRun, b: &TurnRun) {
     end.pos = end_of(a);
     out.facts(&end, a.failed.as_ref(), b.failed.as_ref());
     out.facts(&end, a.finished.as_ref(), b.finished.as_ref());
-    out.timings(&end, "turn", &a.timing, &b.timing);
+    out.timings(&end, "turn", turn_timings(a), turn_timings(b));
 }
 
 /// The position of a turn's last known event, where what it lacks is listed.
@@ -228,7 +234,12 @@ fn end_of(turn: &TurnRun) -> usize {
         .unwrap_or(turn.started.pos)
 }
 
-fn step(out: &mut Out, place: &Place, a: &StepRun, b: &StepRun) {
+fn step(
+    out: &mut Out,
+    place: &Place,
+    (ta, a): (&TurnRun, &StepRun),
+    (tb, b): (&TurnRun, &StepRun),
+) {
     out.facts(place, a.configured.as_ref(), b.configured.as_ref());
     streamed(
         out,
@@ -286,14 +297,14 @@ fn step(out: &mut Out, place: &Place, a: &StepRun, b: &StepRun) {
     let mut end = place.clone();
     end.pos = a.finished.as_ref().map(|f| f.pos).unwrap_or(place.pos);
     out.facts(&end, a.finished.as_ref(), b.finished.as_ref());
-    out.timings(&end, "step", &a.timing, &b.timing);
+    out.timings(&end, "step", step_timings(ta, a), step_timings(tb, b));
 }
 
 fn call(out: &mut Out, place: &Place, a: &CallRun, b: &CallRun) {
     out.facts(place, Some(&a.started), Some(&b.started));
     out.facts(place, a.decided.as_ref(), b.decided.as_ref());
     out.facts(place, a.finished.as_ref(), b.finished.as_ref());
-    let ms = |c: &CallRun| c.duration_ms.map(|d| d as f64);
+    let ms = |c: &CallRun| c.duration_ms;
     let mut end = place.clone();
     end.pos = a.finished.as_ref().map(|f| f.pos).unwrap_or(place.pos);
     out.timing(&end, "tool_call_finished", "duration_ms", ms(a), ms(b));

@@ -9,6 +9,8 @@ use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, StreamPart, Usage};
 use serde_json::{json, Value};
 
+use crate::pacing::TurnPacing;
+
 /// One event's contribution to a run: which event it was, where it stands, and the compared
 /// fields it carried (name → value).
 #[derive(Debug, Clone, PartialEq)]
@@ -59,44 +61,22 @@ pub struct StepRun {
     pub seq: u64,
 }
 
-/// Times measured from the events' clock readings, in milliseconds.
+/// When an item (a turn, a step) started and ended, from the events' clock readings.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timing {
     pub started_at: Option<DateTime<Utc>>,
-    pub first_chunk_at: Option<DateTime<Utc>>,
-    pub last_chunk_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
-    /// The longest silence between two chunks.
-    pub longest_gap_ms: Option<f64>,
 }
 
 impl Timing {
-    /// From the start to the first chunk.
-    pub fn time_to_first_chunk_ms(&self) -> Option<f64> {
-        Some(ms(self.started_at?, self.first_chunk_at?))
+    /// From the start to the end, in milliseconds.
+    pub fn duration_ms(&self) -> Option<u64> {
+        Some(
+            (self.finished_at? - self.started_at?)
+                .num_milliseconds()
+                .max(0) as u64,
+        )
     }
-
-    /// From the start to the end.
-    pub fn duration_ms(&self) -> Option<f64> {
-        Some(ms(self.started_at?, self.finished_at?))
-    }
-
-    fn chunk(&mut self, at: DateTime<Utc>) {
-        if self.first_chunk_at.is_none() {
-            self.first_chunk_at = Some(at);
-        }
-        if let Some(last) = self.last_chunk_at {
-            let gap = ms(last, at);
-            if self.longest_gap_ms.is_none_or(|longest| gap > longest) {
-                self.longest_gap_ms = Some(gap);
-            }
-        }
-        self.last_chunk_at = Some(at);
-    }
-}
-
-fn ms(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
-    (to - from).num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0
 }
 
 /// One turn attempt (one `turn_started`).
@@ -117,6 +97,9 @@ pub struct TurnRun {
     /// `turn_finished`: status, error, steps, usage.
     pub finished: Option<Facts>,
     pub timing: Timing,
+    /// The turn's pacing (first chunk, the silences between chunks), the fold the dashboard
+    /// draws, so both show the same numbers.
+    pub pacing: TurnPacing,
 }
 
 /// A session's events folded into turns, steps and tool calls.
@@ -192,6 +175,13 @@ fn usage_fields(usage: &Usage) -> [(&'static str, Value); 5] {
 
 impl Fold {
     fn apply(&mut self, pos: usize, env: &Envelope) {
+        self.fold(pos, env);
+        if let Some(turn) = self.turn(env) {
+            turn.pacing.apply(env);
+        }
+    }
+
+    fn fold(&mut self, pos: usize, env: &Envelope) {
         let facts = |event: &'static str, fields: Vec<(&'static str, Value)>| Facts {
             event,
             seq: env.seq,
@@ -241,6 +231,7 @@ impl Fold {
                         started_at: Some(env.at),
                         ..Timing::default()
                     },
+                    pacing: TurnPacing::new(),
                 });
             }
             Event::TurnConfigured { config } => {
@@ -314,12 +305,7 @@ impl Fold {
                 }
             }
             Event::Chunk { step, part, .. } => {
-                let at = env.at;
-                if let Some(turn) = self.turn(env) {
-                    turn.timing.chunk(at);
-                }
                 if let Some(s) = self.step(env, *step, pos) {
-                    s.timing.chunk(at);
                     match part {
                         StreamPart::TextDelta { text, .. } => {
                             s.text.push_str(text);

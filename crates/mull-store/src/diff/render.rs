@@ -89,10 +89,7 @@ fn cell(d: &Difference, value: &Value) -> String {
     let text = match value {
         Value::Null => "-".to_owned(),
         Value::String(s) => s.clone(),
-        Value::Number(n) if d.aspect == Aspect::Timing => n
-            .as_f64()
-            .map(|ms| format!("{ms:.1} ms"))
-            .unwrap_or_else(|| n.to_string()),
+        Value::Number(n) if d.aspect == Aspect::Timing => format!("{n} ms"),
         other => other.to_string(),
     };
     let skip = match (d.aspect, &d.note) {
