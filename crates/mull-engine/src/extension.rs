@@ -33,10 +33,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::ResolvedTurn;
-use crate::context::{
+use crate::error::{EngineError, HookResult};
+use crate::hooks::context::{
     ChunkContext, StepContext, ToolCallContext, ToolCallResultContext, TurnContext,
 };
-use crate::error::{EngineError, HookResult};
 use crate::session::Inner;
 use crate::stop::step_count_is;
 
@@ -378,9 +378,9 @@ impl ExtensionHost for SessionHost<'_> {
             .read(|s| s.context_blocks.get(name).cloned()))
     }
     fn write_context_block(&self, name: &str, text: &str) -> Result<(), HostCallError> {
-        crate::context_blocks::check_write(&self.inner.config, name, text, false)
+        crate::memory::context_blocks::check_write(&self.inner.config, name, text, false)
             .map_err(|e| HostCallError::Rejected(e.to_string()))?;
-        crate::context_blocks::append_write(
+        crate::memory::context_blocks::append_write(
             self.inner,
             name,
             text,

@@ -5,34 +5,42 @@
 //! event appended to the log before anyone observes it; the session's state is the fold of
 //! those events ([`mull_store::SessionState`]).
 //!
-//! Where things are: [`agent`] (the trait), [`context`] (what hooks see and decide),
-//! [`config`] (TurnConfig / StepConfig and their merge), [`tool`] (tools, schemas, validation),
-//! [`stop`] (stop conditions), [`transform`] (stream transforms), [`session_config`]
-//! (what `configure_session` sets up), [`context_blocks`] (the system prompt built from named
-//! blocks the model may write), [`compaction`] (shortening the history, overflow guards),
-//! [`tokens`] (token counting), [`search`] (full-text search of the conversation),
-//! [`session`] (entry paths, the turn lock, cancellation, submissions, recovery),
-//! `turn` (the loop itself), [`extension`] (hook subscribers outside
-//! the agent, in-process or in another process).
+//! Where things are, from the public API down:
+//! - [`session`]: the handle applications hold — opening, entry paths (`session/entry.rs`),
+//!   durable submissions and the recovery on reopen (`session/submission.rs`), options and
+//!   outcomes.
+//! - `turn`: one turn under the turn lock — an attempt (`turn/attempt.rs`), the context it
+//!   starts from (`turn/assemble.rs`), its steps (`turn/step.rs`), each tool call
+//!   (`turn/tool_call.rs`), failure reporting (`turn/failure.rs`) and the repair of what an
+//!   interrupted turn left (`turn/recovery.rs`).
+//! - [`hooks`]: what hooks see and decide ([`context`]) and the guard around every hook call;
+//!   [`extension`]: hook subscribers outside the agent, in-process or in another process.
+//! - [`memory`]: [`compaction`], [`context_blocks`] (the system prompt built from named blocks the
+//!   model may write), [`search`] (full-text search of the conversation), [`tokens`].
+//! - [`replay`]: re-execution of a recorded session against the current agent.
+//! - The vocabulary the layers share: [`agent`] (the trait), [`config`] (TurnConfig /
+//!   StepConfig and their merge), [`tool`] (tools, schemas, validation), [`stop`] (stop
+//!   conditions), [`transform`] (stream transforms), [`session_config`] (what
+//!   `configure_session` sets up), [`error`].
 
 pub mod agent;
 mod broadcast;
-pub mod compaction;
 pub mod config;
-pub mod context;
-pub mod context_blocks;
 pub mod error;
 pub mod extension;
+pub mod hooks;
+pub mod memory;
 mod recorder;
 pub mod replay;
-pub mod search;
 pub mod session;
 pub mod session_config;
 pub mod stop;
-pub mod tokens;
 pub mod tool;
 pub mod transform;
 mod turn;
+
+pub use hooks::context;
+pub use memory::{compaction, context_blocks, search, tokens};
 
 pub use agent::Agent;
 pub use compaction::{

@@ -24,9 +24,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use mull_core::{CompactionReason, UIMessage};
 
-use crate::context_blocks::ContextBlock;
 use crate::error::HookError;
-use crate::tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
+use crate::memory::context_blocks::ContextBlock;
+use crate::memory::tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
 
 /// What a compaction callback is asked to shorten.
 #[derive(Clone)]
@@ -272,9 +272,9 @@ impl std::fmt::Debug for SessionConfig {
 /// the recording instead when the session is a re-execution replay.
 pub(crate) fn session_tools(inner: &std::sync::Arc<crate::session::Inner>) -> crate::tool::ToolSet {
     let mut tools = crate::tool::ToolSet::new();
-    for tool in crate::context_blocks::update_context_tool(inner)
+    for tool in crate::memory::context_blocks::update_context_tool(inner)
         .into_iter()
-        .chain(crate::search::search_tool(inner))
+        .chain(crate::memory::search::search_tool(inner))
     {
         tools = tools.with(tool);
     }

@@ -379,7 +379,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens::CharEstimator;
+    use crate::memory::tokens::CharEstimator;
     use mull_core::ToolPart;
 
     fn conversation(n: usize) -> Vec<UIMessage> {

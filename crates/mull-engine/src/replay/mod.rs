@@ -1,0 +1,559 @@
+//! Re-execution replay: run an agent again over a recorded session and report the first event
+//! that differs.
+//!
+//! A recorded session holds everything the outside world contributed to it: the user's
+//! messages, the model's output, the tools' results, the clock's readings, the ids. A replay
+//! serves all of those back from the recording and lets only the agent's *current* code
+//! (its prompt, tools' schemas, hooks, stop conditions) decide again. If the new code decides
+//! the same way, the replay writes the same events; the first event it writes differently is
+//! the [`Divergence`] — the exact place where behaviour changed.
+//!
+//! What is served from where:
+//! - **Model output** comes from the `model` argument, a [`LanguageModel`] that serves the
+//!   recording's model steps (the providers crate's `ReplayModel`, built from the same
+//!   envelopes). The engine takes it as an argument rather than building it, because models are
+//!   the providers crate's business and dependencies point one way (providers do not depend on
+//!   the engine, nor the engine on providers). Every model the agent names — its default, a
+//!   `before_turn` / `before_step` override, a `resolve_model` answer — keeps its provider and
+//!   model id (those are recorded facts) but streams from `model`. A step the recording cut
+//!   short is served too (its request hash is in `step_configured`): the recorded parts, then
+//!   the recorded error — or, for a cancelled step, nothing more until the recorded cancellation
+//!   is re-issued, which happens when the call starts and before each part is read.
+//! - **Tool results** come from the recording: a server tool keeps its name, description,
+//!   schema and streaming-ness, but `execute` answers with the recorded preliminary values and
+//!   outcome of the same call id (first in, first out when a call id repeats). That holds for
+//!   the session's own tools (`update_context`, `search_messages`) as well: they do not run
+//!   again; the context block writes a recorded call made are written again, once, as part of
+//!   serving it, so they are compared like every other event (and a block is never written
+//!   twice).
+//! - **Time** comes from a [`RecordedClock`] that replays the recorded `at` values in order,
+//!   plus the two readings the engine takes around each executed tool (chosen so the recorded
+//!   `duration_ms` comes out again).
+//! - **Ids** come from [`RecordedIds`], which hands out the recorded request, turn and message
+//!   ids in order (a deterministic recording's counting ids are simply replayed as recorded).
+//! - **Inputs** (user messages and their entry path — `save_messages`, `chat`, or `http` for a
+//!   chat request that came in over the network — submissions, client tool results,
+//!   continuations, regenerations, reopening the session) are re-issued through the session's
+//!   entry paths at the point where the recording received them. A regeneration is re-issued
+//!   from its `messages_retracted` event (or, when it retracted nothing, its `turn_started`),
+//!   naming the message that makes `Session::regenerate` retract the same messages again, so
+//!   the retraction is compared like every other event. A recorded cancellation is re-issued
+//!   as soon as the replay has written every event that preceded it (from the next hook or
+//!   tool call).
+//! - **Crashes.** Where the recording shows a process that stopped with work in flight (a
+//!   reopen finds a turn running, a submission unfinished, or a request whose turn never
+//!   started), the replay re-enacts the stop: once it has written every event that process
+//!   wrote, the work in flight parks at its next waiting point (a hook, a model part, a tool
+//!   call) and is never resumed — its task is aborted when the next process starts or the
+//!   replay ends, so it writes nothing more and holds nothing after — and the
+//!   session is opened again, so recovery finishes the cut turn at stage `recovery` and re-runs
+//!   submissions that were never applied, with the current code. A submission accepted but not
+//!   applied before the stop is accepted again without running. A stop between two events the
+//!   engine writes back to back (the user's messages and the turn's start, `turn_configured`
+//!   and the first step, the saved answer and the turn's end) cannot be made by stopping where
+//!   the engine waits: the replay fails with [`ReplayError::UnreachableStop`] naming it, rather
+//!   than report a divergence no code change caused.
+//!
+//! Events are compared whole (turn id, time, version and payload), except `seq`, which belongs
+//! to the database the replay writes into. The replay stops issuing inputs once it has
+//! diverged, so one changed decision is reported once, not as a cascade.
+
+mod agent;
+mod divergence;
+mod inputs;
+mod recording;
+mod served;
+#[cfg(test)]
+mod tests;
+mod tools;
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::StreamExt;
+use mull_core::{EntryPath, Event, LanguageModel};
+use mull_store::{Log, StoreError};
+use serde_json::Value;
+
+use crate::agent::Agent;
+use crate::config::ModelChoice;
+use crate::error::EngineError;
+use crate::extension::Extensions;
+use crate::session::{
+    ChatStream, Inner, Session, SessionOptions, SubmitOptions, TurnOptions, TurnOutcome,
+};
+use crate::tool::{ToolEntry, ToolSet};
+
+use agent::ReplayAgent;
+use divergence::first_divergence;
+use inputs::{cancellations, inputs, regeneration_target, stops, Input};
+use recording::read_session;
+use tools::{PresentedModel, RecordedTool, ToolRuns};
+
+pub use divergence::{Divergence, ReplayReport};
+pub use recording::Recording;
+pub use served::{RecordedClock, RecordedIds};
+/// Events read per page when the replayed session is read back.
+const READ_PAGE: usize = 4096;
+
+/// Why a replay could not run (as opposed to running and diverging).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// There is nothing to replay.
+    #[error("the recording holds no events")]
+    Empty,
+    /// A recording is one session; this event belongs to another.
+    #[error("the recording mixes sessions: seq {seq} belongs to {found:?}, the recording to {expected:?}")]
+    MixedSessions {
+        seq: u64,
+        expected: String,
+        found: String,
+    },
+    /// A recording must start where its session started.
+    #[error("the recording starts at seq {seq} with {kind}, not with session_opened")]
+    NoSessionStart { seq: u64, kind: String },
+    /// The log to replay into already holds events of the session.
+    #[error("the log already holds events of session {session_id}; replay into a fresh log")]
+    SessionNotEmpty { session_id: String },
+    /// The recording received an input this replay cannot re-issue.
+    #[error("seq {seq}: {what} cannot be re-issued by a replay")]
+    Unsupported { seq: u64, what: String },
+    /// The recorded process stopped between two events the engine writes one right after the
+    /// other: a replay can stop the work in flight only where it waits (a hook, a model part,
+    /// a tool call), so it cannot leave the log where that process did.
+    #[error("seq {seq}: the recorded process stopped right after {after}, but the engine writes {next} next without waiting in between; a replay can stop a turn only where it waits (a hook, a model part, a tool call)")]
+    UnreachableStop {
+        seq: u64,
+        after: String,
+        next: String,
+    },
+    /// The engine failed (not a failed turn: a failed turn is an event like any other).
+    #[error("replaying: {0}")]
+    Engine(#[source] Box<EngineError>),
+    /// Reading or writing the log failed.
+    #[error("replaying session {session_id}: {source}")]
+    Store {
+        session_id: String,
+        #[source]
+        source: StoreError,
+    },
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A cancellation to re-issue once the replay has written `before` events.
+#[derive(Debug, Clone)]
+struct PendingCancel {
+    before: usize,
+    request_id: Option<String>,
+    reason: String,
+}
+
+/// What the replay's agent, tools and driver share.
+struct Shared {
+    clock: Arc<RecordedClock>,
+    model: Arc<dyn LanguageModel>,
+    tools: ToolRuns,
+    cancels: Mutex<VecDeque<PendingCancel>>,
+    /// The session open now (cancellations go to it). Cleared when the replay ends, since the
+    /// session's agent holds this.
+    session: Mutex<Option<Session>>,
+    /// Where a recorded process stopped with work in flight: how many events the recording
+    /// holds before the reopen that recovered it (or before its end), oldest first.
+    stops: Mutex<VecDeque<usize>>,
+    /// Raised when a task of the replayed session reached the next stop and parked there.
+    halted: tokio::sync::watch::Sender<bool>,
+}
+
+impl Shared {
+    /// A point where the replayed session waits (a hook, a model part, a tool): see
+    /// [`Shared::stop_point`]; then recorded cancellations due are re-issued.
+    async fn checkpoint(&self) {
+        self.stop_point().await;
+        self.cancel_due();
+    }
+
+    /// When the replay has written every event the recorded process wrote before it stopped,
+    /// the calling task parks for good — that process never got further, so the replay must
+    /// not either — and the driver is told.
+    async fn stop_point(&self) {
+        let stopped = lock(&self.stops)
+            .front()
+            .is_some_and(|at| self.clock.events_stamped() >= *at);
+        if stopped {
+            self.halted.send_replace(true);
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Runs `work` to its end, or until the replayed process stops (`None`): what `work` was
+    /// waiting for is then parked at the stop and never finishes.
+    async fn unless_stopped<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        let mut halted = self.halted.subscribe();
+        tokio::select! {
+            biased;
+            out = work => Some(out),
+            _ = halted.wait_for(|h| *h) => None,
+        }
+    }
+
+    /// The recorded process that stopped after `at` events is over; the next one starts.
+    fn restart(&self, at: usize) {
+        let mut stops = lock(&self.stops);
+        while stops.front().is_some_and(|s| *s <= at) {
+            stops.pop_front();
+        }
+        self.halted.send_replace(false);
+    }
+
+    /// Re-issues every recorded cancellation whose place in the log has been reached.
+    fn cancel_due(&self) {
+        let Some(session) = lock(&self.session).clone() else {
+            return;
+        };
+        loop {
+            let due = {
+                let mut cancels = lock(&self.cancels);
+                match cancels.front() {
+                    Some(c) if c.before <= self.clock.events_stamped() => cancels.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some(cancel) = due else { return };
+            // A replay that already diverged may find nothing to cancel; the comparison says so.
+            let _ = match &cancel.request_id {
+                Some(id) => session.cancel_chat(id).map(|_| ()),
+                None => session.abort_all(&cancel.reason).map(|_| ()),
+            };
+        }
+    }
+
+    /// `model` presented under the provider and id of the model the agent chose.
+    fn present(self: &Arc<Self>, chosen: &Arc<dyn LanguageModel>) -> Arc<dyn LanguageModel> {
+        Arc::new(PresentedModel {
+            provider: chosen.provider().to_owned(),
+            model_id: chosen.model_id().to_owned(),
+            shared: Arc::clone(self),
+        })
+    }
+
+    /// `tools` with every server tool's execute answered from the recording. `session` is the
+    /// session the tools belong to when they are its own (their recorded context block writes
+    /// are written again there).
+    fn wrap_tools(self: &Arc<Self>, tools: ToolSet, session: Option<&Arc<Inner>>) -> ToolSet {
+        let mut out = ToolSet::new();
+        for entry in tools.entries() {
+            out.insert(match entry {
+                ToolEntry::Server(tool) => ToolEntry::Server(Arc::new(RecordedTool {
+                    tool: Arc::clone(tool),
+                    shared: Arc::clone(self),
+                    session: session.map(Arc::downgrade),
+                })),
+                ToolEntry::Client(spec) => ToolEntry::Client(spec.clone()),
+            });
+        }
+        out
+    }
+
+    fn wrap_choice(self: &Arc<Self>, choice: Option<ModelChoice>) -> Option<ModelChoice> {
+        match choice {
+            Some(ModelChoice::Model(model)) => Some(ModelChoice::Model(self.present(&model))),
+            other => other,
+        }
+    }
+}
+
+/// What to replay with beyond the agent and the model.
+#[derive(Clone, Default)]
+pub struct ReplayOptions {
+    /// Extensions to load, as the recorded session had them.
+    pub extensions: Extensions,
+}
+
+/// Runs `agent` again over `recording` into `log` (which must hold nothing of the recorded
+/// session), with model output from `model`, and compares what it writes with what was
+/// recorded. See the module docs for what is served from where.
+pub async fn reexecute(
+    log: &Log,
+    agent: Arc<dyn Agent>,
+    model: Arc<dyn LanguageModel>,
+    recording: &Recording,
+    options: ReplayOptions,
+) -> Result<ReplayReport, ReplayError> {
+    let session_id = recording.session_id.clone();
+    let store_err = |source| ReplayError::Store {
+        session_id: session_id.clone(),
+        source,
+    };
+    log.flush().await.map_err(store_err)?;
+    let reader = log.reader().map_err(store_err)?;
+    if !reader
+        .session_page(&session_id, 0, 1)
+        .map_err(store_err)?
+        .is_empty()
+    {
+        return Err(ReplayError::SessionNotEmpty { session_id });
+    }
+    let inputs = inputs(recording)?;
+    let clock = Arc::new(recording.clock());
+    let shared = Arc::new(Shared {
+        clock: Arc::clone(&clock),
+        model,
+        tools: ToolRuns::new(&recording.envelopes),
+        cancels: Mutex::new(cancellations(recording)),
+        session: Mutex::new(None),
+        stops: Mutex::new(stops(recording).into()),
+        halted: tokio::sync::watch::channel(false).0,
+    });
+    let replay_agent: Arc<dyn Agent> = Arc::new(ReplayAgent {
+        agent,
+        shared: Arc::clone(&shared),
+    });
+    let metadata = match &recording.envelopes[0].event {
+        Event::SessionOpened { metadata, .. } => metadata.clone(),
+        _ => Value::Null,
+    };
+    let auto_continue = recording.envelopes.iter().any(|e| {
+        matches!(
+            e.event,
+            Event::TurnStarted {
+                entry: EntryPath::AutoContinue,
+                ..
+            }
+        )
+    });
+    let mut session_options = SessionOptions::new(session_id.clone())
+        .with_clock(clock.clone())
+        .with_ids(Arc::new(recording.ids()))
+        .with_auto_continue(auto_continue);
+    session_options.metadata = metadata;
+    session_options.extensions = options.extensions;
+    let serving = Arc::clone(&shared);
+    session_options.serve_session_tools = Some(Arc::new(move |inner, tools| {
+        serving.wrap_tools(tools, Some(inner))
+    }));
+    let driven = drive(
+        log,
+        &reader,
+        recording,
+        inputs,
+        &shared,
+        replay_agent,
+        session_options,
+    )
+    .await;
+    // The session's agent holds `shared`: let go of the session, and stop the work a re-enacted
+    // stop left parked, so neither outlives the replay.
+    if let Some(session) = lock(&shared.session).take() {
+        session.abort_background_turns();
+    }
+    driven?;
+    log.flush().await.map_err(store_err)?;
+    let actual = read_session(&reader, &session_id).map_err(store_err)?;
+    let divergence = first_divergence(&recording.envelopes, &actual, true);
+    if let Some(error) = divergence
+        .as_ref()
+        .and_then(|d| unreachable_stop(&shared, recording, d))
+    {
+        return Err(error);
+    }
+    Ok(ReplayReport {
+        session_id,
+        expected_events: recording.envelopes.len(),
+        actual,
+        divergence,
+    })
+}
+
+/// Re-issues the recording's inputs, each at its place, into the session opened with
+/// `options`, until they run out or the replay diverges.
+///
+/// Where the recorded process stopped with work in flight, the work in flight parks at its
+/// next waiting point once the replay has written every event that process wrote (see
+/// [`Shared::stop_point`]), and the driver stops waiting for it: the next input is the reopen
+/// that recovered it, and a fresh session is opened, as the recording's next process did.
+async fn drive(
+    log: &Log,
+    reader: &mull_store::LogReader,
+    recording: &Recording,
+    inputs: Vec<(usize, Input)>,
+    shared: &Arc<Shared>,
+    agent: Arc<dyn Agent>,
+    options: SessionOptions,
+) -> Result<(), ReplayError> {
+    let session_id = &recording.session_id;
+    let store_err = |source| ReplayError::Store {
+        session_id: session_id.clone(),
+        source,
+    };
+    let engine_err = |source| ReplayError::Engine(Box::new(source));
+    let open = || async {
+        let session = Session::open(log, Arc::clone(&agent), options.clone())
+            .await
+            .map_err(engine_err)?;
+        *lock(&shared.session) = Some(session.clone());
+        Ok::<Session, ReplayError>(session)
+    };
+    let mut session = open().await?;
+
+    for (before, input) in inputs {
+        log.flush().await.map_err(store_err)?;
+        let so_far = read_session(reader, session_id).map_err(store_err)?;
+        if let Some(divergence) = first_divergence(&recording.envelopes, &so_far, false) {
+            return unreachable_stop(shared, recording, &divergence).map_or(Ok(()), Err);
+        }
+        if so_far.len() > before {
+            // The agent's own hooks already issued it (e.g. from on_chat_response).
+            continue;
+        }
+        shared.cancel_due();
+        match input {
+            Input::Reopen { reruns } => {
+                // The process before this one is over, and whatever it left parked with it.
+                session.abort_background_turns();
+                shared.restart(before);
+                drop(session);
+                session = open().await?;
+                for submission_id in reruns {
+                    let rerun = shared.unless_stopped(session.wait_submission(&submission_id));
+                    if let Some(result) = rerun.await {
+                        result.map_err(engine_err)?;
+                    }
+                }
+            }
+            Input::Messages {
+                entry,
+                messages,
+                body,
+            } => {
+                let opts = TurnOptions::with_body(body);
+                if matches!(entry, EntryPath::Chat | EntryPath::Http) {
+                    let stream = if entry == EntryPath::Http {
+                        session.chat_http(messages, opts)
+                    } else {
+                        session.chat(messages, opts)
+                    };
+                    let stream = stream.map_err(engine_err)?;
+                    if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
+                        outcome.map_err(engine_err)?;
+                    }
+                } else if let Some(outcome) = shared
+                    .unless_stopped(session.save_messages(messages, opts))
+                    .await
+                {
+                    outcome.map_err(engine_err)?;
+                }
+            }
+            Input::Submission {
+                submission_id,
+                idempotency_key,
+                messages,
+                body,
+                accept_only: true,
+            } => {
+                // The recorded process stopped before this submission's run wrote anything (it
+                // waited for the turn lock, or had not got to it): the acceptance is all there
+                // is to write, exactly as `submit_messages` writes it.
+                let inner = &session.inner;
+                inner
+                    .recorder
+                    .append(
+                        None,
+                        Event::SubmissionAccepted {
+                            submission_id,
+                            idempotency_key,
+                            messages,
+                            body,
+                        },
+                    )
+                    .map_err(engine_err)?;
+                inner.recorder.flush().await.map_err(engine_err)?;
+            }
+            Input::Submission {
+                submission_id,
+                idempotency_key,
+                messages,
+                body,
+                accept_only: false,
+            } => {
+                let receipt = session
+                    .submit_messages(
+                        messages,
+                        SubmitOptions {
+                            submission_id: Some(submission_id),
+                            idempotency_key,
+                            body,
+                        },
+                    )
+                    .await
+                    .map_err(engine_err)?;
+                let waited = shared.unless_stopped(session.wait_submission(&receipt.submission_id));
+                if let Some(result) = waited.await {
+                    result.map_err(engine_err)?;
+                }
+            }
+            Input::ContinueLastTurn { body } => {
+                let opts = TurnOptions::with_body(body);
+                if let Some(outcome) = shared
+                    .unless_stopped(session.continue_last_turn(opts))
+                    .await
+                {
+                    outcome.map_err(engine_err)?;
+                }
+            }
+            Input::Regenerate { retracted, body } => {
+                let Some(target) = regeneration_target(&session, &retracted) else {
+                    // The replayed conversation no longer holds what the recording retracted:
+                    // it has diverged, and the comparison says where.
+                    break;
+                };
+                let stream = session
+                    .regenerate(target.as_deref(), TurnOptions::with_body(body))
+                    .map_err(engine_err)?;
+                if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
+                    outcome.map_err(engine_err)?;
+                }
+            }
+            Input::ClientToolResult { call_id, outcome } => {
+                if let Some(result) = shared
+                    .unless_stopped(session.add_tool_result(&call_id, outcome))
+                    .await
+                {
+                    result.map_err(engine_err)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A divergence that is no change of behaviour but a stop the replay could not make: the
+/// replay went on writing, without waiting, past the point where the recorded process stopped
+/// (the reopen that followed it, or the recording's end).
+fn unreachable_stop(
+    shared: &Shared,
+    recording: &Recording,
+    divergence: &Divergence,
+) -> Option<ReplayError> {
+    let at_stop = lock(&shared.stops).front() == Some(&divergence.index);
+    let reopened = divergence
+        .expected
+        .as_ref()
+        .is_none_or(|e| matches!(e.event, Event::SessionOpened { .. }));
+    let next = divergence.actual.as_ref()?;
+    let last = recording.envelopes.get(divergence.index.checked_sub(1)?)?;
+    (at_stop && reopened).then(|| ReplayError::UnreachableStop {
+        seq: last.seq,
+        after: last.kind().to_owned(),
+        next: next.kind().to_owned(),
+    })
+}
+
+/// Reads a chat stream to its end, then its outcome.
+async fn drain(mut stream: ChatStream) -> Result<TurnOutcome, EngineError> {
+    while stream.next().await.is_some() {}
+    stream.finish().await
+}

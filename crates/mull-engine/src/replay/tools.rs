@@ -1,0 +1,241 @@
+//! Tools and models as a replay presents them: named as the agent chose, answering from the
+//! recording.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use mull_core::{
+    ContextBlockSource, Envelope, Event, LanguageModel, ModelError, ModelRequest, ModelStream,
+    StreamPart,
+};
+use serde_json::Value;
+
+use crate::memory::context_blocks::write as write_block;
+use crate::session::Inner;
+use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
+
+use super::{lock, Shared};
+
+/// What one recorded tool call produced.
+#[derive(Debug, Clone)]
+pub(super) struct RecordedRun {
+    preliminary: Vec<Value>,
+    result: Result<Value, String>,
+    /// The turn was cancelled while the call ran: the replayed call waits for the cancellation.
+    aborted: bool,
+    /// Context blocks the call wrote (the `update_context` tool), to write again.
+    effects: Vec<BlockWrite>,
+}
+
+/// A context block write a tool call made, as recorded.
+#[derive(Debug, Clone)]
+pub(super) struct BlockWrite {
+    block: String,
+    content: String,
+    source: ContextBlockSource,
+}
+
+/// An executed call whose outcome is still to come while the recording is read.
+#[derive(Debug, Default)]
+pub(super) struct OpenRun {
+    preliminary: Vec<Value>,
+    cancelled: bool,
+    effects: Vec<BlockWrite>,
+}
+
+/// The recorded runs of every executed tool call, per call id, oldest first.
+#[derive(Debug, Default)]
+pub(super) struct ToolRuns {
+    runs: Mutex<HashMap<String, VecDeque<RecordedRun>>>,
+}
+
+impl ToolRuns {
+    pub(super) fn new(envelopes: &[Envelope]) -> ToolRuns {
+        let mut runs: HashMap<String, VecDeque<RecordedRun>> = HashMap::new();
+        // Executed calls still running, by (turn, call id).
+        let mut open: HashMap<(Option<String>, String), OpenRun> = HashMap::new();
+        for envelope in envelopes {
+            let turn = envelope.turn_id.clone();
+            match &envelope.event {
+                Event::ToolDecided {
+                    call_id, action, ..
+                } if action.executes() => {
+                    open.insert((turn, call_id.clone()), OpenRun::default());
+                }
+                Event::ContextBlockUpdated {
+                    block,
+                    content,
+                    source,
+                    call_id: Some(call_id),
+                } => {
+                    if let Some(run) = open.get_mut(&(turn, call_id.clone())) {
+                        run.effects.push(BlockWrite {
+                            block: block.clone(),
+                            content: content.clone(),
+                            source: *source,
+                        });
+                    }
+                }
+                Event::Chunk {
+                    part:
+                        StreamPart::ToolResult {
+                            call_id,
+                            output,
+                            preliminary: true,
+                            ..
+                        },
+                    ..
+                } => {
+                    if let Some(run) = open.get_mut(&(turn, call_id.clone())) {
+                        run.preliminary.push(output.clone());
+                    }
+                }
+                Event::CancellationRequested { .. } => {
+                    for run in open.values_mut() {
+                        run.cancelled = true;
+                    }
+                }
+                Event::ToolCallFinished {
+                    call_id,
+                    success,
+                    output,
+                    error,
+                    ..
+                } => {
+                    if let Some(run) = open.remove(&(turn, call_id.clone())) {
+                        let result = if *success {
+                            Ok(output.clone().unwrap_or(Value::Null))
+                        } else {
+                            Err(error.clone().unwrap_or_default())
+                        };
+                        runs.entry(call_id.clone())
+                            .or_default()
+                            .push_back(RecordedRun {
+                                preliminary: run.preliminary,
+                                aborted: run.cancelled && !success,
+                                result,
+                                effects: run.effects,
+                            });
+                    }
+                }
+                _ => {}
+            }
+        }
+        ToolRuns {
+            runs: Mutex::new(runs),
+        }
+    }
+
+    fn take(&self, call_id: &str) -> Option<RecordedRun> {
+        lock(&self.runs)
+            .get_mut(call_id)
+            .and_then(VecDeque::pop_front)
+    }
+}
+
+/// The model a recording was made with, by name, streaming from the replay's model. Recorded
+/// cancellations due are re-issued when the call starts and before each part is read, so a
+/// step the recording cancelled mid-call is cancelled at the same point.
+pub(super) struct PresentedModel {
+    pub(super) provider: String,
+    pub(super) model_id: String,
+    pub(super) shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl LanguageModel for PresentedModel {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
+        self.shared.checkpoint().await;
+        let serving = self.shared.model.stream(request).await?;
+        let shared = Arc::clone(&self.shared);
+        Ok(Box::pin(futures::stream::unfold(
+            (serving, shared),
+            |(mut serving, shared)| async move {
+                shared.checkpoint().await;
+                let item = serving.next().await?;
+                Some((item, (serving, shared)))
+            },
+        )))
+    }
+}
+
+/// A server tool whose execute answers with what the recorded call produced.
+pub(super) struct RecordedTool {
+    pub(super) tool: Arc<dyn Tool>,
+    pub(super) shared: Arc<Shared>,
+    /// The session whose own tool this is, for writing recorded context block changes again.
+    pub(super) session: Option<Weak<Inner>>,
+}
+
+#[async_trait]
+impl Tool for RecordedTool {
+    fn name(&self) -> &str {
+        self.tool.name()
+    }
+
+    fn description(&self) -> &str {
+        self.tool.description()
+    }
+
+    fn input_schema(&self) -> Arc<Value> {
+        self.tool.input_schema()
+    }
+
+    fn is_streaming(&self) -> bool {
+        self.tool.is_streaming()
+    }
+
+    async fn execute(&self, _input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
+        self.shared.checkpoint().await;
+        let Some(run) = self.shared.tools.take(&call.call_id) else {
+            return Err(format!(
+                "the recording holds no result for tool call {:?} ({}): it never ran there",
+                call.call_id, call.tool_name
+            )
+            .into());
+        };
+        if run.aborted {
+            call.cancel.cancelled().await;
+        }
+        if !run.effects.is_empty() {
+            let inner = self
+                .session
+                .as_ref()
+                .and_then(Weak::upgrade)
+                .ok_or("the session replaying this tool call is closed")?;
+            for effect in &run.effects {
+                write_block(
+                    &inner,
+                    &effect.block,
+                    &effect.content,
+                    effect.source,
+                    Some(call.call_id.clone()),
+                )
+                .await
+                .map_err(|e| format!("writing context block {:?} again: {e}", effect.block))?;
+            }
+        }
+        if !self.tool.is_streaming() {
+            return match run.result {
+                Ok(value) => Ok(ToolOutput::Value(value)),
+                Err(error) => Err(error.into()),
+            };
+        }
+        let mut items: Vec<Result<Value, ToolError>> =
+            run.preliminary.into_iter().map(Ok).collect();
+        if let Err(error) = run.result {
+            items.push(Err(error.into()));
+        }
+        Ok(ToolOutput::Stream(futures::stream::iter(items).boxed()))
+    }
+}

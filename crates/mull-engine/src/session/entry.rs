@@ -1,0 +1,405 @@
+//! The entry paths that run a turn: `save_messages`, `chat`, `regenerate`,
+//! `continue_last_turn`, and client tool results with auto-continuation.
+
+use std::sync::Arc;
+
+use mull_core::{EntryPath, ErrorStage, Event, Role, ToolPartState, UIMessage};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::error::{ChatError, EngineError};
+use crate::turn::{self, TurnSpec};
+
+use super::{
+    ChatStream, ClientToolOutcome, Inner, OutcomeStatus, Session, TurnOptions, TurnOutcome,
+};
+
+impl Session {
+    /// Appends `messages` and runs a turn; returns `{request_id, status}` once the turn and its
+    /// `on_chat_response` are done.
+    pub async fn save_messages(
+        &self,
+        messages: Vec<UIMessage>,
+        opts: TurnOptions,
+    ) -> Result<TurnOutcome, EngineError> {
+        let inline = self.entry_mode("save_messages")?;
+        let spec = self.new_spec(EntryPath::SaveMessages, messages, opts);
+        turn::run_entry(&self.inner, spec, inline).await
+    }
+
+    /// Decodes a request body `{"messages": [...], ...}` (every other field becomes the turn's
+    /// `body`) and runs it like `save_messages`. A body that cannot be decoded fails at stage
+    /// `parse` with nothing persisted.
+    pub async fn save_messages_json(
+        &self,
+        raw_body: &str,
+        opts: TurnOptions,
+    ) -> Result<TurnOutcome, EngineError> {
+        let inline = self.entry_mode("save_messages_json")?;
+        match decode_request_body(raw_body) {
+            Ok((messages, body)) => {
+                let opts = TurnOptions { body, ..opts };
+                let spec = self.new_spec(EntryPath::SaveMessages, messages, opts);
+                turn::run_entry(&self.inner, spec, inline).await
+            }
+            Err(message) => {
+                let error = self.record_parse_failure(message).await;
+                Ok(TurnOutcome {
+                    request_id: error.request_id.clone().unwrap_or_default(),
+                    status: OutcomeStatus::Error,
+                    error: Some(error),
+                    message: None,
+                })
+            }
+        }
+    }
+
+    /// Records a request for this session whose body could not be decoded (stage `parse`,
+    /// nothing persisted): a `turn_failed` event under a fresh request id, `on_chat_error`, and
+    /// the failures broadcast. Returns the error `on_chat_error` chose, for the caller to show.
+    pub async fn record_parse_failure(&self, message: impl Into<String>) -> ChatError {
+        let request_id = self.inner.options.ids.next_id("req");
+        let error = ChatError {
+            request_id: Some(request_id),
+            ..ChatError::new(ErrorStage::Parse, message)
+        };
+        turn::fail(&self.inner, None, error, false).await
+    }
+
+    /// Appends `messages` and runs a turn in a background task, streaming back the parts the
+    /// client should see (reasoning only when `send_reasoning` is on).
+    pub fn chat(
+        &self,
+        messages: Vec<UIMessage>,
+        opts: TurnOptions,
+    ) -> Result<ChatStream, EngineError> {
+        self.stream_turn(EntryPath::Chat, "chat", messages, opts)
+    }
+
+    /// [`Session::chat`] for a chat request that arrived over the network (the HTTP and
+    /// WebSocket routes): the same turn, recorded with entry `http` so the log says where it
+    /// came from.
+    pub fn chat_http(
+        &self,
+        messages: Vec<UIMessage>,
+        opts: TurnOptions,
+    ) -> Result<ChatStream, EngineError> {
+        self.stream_turn(EntryPath::Http, "chat_http", messages, opts)
+    }
+
+    pub(super) fn stream_turn(
+        &self,
+        entry: EntryPath,
+        name: &'static str,
+        messages: Vec<UIMessage>,
+        opts: TurnOptions,
+    ) -> Result<ChatStream, EngineError> {
+        let inline = self.entry_mode(name)?;
+        let spec = self.new_spec(entry, messages, opts);
+        Ok(self.spawn_streaming(spec, move |inner, spec| async move {
+            turn::run_entry(&inner, spec, inline).await
+        }))
+    }
+
+    /// Runs `run` on `spec` in a background task, with the parts the client should see going
+    /// to the returned stream. The request id is known before the task starts.
+    pub(super) fn spawn_streaming<F, Fut>(&self, mut spec: TurnSpec, run: F) -> ChatStream
+    where
+        F: FnOnce(Arc<Inner>, TurnSpec) -> Fut,
+        Fut: std::future::Future<Output = Result<TurnOutcome, EngineError>> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        spec.client = Some(tx);
+        let request_id = spec.request_id.clone();
+        let done = self.inner.spawn_turn(run(Arc::clone(&self.inner), spec));
+        ChatStream {
+            request_id,
+            parts: rx,
+            done,
+            session_id: self.inner.session_id.clone(),
+        }
+    }
+
+    /// Regenerates an answer, as the AI SDK's `regenerate()` asks: `message_id` names the
+    /// message to regenerate (the last message when `None`). When it is an assistant message,
+    /// it and everything after it are retracted; when it is a user message, everything after
+    /// it is. The retraction is a `messages_retracted` event (the log keeps the messages, the
+    /// projection no longer shows them), written under the turn lock right before a new turn
+    /// runs on what remains. The turn streams back like [`Session::chat`], and its request id
+    /// is known at once. A `message_id` the conversation does not hold is refused with
+    /// [`EngineError::UnknownMessage`] before anything is written.
+    pub fn regenerate(
+        &self,
+        message_id: Option<&str>,
+        opts: TurnOptions,
+    ) -> Result<ChatStream, EngineError> {
+        let inline = self.entry_mode("regenerate")?;
+        if let Some(id) = message_id {
+            if !self.read_state(|s| s.messages.iter().any(|m| m.id == id)) {
+                return Err(EngineError::UnknownMessage {
+                    session_id: self.inner.session_id.clone(),
+                    message_id: id.to_owned(),
+                });
+            }
+        }
+        let message_id = message_id.map(str::to_owned);
+        let spec = self.new_spec(EntryPath::Regenerate, Vec::new(), opts);
+        Ok(self.spawn_streaming(spec, move |inner, spec| async move {
+            let guard = if inline {
+                None
+            } else {
+                Some(inner.queue.lock().await)
+            };
+            let result = match retract_for_regeneration(&inner, &spec, message_id.as_deref()).await
+            {
+                Ok(Ok(())) => turn::run_entry(&inner, spec, true).await,
+                Ok(Err(error)) => {
+                    inner.forget_request(&spec.request_id);
+                    let shown = turn::fail(&inner, None, error, false).await;
+                    Ok(TurnOutcome {
+                        request_id: spec.request_id.clone(),
+                        status: OutcomeStatus::Error,
+                        error: Some(shown),
+                        message: None,
+                    })
+                }
+                Err(error) => {
+                    inner.forget_request(&spec.request_id);
+                    Err(error)
+                }
+            };
+            drop(guard);
+            result
+        }))
+    }
+
+    /// Runs a continuation turn on the conversation as it stands (`continuation = true`, the
+    /// last request's body). Skipped, with an empty request id, when the conversation does not
+    /// end with an assistant message.
+    pub async fn continue_last_turn(&self, opts: TurnOptions) -> Result<TurnOutcome, EngineError> {
+        let inline = self.entry_mode("continue_last_turn")?;
+        let ends_with_assistant =
+            self.read_state(|s| s.messages.last().is_some_and(|m| m.role == Role::Assistant));
+        if !ends_with_assistant {
+            return Ok(TurnOutcome {
+                request_id: String::new(),
+                status: OutcomeStatus::Skipped,
+                error: None,
+                message: None,
+            });
+        }
+        let mut opts = opts;
+        if opts.body.is_null() {
+            opts.body = self.last_body().await?;
+        }
+        let spec = self.new_spec(EntryPath::ContinueLastTurn, Vec::new(), opts);
+        turn::run_entry(&self.inner, spec, inline).await
+    }
+
+    /// The body of the last turn that ran, read from the log.
+    pub(super) async fn last_body(&self) -> Result<Value, EngineError> {
+        let turn_id = self.read_state(|s| s.turns.last().and_then(|t| t.turn_id.clone()));
+        let Some(turn_id) = turn_id else {
+            return Ok(Value::Null);
+        };
+        self.inner.recorder.flush().await?;
+        let store_err = |source| EngineError::Store {
+            session_id: self.inner.session_id.clone(),
+            source,
+        };
+        let events = self
+            .inner
+            .recorder
+            .log()
+            .with_reader(|r| r.turn_events(&self.inner.session_id, &turn_id))
+            .map_err(store_err)?;
+        Ok(events
+            .into_iter()
+            .find_map(|e| match e.event {
+                Event::TurnStarted { body, .. } => Some(body),
+                _ => None,
+            })
+            .unwrap_or(Value::Null))
+    }
+
+    /// Records a client's answer to a client tool call. With auto-continue on, once every
+    /// pending call of that step has a result, a continuation turn runs and its outcome is
+    /// returned.
+    pub async fn add_tool_result(
+        &self,
+        call_id: &str,
+        outcome: ClientToolOutcome,
+    ) -> Result<Option<TurnOutcome>, EngineError> {
+        if !self.record_tool_result(call_id, outcome).await? {
+            return Ok(None);
+        }
+        let inline = self.entry_mode("add_tool_result")?;
+        let spec = self.continuation_spec().await?;
+        turn::run_entry(&self.inner, spec, inline).await.map(Some)
+    }
+
+    /// Like [`Session::add_tool_result`], but a continuation it starts runs in a background
+    /// task: its [`ChatStream`] comes back at once, carrying the continuation's request id
+    /// before the turn starts (a server follows exactly that request). `None` when the result
+    /// starts no continuation (other calls of the step still wait, or auto-continue is off).
+    pub async fn add_tool_result_streaming(
+        &self,
+        call_id: &str,
+        outcome: ClientToolOutcome,
+    ) -> Result<Option<ChatStream>, EngineError> {
+        if !self.record_tool_result(call_id, outcome).await? {
+            return Ok(None);
+        }
+        let inline = self.entry_mode("add_tool_result_streaming")?;
+        let spec = self.continuation_spec().await?;
+        Ok(Some(
+            self.spawn_streaming(spec, move |inner, spec| async move {
+                turn::run_entry(&inner, spec, inline).await
+            }),
+        ))
+    }
+
+    /// Appends a client's answer; returns whether a continuation should run now (the answer
+    /// completed its step and auto-continue is on).
+    pub(super) async fn record_tool_result(
+        &self,
+        call_id: &str,
+        outcome: ClientToolOutcome,
+    ) -> Result<bool, EngineError> {
+        let pending = self.read_state(|s| {
+            s.pending_client_calls
+                .iter()
+                .find(|p| p.call_id == call_id)
+                .cloned()
+        });
+        let tool = pending
+            .as_ref()
+            .map(|p| p.tool.clone())
+            .or_else(|| self.read_state(|s| find_tool_name(&s.messages, call_id)))
+            .unwrap_or_default();
+        let (state, output, error) = match outcome {
+            ClientToolOutcome::Output(v) => (ToolPartState::OutputAvailable, Some(v), None),
+            ClientToolOutcome::Error(text) => (
+                ToolPartState::OutputError,
+                None,
+                Some(text.unwrap_or_else(|| "Tool execution denied by user".to_owned())),
+            ),
+        };
+        self.inner.recorder.append(
+            pending.as_ref().and_then(|p| p.turn_id.as_deref()),
+            Event::ClientToolResult {
+                call_id: call_id.to_owned(),
+                tool,
+                state,
+                output,
+                error,
+            },
+        )?;
+        self.inner.recorder.flush().await?;
+        let Some(pending) = pending else {
+            return Ok(false);
+        };
+        let step_done = self.read_state(|s| {
+            !s.pending_client_calls
+                .iter()
+                .any(|p| p.turn_id == pending.turn_id && p.step == pending.step)
+        });
+        Ok(self.inner.options.auto_continue && step_done)
+    }
+
+    /// The auto-continuation turn (D.20): no new messages, the last request's body.
+    pub(super) async fn continuation_spec(&self) -> Result<TurnSpec, EngineError> {
+        let body = self.last_body().await?;
+        Ok(self.new_spec(
+            EntryPath::AutoContinue,
+            Vec::new(),
+            TurnOptions::with_body(body),
+        ))
+    }
+}
+
+/// Retracts what a regeneration replaces (see [`Session::regenerate`]); runs under the turn
+/// lock. `Ok(Err(_))` when the named message left the conversation while the request waited.
+async fn retract_for_regeneration(
+    inner: &Inner,
+    spec: &TurnSpec,
+    message_id: Option<&str>,
+) -> Result<Result<(), ChatError>, EngineError> {
+    let plan = inner.recorder.read(|s| {
+        let index = match message_id {
+            Some(id) => s.messages.iter().position(|m| m.id == id)?,
+            None => match s.messages.len().checked_sub(1) {
+                Some(last) => last,
+                None => return Some((Vec::new(), None)),
+            },
+        };
+        let from = match s.messages[index].role {
+            Role::Assistant => index,
+            _ => index + 1,
+        };
+        let retracted: Vec<&UIMessage> = s.messages[from..].iter().collect();
+        // The retraction is shown in the history of the turn that wrote the first answer it
+        // takes back.
+        let turn_id = retracted
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .find_map(|m| {
+                s.turns
+                    .iter()
+                    .rev()
+                    .find(|t| t.message_id == m.id)
+                    .and_then(|t| t.turn_id.clone())
+            });
+        Some((
+            retracted.iter().map(|m| m.id.clone()).collect::<Vec<_>>(),
+            turn_id,
+        ))
+    });
+    let Some((message_ids, turn_id)) = plan else {
+        return Ok(Err(ChatError {
+            request_id: Some(spec.request_id.clone()),
+            ..ChatError::new(
+                ErrorStage::Turn,
+                format!(
+                    "message {:?} left the conversation before it could be regenerated",
+                    message_id.unwrap_or_default()
+                ),
+            )
+        }));
+    };
+    if !message_ids.is_empty() {
+        inner.recorder.append(
+            turn_id.as_deref(),
+            Event::MessagesRetracted {
+                request_id: Some(spec.request_id.clone()),
+                message_ids,
+            },
+        )?;
+        inner.recorder.flush().await?;
+    }
+    Ok(Ok(()))
+}
+
+fn find_tool_name(messages: &[UIMessage], call_id: &str) -> Option<String> {
+    messages.iter().rev().find_map(|m| {
+        m.parts.iter().find_map(|p| match p {
+            mull_core::UIPart::Tool(t) if t.call_id == call_id => Some(t.tool_name.clone()),
+            _ => None,
+        })
+    })
+}
+
+/// Splits a request body into its messages and the remaining fields.
+fn decode_request_body(raw: &str) -> Result<(Vec<UIMessage>, Value), String> {
+    let mut value: Value =
+        serde_json::from_str(raw).map_err(|e| format!("request body is not JSON: {e}"))?;
+    let object = value
+        .as_object_mut()
+        .ok_or_else(|| "request body is not a JSON object".to_owned())?;
+    let messages = object
+        .remove("messages")
+        .ok_or_else(|| "request body has no \"messages\" field".to_owned())?;
+    let messages: Vec<UIMessage> = serde_json::from_value(messages)
+        .map_err(|e| format!("request body \"messages\" does not decode: {e}"))?;
+    Ok((messages, value))
+}

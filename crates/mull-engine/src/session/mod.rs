@@ -1,0 +1,300 @@
+//! A session: one conversation of one agent over the log, with its turn lock and queue, its
+//! entry paths (`chat`, `save_messages`, `submit_messages`, `continue_last_turn`, client tool
+//! results with auto-continuation), cancellation and recovery on reopen.
+//!
+//! # The turn lock
+//! One turn runs at a time per session; later ones wait in FIFO order (a fair async mutex).
+//! The lock covers the turn and its `on_chat_response`, but while `on_chat_response` runs the
+//! turn counts as finished: the hook may start a turn with `save_messages`, which runs at once,
+//! before any queued turn. A blocking turn started from inside a running turn's hooks is refused
+//! with [`EngineError::TurnLockHeld`]; `submit_messages` from there is accepted and queued.
+//!
+//! # Subscribers
+//! [`Session::subscribe`] hands out a receiver of every envelope appended from then on. The bus
+//! never waits for a slow subscriber: when one lags, its oldest events are dropped and `recv`
+//! reports `Overflowed(n)`; it then catches up by reading the missed `seq` range from the log
+//! (`LogReader::range`), which holds everything. Failed turns are also sent on
+//! [`Session::failures`] (Think's `chat:request:failed`).
+
+mod entry;
+mod options;
+mod outcome;
+mod submission;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_broadcast::Receiver;
+use mull_core::{EntryPath, Envelope, Event, UIMessage};
+use mull_store::{Log, SessionState};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::broadcast::Broadcast;
+use crate::error::EngineError;
+use crate::recorder::Recorder;
+use crate::session_config::SessionConfig;
+use crate::turn::TurnSpec;
+
+pub use options::{SessionOptions, SubmitOptions, TurnOptions};
+pub use outcome::{
+    ChatStream, ClientToolOutcome, OutcomeStatus, SubmissionResult, SubmitReceipt, TurnFailure,
+    TurnOutcome,
+};
+
+tokio::task_local! {
+    /// The turn the current task is inside of, if any.
+    pub(crate) static TURN_SCOPE: TurnScope;
+}
+
+/// Where the current task stands with respect to a session's turn lock.
+#[derive(Debug, Clone)]
+pub(crate) struct TurnScope {
+    pub session_id: String,
+    pub request_id: String,
+    /// True while `on_chat_response` runs: the turn is over and new turns may start inline.
+    pub responding: bool,
+}
+
+pub(crate) struct Inner {
+    pub session_id: String,
+    pub agent: Arc<dyn Agent>,
+    pub config: SessionConfig,
+    pub options: SessionOptions,
+    pub recorder: Recorder,
+    pub queue: tokio::sync::Mutex<()>,
+    /// Cancellation tokens of requests that have not ended yet (queued or running).
+    pub active: Mutex<HashMap<String, CancellationToken>>,
+    pub waiters: Mutex<HashMap<String, watch::Sender<Option<SubmissionResult>>>>,
+    /// The full-text index of the conversation, built on first search.
+    pub search: crate::memory::search::SearchIndex,
+    /// Turn tasks running in the background (streamed chats, submissions) that may not have
+    /// ended yet: what [`Session::abort_background_turns`] stops.
+    background: Mutex<Vec<tokio::task::AbortHandle>>,
+    failures: Broadcast<TurnFailure>,
+}
+
+impl Inner {
+    /// Forgets a request's cancellation token once its turn ended (cancelling it is a no-op).
+    pub(crate) fn forget_request(&self, request_id: &str) {
+        lock(&self.active).remove(request_id);
+    }
+
+    /// Spawns a background turn task, keeping a handle to abort it (tasks that ended are
+    /// forgotten here, so the list stays as long as the work in flight).
+    fn spawn_turn<T: Send + 'static>(
+        &self,
+        task: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        // Boxed: a turn's future is large (kilobytes), and tokio moves an unboxed future
+        // through several copies while spawning and finishing the task.
+        let handle = tokio::spawn(Box::pin(task));
+        let mut background = lock(&self.background);
+        background.retain(|h| !h.is_finished());
+        background.push(handle.abort_handle());
+        handle
+    }
+}
+
+/// A handle to an open session. Cheap to clone; every clone drives the same session.
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Session {
+    /// Opens (or creates) a session on `log`: rebuilds its state from the log, records
+    /// `session_opened`, runs `configure_session`, and recovers submissions and turns an earlier
+    /// process left unfinished (re-running submissions never applied; finishing applied ones as
+    /// errors at stage `recovery`, keeping their partial message).
+    pub async fn open(
+        log: &Log,
+        agent: Arc<dyn Agent>,
+        options: SessionOptions,
+    ) -> Result<Session, EngineError> {
+        let store_err = |source| EngineError::Store {
+            session_id: options.session_id.clone(),
+            source,
+        };
+        log.flush().await.map_err(store_err)?;
+        // A new session is looked up on the write connection and needs no read at all.
+        let state = if log.has_session(&options.session_id).map_err(store_err)? {
+            log.with_reader(|r| r.load_session(&options.session_id))
+                .map_err(store_err)?
+        } else {
+            SessionState::new(options.session_id.clone())
+        };
+        let recorder = Recorder::new(
+            log.clone(),
+            options.session_id.clone(),
+            Arc::clone(&options.clock),
+            state,
+            options.bus_capacity,
+        );
+        let config = agent.configure_session(SessionConfig::new()).await;
+        let session = Session {
+            inner: Arc::new(Inner {
+                session_id: options.session_id.clone(),
+                agent: Arc::clone(&agent),
+                config,
+                options: options.clone(),
+                recorder,
+                queue: tokio::sync::Mutex::new(()),
+                active: Mutex::new(HashMap::new()),
+                waiters: Mutex::new(HashMap::new()),
+                search: crate::memory::search::SearchIndex::default(),
+                background: Mutex::new(Vec::new()),
+                failures: Broadcast::new(64),
+            }),
+        };
+        session.inner.recorder.append(
+            None,
+            Event::SessionOpened {
+                agent: agent.name().to_owned(),
+                metadata: options.metadata.clone(),
+            },
+        )?;
+        // No barrier of its own: `session_opened` is committed with the session's first
+        // durable event (or within the writer's batch delay).
+        session.recover().await?;
+        Ok(session)
+    }
+
+    /// Stops this session's background turns (streamed chats, submissions) where they wait,
+    /// writing nothing more, as if the process had died there: a replay re-enacting a process
+    /// that stopped with work in flight uses it so that work does not outlive the replay.
+    /// Whatever they left unfinished is what reopening the session recovers.
+    pub(crate) fn abort_background_turns(&self) {
+        for handle in lock(&self.inner.background).drain(..) {
+            handle.abort();
+        }
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.inner.session_id
+    }
+
+    /// A snapshot of the session's state (messages, draft, turns, pending calls, submissions).
+    pub fn state(&self) -> SessionState {
+        self.inner.recorder.read(SessionState::clone)
+    }
+
+    /// Reads the session's state without copying it.
+    pub fn read_state<R>(&self, f: impl FnOnce(&SessionState) -> R) -> R {
+        self.inner.recorder.read(f)
+    }
+
+    /// Every envelope appended from now on. A lagging receiver sees `Overflowed(n)` and
+    /// catches up from the log.
+    pub fn subscribe(&self) -> Receiver<Envelope> {
+        self.inner.recorder.subscribe()
+    }
+
+    /// Every failed turn from now on (Think's `chat:request:failed`).
+    pub fn failures(&self) -> Receiver<TurnFailure> {
+        self.inner.failures.subscribe()
+    }
+
+    pub(crate) fn publish_failure(inner: &Inner, envelope: Envelope) {
+        inner.failures.publish(|| TurnFailure { envelope });
+    }
+
+    /// Checks whether a blocking entry may start from the current task. `Ok(true)` means it
+    /// runs inline (inside `on_chat_response`, where the turn lock is already released to it).
+    fn entry_mode(&self, entry: &'static str) -> Result<bool, EngineError> {
+        let scope = TURN_SCOPE.try_with(TurnScope::clone).ok();
+        match scope {
+            Some(s) if s.session_id == self.inner.session_id => {
+                if s.responding {
+                    Ok(true)
+                } else {
+                    Err(EngineError::TurnLockHeld {
+                        session_id: s.session_id,
+                        request_id: s.request_id,
+                        entry,
+                    })
+                }
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn new_spec(&self, entry: EntryPath, messages: Vec<UIMessage>, opts: TurnOptions) -> TurnSpec {
+        let request_id = self.inner.options.ids.next_id("req");
+        let signal = opts.signal.unwrap_or_default();
+        lock(&self.inner.active).insert(request_id.clone(), signal.clone());
+        TurnSpec {
+            entry,
+            request_id,
+            continuation: matches!(entry, EntryPath::ContinueLastTurn | EntryPath::AutoContinue),
+            body: opts.body,
+            messages,
+            signal,
+            client: None,
+            submission_id: None,
+            client_tools: opts.client_tools,
+            caller_tools: opts.tools,
+        }
+    }
+
+    /// Whether a request is queued or running: its turn, with any overflow retries, has not
+    /// ended yet. A client following a request by its events asks this when an attempt ended
+    /// in error and neither its final failure nor a retry has appeared.
+    pub fn is_request_active(&self, request_id: &str) -> bool {
+        lock(&self.inner.active).contains_key(request_id)
+    }
+
+    /// Whether anything runs or waits in the session: a queued or running request.
+    pub fn is_busy(&self) -> bool {
+        !lock(&self.inner.active).is_empty()
+    }
+
+    /// Cancels a queued or running turn. Returns false (and records nothing) when the request
+    /// is not active, e.g. already finished.
+    pub fn cancel_chat(&self, request_id: &str) -> Result<bool, EngineError> {
+        let token = lock(&self.inner.active).get(request_id).cloned();
+        match token {
+            Some(token) if !token.is_cancelled() => {
+                self.inner.recorder.append(
+                    None,
+                    Event::CancellationRequested {
+                        request_id: Some(request_id.to_owned()),
+                        reason: "cancel_chat".to_owned(),
+                    },
+                )?;
+                token.cancel();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Cancels every queued and running turn of the session. Returns how many were cancelled.
+    pub fn abort_all(&self, reason: &str) -> Result<usize, EngineError> {
+        let tokens: Vec<CancellationToken> = lock(&self.inner.active)
+            .values()
+            .filter(|t| !t.is_cancelled())
+            .cloned()
+            .collect();
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        self.inner.recorder.append(
+            None,
+            Event::CancellationRequested {
+                request_id: None,
+                reason: reason.to_owned(),
+            },
+        )?;
+        for token in &tokens {
+            token.cancel();
+        }
+        Ok(tokens.len())
+    }
+}

@@ -1,0 +1,138 @@
+//! How a session is opened and how each entry path is called.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mull_core::{Clock, IdSource, RandomIds, SequentialIds, SystemClock, ToolSpec};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::extension::{Extension, Extensions};
+use crate::tool::ToolSet;
+
+use super::Inner;
+
+/// How a session is opened.
+#[derive(Clone)]
+pub struct SessionOptions {
+    pub session_id: String,
+    /// Stamps every event.
+    pub clock: Arc<dyn Clock>,
+    /// Names requests, turns and messages.
+    pub ids: Arc<dyn IdSource>,
+    /// Run a continuation turn once every pending client tool call of a step has a result.
+    pub auto_continue: bool,
+    /// First delay between retries of a retryable model error (doubled each retry) when the
+    /// provider does not say how long to wait.
+    pub retry_base_delay: Duration,
+    /// Free-form data recorded in `session_opened`.
+    pub metadata: Value,
+    /// Events a subscriber may fall behind by before it must catch up from the log.
+    pub bus_capacity: usize,
+    /// Record tool inputs and outputs on tracing spans (off: spans carry names, ids and counts).
+    pub capture_content: bool,
+    /// Extensions, in load order; each runs right after the agent's own hook.
+    pub extensions: Extensions,
+    /// Stands in for the session's own tools (`update_context`, `search_messages`) each turn:
+    /// re-execution replay serves their results from the recording.
+    pub(crate) serve_session_tools: Option<ServeSessionTools>,
+}
+
+/// Replaces the tools a session offers itself, given the session they belong to.
+pub(crate) type ServeSessionTools =
+    Arc<dyn Fn(&Arc<Inner>, crate::tool::ToolSet) -> crate::tool::ToolSet + Send + Sync>;
+
+impl SessionOptions {
+    /// Real time and random ids.
+    pub fn new(session_id: impl Into<String>) -> SessionOptions {
+        SessionOptions {
+            session_id: session_id.into(),
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+            auto_continue: true,
+            retry_base_delay: Duration::from_secs(2),
+            metadata: Value::Null,
+            bus_capacity: 1024,
+            capture_content: false,
+            extensions: Extensions::new(),
+            serve_session_tools: None,
+        }
+    }
+
+    /// A fixed clock at the fixture epoch and counting ids: the same script writes the same log.
+    pub fn deterministic(session_id: impl Into<String>) -> SessionOptions {
+        SessionOptions {
+            clock: Arc::new(mull_core::FixedClock::at_fixture_epoch()),
+            ids: Arc::new(SequentialIds::new()),
+            ..SessionOptions::new(session_id)
+        }
+    }
+
+    /// Uses `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> SessionOptions {
+        self.clock = clock;
+        self
+    }
+
+    /// Uses `ids`.
+    pub fn with_ids(mut self, ids: Arc<dyn IdSource>) -> SessionOptions {
+        self.ids = ids;
+        self
+    }
+
+    /// Turns auto-continuation after client tool results on or off.
+    pub fn with_auto_continue(mut self, on: bool) -> SessionOptions {
+        self.auto_continue = on;
+        self
+    }
+
+    /// Loads `extensions`, in order, after any already loaded.
+    pub fn with_extensions(
+        mut self,
+        extensions: impl IntoIterator<Item = Arc<dyn Extension>>,
+    ) -> SessionOptions {
+        for extension in extensions {
+            self.extensions.push(extension);
+        }
+        self
+    }
+
+    /// Sets the first retry delay.
+    pub fn with_retry_base_delay(mut self, delay: Duration) -> SessionOptions {
+        self.retry_base_delay = delay;
+        self
+    }
+}
+
+/// Per-call options of an entry path.
+#[derive(Clone, Default)]
+pub struct TurnOptions {
+    /// Custom fields hooks see as `TurnContext::body`.
+    pub body: Value,
+    /// Cancels the turn (an already-cancelled signal still persists the user's messages).
+    pub signal: Option<CancellationToken>,
+    /// Tools the client answers itself (no execute).
+    pub client_tools: Vec<ToolSpec>,
+    /// Tools the caller adds for this turn (the last layer of the merge).
+    pub tools: ToolSet,
+}
+
+impl TurnOptions {
+    /// Options with a request body.
+    pub fn with_body(body: Value) -> TurnOptions {
+        TurnOptions {
+            body,
+            ..TurnOptions::default()
+        }
+    }
+}
+
+/// Options of a durable submission.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitOptions {
+    /// A caller-chosen id; a second submission with the same id is a duplicate.
+    pub submission_id: Option<String>,
+    /// A caller-chosen key; a second submission with the same key is a duplicate.
+    pub idempotency_key: Option<String>,
+    pub body: Value,
+}

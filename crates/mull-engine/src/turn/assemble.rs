@@ -1,0 +1,117 @@
+//! The context a turn starts from: tools merged, history compacted and truncated, the system
+//! prompt built, `before_turn` and the extensions asked, and the result recorded as
+//! `turn_configured`.
+
+use std::sync::Arc;
+
+use mull_core::{
+    to_model_messages, truncate_for_context, ErrorStage, Event, HookName, LanguageModel,
+};
+
+use super::{TurnRun, CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
+use crate::config::{ModelChoice, ResolvedTurn, TurnDefaults};
+use crate::error::{ChatError, EngineError};
+use crate::extension;
+use crate::hooks::context::TurnContext;
+use crate::hooks::guard_hook;
+use crate::session::Inner;
+use crate::tool::ToolEntry;
+
+impl TurnRun<'_> {
+    /// Assembles the context, runs `before_turn`, merges its config and records it.
+    pub(super) async fn configure(
+        &mut self,
+    ) -> Result<Result<ResolvedTurn, ChatError>, EngineError> {
+        let inner = self.inner;
+        let agent = &inner.agent;
+        let mut tools = agent.tools();
+        tools.merge(&crate::session_config::session_tools(inner));
+        for spec in &self.spec.client_tools {
+            tools.insert(ToolEntry::Client(spec.clone()));
+        }
+        tools.merge(&self.spec.caller_tools);
+        crate::memory::compaction::compact_if_over_threshold(inner, self.tid()).await?;
+        let mut messages = inner.recorder.read(|s| to_model_messages(&s.messages));
+        truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
+        if messages.is_empty() {
+            return Ok(Err(self.error(
+                ErrorStage::Turn,
+                "the conversation is empty: there is nothing to send to the model",
+            )));
+        }
+        let refresh = !inner.config.cached_prompt;
+        let system =
+            match crate::memory::context_blocks::build_system_prompt(inner, self.tid(), refresh)
+                .await?
+            {
+                Some(system) => system,
+                None => agent.system_prompt(),
+            };
+        let defaults = TurnDefaults {
+            model: agent.model(),
+            system,
+            messages,
+            tools,
+            max_steps: agent.max_steps(),
+            send_reasoning: agent.send_reasoning(),
+            max_retries: agent.max_retries(),
+            stall_timeout_ms: agent.chat_stream_stall_timeout_ms(),
+        };
+        let ctx = TurnContext {
+            system: defaults.system.clone(),
+            messages: defaults.messages.clone(),
+            tools: defaults.tools.clone(),
+            model: Arc::clone(&defaults.model),
+            continuation: self.spec.continuation,
+            body: self.spec.body.clone(),
+            request_id: self.spec.request_id.clone(),
+            entry: self.spec.entry,
+        };
+        let config = match guard_hook(
+            inner,
+            self.tid(),
+            HookName::BeforeTurn,
+            agent.before_turn(&ctx),
+        )
+        .await?
+        {
+            Ok(config) => config.unwrap_or_default(),
+            Err(text) => {
+                return Ok(Err(
+                    self.error(ErrorStage::Turn, format!("before_turn failed: {text}"))
+                ))
+            }
+        };
+        let model = match resolve_model(inner, config.model.as_ref()) {
+            Ok(model) => model,
+            Err(message) => return Ok(Err(self.error(ErrorStage::Turn, message))),
+        };
+        let resolved = ResolvedTurn::merge(defaults, config, model);
+        let resolved = extension::before_turn(inner, self.tid(), &ctx, resolved).await?;
+        if resolved.messages.is_empty() {
+            return Ok(Err(self.error(
+                ErrorStage::Turn,
+                "before_turn left no messages to send to the model",
+            )));
+        }
+        self.append(Event::TurnConfigured {
+            config: Box::new(resolved.record()),
+        })?;
+        Ok(Ok(resolved))
+    }
+}
+
+pub(super) fn resolve_model(
+    inner: &Arc<Inner>,
+    choice: Option<&ModelChoice>,
+) -> Result<Option<Arc<dyn LanguageModel>>, String> {
+    match choice {
+        None => Ok(None),
+        Some(ModelChoice::Model(model)) => Ok(Some(Arc::clone(model))),
+        Some(ModelChoice::Id(id)) => inner
+            .agent
+            .resolve_model(id)
+            .map(Some)
+            .ok_or_else(|| format!("model resolution failed: the agent knows no model {id:?}")),
+    }
+}

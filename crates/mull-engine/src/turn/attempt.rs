@@ -1,0 +1,311 @@
+//! One attempt of a turn: the user's messages persisted, `turn_started`, the configured
+//! steps, and how the attempt ends (completed, aborted, failed, or retried after overflow
+//! recovery compacted the history).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use mull_core::{
+    ChatErrorClassification, CompactionReason, ErrorStage, Event, HookName, Role, TurnStatus,
+    UIMessage, UIPart, Usage,
+};
+use serde_json::Value;
+
+use super::failure::fail;
+use super::recovery::{closed, repair_transcript};
+use super::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
+use crate::error::{ChatError, EngineError};
+use crate::hooks::context::{ChatErrorContext, ChatResponseResult};
+use crate::hooks::{panic_text, record_hook_failure};
+use crate::session::{Inner, OutcomeStatus};
+
+/// Appends the incoming messages (and, for a submission, marks it applied). A failure here is
+/// stage `persist`.
+pub(super) async fn persist_messages(
+    inner: &Arc<Inner>,
+    spec: &TurnSpec,
+) -> Result<Option<Ended>, EngineError> {
+    if spec.messages.is_empty() {
+        return Ok(None);
+    }
+    let problem = spec.messages.iter().enumerate().find_map(|(i, m)| {
+        m.id.trim()
+            .is_empty()
+            .then(|| format!("message {i} has an empty id; messages are stored by id"))
+    });
+    let stored = match problem {
+        Some(problem) => Err(problem),
+        None => persist_events(inner, spec).map_err(|e| e.to_string()),
+    };
+    match stored {
+        Ok(()) => Ok(None),
+        Err(message) => {
+            let error = ChatError {
+                request_id: Some(spec.request_id.clone()),
+                ..ChatError::new(
+                    ErrorStage::Persist,
+                    format!("saving the user's messages failed: {message}"),
+                )
+            };
+            let shown = fail(inner, None, error, false).await;
+            Ok(Some(Ended {
+                outcome: outcome(spec, OutcomeStatus::Error, Some(shown), None),
+                response: None,
+            }))
+        }
+    }
+}
+
+pub(super) fn persist_events(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<(), EngineError> {
+    inner.recorder.append(
+        None,
+        Event::UserMessagesSaved {
+            request_id: Some(spec.request_id.clone()),
+            messages: spec.messages.clone(),
+        },
+    )?;
+    if let Some(submission_id) = &spec.submission_id {
+        inner.recorder.append(
+            None,
+            Event::SubmissionApplied {
+                submission_id: submission_id.clone(),
+                request_id: spec.request_id.clone(),
+            },
+        )?;
+    }
+    // The turn's start is the barrier that makes these durable, before any model call.
+    Ok(())
+}
+
+pub(super) async fn run_attempt(
+    inner: &Arc<Inner>,
+    spec: &TurnSpec,
+    attempt: u32,
+) -> Result<Attempt, EngineError> {
+    if attempt == 0 {
+        if let Err(error) = repair_transcript(inner, spec).await? {
+            let shown = fail(inner, None, error, true).await;
+            return Ok(Attempt::Done(Box::new(Ended {
+                outcome: outcome(spec, OutcomeStatus::Error, Some(shown), None),
+                response: None,
+            })));
+        }
+    }
+    let turn_id = inner.options.ids.next_id("turn");
+    let message_id = inner.options.ids.next_id("msg");
+    inner.recorder.append(
+        Some(&turn_id),
+        Event::TurnStarted {
+            request_id: spec.request_id.clone(),
+            message_id: message_id.clone(),
+            entry: spec.entry,
+            continuation: spec.continuation,
+            attempt,
+            body: spec.body.clone(),
+        },
+    )?;
+    inner.recorder.flush().await?;
+    let mut run = TurnRun {
+        inner,
+        spec,
+        turn_id,
+        message_id,
+        steps: Vec::new(),
+        usage: Usage::default(),
+        tool_context: Value::Null,
+    };
+    if spec.signal.is_cancelled() {
+        return run
+            .finish(TurnStatus::Aborted, None)
+            .await
+            .map(|e| Attempt::Done(Box::new(e)));
+    }
+    let resolved = match run.configure().await? {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            return run
+                .fail_setup(error)
+                .await
+                .map(|e| Attempt::Done(Box::new(e)))
+        }
+    };
+    let ended = match resolved.total_timeout {
+        Some(limit) => match tokio::time::timeout(limit, run.run_steps(&resolved)).await {
+            Ok(ended) => ended?,
+            Err(_) => StepsEnd::Failed(ChatError::new(
+                ErrorStage::Stream,
+                format!("the turn timed out after {} ms", limit.as_millis()),
+            )),
+        },
+        None => run.run_steps(&resolved).await?,
+    };
+    match ended {
+        StepsEnd::Completed => run
+            .finish(TurnStatus::Completed, None)
+            .await
+            .map(|e| Attempt::Done(Box::new(e))),
+        StepsEnd::Aborted => run
+            .finish(TurnStatus::Aborted, None)
+            .await
+            .map(|e| Attempt::Done(Box::new(e))),
+        StepsEnd::Failed(error) => run.stream_failed(error, attempt).await,
+    }
+}
+
+impl TurnRun<'_> {
+    pub(super) async fn fail_setup(&mut self, error: ChatError) -> Result<Ended, EngineError> {
+        self.append(Event::TurnFinished {
+            request_id: self.spec.request_id.clone(),
+            status: TurnStatus::Error,
+            error: Some(error.message.clone()),
+            steps: 0,
+            usage: Usage::default(),
+        })?;
+        self.inner.recorder.flush().await?;
+        let shown = fail(self.inner, self.tid(), error, true).await;
+        Ok(Ended {
+            outcome: outcome(self.spec, OutcomeStatus::Error, Some(shown), None),
+            response: None,
+        })
+    }
+
+    /// Persists the assistant message (when it has parts), ends the turn, and reports a
+    /// failure when there was one.
+    pub(super) async fn finish(
+        &mut self,
+        status: TurnStatus,
+        error: Option<ChatError>,
+    ) -> Result<Ended, EngineError> {
+        let draft = self.inner.recorder.read(|s| {
+            s.draft
+                .clone()
+                .filter(|d| d.id == self.message_id)
+                .map(closed)
+        });
+        let mut message = draft.unwrap_or_else(|| UIMessage {
+            id: self.message_id.clone(),
+            role: Role::Assistant,
+            metadata: None,
+            parts: Vec::new(),
+        });
+        // Step boundaries alone are not content: an empty stream persists nothing.
+        if message.parts.iter().all(|p| matches!(p, UIPart::StepStart)) {
+            message.parts.clear();
+        }
+        let persisted = !message.parts.is_empty();
+        if persisted {
+            self.append(Event::AssistantMessageSaved {
+                request_id: self.spec.request_id.clone(),
+                message: message.clone(),
+            })?;
+        }
+        self.append(Event::TurnFinished {
+            request_id: self.spec.request_id.clone(),
+            status,
+            error: error.as_ref().map(|e| e.message.clone()),
+            steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
+            usage: self.usage.clone(),
+        })?;
+        self.inner.recorder.flush().await?;
+        let original_error = error.as_ref().map(|e| e.message.clone());
+        let shown = match error {
+            Some(error) => Some(fail(self.inner, self.tid(), error, true).await),
+            None => None,
+        };
+        let response = ChatResponseResult {
+            message: message.clone(),
+            request_id: self.spec.request_id.clone(),
+            continuation: self.spec.continuation,
+            status,
+            error: original_error,
+        };
+        Ok(Ended {
+            outcome: outcome(
+                self.spec,
+                status.into(),
+                shown,
+                persisted.then_some(message),
+            ),
+            response: Some(response),
+        })
+    }
+
+    /// A stream-stage failure: overflow recovery when it applies, else the usual ending.
+    pub(super) async fn stream_failed(
+        &mut self,
+        error: ChatError,
+        attempt: u32,
+    ) -> Result<Attempt, EngineError> {
+        let overflow = self.inner.config.overflow();
+        if !overflow.reactive {
+            return self
+                .finish(TurnStatus::Error, Some(error))
+                .await
+                .map(|e| Attempt::Done(Box::new(e)));
+        }
+        let ctx = ChatErrorContext {
+            request_id: Some(self.spec.request_id.clone()),
+            stage: ErrorStage::Stream,
+            messages_persisted: true,
+            classification: None,
+        };
+        let agent = Arc::clone(&self.inner.agent);
+        let classification = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+            agent.classify_chat_error(&error, &ctx)
+        })) {
+            Ok(c) => c,
+            Err(panic) => {
+                record_hook_failure(
+                    self.inner,
+                    self.tid(),
+                    HookName::ClassifyChatError,
+                    panic_text(&panic),
+                    true,
+                    false,
+                );
+                None
+            }
+        };
+        if classification != Some(ChatErrorClassification::ContextOverflow) {
+            return self
+                .finish(TurnStatus::Error, Some(error))
+                .await
+                .map(|e| Attempt::Done(Box::new(e)));
+        }
+        // The partial of an overflowed attempt is discarded: the retry starts afresh.
+        self.append(Event::TurnFinished {
+            request_id: self.spec.request_id.clone(),
+            status: TurnStatus::Error,
+            error: Some(error.message.clone()),
+            steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
+            usage: self.usage.clone(),
+        })?;
+        self.inner.recorder.flush().await?;
+        if !self.spec.signal.is_cancelled()
+            && attempt < overflow.max_retries
+            && self.compact(attempt + 1).await?
+        {
+            return Ok(Attempt::Retry);
+        }
+        let error = ChatError {
+            classification: Some(ChatErrorClassification::ContextOverflow),
+            ..error
+        };
+        let shown = fail(self.inner, self.tid(), error, true).await;
+        Ok(Attempt::Done(Box::new(Ended {
+            outcome: outcome(self.spec, OutcomeStatus::Error, Some(shown), None),
+            response: None,
+        })))
+    }
+
+    /// Runs the compaction callback; returns whether the history got shorter.
+    pub(super) async fn compact(&mut self, attempt: u32) -> Result<bool, EngineError> {
+        crate::memory::compaction::apply(
+            self.inner,
+            self.tid(),
+            CompactionReason::Reactive,
+            attempt,
+        )
+        .await
+    }
+}

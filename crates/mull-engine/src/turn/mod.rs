@@ -1,0 +1,297 @@
+//! One turn, in the seed's order, for every entry path:
+//!
+//! ```text
+//! (queue) → user_messages_saved → transcript repair → turn_started (flushed) → assemble context
+//!   → before_turn → turn_configured
+//!   → per step: step_started → before_step → step_configured → model call (retries)
+//!       → each part: chunk event → client → on_chunk
+//!       → each tool call: validate → before_tool_call → tool_decided (flushed) → execute /
+//!         block / substitute → tool_call_finished → after_tool_call → tool-result chunk
+//!     → step_finished → on_step_finish → stop conditions → (barrier before the next step)
+//!   → assistant_message_saved → turn_finished (flushed) → [turn_failed → on_chat_error]
+//! (lock released to on_chat_response) → on_chat_response → (next queued turn)
+//! ```
+//!
+//! Every fact is appended through the session's recorder, which keeps the projection current;
+//! the turn reads the draft message and the conversation from that projection.
+
+mod assemble;
+mod attempt;
+mod failure;
+mod recovery;
+mod step;
+mod tool_call;
+
+use std::sync::Arc;
+
+use mull_core::{
+    DecisionAction, EntryPath, ErrorStage, Event, FinishReason, HookName, ModelError, ModelMessage,
+    Source, StepRecord, StreamPart, ToolCallRecord, ToolResultRecord, ToolSpec, UIMessage, Usage,
+};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::error::{ChatError, EngineError};
+use crate::hooks::context::ChatResponseResult;
+use crate::hooks::observe;
+use crate::session::{Inner, OutcomeStatus, TurnOutcome, TurnScope, TURN_SCOPE};
+use crate::tool::{ToolExecution, ToolSet};
+
+use attempt::{persist_messages, run_attempt};
+pub(crate) use failure::fail;
+pub(crate) use recovery::finish_interrupted;
+
+/// The text a repaired tool call shows.
+pub const INTERRUPTED_TOOL_CALL: &str =
+    "The tool call was interrupted before a result was recorded.";
+
+/// Longest text or tool output (in bytes) kept whole in older messages given to the model.
+pub const CONTEXT_TRUNCATE_CHARS: usize = 8_000;
+
+/// How many of the last messages are never truncated.
+pub const CONTEXT_KEEP_LAST: usize = 4;
+
+/// Everything an entry path hands to the loop.
+pub(crate) struct TurnSpec {
+    pub entry: EntryPath,
+    pub request_id: String,
+    pub continuation: bool,
+    pub body: Value,
+    /// Messages to persist before the turn (none for continuations).
+    pub messages: Vec<UIMessage>,
+    pub signal: CancellationToken,
+    /// Where a `chat` call reads its parts.
+    pub client: Option<mpsc::UnboundedSender<StreamPart>>,
+    pub submission_id: Option<String>,
+    pub client_tools: Vec<ToolSpec>,
+    pub caller_tools: ToolSet,
+}
+
+/// Runs an entry path's turn under the turn lock (or inline, inside `on_chat_response`).
+pub(crate) async fn run_entry(
+    inner: &Arc<Inner>,
+    spec: TurnSpec,
+    inline: bool,
+) -> Result<TurnOutcome, EngineError> {
+    let guard = if inline {
+        None
+    } else {
+        Some(inner.queue.lock().await)
+    };
+    let result = run_locked(inner, &spec).await;
+    inner.forget_request(&spec.request_id);
+    drop(guard);
+    result
+}
+
+/// How a turn ended, and what `on_chat_response` gets (None when it is not called).
+struct Ended {
+    outcome: TurnOutcome,
+    response: Option<ChatResponseResult>,
+}
+
+async fn run_locked(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<TurnOutcome, EngineError> {
+    let scope = TurnScope {
+        session_id: inner.session_id.clone(),
+        request_id: spec.request_id.clone(),
+        responding: false,
+    };
+    let ended = TURN_SCOPE
+        .scope(scope.clone(), run_attempts(inner, spec))
+        .await?;
+    inner.forget_request(&spec.request_id);
+    if let Some(response) = ended.response {
+        let responding = TurnScope {
+            responding: true,
+            ..scope
+        };
+        TURN_SCOPE
+            .scope(responding, async {
+                observe(
+                    inner,
+                    None,
+                    HookName::OnChatResponse,
+                    inner.agent.on_chat_response(&response),
+                )
+                .await
+            })
+            .await?;
+    }
+    Ok(ended.outcome)
+}
+
+async fn run_attempts(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<Ended, EngineError> {
+    if let Some(ended) = persist_messages(inner, spec).await? {
+        return Ok(ended);
+    }
+    let mut attempt = 0;
+    loop {
+        let span = tracing::info_span!(
+            "invoke_agent",
+            otel.name = %format!("invoke_agent {}", inner.agent.name()),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = %inner.agent.name(),
+            gen_ai.conversation.id = %inner.session_id,
+            mull.request_id = %spec.request_id,
+            mull.attempt = attempt,
+        );
+        match run_attempt(inner, spec, attempt).instrument(span).await? {
+            Attempt::Retry => attempt += 1,
+            Attempt::Done(ended) => return Ok(*ended),
+        }
+    }
+}
+
+fn outcome(
+    spec: &TurnSpec,
+    status: OutcomeStatus,
+    error: Option<ChatError>,
+    message: Option<UIMessage>,
+) -> TurnOutcome {
+    TurnOutcome {
+        request_id: spec.request_id.clone(),
+        status,
+        error,
+        message,
+    }
+}
+
+enum Attempt {
+    /// Overflow recovery compacted the history: run the turn again.
+    Retry,
+    Done(Box<Ended>),
+}
+
+enum StepsEnd {
+    Completed,
+    Aborted,
+    Failed(ChatError),
+}
+
+enum StepEnd {
+    Continue,
+    Stop,
+    Aborted,
+    Failed(ChatError),
+}
+
+/// What a step accumulates from the parts it shows, for its record.
+#[derive(Default)]
+struct StepParts {
+    text: String,
+    reasoning: Vec<(String, String)>,
+    sources: Vec<Source>,
+    files: Vec<(String, String)>,
+    tool_calls: Vec<ToolCallRecord>,
+    tool_results: Vec<ToolResultRecord>,
+    finish_reason: Option<FinishReason>,
+    raw_finish_reason: Option<String>,
+    usage: Usage,
+    provider_metadata: Option<Value>,
+    waits_for_client: bool,
+}
+
+impl StepParts {
+    fn observe(&mut self, part: &StreamPart) {
+        match part {
+            StreamPart::TextDelta { text, .. } => self.text.push_str(text),
+            StreamPart::ReasoningStart { id } => self.reasoning.push((id.clone(), String::new())),
+            StreamPart::ReasoningDelta { id, text } => {
+                match self.reasoning.iter_mut().rev().find(|(b, _)| b == id) {
+                    Some((_, t)) => t.push_str(text),
+                    None => self.reasoning.push((id.clone(), text.clone())),
+                }
+            }
+            StreamPart::Source { source } => self.sources.push(source.clone()),
+            StreamPart::File { media_type, data } => {
+                self.files.push((media_type.clone(), data.clone()))
+            }
+            StreamPart::Finish {
+                finish_reason,
+                raw_finish_reason,
+                usage,
+                provider_metadata,
+            } => {
+                self.finish_reason = Some(*finish_reason);
+                self.raw_finish_reason = raw_finish_reason.clone();
+                self.usage = usage.clone();
+                self.provider_metadata = provider_metadata.clone();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What a tool call did to the step.
+enum ToolEnd {
+    Done,
+    Aborted,
+}
+
+/// The state of one turn attempt.
+struct TurnRun<'a> {
+    inner: &'a Arc<Inner>,
+    spec: &'a TurnSpec,
+    turn_id: String,
+    message_id: String,
+    steps: Vec<StepRecord>,
+    usage: Usage,
+    tool_context: Value,
+}
+
+impl TurnRun<'_> {
+    fn tid(&self) -> Option<&str> {
+        Some(&self.turn_id)
+    }
+
+    fn append(&self, event: Event) -> Result<(), EngineError> {
+        self.inner.recorder.append(self.tid(), event).map(|_| ())
+    }
+
+    fn error(&self, stage: ErrorStage, message: impl Into<String>) -> ChatError {
+        ChatError {
+            request_id: Some(self.spec.request_id.clone()),
+            ..ChatError::new(stage, message)
+        }
+    }
+}
+
+type ExecutionRef = ToolExecution;
+
+enum Executed {
+    Done(Result<Value, String>),
+    Aborted,
+}
+
+/// A tool call as the step hands it over.
+struct PendingCall<'a> {
+    step: u32,
+    call_id: String,
+    tool_name: String,
+    input_text: String,
+    active: Option<&'a [String]>,
+    messages: &'a [ModelMessage],
+}
+
+/// A tool call's outcome, ready to record.
+struct Outcome<'a> {
+    step: u32,
+    call_id: &'a str,
+    tool_name: &'a str,
+    model_input: &'a Value,
+    effective_input: &'a Value,
+    decision: DecisionAction,
+    messages: &'a [ModelMessage],
+    result: Result<Value, String>,
+    duration_ms: u64,
+    run_hook: bool,
+}
+
+enum Next {
+    Part(StreamPart),
+    End,
+    Stalled,
+    Failed(ModelError),
+}

@@ -1,0 +1,463 @@
+//! The steps of a turn: `before_step`, the model call with its retries and stall watchdog,
+//! each part logged, sent and observed, the step record and `on_step_finish`, stop conditions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use mull_core::{
+    to_model_messages, ErrorStage, Event, HookName, LanguageModel, ModelMessage, ModelRequest,
+    ModelStream, RequestSummary, StepRecord, StreamPart, UIMessage, UIPart,
+};
+use serde_json::json;
+use tracing::Instrument;
+
+use super::assemble::resolve_model;
+use super::{Next, PendingCall, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
+use crate::config::{ResolvedTurn, StepConfig};
+use crate::error::{ChatError, EngineError};
+use crate::extension;
+use crate::hooks::context::{ChunkContext, PrepareStepContext, StepContext};
+use crate::hooks::{guard_hook, observe};
+use crate::transform::apply_all;
+
+impl TurnRun<'_> {
+    pub(super) async fn run_steps(
+        &mut self,
+        resolved: &ResolvedTurn,
+    ) -> Result<StepsEnd, EngineError> {
+        let mut resolved = std::borrow::Cow::Borrowed(resolved);
+        let overridden = resolved
+            .overrides
+            .iter()
+            .any(|o| o == "messages" || o.ends_with(":messages"));
+        let mut compactions = 0;
+        let mut step = 0;
+        loop {
+            let span = tracing::info_span!(
+                "chat",
+                otel.name = tracing::field::Empty,
+                gen_ai.operation.name = "chat",
+                gen_ai.provider.name = tracing::field::Empty,
+                gen_ai.request.model = tracing::field::Empty,
+                gen_ai.conversation.id = %self.inner.session_id,
+                gen_ai.response.finish_reasons = tracing::field::Empty,
+                gen_ai.usage.input_tokens = tracing::field::Empty,
+                gen_ai.usage.output_tokens = tracing::field::Empty,
+                gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+                mull.step = step,
+            );
+            match self
+                .run_step(&resolved, step, &span)
+                .instrument(span.clone())
+                .await?
+            {
+                StepEnd::Continue => {
+                    // The finished step is durable before the model is called again.
+                    self.inner.recorder.flush().await?;
+                    step += 1;
+                    let last = self.steps.last();
+                    let tid = Some(self.turn_id.as_str());
+                    let guarded = crate::memory::compaction::proactive(
+                        self.inner,
+                        tid,
+                        last,
+                        &mut compactions,
+                        overridden,
+                    )
+                    .await?;
+                    if let Some(messages) = guarded {
+                        resolved.to_mut().messages = messages;
+                    }
+                }
+                StepEnd::Stop => return Ok(StepsEnd::Completed),
+                StepEnd::Aborted => return Ok(StepsEnd::Aborted),
+                StepEnd::Failed(error) => return Ok(StepsEnd::Failed(error)),
+            }
+        }
+    }
+
+    pub(super) async fn run_step(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        span: &tracing::Span,
+    ) -> Result<StepEnd, EngineError> {
+        if self.spec.signal.is_cancelled() {
+            return Ok(StepEnd::Aborted);
+        }
+        self.append(Event::StepStarted { step })?;
+        let mut messages = resolved.messages.clone();
+        let so_far = self.inner.recorder.read(|s| {
+            s.draft
+                .as_ref()
+                .filter(|d| d.id == self.message_id)
+                .map(|d| to_model_messages(std::slice::from_ref(d)))
+                .unwrap_or_default()
+        });
+        messages.extend(so_far);
+        let prepare = PrepareStepContext {
+            steps: self.steps.clone(),
+            step_number: step,
+            model: Arc::clone(&resolved.model),
+            messages: messages.clone(),
+            context: self.tool_context.clone(),
+        };
+        let config = match guard_hook(
+            self.inner,
+            self.tid(),
+            HookName::BeforeStep,
+            self.inner.agent.before_step(&prepare),
+        )
+        .await?
+        {
+            Ok(config) => config.unwrap_or_default(),
+            Err(text) => {
+                return Ok(StepEnd::Failed(
+                    self.error(ErrorStage::Stream, format!("before_step failed: {text}")),
+                ))
+            }
+        };
+        let step_model = match resolve_model(self.inner, config.model.as_ref()) {
+            Ok(model) => model.unwrap_or_else(|| Arc::clone(&resolved.model)),
+            Err(message) => return Ok(StepEnd::Failed(self.error(ErrorStage::Stream, message))),
+        };
+        let overrides = step_overrides(&config);
+        let StepConfig {
+            tool_choice,
+            active_tools,
+            system,
+            messages: step_messages,
+            context,
+            provider_options,
+            ..
+        } = config;
+        if let Some(context) = context {
+            self.tool_context = context;
+        }
+        let active_tools = active_tools.or_else(|| resolved.active_tools.clone());
+        let tool_choice = tool_choice.unwrap_or_else(|| resolved.tool_choice.clone());
+        let system = system.unwrap_or_else(|| resolved.system.clone());
+        let messages = step_messages.unwrap_or(messages);
+        let mut settings = resolved.settings.clone();
+        if provider_options.is_some() {
+            settings.provider_options = provider_options;
+        }
+        let request = ModelRequest {
+            system: (!system.is_empty()).then_some(system),
+            messages: messages.clone(),
+            tools: resolved.tools.specs(active_tools.as_deref()),
+            tool_choice,
+            settings,
+            output_schema: resolved.output.clone(),
+        };
+        // Summarised (and hashed) before the call starts: a step cut short is identified too.
+        let summary = RequestSummary::of(&request);
+        self.append(Event::StepConfigured {
+            step,
+            model_id: step_model.model_id().to_owned(),
+            active_tools: active_tools.clone(),
+            tool_choice: request.tool_choice.clone(),
+            system: request.system.clone(),
+            message_count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
+            overrides,
+            request_hash: Some(summary.hash.clone()),
+        })?;
+        span.record(
+            "otel.name",
+            tracing::field::display(format!("chat {}", step_model.model_id())),
+        );
+        span.record("gen_ai.provider.name", step_model.provider());
+        span.record("gen_ai.request.model", step_model.model_id());
+
+        let mut stream = match self
+            .open_stream(resolved, step, &step_model, &request)
+            .await?
+        {
+            Ok(stream) => stream,
+            Err(end) => return Ok(end),
+        };
+        let mut parts = StepParts::default();
+        let stall = Duration::from_millis(resolved.stall_timeout_ms);
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = self.spec.signal.cancelled() => return Ok(StepEnd::Aborted),
+                next = next_part(&mut stream, stall) => next,
+            };
+            let part = match next {
+                Next::End => break,
+                Next::Stalled => {
+                    return Ok(StepEnd::Failed(self.error(
+                        ErrorStage::Stream,
+                        format!(
+                            "the model stream stalled: no part for {} ms",
+                            resolved.stall_timeout_ms
+                        ),
+                    )))
+                }
+                Next::Failed(e) => {
+                    return Ok(StepEnd::Failed(ChatError {
+                        model_error: Some(e.clone()),
+                        ..self.error(ErrorStage::Stream, e.message)
+                    }))
+                }
+                Next::Part(part) => part,
+            };
+            match &part {
+                StreamPart::Error { message } => {
+                    let message = message.clone();
+                    self.emit(resolved, step, part, &mut parts).await?;
+                    return Ok(StepEnd::Failed(self.error(ErrorStage::Stream, message)));
+                }
+                StreamPart::ToolCall {
+                    call_id,
+                    tool_name,
+                    input,
+                } => {
+                    let (call_id, tool_name, input) =
+                        (call_id.clone(), tool_name.clone(), input.clone());
+                    self.emit(resolved, step, part, &mut parts).await?;
+                    let call = PendingCall {
+                        step,
+                        call_id,
+                        tool_name,
+                        input_text: input,
+                        active: active_tools.as_deref(),
+                        messages: &messages,
+                    };
+                    if let ToolEnd::Aborted = self.tool_call(resolved, call, &mut parts).await? {
+                        return Ok(StepEnd::Aborted);
+                    }
+                }
+                _ => self.emit(resolved, step, part, &mut parts).await?,
+            }
+        }
+
+        let record = StepRecord {
+            step,
+            model_id: step_model.model_id().to_owned(),
+            text: parts.text.clone(),
+            reasoning_text: (!parts.reasoning.is_empty()).then(|| {
+                parts
+                    .reasoning
+                    .iter()
+                    .map(|(_, t)| t.as_str())
+                    .collect::<String>()
+            }),
+            sources: parts.sources.clone(),
+            files: parts.files.clone(),
+            tool_calls: parts.tool_calls.clone(),
+            tool_results: parts.tool_results.clone(),
+            finish_reason: parts.finish_reason.unwrap_or_default(),
+            raw_finish_reason: parts.raw_finish_reason.clone(),
+            usage: parts.usage.clone(),
+            warnings: Vec::new(),
+            request: summary.to_value(),
+            response: json!({
+                "provider": step_model.provider(),
+                "model_id": step_model.model_id(),
+            }),
+            provider_metadata: parts.provider_metadata.clone(),
+        };
+        span.record(
+            "gen_ai.response.finish_reasons",
+            record.finish_reason.as_str(),
+        );
+        if let Some(n) = record.usage.input_tokens {
+            span.record("gen_ai.usage.input_tokens", n);
+        }
+        if let Some(n) = record.usage.output_tokens {
+            span.record("gen_ai.usage.output_tokens", n);
+        }
+        if let Some(n) = record.usage.cached_input_tokens {
+            span.record("gen_ai.usage.cache_read.input_tokens", n);
+        }
+        // Not a barrier of its own: the step becomes durable before the next step starts, or
+        // with the turn's end.
+        // The log hands the event back: its record is reused, not copied before the append.
+        let appended = self.inner.recorder.append(
+            self.tid(),
+            Event::StepFinished {
+                record: Box::new(record),
+            },
+        )?;
+        let Event::StepFinished { record } = appended.event else {
+            unreachable!("the log returns the step_finished event it was given")
+        };
+        self.usage.add(&record.usage);
+        let response_messages = self.inner.recorder.read(|s| {
+            s.draft
+                .as_ref()
+                .filter(|d| d.id == self.message_id)
+                .map(last_step_messages)
+                .unwrap_or_default()
+        });
+        let ctx = StepContext {
+            step_number: step,
+            reasoning: parts.reasoning.iter().map(|(_, t)| t.clone()).collect(),
+            record: *record,
+            response_messages,
+        };
+        let observed = match observe(
+            self.inner,
+            self.tid(),
+            HookName::OnStepFinish,
+            self.inner.agent.on_step_finish(&ctx),
+        )
+        .await
+        {
+            Ok(()) => extension::on_step_finish(self.inner, self.tid(), &ctx).await,
+            Err(e) => Err(e),
+        };
+        let last_step = parts.waits_for_client || ctx.record.tool_calls.is_empty();
+        // The hooks have seen the record; the turn keeps it (not a copy) for its result.
+        self.steps.push(ctx.record);
+        observed?;
+        if last_step {
+            return Ok(StepEnd::Stop);
+        }
+        if resolved.stop_when.iter().any(|c| c.matches(&self.steps)) {
+            return Ok(StepEnd::Stop);
+        }
+        Ok(StepEnd::Continue)
+    }
+
+    /// Starts the model call, retrying retryable errors (each retry a `model_retried` event).
+    pub(super) async fn open_stream(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        model: &Arc<dyn LanguageModel>,
+        request: &ModelRequest,
+    ) -> Result<Result<ModelStream, StepEnd>, EngineError> {
+        let mut retries = 0u32;
+        loop {
+            let call = tokio::select! {
+                biased;
+                _ = self.spec.signal.cancelled() => return Ok(Err(StepEnd::Aborted)),
+                call = model.stream(request.clone()) => call,
+            };
+            match call {
+                Ok(stream) => return Ok(Ok(stream)),
+                Err(e) if e.is_retryable() && retries < resolved.max_retries => {
+                    let delay = e.retry_after.unwrap_or_else(|| {
+                        self.inner.options.retry_base_delay * 2u32.saturating_pow(retries)
+                    });
+                    retries += 1;
+                    self.append(Event::ModelRetried {
+                        step,
+                        attempt: retries,
+                        error: e.message.clone(),
+                        delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    })?;
+                    tokio::select! {
+                        biased;
+                        _ = self.spec.signal.cancelled() => return Ok(Err(StepEnd::Aborted)),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+                Err(e) => {
+                    return Ok(Err(StepEnd::Failed(ChatError {
+                        model_error: Some(e.clone()),
+                        ..self.error(ErrorStage::Stream, e.message)
+                    })))
+                }
+            }
+        }
+    }
+
+    /// One part: transformed, logged, sent to the client, observed by `on_chunk`.
+    pub(super) async fn emit(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        part: StreamPart,
+        parts: &mut StepParts,
+    ) -> Result<(), EngineError> {
+        let (shown, original) = apply_all(&resolved.transforms, part);
+        let appended = self.inner.recorder.append(
+            self.tid(),
+            Event::Chunk {
+                step,
+                part: shown,
+                original: original.map(Box::new),
+            },
+        )?;
+        // The log hands the event back: its part is reused, not copied before the append.
+        let Event::Chunk { part: shown, .. } = appended.event else {
+            unreachable!("the log returns the chunk event it was given")
+        };
+        parts.observe(&shown);
+        if let Some(client) = &self.spec.client {
+            if resolved.send_reasoning || !shown.is_reasoning() {
+                // A client that went away stops listening; the turn goes on and is logged.
+                let _ = client.send(shown.clone());
+            }
+        }
+        let ctx = ChunkContext {
+            chunk: shown,
+            step_number: step,
+            request_id: self.spec.request_id.clone(),
+        };
+        observe(
+            self.inner,
+            self.tid(),
+            HookName::OnChunk,
+            self.inner.agent.on_chunk(&ctx),
+        )
+        .await?;
+        extension::on_chunk(self.inner, self.tid(), &ctx).await?;
+        Ok(())
+    }
+}
+
+/// The next part of the stream, or `Stalled` when the watchdog (if on) fires first.
+async fn next_part(stream: &mut ModelStream, stall: Duration) -> Next {
+    let next = if stall.is_zero() {
+        stream.next().await
+    } else {
+        match tokio::time::timeout(stall, stream.next()).await {
+            Ok(next) => next,
+            Err(_) => return Next::Stalled,
+        }
+    };
+    match next {
+        None => Next::End,
+        Some(Ok(part)) => Next::Part(part),
+        Some(Err(e)) => Next::Failed(e),
+    }
+}
+
+fn step_overrides(config: &StepConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    let fields: [(&str, bool); 7] = [
+        ("model", config.model.is_some()),
+        ("tool_choice", config.tool_choice.is_some()),
+        ("active_tools", config.active_tools.is_some()),
+        ("system", config.system.is_some()),
+        ("messages", config.messages.is_some()),
+        ("context", config.context.is_some()),
+        ("provider_options", config.provider_options.is_some()),
+    ];
+    for (name, set) in fields {
+        if set {
+            out.push(name.to_owned());
+        }
+    }
+    out
+}
+
+/// The model messages of the draft's last step.
+fn last_step_messages(draft: &UIMessage) -> Vec<ModelMessage> {
+    let start = draft
+        .parts
+        .iter()
+        .rposition(|p| matches!(p, UIPart::StepStart))
+        .unwrap_or(0);
+    let last = UIMessage {
+        parts: draft.parts[start..].to_vec(),
+        ..draft.clone()
+    };
+    to_model_messages(std::slice::from_ref(&last))
+}

@@ -1,0 +1,414 @@
+//! One tool call: validated, decided by `before_tool_call` (the decision flushed before
+//! anything it allows), executed or skipped, its outcome recorded and observed.
+
+use std::panic::AssertUnwindSafe;
+
+use futures::{FutureExt, StreamExt};
+use mull_core::{DecisionAction, Event, HookName, StreamPart, ToolCallRecord, ToolResultRecord};
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::{Executed, ExecutionRef, Outcome, PendingCall, StepParts, ToolEnd, TurnRun};
+use crate::config::ResolvedTurn;
+use crate::error::EngineError;
+use crate::extension;
+use crate::hooks::context::{ToolCallContext, ToolCallDecision, ToolCallResultContext};
+use crate::hooks::{guard_hook, observe, panic_text};
+use crate::tool::{validate_input, ToolEntry, ToolExecution, ToolOutput};
+
+impl TurnRun<'_> {
+    /// Handles one tool call: validate, decide, record the decision (flushed), execute or
+    /// skip, record the outcome, `after_tool_call`, then the result chunk.
+    pub(super) async fn tool_call(
+        &mut self,
+        resolved: &ResolvedTurn,
+        call: PendingCall<'_>,
+        parts: &mut StepParts,
+    ) -> Result<ToolEnd, EngineError> {
+        let PendingCall {
+            step,
+            call_id,
+            tool_name,
+            input_text,
+            active,
+            messages,
+        } = call;
+        let parsed: Result<Value, String> = serde_json::from_str(&input_text)
+            .map_err(|e| format!("Invalid JSON input for tool {tool_name:?}: {e}"));
+        let model_input = parsed
+            .clone()
+            .unwrap_or_else(|_| Value::String(input_text.clone()));
+        parts.tool_calls.push(ToolCallRecord {
+            call_id: call_id.clone(),
+            tool_name: tool_name.clone(),
+            input: model_input.clone(),
+            dynamic: false,
+        });
+        let available = active.is_none_or(|a| a.iter().any(|n| n == &tool_name));
+        let entry = resolved
+            .tools
+            .get(&tool_name)
+            .filter(|_| available)
+            .cloned();
+        let is_client = matches!(entry, Some(ToolEntry::Client(_)));
+        self.append(Event::ToolCallStarted {
+            step,
+            call_id: call_id.clone(),
+            tool: tool_name.clone(),
+            input: model_input.clone(),
+            client: is_client,
+        })?;
+        let tool = match entry {
+            Some(ToolEntry::Client(_)) => {
+                parts.waits_for_client = true;
+                return Ok(ToolEnd::Done);
+            }
+            Some(ToolEntry::Server(tool)) => Some(tool),
+            None => None,
+        };
+        let checked = match &tool {
+            None => Err(format!(
+                "Model tried to call unavailable tool {tool_name:?}."
+            )),
+            Some(tool) => parsed.and_then(|v| validate_input(&tool_name, &tool.input_schema(), &v)),
+        };
+        let exec_span = tracing::info_span!(
+            "execute_tool",
+            otel.name = %format!("execute_tool {tool_name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %tool_name,
+            gen_ai.tool.call.id = %call_id,
+            gen_ai.tool.call.arguments = tracing::field::Empty,
+            gen_ai.tool.call.result = tracing::field::Empty,
+        );
+        if self.inner.options.capture_content {
+            exec_span.record(
+                "gen_ai.tool.call.arguments",
+                tracing::field::display(&model_input),
+            );
+        }
+        let tool = match (tool, checked) {
+            (Some(tool), Ok(())) => tool,
+            (_, Err(reason)) => {
+                self.append(Event::ToolDecided {
+                    step,
+                    call_id: call_id.clone(),
+                    tool: tool_name.clone(),
+                    action: DecisionAction::Invalid,
+                    model_input: model_input.clone(),
+                    effective_input: model_input.clone(),
+                    reason: Some(reason.clone()),
+                    output: None,
+                })?;
+                self.inner.recorder.flush().await?;
+                self.record_outcome(
+                    resolved,
+                    Outcome {
+                        step,
+                        call_id: &call_id,
+                        tool_name: &tool_name,
+                        model_input: &model_input,
+                        effective_input: &model_input,
+                        decision: DecisionAction::Invalid,
+                        messages,
+                        result: Err(reason),
+                        duration_ms: 0,
+                        run_hook: false,
+                    },
+                    parts,
+                )
+                .await?;
+                return Ok(ToolEnd::Done);
+            }
+            (None, Ok(())) => return Ok(ToolEnd::Done),
+        };
+        let ctx = ToolCallContext {
+            tool_call_id: call_id.clone(),
+            tool_name: tool_name.clone(),
+            input: model_input.clone(),
+            dynamic: false,
+            provider_metadata: None,
+            step_number: step,
+            messages: messages.to_vec(),
+            abort: self.spec.signal.clone(),
+        };
+        let decided = guard_hook(
+            self.inner,
+            self.tid(),
+            HookName::BeforeToolCall,
+            self.inner.agent.before_tool_call(&ctx),
+        )
+        .await?;
+        extension::before_tool_call(self.inner, self.tid(), &ctx).await?;
+        let (action, effective_input, reason, skip_output) = match decided {
+            Ok(None | Some(ToolCallDecision::Allow)) => {
+                (DecisionAction::Allow, model_input.clone(), None, None)
+            }
+            Ok(Some(ToolCallDecision::AllowWithInput(input))) => {
+                (DecisionAction::Rewrite, input, None, None)
+            }
+            Ok(Some(ToolCallDecision::Block { reason })) => {
+                let text = reason.unwrap_or_else(|| {
+                    format!("Tool \"{tool_name}\" was blocked by beforeToolCall.")
+                });
+                (
+                    DecisionAction::Block,
+                    model_input.clone(),
+                    Some(text.clone()),
+                    Some(Value::String(text)),
+                )
+            }
+            Ok(Some(ToolCallDecision::Substitute { output, input })) => (
+                DecisionAction::Substitute,
+                input.unwrap_or_else(|| model_input.clone()),
+                None,
+                Some(output),
+            ),
+            Err(text) => (
+                DecisionAction::HookFailed,
+                model_input.clone(),
+                Some(format!("before_tool_call failed: {text}")),
+                None,
+            ),
+        };
+        self.append(Event::ToolDecided {
+            step,
+            call_id: call_id.clone(),
+            tool: tool_name.clone(),
+            action,
+            model_input: model_input.clone(),
+            effective_input: effective_input.clone(),
+            reason: reason.clone(),
+            output: skip_output.clone(),
+        })?;
+        // The decision is durable before anything it allows can happen.
+        self.inner.recorder.flush().await?;
+
+        let (result, duration_ms) = match action {
+            DecisionAction::Allow | DecisionAction::Rewrite => {
+                let execution = ToolExecution {
+                    call_id: call_id.clone(),
+                    tool_name: tool_name.clone(),
+                    step_number: step,
+                    messages: messages.to_vec(),
+                    context: self.tool_context.clone(),
+                    cancel: self.spec.signal.clone(),
+                };
+                let started = self.inner.recorder.clock().now();
+                let run = self
+                    .execute(
+                        resolved,
+                        step,
+                        &*tool,
+                        effective_input.clone(),
+                        &execution,
+                        parts,
+                    )
+                    .instrument(exec_span.clone())
+                    .await?;
+                let elapsed = self.inner.recorder.clock().now() - started;
+                let duration_ms = u64::try_from(elapsed.num_milliseconds()).unwrap_or(0);
+                match run {
+                    Executed::Done(result) => (result, duration_ms),
+                    Executed::Aborted => {
+                        self.append(Event::ToolCallFinished {
+                            step,
+                            call_id: call_id.clone(),
+                            tool: tool_name.clone(),
+                            success: false,
+                            output: None,
+                            error: Some("The tool call was aborted.".to_owned()),
+                            duration_ms,
+                        })?;
+                        return Ok(ToolEnd::Aborted);
+                    }
+                }
+            }
+            DecisionAction::Block | DecisionAction::Substitute => {
+                let output = skip_output.unwrap_or(Value::Null);
+                if tool.is_streaming() {
+                    // A streaming tool commits to a stream before the decision is known, so a
+                    // skipped call still surfaces its one value as a preliminary result.
+                    self.emit(
+                        resolved,
+                        step,
+                        StreamPart::ToolResult {
+                            call_id: call_id.clone(),
+                            tool_name: tool_name.clone(),
+                            output: output.clone(),
+                            preliminary: true,
+                        },
+                        parts,
+                    )
+                    .await?;
+                }
+                (Ok(output), 0)
+            }
+            DecisionAction::HookFailed | DecisionAction::Invalid => {
+                (Err(reason.clone().unwrap_or_default()), 0)
+            }
+        };
+        if self.inner.options.capture_content {
+            if let Ok(output) = &result {
+                exec_span.record("gen_ai.tool.call.result", tracing::field::display(output));
+            }
+        }
+        self.record_outcome(
+            resolved,
+            Outcome {
+                step,
+                call_id: &call_id,
+                tool_name: &tool_name,
+                model_input: &model_input,
+                effective_input: &effective_input,
+                decision: action,
+                messages,
+                result,
+                duration_ms,
+                run_hook: true,
+            },
+            parts,
+        )
+        .await?;
+        Ok(ToolEnd::Done)
+    }
+
+    /// Runs execute (scalar or streaming), catching panics; preliminary values become chunks.
+    pub(super) async fn execute(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        tool: &dyn crate::tool::Tool,
+        input: Value,
+        execution: &ExecutionRef,
+        parts: &mut StepParts,
+    ) -> Result<Executed, EngineError> {
+        let started = AssertUnwindSafe(tool.execute(input, execution)).catch_unwind();
+        let output = tokio::select! {
+            biased;
+            _ = self.spec.signal.cancelled() => return Ok(Executed::Aborted),
+            output = started => output,
+        };
+        let output = match output {
+            Ok(Ok(output)) => output,
+            Ok(Err(e)) => return Ok(Executed::Done(Err(e.to_string()))),
+            Err(panic) => {
+                return Ok(Executed::Done(Err(format!(
+                    "the tool panicked: {}",
+                    panic_text(&panic)
+                ))))
+            }
+        };
+        let mut stream = match output {
+            ToolOutput::Value(value) => return Ok(Executed::Done(Ok(value))),
+            ToolOutput::Stream(stream) => stream,
+        };
+        let mut last = None;
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = self.spec.signal.cancelled() => return Ok(Executed::Aborted),
+                item = AssertUnwindSafe(stream.next()).catch_unwind() => item,
+            };
+            match item {
+                Ok(None) => break,
+                Ok(Some(Ok(value))) => {
+                    self.emit(
+                        resolved,
+                        step,
+                        StreamPart::ToolResult {
+                            call_id: execution.call_id.clone(),
+                            tool_name: execution.tool_name.clone(),
+                            output: value.clone(),
+                            preliminary: true,
+                        },
+                        parts,
+                    )
+                    .await?;
+                    last = Some(value);
+                }
+                Ok(Some(Err(e))) => return Ok(Executed::Done(Err(e.to_string()))),
+                Err(panic) => {
+                    return Ok(Executed::Done(Err(format!(
+                        "the tool panicked: {}",
+                        panic_text(&panic)
+                    ))))
+                }
+            }
+        }
+        Ok(Executed::Done(last.ok_or_else(|| {
+            format!(
+                "streaming tool {:?} ended without producing an output",
+                execution.tool_name
+            )
+        })))
+    }
+
+    /// Records a call's outcome: `tool_call_finished`, `after_tool_call`, the result chunk.
+    pub(super) async fn record_outcome(
+        &mut self,
+        resolved: &ResolvedTurn,
+        outcome: Outcome<'_>,
+        parts: &mut StepParts,
+    ) -> Result<(), EngineError> {
+        let (success, output, error) = match &outcome.result {
+            Ok(v) => (true, Some(v.clone()), None),
+            Err(e) => (false, None, Some(e.clone())),
+        };
+        self.append(Event::ToolCallFinished {
+            step: outcome.step,
+            call_id: outcome.call_id.to_owned(),
+            tool: outcome.tool_name.to_owned(),
+            success,
+            output: output.clone(),
+            error: error.clone(),
+            duration_ms: outcome.duration_ms,
+        })?;
+        parts.tool_results.push(ToolResultRecord {
+            call_id: outcome.call_id.to_owned(),
+            tool_name: outcome.tool_name.to_owned(),
+            input: outcome.effective_input.clone(),
+            success,
+            output: output.clone(),
+            error: error.clone(),
+        });
+        if outcome.run_hook {
+            let ctx = ToolCallResultContext {
+                tool_call_id: outcome.call_id.to_owned(),
+                tool_name: outcome.tool_name.to_owned(),
+                input: outcome.model_input.clone(),
+                effective_input: outcome.effective_input.clone(),
+                decision: outcome.decision,
+                dynamic: false,
+                step_number: outcome.step,
+                messages: outcome.messages.to_vec(),
+                duration_ms: outcome.duration_ms,
+                success,
+                output: output.clone(),
+                error: error.clone(),
+            };
+            observe(
+                self.inner,
+                self.tid(),
+                HookName::AfterToolCall,
+                self.inner.agent.after_tool_call(&ctx),
+            )
+            .await?;
+            extension::after_tool_call(self.inner, self.tid(), &ctx).await?;
+        }
+        let part = match outcome.result {
+            Ok(output) => StreamPart::ToolResult {
+                call_id: outcome.call_id.to_owned(),
+                tool_name: outcome.tool_name.to_owned(),
+                output,
+                preliminary: false,
+            },
+            Err(error) => StreamPart::ToolError {
+                call_id: outcome.call_id.to_owned(),
+                tool_name: outcome.tool_name.to_owned(),
+                error,
+            },
+        };
+        self.emit(resolved, outcome.step, part, parts).await
+    }
+}
