@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_broadcast::Receiver;
 use mull_core::{Clock, Envelope, Event, EventRef};
-use mull_store::{Appended, Log, SessionState};
+use mull_store::{Appended, EventLog, SessionState};
 
 use crate::broadcast::Broadcast;
 use crate::error::EngineError;
 
 /// Appends events for one session and keeps its projection current.
 pub(crate) struct Recorder {
-    log: Log,
+    log: Arc<dyn EventLog>,
     session_id: String,
     clock: Arc<dyn Clock>,
     state: Mutex<SessionState>,
@@ -22,7 +22,7 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     pub fn new(
-        log: Log,
+        log: Arc<dyn EventLog>,
         session_id: String,
         clock: Arc<dyn Clock>,
         state: SessionState,
@@ -78,7 +78,10 @@ impl Recorder {
 
     /// Waits until every event appended so far is committed.
     pub async fn flush(&self) -> Result<(), EngineError> {
-        self.log.flush().await.map_err(|e| self.store_error(e))
+        self.log
+            .flush(&self.session_id)
+            .await
+            .map_err(|e| self.store_error(e))
     }
 
     /// Reads the session state.
@@ -92,8 +95,8 @@ impl Recorder {
     }
 
     /// The log.
-    pub fn log(&self) -> &Log {
-        &self.log
+    pub fn log(&self) -> &dyn EventLog {
+        &*self.log
     }
 
     /// The clock events are stamped with.

@@ -74,6 +74,35 @@ pub enum StoreError {
         line: u64,
         message: String,
     },
+    /// Another node took the session over (its lease has a newer epoch): the events appended
+    /// here under the old epoch were refused, in the transaction that tried to write them.
+    #[error("session {session_id}: fenced: written under lease epoch {epoch}, but {owner} holds epoch {current} now; the events were not written")]
+    Fenced {
+        session_id: String,
+        epoch: i64,
+        current: i64,
+        owner: String,
+    },
+    /// Another node holds the session's lease and it has not expired.
+    #[error("session {session_id}: held by node {owner} (lease epoch {epoch}) for {expires_in_ms} ms more")]
+    LeaseHeld {
+        session_id: String,
+        owner: String,
+        epoch: i64,
+        expires_in_ms: i64,
+    },
+    /// An append at a seq the session already has: another writer appended there.
+    #[error("session {session_id}: seq {seq} is already in the log (another writer appended it)")]
+    Conflict { session_id: String, seq: u64 },
+    /// An event of a session this log handle has not opened for writing.
+    #[error("session {session_id}: not open for writing on this log (open the session first)")]
+    NotOpen { session_id: String },
+    /// A PostgreSQL database with tables of some other program in it and no mull schema.
+    #[error("{database}: a PostgreSQL database of another program ({tables} table(s), none of them mull's); give mull a database of its own")]
+    ForeignDatabase { database: String, tables: i64 },
+    /// A database server refused or failed an operation; `context` says which, on which database.
+    #[error("{context}: {message}")]
+    Server { context: String, message: String },
     /// Writing an export failed.
     #[error("writing the export: {0}")]
     Export(#[source] std::io::Error),

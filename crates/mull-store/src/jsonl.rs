@@ -54,14 +54,36 @@ pub fn export_jsonl(
 }
 
 fn write_line(line: &mut Vec<u8>, row: &RawRow<'_>) -> std::io::Result<()> {
-    write!(line, "{{\"seq\":{},\"session_id\":", row.seq)?;
-    serde_json::to_writer(&mut *line, row.session_id)?;
+    write_envelope_line(
+        line,
+        row.seq,
+        row.session_id,
+        row.turn_id,
+        row.at,
+        row.v,
+        row.payload,
+    )
+}
+
+/// Appends one JSONL line (with its newline) for an event stored as `payload`: the one line
+/// format of every backend's export.
+pub fn write_envelope_line(
+    line: &mut Vec<u8>,
+    seq: u64,
+    session_id: &str,
+    turn_id: Option<&str>,
+    at: chrono::DateTime<chrono::Utc>,
+    v: u16,
+    payload: &str,
+) -> std::io::Result<()> {
+    write!(line, "{{\"seq\":{seq},\"session_id\":")?;
+    serde_json::to_writer(&mut *line, session_id)?;
     line.extend_from_slice(b",\"turn_id\":");
-    serde_json::to_writer(&mut *line, &row.turn_id)?;
+    serde_json::to_writer(&mut *line, &turn_id)?;
     line.extend_from_slice(b",\"at\":");
-    serde_json::to_writer(&mut *line, &timestamp::format(row.at))?;
-    write!(line, ",\"v\":{},\"event\":", row.v)?;
-    line.extend_from_slice(row.payload.as_bytes());
+    serde_json::to_writer(&mut *line, &timestamp::format(at))?;
+    write!(line, ",\"v\":{v},\"event\":")?;
+    line.extend_from_slice(payload.as_bytes());
     line.extend_from_slice(b"}\n");
     Ok(())
 }

@@ -78,6 +78,7 @@
 //! transaction (all of it or nothing), holding one batch of rows in memory at a time; appends
 //! wait until it is done.
 
+pub mod backend;
 pub mod decode;
 pub mod diff;
 pub mod error;
@@ -93,6 +94,7 @@ pub mod timestamp;
 pub mod tool_usage;
 pub mod writer;
 
+pub use backend::{EventLog, LogFuture};
 pub use error::StoreError;
 pub use jsonl::{export_jsonl, import_jsonl};
 pub use overview::{SessionOverview, SessionOverviews, StatusMix};

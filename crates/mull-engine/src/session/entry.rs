@@ -211,7 +211,8 @@ impl Session {
             .inner
             .recorder
             .log()
-            .with_reader(|r| r.turn_events(&self.inner.session_id, &turn_id))
+            .turn_events(&self.inner.session_id, turn_id.as_ref())
+            .await
             .map_err(store_err)?;
         Ok(events
             .into_iter()

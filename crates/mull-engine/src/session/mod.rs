@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_broadcast::Receiver;
 use mull_core::{EntryPath, Envelope, Event, UIMessage};
-use mull_store::{Log, SessionState};
+use mull_store::{EventLog, Log, SessionState};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -117,20 +117,27 @@ impl Session {
         agent: Arc<dyn Agent>,
         options: SessionOptions,
     ) -> Result<Session, EngineError> {
+        Session::open_on(Arc::new(log.clone()), agent, options).await
+    }
+
+    /// [`Session::open`] on any backend of the log (SQLite's [`Log`], or another
+    /// [`EventLog`] such as the PostgreSQL log): the backend takes the session for writing
+    /// (PostgreSQL: its lease) and rebuilds its state, then the session opens as on SQLite.
+    pub async fn open_on(
+        log: Arc<dyn EventLog>,
+        agent: Arc<dyn Agent>,
+        options: SessionOptions,
+    ) -> Result<Session, EngineError> {
         let store_err = |source| EngineError::Store {
             session_id: options.session_id.clone(),
             source,
         };
-        log.flush().await.map_err(store_err)?;
-        // A new session is looked up on the write connection and needs no read at all.
-        let state = if log.has_session(&options.session_id).map_err(store_err)? {
-            log.with_reader(|r| r.load_session(&options.session_id))
-                .map_err(store_err)?
-        } else {
-            SessionState::new(options.session_id.clone())
-        };
+        let state = log
+            .open_session(&options.session_id)
+            .await
+            .map_err(store_err)?;
         let recorder = Recorder::new(
-            log.clone(),
+            log,
             options.session_id.clone(),
             Arc::clone(&options.clock),
             state,

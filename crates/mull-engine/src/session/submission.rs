@@ -220,11 +220,12 @@ impl Session {
             session_id: self.inner.session_id.clone(),
             source,
         };
-        let reader = self.inner.recorder.log().reader().map_err(store_err)?;
+        let log = self.inner.recorder.log();
         let mut after = 0;
         loop {
-            let page = reader
+            let page = log
                 .session_page(&self.inner.session_id, after, 1000)
+                .await
                 .map_err(store_err)?;
             let Some(last) = page.last() else {
                 return Ok(Value::Null);

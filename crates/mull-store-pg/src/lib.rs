@@ -1,0 +1,39 @@
+//! mull's event log on PostgreSQL, for running `mull serve` on several nodes over one database.
+//!
+//! The SQLite log (`mull-store`) stays the default: one file, one writer process. This crate
+//! stores the same events — same payload encoding, same decoder, same projection — in a
+//! PostgreSQL database, where any number of nodes write, each session by one node at a time:
+//!
+//! - [`PgLog`] is one node's writer. It implements [`mull_store::EventLog`], the interface the
+//!   engine drives a session through, with a lease per session and every event stamped with the
+//!   lease's epoch, so a node that lost a session can never write to it again (see [`log`]).
+//! - [`Reads`] reads the whole log or one session on any node, for streaming a session another
+//!   node owns, export and stats.
+//! - [`testing`] starts a throwaway server for tests and benches.
+//!
+//! # Storage
+//! Table `mull_events(session_id, seq, turn_id, at, v, kind, payload, epoch)`, primary key
+//! `(session_id, seq)`: a session's seqs start at 1 and are contiguous, and an append at a seq
+//! the session already has fails with `unique_violation` ([`mull_store::StoreError::Conflict`]).
+//! Table `mull_leases(session_id, owner, epoch, expires_at)`: who writes a session. The
+//! schema is versioned in `mull_meta`; see [`schema`].
+//!
+//! # What a crash or partition can lose
+//! A killed node loses what it had queued but not committed: at most one batch of chunks per
+//! session (the last few milliseconds of a stream), exactly as a killed SQLite writer; every
+//! barrier it passed is in the database. Its sessions wait for their leases to expire (the
+//! lease's time to live) and are then taken over by the next node that opens them, which
+//! recovers their open turns as a restart would. A node cut off from the database or paused
+//! past its lease loses nothing already committed; its later writes are refused by the epoch,
+//! and its turns fail with [`mull_store::StoreError::Fenced`]. Durability of a commit is
+//! PostgreSQL's (`synchronous_commit`, replication), not mull's.
+
+pub mod error;
+pub mod log;
+pub mod read;
+pub mod schema;
+pub mod testing;
+
+pub use error::is_postgres_url;
+pub use log::{PgLog, PgOptions};
+pub use read::Reads;

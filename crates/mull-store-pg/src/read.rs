@@ -1,0 +1,393 @@
+//! Reading the PostgreSQL log, and the lease rows: one connection, requests pipelined.
+//!
+//! Every read is one statement, so it sees one consistent snapshot. Rows decode exactly as in
+//! the SQLite log (same payload encoding, same decoder).
+
+use std::io::Write;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use mull_core::Envelope;
+use mull_store::{timestamp, SessionState, SessionSummary, StoreError};
+use tokio_postgres::{Client, Config, Row};
+
+use crate::error::{connect, parse, server_error, Target};
+use crate::schema;
+
+/// The columns every event read selects, in [`envelope`]'s order.
+const COLUMNS: &str = "seq, session_id, turn_id, at, v, payload";
+
+/// How many rows a long read takes per statement.
+const PAGE: i64 = 4096;
+
+/// Reads of one PostgreSQL log (and the lease changes a writer makes next to them).
+pub struct Reads {
+    client: Client,
+    target: Target,
+}
+
+impl std::fmt::Debug for Reads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reads")
+            .field("database", &self.target.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lease found taken over: (the epoch it was held at, the current epoch, the current owner).
+pub(crate) type Lost = (String, (i64, i64, String));
+
+impl Reads {
+    pub(crate) async fn connect(config: &Config, target: &Target) -> Result<Reads, StoreError> {
+        Ok(Reads {
+            client: connect(config, target).await?,
+            target: target.clone(),
+        })
+    }
+
+    /// Opens the log at `url` for reading only: checks it is a mull database of this schema and
+    /// changes nothing.
+    pub async fn open(url: &str) -> Result<Reads, StoreError> {
+        let (config, target) = parse(url)?;
+        let reads = Reads::connect(&config, &target).await?;
+        schema::check_readable(&reads.client, &target).await?;
+        Ok(reads)
+    }
+
+    fn ctx(&self, what: &str) -> String {
+        format!("{}: {what}", self.target)
+    }
+
+    async fn envelopes(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        what: &str,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let rows = self
+            .client
+            .query(sql, params)
+            .await
+            .map_err(server_error(self.ctx(what)))?;
+        rows.iter().map(envelope).collect()
+    }
+
+    /// Rebuilds a session's state by folding all its events; also gives its last seq.
+    pub async fn load_session(&self, session_id: &str) -> Result<(SessionState, u64), StoreError> {
+        let mut state = SessionState::new(session_id);
+        let mut after = 0u64;
+        loop {
+            let page = self.session_page(session_id, after, PAGE as usize).await?;
+            for env in &page {
+                state.apply(env);
+            }
+            match page.last() {
+                Some(last) if page.len() == PAGE as usize => after = last.seq,
+                Some(last) => return Ok((state, last.seq)),
+                None => return Ok((state, after)),
+            }
+        }
+    }
+
+    /// Up to `limit` events of a session after `after_seq`, in seq order: what a node that
+    /// does not own the session streams from.
+    pub async fn session_page(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let after = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.envelopes(
+            &format!(
+                "SELECT {COLUMNS} FROM mull_events WHERE session_id = $1 AND seq > $2 \
+                 ORDER BY seq LIMIT $3"
+            ),
+            &[&session_id, &after, &limit],
+            "reading a session",
+        )
+        .await
+    }
+
+    /// The events of one turn of a session, in order.
+    pub async fn turn_events(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.envelopes(
+            &format!(
+                "SELECT {COLUMNS} FROM mull_events WHERE session_id = $1 AND turn_id = $2 \
+                 ORDER BY seq"
+            ),
+            &[&session_id, &turn_id],
+            "reading a turn",
+        )
+        .await
+    }
+
+    /// The last seq of a session (0 for none).
+    pub async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT coalesce(max(seq), 0) FROM mull_events WHERE session_id = $1",
+                &[&session_id],
+            )
+            .await
+            .map_err(server_error(self.ctx("reading a session's last seq")))?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// Every session, oldest first.
+    pub async fn sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT session_id, min(seq), max(seq), min(at), max(at),
+                        count(*) FILTER (WHERE kind = 'turn_started')
+                 FROM mull_events GROUP BY session_id ORDER BY min(at), session_id",
+                &[],
+            )
+            .await
+            .map_err(server_error(self.ctx("listing sessions")))?;
+        rows.iter()
+            .map(|r| {
+                let first_seq = r.get::<_, i64>(1) as u64;
+                let last_seq = r.get::<_, i64>(2) as u64;
+                Ok(SessionSummary {
+                    session_id: r.get(0),
+                    first_seq,
+                    last_seq,
+                    first_at: stored_at(first_seq, r.get(3))?,
+                    last_at: stored_at(last_seq, r.get(4))?,
+                    turns: r.get::<_, i64>(5).max(0) as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// How many events the log holds.
+    pub async fn count(&self) -> Result<u64, StoreError> {
+        let row = self
+            .client
+            .query_one("SELECT count(*) FROM mull_events", &[])
+            .await
+            .map_err(server_error(self.ctx("counting events")))?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// Writes the log (or one session of it) as JSONL, one envelope per line in the SQLite
+    /// log's line format, sessions one after another; returns the number of lines.
+    pub async fn export_jsonl(
+        &self,
+        session: Option<&str>,
+        mut out: impl Write,
+    ) -> Result<u64, StoreError> {
+        let sessions = match session {
+            Some(s) => vec![s.to_owned()],
+            None => self
+                .sessions()
+                .await?
+                .into_iter()
+                .map(|s| s.session_id)
+                .collect(),
+        };
+        let mut total = 0;
+        let mut line = Vec::with_capacity(512);
+        for session_id in sessions {
+            let mut after = 0;
+            loop {
+                let rows = self
+                    .client
+                    .query(
+                        "SELECT seq, turn_id, at, v, payload FROM mull_events \
+                         WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                        &[&session_id, &after, &PAGE],
+                    )
+                    .await
+                    .map_err(server_error(self.ctx("exporting")))?;
+                for r in &rows {
+                    let seq: i64 = r.get(0);
+                    after = seq;
+                    let at: i64 = r.get(2);
+                    let at = stored_at(seq as u64, at)?;
+                    line.clear();
+                    mull_store::jsonl::write_envelope_line(
+                        &mut line,
+                        seq as u64,
+                        &session_id,
+                        r.get(1),
+                        at,
+                        r.get::<_, i16>(3) as u16,
+                        r.get(4),
+                    )
+                    .map_err(StoreError::Export)?;
+                    out.write_all(&line).map_err(StoreError::Export)?;
+                    total += 1;
+                }
+                if (rows.len() as i64) < PAGE {
+                    break;
+                }
+            }
+        }
+        out.flush().map_err(StoreError::Export)?;
+        Ok(total)
+    }
+
+    /// Takes a session's lease for `owner` when it is free, expired or `owner`'s own; the
+    /// epoch goes up by one. Otherwise says who holds it.
+    pub(crate) async fn take_lease(
+        &self,
+        session_id: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<i64, StoreError> {
+        let ttl = ttl.as_secs_f64();
+        let taken = self
+            .client
+            .query_opt(
+                "INSERT INTO mull_leases AS l (session_id, owner, epoch, expires_at)
+                 VALUES ($1, $2, 1, now() + make_interval(secs => $3))
+                 ON CONFLICT (session_id) DO UPDATE
+                     SET owner = EXCLUDED.owner, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
+                     WHERE l.expires_at <= now() OR l.owner = EXCLUDED.owner
+                 RETURNING epoch",
+                &[&session_id, &owner, &ttl],
+            )
+            .await
+            .map_err(server_error(self.ctx(&format!("taking the lease of session {session_id}"))))?;
+        if let Some(row) = taken {
+            return Ok(row.get(0));
+        }
+        let row = self
+            .client
+            .query_one(
+                "SELECT owner, epoch, (extract(epoch FROM expires_at - now()) * 1000)::int8
+                 FROM mull_leases WHERE session_id = $1",
+                &[&session_id],
+            )
+            .await
+            .map_err(server_error(
+                self.ctx(&format!("reading the lease of session {session_id}")),
+            ))?;
+        Err(StoreError::LeaseHeld {
+            session_id: session_id.to_owned(),
+            owner: row.get(0),
+            epoch: row.get(1),
+            expires_in_ms: row.get::<_, i64>(2).max(0),
+        })
+    }
+
+    /// Extends `owner`'s leases; returns the ones found taken over.
+    pub(crate) async fn renew_leases(
+        &self,
+        held: &[(String, i64)],
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Vec<Lost>, StoreError> {
+        let sessions: Vec<&str> = held.iter().map(|(s, _)| s.as_str()).collect();
+        let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
+        let ttl = ttl.as_secs_f64();
+        let rows = self
+            .client
+            .query(
+                "UPDATE mull_leases l SET expires_at = now() + make_interval(secs => $4)
+                 FROM unnest($1::text[], $2::int8[]) AS u(session_id, epoch)
+                 WHERE l.session_id = u.session_id AND l.epoch = u.epoch AND l.owner = $3
+                 RETURNING l.session_id",
+                &[&sessions, &epochs, &owner, &ttl],
+            )
+            .await
+            .map_err(server_error(self.ctx("renewing leases")))?;
+        let renewed: std::collections::HashSet<&str> = rows.iter().map(|r| r.get(0)).collect();
+        let mut lost = Vec::new();
+        for (session, epoch) in held {
+            if renewed.contains(session.as_str()) {
+                continue;
+            }
+            let now = self
+                .client
+                .query_opt(
+                    "SELECT epoch, owner FROM mull_leases WHERE session_id = $1",
+                    &[session],
+                )
+                .await
+                .map_err(server_error(self.ctx("reading a lost lease")))?;
+            let (current, by) = now.map_or((-1, "nobody".to_owned()), |r| (r.get(0), r.get(1)));
+            lost.push((session.clone(), (*epoch, current, by)));
+        }
+        Ok(lost)
+    }
+
+    /// Gives a lease back: it expires now, so any node may take the session at once.
+    pub(crate) async fn release_lease(
+        &self,
+        session_id: &str,
+        epoch: i64,
+    ) -> Result<(), StoreError> {
+        self.client
+            .execute(
+                "UPDATE mull_leases SET expires_at = now() WHERE session_id = $1 AND epoch = $2",
+                &[&session_id, &epoch],
+            )
+            .await
+            .map_err(server_error(
+                self.ctx(&format!("releasing the lease of session {session_id}")),
+            ))?;
+        Ok(())
+    }
+
+    /// Who holds a session's lease: (owner, epoch, whether it is still live).
+    pub async fn lease(&self, session_id: &str) -> Result<Option<(String, i64, bool)>, StoreError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT owner, epoch, expires_at > now() FROM mull_leases WHERE session_id = $1",
+                &[&session_id],
+            )
+            .await
+            .map_err(server_error(self.ctx("reading a lease")))?;
+        Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+    }
+
+    /// The epoch each event of a session was written under, in seq order.
+    pub async fn epochs(&self, session_id: &str) -> Result<Vec<(u64, i64)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT seq, epoch FROM mull_events WHERE session_id = $1 ORDER BY seq",
+                &[&session_id],
+            )
+            .await
+            .map_err(server_error(self.ctx("reading epochs")))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get(1)))
+            .collect())
+    }
+}
+
+fn stored_at(seq: u64, micros: i64) -> Result<DateTime<Utc>, StoreError> {
+    timestamp::from_stored(micros).ok_or_else(|| StoreError::BadTimestamp {
+        seq,
+        text: micros.to_string(),
+    })
+}
+
+/// One row of [`COLUMNS`] as an envelope.
+fn envelope(r: &Row) -> Result<Envelope, StoreError> {
+    let seq = r.get::<_, i64>(0) as u64;
+    let v = r.get::<_, i16>(4) as u16;
+    let payload: &str = r.get(5);
+    Ok(Envelope {
+        seq,
+        session_id: r.get(1),
+        turn_id: r.get(2),
+        at: stored_at(seq, r.get(3))?,
+        v,
+        event: mull_store::decode::decode(v, payload)
+            .map_err(|source| StoreError::Decode { seq, source })?,
+    })
+}

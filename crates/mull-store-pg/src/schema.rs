@@ -1,0 +1,179 @@
+//! The database: how a mull database is recognised and migrated.
+//!
+//! A mull database has a table `mull_meta` holding `application = mull` and the schema version.
+//! Migrations run in one transaction under an advisory lock, so nodes starting together migrate
+//! once. A database with other programs' tables and no `mull_meta`, and a schema newer than this
+//! build, are refused with an error naming the database, before anything is changed in it.
+
+use mull_store::StoreError;
+use tokio_postgres::{Client, GenericClient};
+
+use crate::error::{server_error, Target};
+
+/// The advisory lock key migrations hold: the bytes `MULL`.
+const MIGRATION_LOCK: i64 = 0x4D55_4C4C;
+
+/// Schema migrations in order; migration `i` moves the version from `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: events keyed by session and seq — the key is the optimistic-concurrency check, an
+    // append at a seq the session has fails with unique_violation — each stamped with the
+    // lease epoch it was written under; one lease row per session (owner, epoch, expiry).
+    // `at` is microseconds since the Unix epoch and `payload` exactly `Event::encode`, as in
+    // the SQLite log.
+    "CREATE TABLE mull_events (
+         session_id text     NOT NULL,
+         seq        bigint   NOT NULL,
+         turn_id    text,
+         at         bigint   NOT NULL,
+         v          smallint NOT NULL,
+         kind       text     NOT NULL,
+         payload    text     NOT NULL,
+         epoch      bigint   NOT NULL,
+         PRIMARY KEY (session_id, seq)
+     );
+     CREATE TABLE mull_leases (
+         session_id text        PRIMARY KEY,
+         owner      text        NOT NULL,
+         epoch      bigint      NOT NULL,
+         expires_at timestamptz NOT NULL
+     );",
+];
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// What the database says about itself.
+struct Identity {
+    /// `None`: no `mull_meta` table.
+    version: Option<i64>,
+    application: Option<String>,
+    tables: i64,
+}
+
+async fn identify(client: &impl GenericClient, target: &Target) -> Result<Identity, StoreError> {
+    let ctx = || format!("{target}: reading the schema");
+    let row = client
+        .query_one(
+            "SELECT count(*), bool_or(table_name = 'mull_meta')
+             FROM information_schema.tables WHERE table_schema = current_schema()",
+            &[],
+        )
+        .await
+        .map_err(server_error(ctx()))?;
+    let tables: i64 = row.get(0);
+    let has_meta: Option<bool> = row.get(1);
+    if has_meta != Some(true) {
+        return Ok(Identity {
+            version: None,
+            application: None,
+            tables,
+        });
+    }
+    let rows = client
+        .query("SELECT key, value FROM mull_meta", &[])
+        .await
+        .map_err(server_error(ctx()))?;
+    let mut id = Identity {
+        version: None,
+        application: None,
+        tables,
+    };
+    for row in rows {
+        let key: &str = row.get(0);
+        let value: String = row.get(1);
+        match key {
+            "application" => id.application = Some(value),
+            "schema_version" => id.version = value.parse().ok(),
+            _ => {}
+        }
+    }
+    Ok(id)
+}
+
+/// Refuses databases that are not mull's, and schemas newer than this build.
+fn check(id: &Identity, target: &Target) -> Result<(), StoreError> {
+    let foreign = match (&id.application, id.version) {
+        (None, None) => id.tables > 0,
+        (Some(app), Some(_)) => app != "mull",
+        _ => true,
+    };
+    if foreign {
+        return Err(StoreError::ForeignDatabase {
+            database: target.to_string(),
+            tables: id.tables,
+        });
+    }
+    match id.version {
+        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+            path: target.to_string().into(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks the database and runs pending migrations (a writer's open).
+pub(crate) async fn migrate(client: &mut Client, target: &Target) -> Result<(), StoreError> {
+    let id = identify(client, target).await?;
+    check(&id, target)?;
+    if id.version == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
+    let ctx = |what: &str| format!("{target}: {what}");
+    let tx = client
+        .transaction()
+        .await
+        .map_err(server_error(ctx("starting the migration")))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(server_error(ctx("locking for the migration")))?;
+    // Another node may have migrated while we waited for the lock.
+    let id = identify(&tx, target).await?;
+    check(&id, target)?;
+    let mut version = match id.version {
+        Some(v) => v,
+        None => {
+            tx.batch_execute(
+                "CREATE TABLE mull_meta (key text PRIMARY KEY, value text NOT NULL);
+                 INSERT INTO mull_meta VALUES ('application', 'mull'), ('schema_version', '0');",
+            )
+            .await
+            .map_err(server_error(ctx("creating mull_meta")))?;
+            0
+        }
+    };
+    while version < SCHEMA_VERSION {
+        let sql = MIGRATIONS[version as usize];
+        tx.batch_execute(sql)
+            .await
+            .map_err(server_error(ctx(&format!("migration {}", version + 1))))?;
+        version += 1;
+    }
+    tx.execute(
+        "UPDATE mull_meta SET value = $1 WHERE key = 'schema_version'",
+        &[&version.to_string()],
+    )
+    .await
+    .map_err(server_error(ctx("recording the schema version")))?;
+    tx.commit()
+        .await
+        .map_err(server_error(ctx("committing the migration")))
+}
+
+/// Checks the database is a mull database this build reads (a reader's open: changes nothing).
+pub(crate) async fn check_readable(client: &Client, target: &Target) -> Result<(), StoreError> {
+    let id = identify(client, target).await?;
+    check(&id, target)?;
+    match id.version {
+        None => Err(StoreError::Missing {
+            path: target.to_string().into(),
+        }),
+        Some(found) if found < SCHEMA_VERSION => Err(StoreError::OlderSchema {
+            path: target.to_string().into(),
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Some(_) => Ok(()),
+    }
+}

@@ -1,0 +1,334 @@
+//! The PostgreSQL log against a real server (started by the test harness): appends and reads,
+//! group commit, leases and the fencing epoch, conflicts, and bad input.
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use mull_core::{Event, StreamPart};
+use mull_store::{EventLog, StoreError};
+use mull_store_pg::testing::TestPg;
+use mull_store_pg::{PgLog, PgOptions, Reads};
+use serde_json::json;
+
+fn at(micros: i64) -> chrono::DateTime<Utc> {
+    Utc.timestamp_micros(1_700_000_000_000_000 + micros)
+        .unwrap()
+}
+
+fn opened() -> Event {
+    Event::SessionOpened {
+        agent: "test".into(),
+        metadata: json!({}),
+    }
+}
+
+fn delta(text: &str) -> Event {
+    Event::Chunk {
+        step: 0,
+        part: StreamPart::TextDelta {
+            id: "t".into(),
+            text: text.into(),
+        },
+        original: None,
+    }
+}
+
+/// Runs SQL on the database at `url`, for setting up a case the log itself never makes.
+async fn sql(url: &str, statement: &str) {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client.batch_execute(statement).await.unwrap();
+}
+
+async fn node(url: &str, name: &str) -> PgLog {
+    PgLog::connect(url, PgOptions::new(name)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appended_events_read_back_with_their_seqs_and_epoch() {
+    let Some(pg) = TestPg::start("appended_events_read_back_with_their_seqs_and_epoch") else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    let state = a.open_session("s1").await.unwrap();
+    assert!(state.messages.is_empty());
+    let first = a.append_event("s1", None, at(0), opened()).unwrap();
+    let second = a
+        .append_event("s1", Some("turn_1"), at(1), delta("hi"))
+        .unwrap();
+    assert_eq!((first.seq, second.seq), (1, 2));
+    EventLog::flush(&a, "s1").await.unwrap();
+
+    let reads = Reads::open(&url).await.unwrap();
+    let events = reads.session_page("s1", 0, 10).await.unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].event, opened());
+    assert_eq!(events[1].turn_id.as_deref(), Some("turn_1"));
+    assert_eq!(events[1].at, at(1));
+    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1), (2, 1)]);
+    assert_eq!(reads.turn_events("s1", "turn_1").await.unwrap().len(), 1);
+    let sessions = reads.sessions().await.unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!((sessions[0].first_seq, sessions[0].last_seq), (1, 2));
+
+    let mut jsonl = Vec::new();
+    assert_eq!(reads.export_jsonl(None, &mut jsonl).await.unwrap(), 2);
+    let text = String::from_utf8(jsonl).unwrap();
+    assert!(
+        text.starts_with(r#"{"seq":1,"session_id":"s1","turn_id":null,"at":"2023-11-14T22:13:20.000000Z","v":1,"event":{"type":"session_opened""#),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_appends_share_a_few_transactions() {
+    let Some(pg) = TestPg::start("many_appends_share_a_few_transactions") else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    for s in ["s1", "s2"] {
+        a.open_session(s).await.unwrap();
+    }
+    for i in 0..10_000 {
+        let s = if i % 2 == 0 { "s1" } else { "s2" };
+        a.append_event(s, Some("t"), at(i), delta("x")).unwrap();
+    }
+    a.flush_all().await.unwrap();
+    // Each row's xmin is the transaction that inserted it.
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT xmin::text), max(n) FROM mull_events,
+             LATERAL (SELECT count(*) AS n FROM mull_events e2 WHERE e2.xmin = mull_events.xmin) c",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (rows, transactions, largest): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(rows, 10_000);
+    assert!(
+        (20..=60).contains(&transactions),
+        "10,000 rows in {transactions} transactions"
+    );
+    assert!(largest <= 512, "a batch of {largest} rows");
+    let reads = Reads::open(&url).await.unwrap();
+    let seqs: Vec<u64> = reads
+        .epochs("s2")
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(
+        seqs,
+        (1..=5000).collect::<Vec<_>>(),
+        "contiguous per session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lease_is_refused_and_a_taken_over_session_fences_its_old_owner() {
+    let Some(pg) = TestPg::start("a_held_lease_is_refused") else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    let b = node(&url, "b").await;
+    a.open_session("s1").await.unwrap();
+    a.append_event("s1", None, at(0), opened()).unwrap();
+    EventLog::flush(&a, "s1").await.unwrap();
+
+    let err = b.open_session("s1").await.unwrap_err();
+    match &err {
+        StoreError::LeaseHeld { owner, epoch, .. } => {
+            assert_eq!((owner.as_str(), *epoch), ("a", 1))
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("held by node a"), "{err}");
+
+    // Node a stalls (a pause, a partition) past its lease: as if it had stopped renewing.
+    sql(
+        &url,
+        "UPDATE mull_leases SET expires_at = now() - interval '1 second'",
+    )
+    .await;
+    let state = b.open_session("s1").await.unwrap();
+    assert_eq!(b.epoch("s1"), Some(2));
+    assert_eq!(state.session_id, "s1");
+    b.append_event("s1", None, at(1), opened()).unwrap();
+    EventLog::flush(&b, "s1").await.unwrap();
+
+    // Node a wakes up and writes at the seq it thinks is next: refused by the epoch, in the
+    // transaction that tried it.
+    a.append_event("s1", Some("late"), at(2), delta("late"))
+        .unwrap();
+    let err = EventLog::flush(&a, "s1").await.unwrap_err();
+    match &err {
+        StoreError::Fenced {
+            epoch,
+            current,
+            owner,
+            ..
+        } => assert_eq!((*epoch, *current, owner.as_str()), (1, 2, "b")),
+        other => panic!("{other}"),
+    }
+    assert!(matches!(
+        a.append_event("s1", None, at(3), opened()),
+        Err(StoreError::Fenced { .. })
+    ));
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1), (2, 2)]);
+
+    // A session given back is free at once.
+    b.release_session("s1").await.unwrap();
+    let (owner, _, live) = reads.lease("s1").await.unwrap().unwrap();
+    assert_eq!((owner.as_str(), live), ("b", false));
+    a.open_session("s1").await.unwrap();
+    assert_eq!(a.epoch("s1"), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_renewed_while_held() {
+    let Some(pg) = TestPg::start("a_lease_is_renewed_while_held") else {
+        return;
+    };
+    let url = pg.database();
+    let mut options = PgOptions::new("a");
+    options.lease_ttl = Duration::from_millis(600);
+    let a = PgLog::connect(&url, options).await.unwrap();
+    let b = node(&url, "b").await;
+    a.open_session("s1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(matches!(
+        b.open_session("s1").await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+    drop(a);
+    // With no handle left nothing renews it: it expires after its time to live.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    b.open_session("s1").await.unwrap();
+    assert_eq!(b.epoch("s1"), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seq_written_by_another_writer_is_a_conflict() {
+    let Some(pg) = TestPg::start("a_seq_written_by_another_writer_is_a_conflict") else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    a.open_session("s1").await.unwrap();
+    // Someone wrote seq 1 under the same epoch behind the log's back.
+    sql(
+        &url,
+        "INSERT INTO mull_events VALUES ('s1', 1, NULL, 0, 1, 'session_opened', '{}', 1)",
+    )
+    .await;
+    a.append_event("s1", None, at(0), opened()).unwrap();
+    let err = EventLog::flush(&a, "s1").await.unwrap_err();
+    match &err {
+        StoreError::Conflict { session_id, seq } => {
+            assert_eq!((session_id.as_str(), *seq), ("s1", 1))
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_databases_are_refused_naming_them() {
+    let Some(pg) = TestPg::start("bad_databases_are_refused_naming_them") else {
+        return;
+    };
+    // Nothing listens on a port just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nowhere = format!("postgres://postgres:secret@127.0.0.1:{port}/mull");
+    let err = PgLog::connect(&nowhere, PgOptions::new("a"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("postgres://127.0.0.1:{port}/mull: cannot connect")),
+        "{text}"
+    );
+    assert!(!text.contains("secret"), "{text}");
+
+    let other = pg.database();
+    sql(&other, "CREATE TABLE invoices (id int)").await;
+    let err = PgLog::connect(&other, PgOptions::new("a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::ForeignDatabase { tables: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("another program"), "{err}");
+
+    let newer = pg.database();
+    node(&newer, "a").await;
+    sql(
+        &newer,
+        "UPDATE mull_meta SET value = '99' WHERE key = 'schema_version'",
+    )
+    .await;
+    let err = PgLog::connect(&newer, PgOptions::new("a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::NewerSchema {
+                found: 99,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = Reads::open(&newer).await.unwrap_err();
+    assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
+
+    let empty = pg.database();
+    assert!(matches!(
+        Reads::open(&empty).await,
+        Err(StoreError::Missing { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_connection_fails_the_flush_and_keeps_what_was_committed() {
+    let Some(pg) = TestPg::start("a_lost_connection_fails_the_flush") else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    a.open_session("s1").await.unwrap();
+    a.append_event("s1", None, at(0), opened()).unwrap();
+    EventLog::flush(&a, "s1").await.unwrap();
+    sql(
+        &url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = 'mull writer a'",
+    )
+    .await;
+    a.append_event("s1", Some("t"), at(1), delta("lost"))
+        .unwrap();
+    let err = EventLog::flush(&a, "s1").await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::WriterFailed { .. }), "{text}");
+    assert!(text.contains("committing 1 event(s)"), "{text}");
+    assert!(text.contains("/mull_test_"), "names the database: {text}");
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1)]);
+}

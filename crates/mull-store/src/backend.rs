@@ -1,0 +1,154 @@
+//! The log as the engine sees it, whatever stores it: [`EventLog`].
+//!
+//! Two implementations: [`Log`] (a SQLite file, one writer per file, the default) and the
+//! PostgreSQL log of `mull-store-pg` (several nodes, one writer per session by lease). The
+//! interface is what a session needs — take the session and read its state, append, wait for
+//! durability, read back a turn or a page of the session — and nothing a reader of the whole
+//! log needs; those read the backend they were given directly.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use mull_core::{Envelope, Event};
+
+use crate::error::StoreError;
+use crate::projection::SessionState;
+use crate::writer::{Appended, Log};
+
+/// A boxed future borrowing the log: what the interface's waiting operations return.
+pub type LogFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// What a session does with its log.
+///
+/// One writer per session is the backend's job: SQLite has one writer per file; PostgreSQL takes
+/// a lease per session in [`EventLog::open_session`] and refuses appends once another node took
+/// it over ([`StoreError::Fenced`]).
+pub trait EventLog: Send + Sync + std::fmt::Debug {
+    /// Takes `session_id` for writing and rebuilds its state from the log (a new session's state
+    /// is empty). Everything this handle appended before is committed first.
+    fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState>;
+
+    /// Appends an event of an open session: assigns its seq at once and queues it; does not wait
+    /// for the commit ([`EventLog::flush`] does).
+    fn append_event(
+        &self,
+        session_id: &str,
+        turn_id: Option<&str>,
+        at: DateTime<Utc>,
+        event: Event,
+    ) -> Result<Appended, StoreError>;
+
+    /// A barrier: resolves once every event this handle appended for `session_id` before it is
+    /// committed, or with the error that kept them out of the log.
+    fn flush<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()>;
+
+    /// The events of one turn of a session, in seq order.
+    fn turn_events<'a>(
+        &'a self,
+        session_id: &'a str,
+        turn_id: &'a str,
+    ) -> LogFuture<'a, Vec<Envelope>>;
+
+    /// Up to `limit` events of a session after `after_seq`, in seq order.
+    fn session_page<'a>(
+        &'a self,
+        session_id: &'a str,
+        after_seq: u64,
+        limit: usize,
+    ) -> LogFuture<'a, Vec<Envelope>>;
+
+    /// The session is no longer worked on here (closed or evicted): another writer may take it
+    /// at once. SQLite has nothing to give back.
+    fn release_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()> {
+        let _ = session_id;
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl EventLog for Log {
+    fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState> {
+        Box::pin(async move {
+            Log::flush(self).await?;
+            // A new session is looked up on the write connection and needs no read at all.
+            if self.has_session(session_id)? {
+                self.with_reader(|r| r.load_session(session_id))
+            } else {
+                Ok(SessionState::new(session_id))
+            }
+        })
+    }
+
+    fn append_event(
+        &self,
+        session_id: &str,
+        turn_id: Option<&str>,
+        at: DateTime<Utc>,
+        event: Event,
+    ) -> Result<Appended, StoreError> {
+        Log::append_event(self, session_id, turn_id, at, event)
+    }
+
+    fn flush<'a>(&'a self, _session_id: &'a str) -> LogFuture<'a, ()> {
+        Box::pin(Log::flush(self))
+    }
+
+    fn turn_events<'a>(
+        &'a self,
+        session_id: &'a str,
+        turn_id: &'a str,
+    ) -> LogFuture<'a, Vec<Envelope>> {
+        Box::pin(async move { self.with_reader(|r| r.turn_events(session_id, turn_id)) })
+    }
+
+    fn session_page<'a>(
+        &'a self,
+        session_id: &'a str,
+        after_seq: u64,
+        limit: usize,
+    ) -> LogFuture<'a, Vec<Envelope>> {
+        Box::pin(async move { self.with_reader(|r| r.session_page(session_id, after_seq, limit)) })
+    }
+}
+
+impl<T: EventLog + ?Sized> EventLog for Arc<T> {
+    fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState> {
+        (**self).open_session(session_id)
+    }
+
+    fn append_event(
+        &self,
+        session_id: &str,
+        turn_id: Option<&str>,
+        at: DateTime<Utc>,
+        event: Event,
+    ) -> Result<Appended, StoreError> {
+        (**self).append_event(session_id, turn_id, at, event)
+    }
+
+    fn flush<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()> {
+        (**self).flush(session_id)
+    }
+
+    fn turn_events<'a>(
+        &'a self,
+        session_id: &'a str,
+        turn_id: &'a str,
+    ) -> LogFuture<'a, Vec<Envelope>> {
+        (**self).turn_events(session_id, turn_id)
+    }
+
+    fn session_page<'a>(
+        &'a self,
+        session_id: &'a str,
+        after_seq: u64,
+        limit: usize,
+    ) -> LogFuture<'a, Vec<Envelope>> {
+        (**self).session_page(session_id, after_seq, limit)
+    }
+
+    fn release_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()> {
+        (**self).release_session(session_id)
+    }
+}
