@@ -1,10 +1,13 @@
-//! A built-in demo: a travel-desk agent on the Scripted model that plays three turns with
-//! realistic pacing — an answer with reasoning, two tools (one of them streaming its progress)
-//! in one turn, and a call its `before_tool_call` policy blocks — so a dashboard or a log
-//! reader has something real to show without an API key.
+//! A built-in demo: a travel-desk agent on the Scripted model that plays five turns paced like
+//! a real model — a moment before the first token, then words at a few tens of tokens per
+//! second, tools that take their time (one streams its progress, one is slow enough to show
+//! as a stall), a call its `before_tool_call` policy blocks, and a pause mid-answer — with the
+//! user "typing" between turns, so a dashboard has something live to show for about half a
+//! minute without an API key.
 //!
 //! With [`DemoOptions::deterministic`] the demo uses a ticking clock, counting ids and no
-//! pacing, so it writes the same log bytes every run (the `fixtures/demo.jsonl` fixture).
+//! pacing, so it writes the same log bytes every run (the `fixtures/demo.jsonl` fixture);
+//! [`DemoOptions::fast`] keeps the real clock and ids but skips the pacing.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -32,11 +35,18 @@ pub struct DemoOptions {
     pub deterministic: bool,
     /// The session the demo writes.
     pub session_id: String,
-    /// Delay between streamed parts when not deterministic.
+    /// Delay between streamed parts when paced.
     pub part_delay: Duration,
     /// A stricter tool policy over the demo agent's own (see [`crate::policy`]).
     pub policy: Option<ToolPolicy>,
+    /// No pacing (real clock and ids): the whole demo in a moment.
+    pub fast: bool,
 }
+
+/// How long the model "thinks" before its first part, when paced.
+const FIRST_TOKEN: Duration = Duration::from_millis(700);
+/// How long the user "types" before the next turn, when paced.
+const TYPING: Duration = Duration::from_millis(1800);
 
 impl Default for DemoOptions {
     fn default() -> DemoOptions {
@@ -45,6 +55,7 @@ impl Default for DemoOptions {
             session_id: "demo".to_owned(),
             part_delay: Duration::from_millis(35),
             policy: None,
+            fast: false,
         }
     }
 }
@@ -121,6 +132,16 @@ struct WeatherInput {
 struct SearchInput {
     /// What to look for in the travel guides.
     query: String,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct HotelInput {
+    /// The city to stay in.
+    city: String,
+    /// A neighbourhood to be close to.
+    near: String,
+    /// How many nights.
+    nights: u32,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -201,6 +222,25 @@ impl Agent for TravelDesk {
             },
         )
         .shared();
+        let hotels = FnTool::new(
+            "find_hotels",
+            "Looks up hotels with rooms free; slow, like the booking sites it asks.",
+            move |input: HotelInput, _| async move {
+                if paced {
+                    tokio::time::sleep(Duration::from_millis(1900)).await;
+                }
+                Ok::<Value, ToolError>(json!({
+                    "city": input.city,
+                    "near": input.near,
+                    "nights": input.nights,
+                    "hotels": [
+                        {"name": "Casa do Largo", "from_eur": 140},
+                        {"name": "Memmo Alfama", "from_eur": 260}
+                    ]
+                }))
+            },
+        )
+        .shared();
         let cancel = FnTool::new(
             "cancel_booking",
             "Cancels a booking by reference.",
@@ -209,7 +249,11 @@ impl Agent for TravelDesk {
             },
         )
         .shared();
-        ToolSet::new().with(weather).with(search).with(cancel)
+        ToolSet::new()
+            .with(weather)
+            .with(search)
+            .with(hotels)
+            .with(cancel)
     }
 
     async fn before_tool_call(
@@ -228,8 +272,25 @@ impl Agent for TravelDesk {
     }
 }
 
-/// The model's script for the three turns.
-fn script(part_delay: Duration) -> ScriptedModel {
+/// `text` as the deltas a model streams: a word (with its trailing space) each.
+fn words(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
+    if out.is_empty() {
+        out.push(String::new());
+    }
+    out
+}
+
+/// The model's script for the five turns; `paced` adds the silences a real model leaves
+/// (before its first token, and once mid-answer), which write no events.
+fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
+    let think = |s: mull_providers::scripted::StepScript| {
+        if paced {
+            s.pause(FIRST_TOKEN)
+        } else {
+            s
+        }
+    };
     ScriptedModel::builder("scripted-travel-1")
         .part_delay(part_delay)
         // A session reopened with a fresh agent (a new process, a server that evicted it)
@@ -237,17 +298,20 @@ fn script(part_delay: Duration) -> ScriptedModel {
         .by_conversation()
         // Turn 1: a plain answer with reasoning.
         .step(|s| {
-            s.reasoning("The user wants a quick sense of Lisbon; no tool needed for that.")
-                .text_deltas([
-                    "Lisbon is a hilly, sunny city ",
-                    "on the Tagus: trams, tiled façades, ",
-                    "and custard tarts in Belém.",
-                ])
-                .usage(412, 58)
+            think(s)
+                .reasoning("The user wants a quick sense of Lisbon; no tool needed for that.")
+                .text_deltas(words(
+                    "Lisbon is a hilly, sunny city on the Tagus: yellow trams grinding up \
+                     the slopes of Alfama, tiled façades in every colour, miradouros with \
+                     the whole river below you, fado drifting out of small bars at night, \
+                     and custard tarts still warm from the ovens in Belém.",
+                ))
+                .usage(412, 71)
         })
         // Turn 2: two tools in one step, then the answer with a citation.
         .step(|s| {
-            s.reasoning("Forecast first, and the guides for a walking plan.")
+            think(s)
+                .reasoning("Forecast first, and the guides for a walking plan.")
                 .text("Checking the forecast and the guides.")
                 .tool_call("call_weather_1", "weather", json!({"city": "Lisbon"}))
                 .tool_call(
@@ -258,33 +322,76 @@ fn script(part_delay: Duration) -> ScriptedModel {
                 .usage(690, 74)
         })
         .step(|s| {
-            s.text_deltas([
-                "Friday is the sunny one (24 °C): walk Alfama in the morning. ",
-                "Saturday turns cloudy, good for museums; ",
-                "pack a jacket for Sunday's rain.",
-            ])
-            .source_url(
-                "src_1",
-                "https://guides.example/alfama",
-                Some("Alfama on foot"),
-            )
-            .usage(1184, 66)
+            think(s)
+                .text_deltas(words(
+                    "Friday is the sunny one (24 °C): walk Alfama in the morning, from the \
+                     cathedral up to the castle walls, and come down through the alleys for \
+                     lunch. Saturday turns cloudy, good for the tile museum and the \
+                     riverside galleries; pack a jacket for Sunday's rain and spend it in \
+                     the cafés of Chiado.",
+                ))
+                .source_url(
+                    "src_1",
+                    "https://guides.example/alfama",
+                    Some("Alfama on foot"),
+                )
+                .usage(1184, 83)
         })
-        // Turn 3: a call the policy blocks, then the explanation.
+        // Turn 3: a slow tool, then the answer.
         .step(|s| {
-            s.tool_call(
-                "call_cancel_1",
-                "cancel_booking",
-                json!({"booking": "LIS-2291"}),
-            )
-            .usage(1320, 31)
+            think(s)
+                .tool_call(
+                    "call_hotels_1",
+                    "find_hotels",
+                    json!({"city": "Lisbon", "near": "Alfama", "nights": 2}),
+                )
+                .usage(1290, 28)
         })
         .step(|s| {
-            s.text_deltas([
-                "I can't cancel bookings myself. ",
-                "Please confirm the cancellation of LIS-2291 in the app.",
-            ])
-            .usage(1402, 29)
+            think(s)
+                .text_deltas(words(
+                    "Two good options near Alfama: Casa do Largo, a small guesthouse on a \
+                     quiet square (from 140 € a night), and the Memmo Alfama, with a rooftop \
+                     pool looking over the river (from 260 €). Both are a short walk from \
+                     the tram 28 stops.",
+                ))
+                .usage(1388, 62)
+        })
+        // Turn 4: a call the policy blocks, then the explanation.
+        .step(|s| {
+            think(s)
+                .tool_call(
+                    "call_cancel_1",
+                    "cancel_booking",
+                    json!({"booking": "LIS-2291"}),
+                )
+                .usage(1420, 31)
+        })
+        .step(|s| {
+            think(s)
+                .text_deltas(words(
+                    "I can't cancel bookings myself. Please confirm the cancellation of \
+                     LIS-2291 in the app, and I will look for a new stay once it is done.",
+                ))
+                .usage(1502, 34)
+        })
+        // Turn 5: a long answer with a pause in the middle, as a busy model leaves.
+        .step(|s| {
+            let s = think(s).text_deltas(words(
+                "For a rainy Sunday, pack a light waterproof jacket, shoes with some grip \
+                 (the cobbles get slippery), and a small umbrella. ",
+            ));
+            let s = if paced {
+                s.pause(Duration::from_millis(1600))
+            } else {
+                s
+            };
+            s.text_deltas(words(
+                "Keep a tote for the market at Campo de Ourique, a charger for the long \
+                 photo days, and leave room in the bag for a tin of sardines and a box of \
+                 pastéis to take home.",
+            ))
+            .usage(1580, 66)
         })
         .build()
 }
@@ -292,7 +399,7 @@ fn script(part_delay: Duration) -> ScriptedModel {
 /// The demo's agent, unpaced: what a recorded demo session is re-executed against.
 pub fn agent() -> Arc<dyn Agent> {
     Arc::new(TravelDesk {
-        model: script(Duration::ZERO),
+        model: script(Duration::ZERO, false),
         paced: false,
     })
 }
@@ -309,14 +416,14 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         session_id: session_id.clone(),
         source,
     };
-    let paced = !options.deterministic;
+    let paced = !options.deterministic && !options.fast;
     let part_delay = if paced {
         options.part_delay
     } else {
         Duration::ZERO
     };
     let agent: Arc<dyn Agent> = Arc::new(TravelDesk {
-        model: script(part_delay),
+        model: script(part_delay, paced),
         paced,
     });
     let agent = match options.policy {
@@ -345,10 +452,15 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
             "u_2",
             "I'm there this weekend. Weather, and a walk from the guides?",
         ),
-        ("u_3", "Actually, cancel my booking LIS-2291."),
+        ("u_3", "Somewhere to stay near Alfama for two nights?"),
+        ("u_4", "Actually, cancel my booking LIS-2291."),
+        ("u_5", "What should I pack for the rain?"),
     ];
     let mut turns = Vec::new();
-    for (id, text) in prompts {
+    for (index, (id, text)) in prompts.into_iter().enumerate() {
+        if paced && index > 0 {
+            tokio::time::sleep(TYPING).await;
+        }
         let message_id = if options.deterministic {
             id.to_owned()
         } else {

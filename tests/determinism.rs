@@ -16,12 +16,12 @@ async fn demo_log_bytes() -> Vec<u8> {
             deterministic: true,
             session_id: "det".into(),
             part_delay: Duration::from_millis(50),
-            policy: None,
+            ..DemoOptions::default()
         },
     )
     .await
     .unwrap();
-    assert_eq!(report.turns.len(), 3);
+    assert_eq!(report.turns.len(), 5);
     log.flush().await.unwrap();
     let mut out = Vec::new();
     export_jsonl(&LogReader::open(&path).unwrap(), Some("det"), &mut out).unwrap();

@@ -46,7 +46,7 @@ fn piped_lines_are_turns_and_answers_go_to_stdout() {
     let output = chat(
         &["--db", db_arg, "--model", "scripted-demo"],
         &[],
-        "What's Lisbon like?\n\nWeather, and a walk?\nPlease cancel LIS-2291.\n",
+        "What's Lisbon like?\n\nWeather, and a walk?\nSomewhere to stay?\nPlease cancel LIS-2291.\n",
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -55,10 +55,11 @@ fn piped_lines_are_turns_and_answers_go_to_stdout() {
     assert_eq!(
         lines,
         [
-            "Lisbon is a hilly, sunny city on the Tagus: trams, tiled façades, and custard tarts in Belém.",
+            "Lisbon is a hilly, sunny city on the Tagus: yellow trams grinding up the slopes of Alfama, tiled façades in every colour, miradouros with the whole river below you, fado drifting out of small bars at night, and custard tarts still warm from the ovens in Belém.",
             "Checking the forecast and the guides.",
-            "Friday is the sunny one (24 °C): walk Alfama in the morning. Saturday turns cloudy, good for museums; pack a jacket for Sunday's rain.",
-            "I can't cancel bookings myself. Please confirm the cancellation of LIS-2291 in the app.",
+            "Friday is the sunny one (24 °C): walk Alfama in the morning, from the cathedral up to the castle walls, and come down through the alleys for lunch. Saturday turns cloudy, good for the tile museum and the riverside galleries; pack a jacket for Sunday's rain and spend it in the cafés of Chiado.",
+            "Two good options near Alfama: Casa do Largo, a small guesthouse on a quiet square (from 140 € a night), and the Memmo Alfama, with a rooftop pool looking over the river (from 260 €). Both are a short walk from the tram 28 stops.",
+            "I can't cancel bookings myself. Please confirm the cancellation of LIS-2291 in the app, and I will look for a new stay once it is done.",
         ],
         "{stderr}"
     );
@@ -69,7 +70,7 @@ fn piped_lines_are_turns_and_answers_go_to_stdout() {
     let sessions = reader.sessions().expect("sessions");
     assert_eq!(sessions.len(), 1);
     let turns = reader.turns(&sessions[0].session_id).expect("turns");
-    assert_eq!(turns.len(), 3, "the blank line is not a turn");
+    assert_eq!(turns.len(), 4, "the blank line is not a turn");
     assert!(turns.iter().all(|t| t.status == TurnStatus::Completed));
 }
 

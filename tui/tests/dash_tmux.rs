@@ -61,36 +61,46 @@ fn tmux_available() -> bool {
 }
 
 fn append(log: &Log, turn: Option<&str>, ms: i64, event: Event) {
+    append_to(log, "sess_e2e", turn, ms, event);
+}
+
+fn append_to(log: &Log, session: &str, turn: Option<&str>, ms: i64, event: Event) {
     let at = Utc
         .with_ymd_and_hms(2025, 1, 1, 12, 0, 0)
         .single()
         .expect("valid time")
         + chrono::Duration::milliseconds(ms);
-    log.append("sess_e2e", turn, at, event).expect("append");
+    log.append(session, turn, at, event).expect("append");
 }
 
 fn start_turn(db: &Path) {
     let log = Log::open(db).expect("open log");
+    open_session(&log, "sess_e2e", "e2e", "What is the weather?");
+    log.close().expect("commit");
+}
+
+/// A session of `agent` whose first turn has begun its first step.
+fn open_session(log: &Log, session: &str, agent: &str, question: &str) {
+    let append = |turn: Option<&str>, ms: i64, event: Event| {
+        append_to(log, session, turn, ms, event);
+    };
     append(
-        &log,
         None,
         0,
         Event::SessionOpened {
-            agent: "e2e".into(),
+            agent: agent.into(),
             metadata: json!({}),
         },
     );
     append(
-        &log,
         None,
         1,
         Event::UserMessagesSaved {
             request_id: Some("req_1".into()),
-            messages: vec![UIMessage::user("msg_u1", "What is the weather?")],
+            messages: vec![UIMessage::user("msg_u1", question)],
         },
     );
     append(
-        &log,
         Some("turn_1"),
         2,
         Event::TurnStarted {
@@ -102,24 +112,15 @@ fn start_turn(db: &Path) {
             body: json!({}),
         },
     );
-    append(&log, Some("turn_1"), 3, Event::StepStarted { step: 0 });
-    log.close().expect("commit");
+    append(Some("turn_1"), 3, Event::StepStarted { step: 0 });
 }
 
-#[test]
-fn a_tool_call_committed_by_another_process_shows_up_live() {
-    if !tmux_available() {
-        eprintln!("SKIPPED: tmux is not installed; the live dashboard test needs it");
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("live.db");
-    start_turn(&db);
-
+/// Starts `mull dash ARGS` in a detached 160×40 tmux pane of its own server.
+fn start_dash(args: &str) -> Tmux {
     let tmux = Tmux {
-        socket: format!("mull-e2e-{}", std::process::id()),
+        socket: format!("mull-e2e-{}-{}", std::process::id(), args.len()),
     };
-    let command = format!("{} dash {}", env!("CARGO_BIN_EXE_mull"), db.display());
+    let command = format!("{} dash {args}", env!("CARGO_BIN_EXE_mull"));
     let started = tmux.run(&[
         "new-session",
         "-d",
@@ -136,7 +137,75 @@ fn a_tool_call_committed_by_another_process_shows_up_live() {
         "tmux new-session failed: {}",
         String::from_utf8_lossy(&started.stderr)
     );
-    tmux.wait_for("sess_e2e", Duration::from_secs(20));
+    tmux
+}
+
+#[test]
+fn follow_jumps_to_a_session_that_starts_after_the_dashboard_opened() {
+    if !tmux_available() {
+        eprintln!("SKIPPED: tmux is not installed; the live dashboard test needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("follow.db");
+    start_turn(&db);
+    let tmux = start_dash(&format!("--follow {}", db.display()));
+    let screen = tmux.wait_for("[FOLLOW]", Duration::from_secs(20));
+    tmux.wait_for("What is the weather?", Duration::from_secs(10));
+    assert!(!screen.contains("late-agent"), "{screen}");
+
+    // Another process starts a new session while the dashboard follows the first.
+    let log = Log::open(&db).expect("a second process can write while the dashboard reads");
+    open_session(&log, "sess_late", "late-agent", "A question asked later");
+    log.flush_blocking().expect("commit");
+    let screen = tmux.wait_for("late-agent", Duration::from_secs(10));
+    let screen = if screen.contains("A question asked later") {
+        screen
+    } else {
+        tmux.wait_for("A question asked later", Duration::from_secs(5))
+    };
+    assert!(screen.contains("[FOLLOW]"), "{screen}");
+    assert!(
+        screen.contains("turn started"),
+        "the new session's running turn is open: {screen}"
+    );
+
+    // Moving by hand pauses following: a third session does not pull the view away.
+    tmux.run(&["send-keys", "-t", "dash", "Up"]);
+    let start = Instant::now();
+    while tmux.screen().contains("[FOLLOW]") {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "moving by hand did not pause following:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    open_session(&log, "sess_third", "third-agent", "Yet another question");
+    log.flush_blocking().expect("commit");
+    std::thread::sleep(Duration::from_millis(500));
+    let screen = tmux.screen();
+    assert!(!screen.contains("[FOLLOW]"), "{screen}");
+    assert!(
+        screen.contains("late-agent"),
+        "still on the session it was on: {screen}"
+    );
+    tmux.run(&["send-keys", "-t", "dash", "q"]);
+    log.close().expect("close");
+}
+
+#[test]
+fn a_tool_call_committed_by_another_process_shows_up_live() {
+    if !tmux_available() {
+        eprintln!("SKIPPED: tmux is not installed; the live dashboard test needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("live.db");
+    start_turn(&db);
+
+    let tmux = start_dash(&db.display().to_string());
+    tmux.wait_for("e2e", Duration::from_secs(20));
     tmux.run(&["send-keys", "-t", "dash", "Enter"]);
     tmux.wait_for("running", Duration::from_secs(10));
     tmux.run(&["send-keys", "-t", "dash", "Enter"]);

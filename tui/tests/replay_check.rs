@@ -25,7 +25,7 @@ fn the_demo_fixture_replays_identically() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(stdout.trim(), "identical: 90 events");
+    assert_eq!(stdout.trim(), "identical: 348 events");
 }
 
 #[test]

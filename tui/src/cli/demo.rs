@@ -32,6 +32,9 @@ pub struct DemoArgs {
     /// `no-weather`, `demo`).
     #[arg(long)]
     pub policy: Option<String>,
+    /// No pacing (real clock and ids): the demo's five turns in a moment.
+    #[arg(long)]
+    pub fast: bool,
 }
 
 /// How long the dashboard waits for the demo's first turn before opening anyway.
@@ -44,6 +47,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let mut options = DemoOptions {
         deterministic: args.deterministic,
         policy,
+        fast: args.fast,
         ..DemoOptions::default()
     };
     if let Some(session) = &args.session {

@@ -684,7 +684,11 @@ impl App {
         // Following a session's timeline moves on to the turn that just started.
         let newest = self.turns.last().and_then(|t| t.turn_id.clone());
         let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
-        let pending = std::mem::take(&mut self.follow_pending);
+        // A new session's first turn may arrive after the session itself.
+        let pending = self.follow_pending;
+        if !self.turns.is_empty() {
+            self.follow_pending = false;
+        }
         let newest_running = self
             .turns
             .last()
