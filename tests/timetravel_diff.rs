@@ -43,8 +43,10 @@ async fn a_stricter_policy_diverges_first_at_the_tool_decision_it_changes() {
         at("strict", first.b_seq.unwrap()).as_deref(),
         Some("tool_decided")
     );
-    // Nothing before turn 2 differs; the deterministic clock makes timing comparable too.
-    assert!(diff.differences.iter().all(|d| d.turn == 2));
+    // Nothing before turn 2 differs (the policy also blocks turn 3's hotel search); the
+    // deterministic clock makes timing comparable too.
+    assert!(diff.differences.iter().all(|d| d.turn >= 2));
+    assert!(diff.differences.iter().any(|d| d.turn == 3));
     insta::assert_snapshot!(diff.table());
 }
 
@@ -73,7 +75,7 @@ async fn one_turn_of_each_run_compares_on_its_own() {
     let diff = diff_runs(&a2, &b2, &DiffOptions::default()).unwrap();
     let first = diff.first_divergence.unwrap();
     assert_eq!((first.turn, first.tool.as_deref()), (1, Some("weather")));
-    assert!(a.only_turn(4).is_none());
+    assert!(a.only_turn(6).is_none(), "the demo has five turns");
 }
 
 #[test]
