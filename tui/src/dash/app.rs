@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use mull_core::{Envelope, Event, TurnStatus, Usage};
+use mull_store::diff::RunDiff;
 use mull_store::projection::{SessionState, TurnSummary};
 use mull_store::{SessionOverviews, SessionSummary, SessionToolCalls, TurnPacing};
 
@@ -29,6 +30,8 @@ pub enum View {
     Turns,
     Timeline,
     Event,
+    /// Two turns compared side by side.
+    Diff,
 }
 
 /// Everything that can happen to the dashboard.
@@ -42,6 +45,8 @@ pub enum Msg {
     Sessions(Vec<SessionSummary>),
     /// Every session's overview, read from the log.
     Overviews(Box<SessionOverviews>),
+    /// Two turns compared.
+    Diff(Box<RunDiff>),
     /// A session's turns, read from the log.
     Turns {
         session_id: String,
@@ -135,6 +140,11 @@ pub enum Effect {
     Sessions,
     /// Every session's overview (read once; the tail keeps it current).
     Overviews,
+    /// Two turns' events, compared.
+    Diff {
+        a: TurnRef,
+        b: TurnRef,
+    },
     Turns {
         session_id: String,
     },
@@ -154,6 +164,24 @@ pub enum Effect {
         turn_id: String,
         before_seq: u64,
     },
+}
+
+/// One turn of one session, named as the diff shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnRef {
+    pub session_id: String,
+    pub turn_id: String,
+    /// "travel-desk turn 2".
+    pub label: String,
+}
+
+/// The diff screen: what was compared and how far it is scrolled.
+#[derive(Debug, Clone)]
+pub struct DiffView {
+    pub diff: RunDiff,
+    pub scroll: usize,
+    /// The view to go back to.
+    pub from: View,
 }
 
 /// The timeline of one turn: the loaded events, their rows, the conversation as of the cursor.
@@ -335,6 +363,9 @@ pub struct App {
     pub conversation_scroll: u16,
     /// Events and tokens per second, from what the tail delivered.
     pub rates: Rates,
+    /// The turn marked to compare with another.
+    pub marked: Option<TurnRef>,
+    pub diff: Option<DiffView>,
     pub filter: Filter,
     pub help: bool,
     /// The newest seq seen in the log.
@@ -460,6 +491,8 @@ impl App {
             focus: Pane::List,
             conversation_scroll: 0,
             rates: Rates::default(),
+            marked: None,
+            diff: None,
             filter: Filter::default(),
             help: false,
             max_seq: 0,
@@ -490,6 +523,32 @@ impl App {
             .iter()
             .position(|t| t.turn_id.as_deref() == Some(turn.turn_id.as_str()))
             .map(|i| i + 1)
+    }
+
+    /// The turn the user points at: the open one on its screen, else the selected one.
+    pub fn turn_here(&self) -> Option<TurnRef> {
+        let session_id = self.session_id.clone()?;
+        let (number, summary) = match self.view {
+            View::Timeline | View::Event => {
+                let open = self.turn.as_ref()?;
+                self.turns
+                    .iter()
+                    .enumerate()
+                    .find(|(_, t)| t.turn_id.as_deref() == Some(open.turn_id.as_str()))?
+            }
+            View::Turns => (self.turn_selected, self.selected_turn()?),
+            _ => return None,
+        };
+        let agent = self
+            .overviews
+            .get(&session_id)
+            .and_then(|o| o.agent.clone())
+            .unwrap_or_else(|| session_id.clone());
+        Some(TurnRef {
+            turn_id: summary.turn_id.clone()?,
+            label: format!("{agent} turn {}", number + 1),
+            session_id,
+        })
     }
 
     /// The overview of the session whose turns are listed.
@@ -579,6 +638,17 @@ impl App {
                 self.overviews = *overviews;
                 Vec::new()
             }
+            Msg::Diff(diff) => {
+                if self.view != View::Diff {
+                    self.diff = Some(DiffView {
+                        diff: *diff,
+                        scroll: 0,
+                        from: self.view,
+                    });
+                    self.view = View::Diff;
+                }
+                Vec::new()
+            }
             Msg::ToolCalls(calls) => {
                 if self.session_id.as_deref() == Some(calls.session_id.as_str()) {
                     self.session_tools = Some(*calls);
@@ -640,7 +710,7 @@ impl App {
             View::Sessions => self.session_selected,
             View::Turns => self.turn_selected,
             View::Timeline => self.turn.as_ref().map_or(0, |t| t.selected),
-            View::Event => return Vec::new(),
+            View::Event | View::Diff => return Vec::new(),
         };
         // A click on the selected row opens it, as Enter does.
         if row == current {
@@ -658,7 +728,7 @@ impl App {
                 }
                 return self.more_pages();
             }
-            View::Event => {}
+            View::Event | View::Diff => {}
         }
         Vec::new()
     }
@@ -841,7 +911,7 @@ impl App {
             View::Sessions => self.sessions.len(),
             View::Turns => self.turns.len(),
             View::Timeline => self.turn.as_ref().map_or(0, |t| t.items().len()),
-            View::Event => 0,
+            View::Event | View::Diff => 0,
         }
     }
 
@@ -866,7 +936,7 @@ impl App {
                 .as_ref()
                 .and_then(|t| t.items().get(i))
                 .is_some_and(|item| item_matches(query, item)),
-            View::Event => false,
+            View::Event | View::Diff => false,
         }
     }
 
@@ -879,7 +949,7 @@ impl App {
             View::Sessions => self.session_selected,
             View::Turns => self.turn_selected,
             View::Timeline => self.turn.as_ref().map_or(0, |t| t.selected),
-            View::Event => return (None, 0),
+            View::Event | View::Diff => return (None, 0),
         };
         let mut total = 0;
         let mut at = None;
@@ -929,6 +999,11 @@ impl App {
             };
             return Vec::new();
         }
+        if let (View::Diff, Some(diff)) = (self.view, self.diff.as_mut()) {
+            let len = diff.diff.differences.len();
+            diff.scroll = move_index(diff.scroll, len, delta);
+            return Vec::new();
+        }
         match self.view {
             View::Sessions => {
                 self.session_selected = self.move_visible(self.session_selected, delta);
@@ -953,6 +1028,7 @@ impl App {
                         .saturating_add(delta.unsigned_abs() as u16)
                 };
             }
+            View::Diff => {}
         }
         Vec::new()
     }
@@ -1081,6 +1157,22 @@ impl App {
                 self.status = None;
                 Vec::new()
             }
+            Action::Mark => {
+                let here = self.turn_here();
+                self.marked = match (&self.marked, here) {
+                    (Some(marked), Some(here)) if *marked == here => None,
+                    (_, here) => here,
+                };
+                Vec::new()
+            }
+            Action::Diff => match (self.marked.clone(), self.turn_here()) {
+                (Some(a), Some(b)) => vec![Effect::Diff { a, b }],
+                (None, _) => {
+                    self.status = Some("mark a turn with m first, then d on another".into());
+                    Vec::new()
+                }
+                (Some(_), None) => Vec::new(),
+            },
             Action::FocusNext | Action::FocusPrev => {
                 if self.view == View::Timeline {
                     self.focus = self.focus.cycle(action == Action::FocusNext);
@@ -1133,7 +1225,7 @@ impl App {
                 }
                 Vec::new()
             }
-            View::Event => Vec::new(),
+            View::Event | View::Diff => Vec::new(),
         }
     }
 
@@ -1177,6 +1269,9 @@ impl App {
                 self.view = View::Timeline;
                 self.event_seq = None;
             }
+            View::Diff => {
+                self.view = self.diff.take().map_or(View::Turns, |d| d.from);
+            }
         }
         Vec::new()
     }
@@ -1212,7 +1307,7 @@ impl App {
                 Some(t) => (t.items().len(), t.selected),
                 None => return Vec::new(),
             },
-            View::Event => return Vec::new(),
+            View::Event | View::Diff => return Vec::new(),
         };
         if len == 0 {
             return Vec::new();
@@ -1237,7 +1332,7 @@ impl App {
                         turn.selected = index;
                     }
                 }
-                View::Event => {}
+                View::Event | View::Diff => {}
             }
         }
         self.more_pages()

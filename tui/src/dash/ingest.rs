@@ -7,6 +7,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use mull_store::diff::{diff_runs, DiffOptions, Run};
 use mull_store::projection::SessionState;
 use mull_store::{LogReader, StoreError};
 
@@ -45,6 +46,21 @@ impl Source {
         Ok(match effect {
             Effect::Sessions => Msg::Sessions(self.reader.sessions()?),
             Effect::Overviews => Msg::Overviews(Box::new(self.reader.session_overviews()?)),
+            Effect::Diff { a, b } => {
+                let run = |t: &crate::dash::app::TurnRef| -> Result<Run, StoreError> {
+                    let events = self.reader.turn_events(&t.session_id, &t.turn_id)?;
+                    Ok(Run::from_events(t.label.clone(), &events))
+                };
+                let options = DiffOptions {
+                    // Two turns the user chose are compared whatever conversations they are in.
+                    allow_unrelated: true,
+                    ..DiffOptions::default()
+                };
+                match diff_runs(&run(a)?, &run(b)?, &options) {
+                    Ok(diff) => Msg::Diff(Box::new(diff)),
+                    Err(err) => Msg::Failed(format!("comparing the turns: {err}")),
+                }
+            }
             Effect::Turns { session_id } => Msg::Turns {
                 session_id: session_id.clone(),
                 turns: self.reader.turns(session_id)?,

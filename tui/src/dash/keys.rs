@@ -29,6 +29,8 @@ pub enum Action {
     HideFilter,
     FocusNext,
     FocusPrev,
+    Mark,
+    Diff,
     Help,
 }
 
@@ -202,6 +204,18 @@ pub const KEYMAP: &[Binding] = &[
         description: "turn screen: previous pane",
     },
     Binding {
+        keys: &[ch('m')],
+        label: "m",
+        action: Action::Mark,
+        description: "mark the selected (or open) turn to compare (again: unmark)",
+    },
+    Binding {
+        keys: &[ch('d')],
+        label: "d",
+        action: Action::Diff,
+        description: "diff the marked turn with the selected one, side by side",
+    },
+    Binding {
         keys: &[ch('?')],
         label: "?",
         action: Action::Help,
@@ -281,7 +295,7 @@ mod tests {
             );
             assert!(!binding.keys.is_empty());
         }
-        assert_eq!(seen.len(), 24);
+        assert_eq!(seen.len(), 26);
     }
 
     #[test]

@@ -79,6 +79,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ));
     }
+    if let Some(marked) = &app.marked {
+        right.push(Span::styled(
+            format!(" [◆ {}]", marked.label),
+            Style::new().fg(Color::Magenta),
+        ));
+    }
     if let Some(replay) = app.turn.as_ref().and_then(|t| t.replay.as_ref()) {
         let state = if replay.playing { "▶" } else { "⏸" };
         right.push(Span::styled(

@@ -96,6 +96,6 @@ pub fn hit(app: &App, screen: Rect, column: u16, row: u16) -> Option<Hit> {
             .map(|(_, pane)| pane)?;
             Some(Hit { pane, row: None })
         }
-        View::Event => None,
+        View::Event | View::Diff => None,
     }
 }

@@ -6,6 +6,7 @@
 //! columns, never cuts a value, and keeps the key hints.
 
 mod columns;
+mod diff;
 mod event;
 mod header;
 mod help;
@@ -46,6 +47,7 @@ pub fn render(frame: &mut Frame, app: &App) {
         View::Turns => turns::render(frame, body, app),
         View::Timeline => timeline::render(frame, body, app),
         View::Event => event::render(frame, body, app),
+        View::Diff => diff::render(frame, body, app),
     }
     render_footer(frame, footer_area, app);
     if app.help {
@@ -64,7 +66,15 @@ fn hints(app: &App) -> &'static [&'static str] {
             "f follow",
             "space pause",
         ],
-        View::Turns => &["Enter open", "Esc back", "/ search", "& filter", "f follow"],
+        View::Turns => &[
+            "Enter open",
+            "Esc back",
+            "m mark",
+            "d diff",
+            "/ search",
+            "& filter",
+            "f follow",
+        ],
         View::Timeline => &[
             "Enter JSON",
             "Esc back",
@@ -74,6 +84,7 @@ fn hints(app: &App) -> &'static [&'static str] {
             "f follow",
         ],
         View::Event => &["←/→ events", "Esc back", "↑/↓ scroll"],
+        View::Diff => &["↑/↓ differences", "Esc back"],
     }
 }
 
@@ -85,6 +96,10 @@ fn position(app: &App) -> String {
         View::Timeline => match &app.turn {
             Some(t) => ("row", t.selected, t.items().len()),
             None => ("row", 0, 0),
+        },
+        View::Diff => match &app.diff {
+            Some(d) => ("difference", d.scroll, d.diff.differences.len()),
+            None => ("difference", 0, 0),
         },
         View::Event => {
             return app

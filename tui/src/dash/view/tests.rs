@@ -448,3 +448,28 @@ fn clicks_select_and_open_rows_and_the_wheel_scrolls() {
     assert_eq!(f.dash.app.focus, crate::dash::app::Pane::Conversation);
     assert_eq!(f.dash.app.conversation_scroll, 3);
 }
+
+#[test]
+fn two_marked_turns_are_diffed_side_by_side() {
+    // The demo's second and third turns: different tools, different text.
+    let mut f = open_fixture("demo.jsonl");
+    press(&mut f.dash, &[Action::Back, Action::First, Action::Down]);
+    press(&mut f.dash, &[Action::Mark]);
+    assert!(f.dash.app.marked.is_some());
+    press(&mut f.dash, &[Action::Down, Action::Diff]);
+    assert_eq!(f.dash.app.view, View::Diff);
+    let diff = f.dash.app.diff.as_ref().map(|d| &d.diff).expect("diffed");
+    let first = diff.first_divergence.as_ref().expect("the turns differ");
+    assert_eq!(first.turn, 1, "each side is one turn");
+    let text = format!("{}", screen(&f.dash).backend());
+    assert!(text.contains("travel-desk turn 2"), "{text}");
+    assert!(text.contains("travel-desk turn 3"), "{text}");
+    assert!(text.contains("first divergence"), "{text}");
+    snap("diff_of_two_turns", &f.dash);
+    press(&mut f.dash, &[Action::Back]);
+    assert_eq!(
+        f.dash.app.view,
+        View::Turns,
+        "Esc goes back where the diff began"
+    );
+}

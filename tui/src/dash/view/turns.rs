@@ -87,8 +87,16 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         .map(|(i, t)| {
             let errors = t.tools.failures + t.hook_failures + u32::from(t.error.is_some());
             let (message, message_style) = message_of(app, t);
+            let marked = app.marked.as_ref().is_some_and(|m| {
+                app.session_id.as_deref() == Some(m.session_id.as_str())
+                    && t.turn_id.as_deref() == Some(m.turn_id.as_str())
+            });
             vec![
-                Line::from((i + 1).to_string()),
+                if marked {
+                    Line::styled(format!("◆{}", i + 1), Style::new().fg(Color::Magenta))
+                } else {
+                    Line::from((i + 1).to_string())
+                },
                 Line::styled(message, message_style),
                 Line::styled(t.status.as_str(), status_style(t.status)),
                 Line::from(format!(
