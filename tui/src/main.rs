@@ -53,6 +53,9 @@ enum Command {
     /// Compare two runs of a conversation turn by turn: decisions, tool calls, text, errors,
     /// usage, timing; the first divergence named exactly. Exits 1 when they diverge.
     Diff(cli::diff::DiffArgs),
+    /// Fork a session at a turn, a seq or a chunk into a new session that goes on with the
+    /// demo agent (optionally under a stricter policy); the original is never changed.
+    Fork(cli::fork::ForkArgs),
     /// Counts of a log: sessions, turns, events by kind, tokens.
     Stats {
         /// The database.
@@ -85,6 +88,7 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Command::Fork(args) => cli::fork::run(args),
         Command::Stats { db } => cli::stats::run(&db),
         Command::GenBenchLog(args) => cli::gen_bench_log::run(args),
     }

@@ -490,6 +490,17 @@ pub enum Event {
         request_id: Option<String>,
         reason: String,
     },
+    /// This session is a fork: its history is `origin`'s events up to and including
+    /// `origin_seq` (resolved by readers, not copied), then its own. Always a fork's first
+    /// event. A turn the fork point cuts is shown as aborted, with what it streamed so far as
+    /// the partial assistant message.
+    SessionForked {
+        origin: String,
+        origin_seq: u64,
+        /// The turn the fork point is in, when it is inside one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin_turn: Option<String>,
+    },
     /// An event of a kind this build does not know, kept verbatim (only [`Event::decode`]
     /// produces it; serde's derive stays strict so a known kind with a bad shape is an error).
     #[serde(untagged, skip_deserializing)]
@@ -555,6 +566,7 @@ impl Event {
         SubmissionFinished => "submission_finished",
         HookFailed => "hook_failed",
         CancellationRequested => "cancellation_requested",
+        SessionForked => "session_forked",
     }
 
     /// Decodes a stored payload of version `v`. Unknown kinds come back as [`Event::Unknown`];

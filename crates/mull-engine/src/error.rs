@@ -43,6 +43,13 @@ pub enum EngineError {
         session_id: String,
         message_id: String,
     },
+    /// A fork could not be made: its point does not exist, or its session does.
+    #[error("fork into session {session_id}: {source}")]
+    Fork {
+        session_id: String,
+        #[source]
+        source: mull_store::ForkError,
+    },
     /// The task running a turn ended without reporting (it was cancelled by the runtime).
     #[error(
         "session {session_id}: the task running request {request_id} ended without an outcome"

@@ -28,6 +28,7 @@ mod broadcast;
 pub mod config;
 pub mod error;
 pub mod extension;
+mod fork;
 pub mod hooks;
 pub mod memory;
 mod recorder;

@@ -103,6 +103,9 @@ pub enum StoreError {
     /// A database server refused or failed an operation; `context` says which, on which database.
     #[error("{context}: {message}")]
     Server { context: String, message: String },
+    /// A fork's origin chain loops or runs deeper than any real chain of forks.
+    #[error("session {session_id}: its chain of fork origins {why}")]
+    ForkChain { session_id: String, why: String },
     /// Writing an export failed.
     #[error("writing the export: {0}")]
     Export(#[source] std::io::Error),

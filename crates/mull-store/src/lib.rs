@@ -82,6 +82,7 @@ pub mod backend;
 pub mod decode;
 pub mod diff;
 pub mod error;
+pub mod fork;
 pub mod jsonl;
 mod open_turns;
 pub mod overview;
@@ -96,6 +97,7 @@ pub mod writer;
 
 pub use backend::{EventLog, LogFuture};
 pub use error::StoreError;
+pub use fork::{ForkError, ForkPoint, ResolvedFork, TurnRef};
 pub use jsonl::{export_jsonl, import_jsonl};
 pub use overview::{SessionOverview, SessionOverviews, StatusMix};
 pub use pacing::TurnPacing;

@@ -14,6 +14,9 @@ use mull_core::{
 use serde::Serialize;
 use serde_json::Value;
 
+/// The error a tool call without a result gets in a fork cut before the result came.
+pub const FORKED_TOOL_CALL: &str = "the session was forked before this call finished";
+
 /// Per-turn tool statistics.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ToolStats {
@@ -367,12 +370,61 @@ impl SessionState {
                     }
                 }
             }
+            Event::SessionForked { origin_seq, .. } => self.cut_at_fork(*origin_seq, e.at),
             Event::Unknown(_) => self.unknown_events += 1,
             Event::SessionOpened { .. }
             | Event::StepConfigured { .. }
             | Event::ModelRetried { .. }
             | Event::CancellationRequested { .. } => {}
         }
+    }
+
+    /// Closes what a fork point cut, after the origin's prefix was folded: the running turn's
+    /// draft becomes the partial assistant message (a tool call in it without a result gets an
+    /// error result, as an interrupted call does), the turn ends as aborted, and the origin's
+    /// unfinished submissions and awaited client calls stay the origin's.
+    fn cut_at_fork(&mut self, origin_seq: u64, at: DateTime<Utc>) {
+        if let Some(mut draft) = self.draft.take() {
+            for part in &mut draft.parts {
+                match part {
+                    UIPart::Text { streaming, .. } | UIPart::Reasoning { streaming, .. } => {
+                        *streaming = false
+                    }
+                    UIPart::Tool(tool)
+                        if !matches!(
+                            tool.state,
+                            ToolPartState::OutputAvailable | ToolPartState::OutputError
+                        ) || tool.preliminary =>
+                    {
+                        tool.state = ToolPartState::OutputError;
+                        tool.error_text = Some(FORKED_TOOL_CALL.to_owned());
+                        tool.output = None;
+                        tool.preliminary = false;
+                    }
+                    _ => {}
+                }
+            }
+            if draft.parts.iter().any(|p| !matches!(p, UIPart::StepStart)) {
+                upsert(&mut self.messages, &draft);
+            }
+        }
+        self.open_blocks.clear();
+        for turn in &mut self.turns {
+            if turn.status == TurnStatus::Running {
+                turn.status = TurnStatus::Aborted;
+                turn.error = Some(format!("cut by a fork at seq {origin_seq}"));
+                turn.finished_at = Some(at);
+                turn.duration_ms = Some((at - turn.started_at).num_milliseconds().max(0) as u64);
+            }
+        }
+        for sub in &mut self.submissions {
+            if sub.phase != SubmissionPhase::Finished {
+                sub.phase = SubmissionPhase::Finished;
+                sub.status = Some(SubmissionStatus::Aborted);
+                sub.error = Some(format!("cut by a fork at seq {origin_seq}"));
+            }
+        }
+        self.pending_client_calls.clear();
     }
 
     /// The turn an event belongs to: the latest with the envelope's turn id, else the latest.

@@ -70,6 +70,10 @@ impl LogReader {
         &self.path
     }
 
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
     fn ctx(&self, what: &str) -> String {
         format!("{}: {what}", self.path.display())
     }
@@ -246,15 +250,17 @@ impl LogReader {
         Ok(all)
     }
 
-    /// Rebuilds a session's state by folding all its events, page by page.
+    /// Rebuilds a session's state by folding all its events, page by page. A fork's history
+    /// is resolved: its origin's events up to the fork point come first (see
+    /// [`LogReader::session_history`]).
     pub fn load_session(&self, session_id: &str) -> Result<SessionState, StoreError> {
         let mut state = SessionState::new(session_id);
         if self.has_session(session_id)? {
             // Folded from each row's parts: the ids are read in place, not copied per event.
-            self.each_session_row(session_id, 0, |row| {
+            self.each_history_row(session_id, |row| {
                 let parts = decode_parts(row)?;
                 state.apply_own(parts.event_ref());
-                Ok(parts.seq)
+                Ok(())
             })?;
         }
         Ok(state)
@@ -301,7 +307,7 @@ impl LogReader {
 
     /// Hands `f` every row of one session after `after_seq`, in order, one page per read
     /// transaction; `f` returns the row's seq, where the next page starts.
-    fn each_session_row(
+    pub(crate) fn each_session_row(
         &self,
         session_id: &str,
         after_seq: u64,
@@ -330,7 +336,7 @@ impl LogReader {
     /// no chunk after the next writer's start). So the walk goes from turn boundary to turn
     /// boundary: outside a turn through the index, inside one along the table's stretch of
     /// seqs, which holds every session's rows of that time and is read in seq order.
-    fn visit_session(
+    pub(crate) fn visit_session(
         &self,
         session_id: &str,
         after_seq: u64,
@@ -606,9 +612,22 @@ pub(crate) struct RawRow<'a> {
     pub payload: &'a str,
 }
 
-enum RowError {
+pub(crate) enum RowError {
     Sqlite(rusqlite::Error),
     Store(StoreError),
+}
+
+impl RowError {
+    /// As the one error type of the log.
+    pub(crate) fn into_store(self) -> StoreError {
+        match self {
+            RowError::Sqlite(source) => StoreError::Sqlite {
+                context: "reading a row".to_owned(),
+                source,
+            },
+            RowError::Store(err) => err,
+        }
+    }
 }
 
 impl From<rusqlite::Error> for RowError {
@@ -618,7 +637,7 @@ impl From<rusqlite::Error> for RowError {
 }
 
 /// A row decoded but for its session id, its turn id borrowed from the row.
-struct RowParts<'r> {
+pub(crate) struct RowParts<'r> {
     seq: u64,
     turn_id: Option<&'r str>,
     at: DateTime<Utc>,
@@ -627,7 +646,7 @@ struct RowParts<'r> {
 }
 
 impl RowParts<'_> {
-    fn event_ref(&self) -> EventRef<'_> {
+    pub(crate) fn event_ref(&self) -> EventRef<'_> {
         EventRef {
             seq: self.seq,
             at: self.at,
@@ -637,7 +656,7 @@ impl RowParts<'_> {
     }
 }
 
-fn decode_parts<'r>(row: &'r rusqlite::Row<'_>) -> Result<RowParts<'r>, RowError> {
+pub(crate) fn decode_parts<'r>(row: &'r rusqlite::Row<'_>) -> Result<RowParts<'r>, RowError> {
     let seq: u64 = row.get(0)?;
     let v: u16 = row.get(4)?;
     let at = stored_at(seq, row.get_ref(3)?).map_err(RowError::Store)?;
@@ -657,7 +676,7 @@ fn decode_parts<'r>(row: &'r rusqlite::Row<'_>) -> Result<RowParts<'r>, RowError
     })
 }
 
-fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
+pub(crate) fn decode_row(row: &rusqlite::Row<'_>) -> Result<Envelope, RowError> {
     let session_id = row.get(1)?;
     let parts = decode_parts(row)?;
     Ok(Envelope {

@@ -6,6 +6,7 @@ pub mod dash;
 pub mod demo;
 pub mod diff;
 pub mod export;
+pub mod fork;
 pub mod gen_bench_log;
 pub mod import;
 pub mod replay;

@@ -192,14 +192,18 @@ pub enum DiffError {
     },
 }
 
-/// Reads one session of a log as a run named `label`.
+/// Reads one session of a log as a run named `label`; a fork's history is resolved (its
+/// origin's prefix, then its own events), so a session and its fork align from turn 1.
 pub fn read_run(
     reader: &crate::LogReader,
     session_id: &str,
     label: impl Into<String>,
 ) -> Result<Run, crate::StoreError> {
-    let events = reader.session_events(session_id, 0)?;
-    Ok(Run::from_events(label, &events))
+    let events = reader.session_history(session_id)?;
+    let mut run = Run::from_events(label, &events);
+    run.session_id = session_id.to_owned();
+    run.lineage = reader.lineage(session_id)?;
+    Ok(run)
 }
 
 /// Compares two runs; see the module docs for how they are aligned and what is compared.
