@@ -1,5 +1,6 @@
 //! `mull serve` through the real binary: one chat turn over HTTP, answered with the UI message
-//! stream and written to the log; a non-loopback address without a token is refused.
+//! stream and written to the log; a non-loopback address without a token, or a blank token, is
+//! refused.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -98,4 +99,29 @@ fn a_network_address_without_a_token_is_refused() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("MULL_TOKEN"), "{stderr}");
+}
+
+#[test]
+fn a_blank_token_is_refused_before_the_log_is_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("serve.db");
+    for blank in ["", "   "] {
+        let output = Command::new(env!("CARGO_BIN_EXE_mull"))
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--model",
+                "scripted-demo",
+                "--db",
+            ])
+            .arg(&db)
+            .env("MULL_TOKEN", blank)
+            .output()
+            .expect("runs mull serve");
+        assert!(!output.status.success(), "{blank:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("MULL_TOKEN is empty"), "{stderr}");
+        assert!(!db.exists(), "nothing is left behind");
+    }
 }

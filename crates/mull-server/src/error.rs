@@ -8,6 +8,7 @@ use serde_json::json;
 
 /// A request the server refuses or could not serve.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ApiError {
     /// The body did not decode (not JSON, or not the chat request shape).
     #[error("{0}")]
@@ -21,9 +22,18 @@ pub enum ApiError {
     /// No such route.
     #[error("no route for {0}")]
     NotFound(String),
+    /// The route exists, not for this method.
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
     /// The body is larger than the server accepts.
     #[error("request body is larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },
+    /// The body did not arrive in time (a `Content-Length` that promised more than was sent).
+    #[error("request body did not arrive within {timeout_ms} ms")]
+    BodyTimeout { timeout_ms: u128 },
+    /// Every connection slot is taken.
+    #[error("the server is at its limit of {connections} open connections; retry shortly")]
+    Overloaded { connections: usize },
     /// The engine or the log failed.
     #[error("{0}")]
     Internal(String),
@@ -36,7 +46,10 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::UnknownChat(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -48,15 +61,39 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::UnknownChat(_) => "unknown_chat",
             ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::TooLarge { .. } => "body_too_large",
+            ApiError::BodyTimeout { .. } => "body_timeout",
+            ApiError::Overloaded { .. } => "overloaded",
             ApiError::Internal(_) => "internal",
         }
+    }
+
+    /// The JSON body of the refusal.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"code": self.code(), "message": self.to_string()}})
+    }
+
+    /// Whether the connection must close after the refusal: the body was not read, so what
+    /// follows on the connection is not the start of a request.
+    fn closes_connection(&self) -> bool {
+        matches!(
+            self,
+            ApiError::TooLarge { .. } | ApiError::BodyTimeout { .. } | ApiError::Unauthorized
+        )
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
-        (self.status(), Json(body)).into_response()
+        let close = self.closes_connection();
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if close {
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }

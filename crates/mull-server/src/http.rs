@@ -6,7 +6,7 @@ use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Request, State};
+use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -78,6 +78,38 @@ pub(crate) async fn not_found(request: Request) -> ApiError {
     ApiError::NotFound(format!("{} {}", request.method(), request.uri().path()))
 }
 
+/// Answers a known route asked with the wrong method with a JSON 405.
+pub(crate) async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+    }
+}
+
+/// Reads a request body within the body timeout and the size limit. A `Content-Length` over
+/// the limit is refused before anything is read; a body that stops arriving (a length that
+/// promised more than was sent) is refused when the timeout runs out, and the connection is
+/// closed.
+async fn read_body(state: &ServerState, request: Request) -> Result<Bytes, ApiError> {
+    let limit = state.inner.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::TooLarge { limit });
+    }
+    let timeout = state.inner.body_timeout;
+    match tokio::time::timeout(timeout, Bytes::from_request(request, state)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(rejection)) => Err(body_error(state, rejection)),
+        Err(_) => Err(ApiError::BodyTimeout {
+            timeout_ms: timeout.as_millis(),
+        }),
+    }
+}
+
 fn body_error(state: &ServerState, rejection: BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::TooLarge {
@@ -94,9 +126,9 @@ fn body_error(state: &ServerState, rejection: BytesRejection) -> ApiError {
 /// `POST /api/chat`: runs what the request asks and streams the turn back.
 pub(crate) async fn post_chat(
     State(state): State<ServerState>,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|rejection| body_error(&state, rejection))?;
+    let body = read_body(&state, request).await?;
     let request = match ChatRequest::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {

@@ -25,6 +25,7 @@ pub mod chat;
 pub mod error;
 pub mod follow;
 mod http;
+mod listen;
 pub mod state;
 pub mod ui_stream;
 pub mod wire;
@@ -39,9 +40,10 @@ use axum::Router;
 
 pub use error::ApiError;
 pub use http::{sse_frame, SSE_DONE, UI_MESSAGE_STREAM_HEADERS};
+pub use listen::{ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 pub use state::{
-    AgentSource, ChatSession, OptionsSource, ServerState, DEFAULT_IDLE_TTL, DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_OPEN_SESSIONS,
+    AgentSource, ChatSession, OptionsSource, ServerState, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TTL,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_OPEN_SESSIONS, DEFAULT_SOCKET_IDLE_TIMEOUT,
 };
 
 /// The router a service mounts. Requests need the state's token when one is set.
@@ -53,6 +55,7 @@ pub fn router(state: ServerState) -> Router {
         .route("/api/chat/{id}/stream", get(http::resume_chat))
         .route("/api/chat/{id}/cancel", post(http::cancel_chat))
         .fallback(http::not_found)
+        .method_not_allowed_fallback(http::method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -68,42 +71,57 @@ pub struct ServerConfig {
     pub addr: SocketAddr,
     /// The bearer token every request must carry (`MULL_TOKEN`).
     pub token: Option<String>,
+    /// The connection cap and the request-head deadline.
+    pub limits: ConnectionLimits,
 }
 
 impl ServerConfig {
-    /// Loopback port 3000, token from `MULL_TOKEN` when set.
+    /// Loopback port 3000, token from `MULL_TOKEN` when set (even to an empty value, which
+    /// [`ServerConfig::check`] then refuses), default limits.
     pub fn from_env() -> ServerConfig {
         ServerConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
-            token: std::env::var("MULL_TOKEN").ok().filter(|t| !t.is_empty()),
+            token: std::env::var("MULL_TOKEN").ok(),
+            limits: ConnectionLimits::default(),
         }
     }
 
-    /// Refuses a non-loopback address without a token: anyone on the network could read and
-    /// drive every chat.
+    /// Refuses a token no request could match (empty, or with whitespace around it: the
+    /// header's value is trimmed), a non-loopback address without a token (anyone on the
+    /// network could read and drive every chat), and a cap of no connections.
     pub fn check(&self) -> Result<(), ServeError> {
+        if let Some(token) = &self.token {
+            if token.trim().is_empty() || token.trim() != token {
+                return Err(ServeError::BlankToken);
+            }
+        }
         if !self.addr.ip().is_loopback() && self.token.is_none() {
             return Err(ServeError::TokenRequired(self.addr));
+        }
+        if self.limits.max_connections == 0 {
+            return Err(ServeError::NoConnections);
         }
         Ok(())
     }
 }
 
-/// Why the server could not start or stopped.
+/// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServeError {
     #[error(
         "refusing to listen on {0} without a token: set MULL_TOKEN to bind a non-loopback address"
     )]
     TokenRequired(SocketAddr),
+    #[error(
+        "MULL_TOKEN is empty or has spaces around it, so no request could match it: \
+         set it to the token clients send, or unset it"
+    )]
+    BlankToken,
+    #[error("the connection cap must allow at least one connection")]
+    NoConnections,
     #[error("binding {addr}: {source}")]
     Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("serving on {addr}: {source}")]
-    Serve {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
@@ -113,6 +131,7 @@ pub enum ServeError {
 /// A bound listener, ready to serve: tells the address actually bound (port 0 picks one).
 pub struct Bound {
     listener: tokio::net::TcpListener,
+    limits: ConnectionLimits,
     app: Router,
     addr: SocketAddr,
     state: ServerState,
@@ -130,7 +149,6 @@ impl Bound {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let addr = self.addr;
         let period =
             (self.state.idle_ttl() / 2).clamp(Duration::from_millis(10), Duration::from_secs(60));
         let state = self.state;
@@ -145,12 +163,9 @@ impl Bound {
                 }
             }
         });
-        let served = axum::serve(self.listener, self.app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(|source| ServeError::Serve { addr, source });
+        listen::serve_connections(self.listener, self.app, self.limits, shutdown).await;
         sweeper.abort();
-        served
+        Ok(())
     }
 }
 
@@ -170,6 +185,7 @@ pub async fn bind(config: &ServerConfig, state: ServerState) -> Result<Bound, Se
     })?;
     Ok(Bound {
         listener,
+        limits: config.limits,
         app: router(state.clone()),
         addr,
         state,

@@ -29,6 +29,13 @@ pub type OptionsSource = Arc<dyn Fn(&str) -> SessionOptions + Send + Sync>;
 /// The default largest request body: 4 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
+/// The default time a request body may take to arrive once its head has: 30 seconds.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default time a WebSocket may stay open with no frame from its client and no request
+/// running on it: 5 minutes.
+pub const DEFAULT_SOCKET_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
 /// The default time an unused session stays open: 10 minutes.
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(10 * 60);
 
@@ -51,6 +58,8 @@ pub(crate) struct Inner {
     pub hide_reasoning: bool,
     pub idle_ttl: Duration,
     pub max_open_sessions: usize,
+    pub body_timeout: Duration,
+    pub socket_idle_timeout: Duration,
 }
 
 /// The open sessions, one slot per chat id. The map lock is held only to find, lease or evict
@@ -145,6 +154,8 @@ impl ServerState {
                 hide_reasoning: false,
                 idle_ttl: DEFAULT_IDLE_TTL,
                 max_open_sessions: DEFAULT_MAX_OPEN_SESSIONS,
+                body_timeout: DEFAULT_BODY_TIMEOUT,
+                socket_idle_timeout: DEFAULT_SOCKET_IDLE_TIMEOUT,
             }),
         }
     }
@@ -162,6 +173,8 @@ impl ServerState {
                 hide_reasoning: shared.hide_reasoning,
                 idle_ttl: shared.idle_ttl,
                 max_open_sessions: shared.max_open_sessions,
+                body_timeout: shared.body_timeout,
+                socket_idle_timeout: shared.socket_idle_timeout,
             },
         };
         f(&mut inner);
@@ -200,6 +213,17 @@ impl ServerState {
     /// their idle time. Default [`DEFAULT_MAX_OPEN_SESSIONS`].
     pub fn with_max_open_sessions(self, cap: usize) -> ServerState {
         self.map(|i| i.max_open_sessions = cap)
+    }
+
+    /// How long a request body may take to arrive. Default [`DEFAULT_BODY_TIMEOUT`].
+    pub fn with_body_timeout(self, timeout: Duration) -> ServerState {
+        self.map(|i| i.body_timeout = timeout)
+    }
+
+    /// How long a WebSocket stays open with no client frame and no request running on it.
+    /// Default [`DEFAULT_SOCKET_IDLE_TIMEOUT`].
+    pub fn with_socket_idle_timeout(self, timeout: Duration) -> ServerState {
+        self.map(|i| i.socket_idle_timeout = timeout)
     }
 
     /// How long an unused session stays open.

@@ -84,7 +84,20 @@ async fn serve_socket(state: ServerState, socket: WebSocket) {
         let _ = sink.close().await;
     });
     let mut requests: HashMap<String, Request> = HashMap::new();
-    while let Some(Ok(message)) = source.next().await {
+    let idle = state.inner.socket_idle_timeout;
+    loop {
+        let message = match tokio::time::timeout(idle, source.next()).await {
+            Ok(Some(Ok(message))) => message,
+            Ok(_) => break,
+            Err(_) => {
+                // Idle: close unless a request is still streaming to the client.
+                requests.retain(|_, r| !r.task.is_finished());
+                if requests.is_empty() {
+                    break;
+                }
+                continue;
+            }
+        };
         let text = match message {
             Message::Text(text) => text.to_string(),
             Message::Binary(bytes) => String::from_utf8_lossy(&bytes).into_owned(),

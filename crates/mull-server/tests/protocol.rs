@@ -318,9 +318,20 @@ async fn a_token_is_required_when_set() {
     let open = ServerConfig {
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         token: None,
+        limits: mull_server::ConnectionLimits::default(),
     };
     let err = open.check().expect_err("a public address needs a token");
     assert!(err.to_string().contains("MULL_TOKEN"), "{err}");
+    // A token no request could match is refused before anything binds.
+    for blank in ["", " ", "\t", " s3cret"] {
+        let config = ServerConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: Some(blank.to_owned()),
+            limits: mull_server::ConnectionLimits::default(),
+        };
+        let err = config.check().expect_err("a blank token is refused");
+        assert!(err.to_string().contains("MULL_TOKEN is empty"), "{err}");
+    }
 }
 
 #[tokio::test]
@@ -381,6 +392,18 @@ async fn bad_requests_get_json_errors_and_leave_the_log_alone() {
             404,
             "not_found",
             "/api/nothing",
+        ),
+        (
+            client.get(&url),
+            405,
+            "method_not_allowed",
+            "GET is not allowed on /api/chat",
+        ),
+        (
+            client.delete(format!("http://{}/api/chat/nobody/cancel", server.addr)),
+            405,
+            "method_not_allowed",
+            "DELETE",
         ),
     ];
     for (request, status, code, needle) in cases {

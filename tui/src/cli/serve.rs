@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use mull::store::Log;
-use mull_server::{AgentSource, ServerConfig, ServerState};
+use mull_server::{AgentSource, ConnectionLimits, ServerConfig, ServerState};
 
 use super::chat::{choose_agent, SCRIPTED_DEMO};
 
@@ -29,12 +29,32 @@ pub struct ServeArgs {
     /// the log on its next request), e.g. `90s`, `10m`, `1h`.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub idle_ttl: Duration,
+    /// The most connections open at once; one more is answered 503 and closed.
+    #[arg(long, default_value_t = mull_server::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// How long a request's headers may take to arrive (also how long an idle connection stays
+    /// open between requests).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive once its headers have.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub body_timeout: Duration,
 }
 
 /// Serves until Ctrl-C, then finishes open requests and commits the log.
 pub fn run(args: ServeArgs) -> Result<()> {
     // Resolve the agent first, so a missing key is reported before anything binds.
     let shared = choose_agent(args.model.as_deref())?;
+    // And a token no request could match before the log is created.
+    let config = ServerConfig {
+        addr: args.addr,
+        limits: ConnectionLimits {
+            max_connections: args.max_connections,
+            header_timeout: args.header_timeout,
+        },
+        ..ServerConfig::from_env()
+    };
+    config.check()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -47,11 +67,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     } else {
         ServerState::new(log.clone(), shared)
     }
-    .with_idle_ttl(args.idle_ttl);
-    let config = ServerConfig {
-        addr: args.addr,
-        ..ServerConfig::from_env()
-    };
+    .with_idle_ttl(args.idle_ttl)
+    .with_body_timeout(args.body_timeout);
     let result = runtime.block_on(async {
         let bound = mull_server::bind(&config, state).await?;
         // Scripts (and tests) read the bound address from this line; port 0 picks one.

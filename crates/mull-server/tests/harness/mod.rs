@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use futures::StreamExt;
 use mull_core::Envelope;
 use mull_server::ui_stream::UiStreamMapper;
-use mull_server::{bind, ServerConfig, ServerState};
+use mull_server::{bind, ConnectionLimits, ServerConfig, ServerState};
 use mull_store::Log;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -51,6 +51,15 @@ pub async fn server_with(
     token: Option<&str>,
     configure: impl FnOnce(ServerState) -> ServerState,
 ) -> Server {
+    server_with_limits(token, ConnectionLimits::default(), configure).await
+}
+
+/// A server with its own connection cap and request-head deadline.
+pub async fn server_with_limits(
+    token: Option<&str>,
+    limits: ConnectionLimits,
+    configure: impl FnOnce(ServerState) -> ServerState,
+) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = Log::open(dir.path().join("chat.db")).expect("log");
     // One agent per chat for the server's life: a chat's script goes on where it stopped
@@ -70,6 +79,7 @@ pub async fn server_with(
     let config = ServerConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         token: token.map(str::to_owned),
+        limits,
     };
     let bound = bind(&config, state.clone()).await.expect("bind");
     let addr = bound.local_addr();
