@@ -240,6 +240,10 @@ pub struct TurnConfigRecord {
     pub output_schema: Option<Value>,
     /// Which fields `before_turn` (or an extension) changed, e.g. `"system"`, `"ext:policy:max_steps"`.
     pub overrides: Vec<String>,
+    /// Why an outside tool source (an MCP server) offered fewer tools than it has, one sentence
+    /// naming the source each; empty when every source listed normally.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_problems: Vec<String>,
 }
 
 /// A tool call as a step record lists it.

@@ -16,6 +16,7 @@ use crate::hooks::context::{
 };
 use crate::session_config::SessionConfig;
 use crate::tool::ToolSet;
+use crate::tool_source::ToolSource;
 
 /// An agent: what a session runs turns with.
 ///
@@ -36,6 +37,13 @@ pub trait Agent: Send + Sync + 'static {
     /// The agent's own tools (the first layer of the merge).
     fn tools(&self) -> ToolSet {
         ToolSet::new()
+    }
+
+    /// The MCP servers (or other outside tool sources) whose tools every turn offers, after
+    /// the agent's and the session's own tools and before the client's and the caller's.
+    /// Listed again at each turn's setup; see [`crate::tool_source`].
+    fn mcp_servers(&self) -> Vec<Arc<dyn ToolSource>> {
+        Vec::new()
     }
 
     /// The system prompt when the session has no context blocks.

@@ -236,6 +236,7 @@ impl ResolvedTurn {
                 .collect(),
             output_schema: self.output.clone(),
             overrides: self.overrides.clone(),
+            tool_problems: Vec::new(),
         }
     }
 }

@@ -19,7 +19,8 @@
 //!   model may write), [`search`] (full-text search of the conversation), [`tokens`].
 //! - [`replay`]: re-execution of a recorded session against the current agent.
 //! - The vocabulary the layers share: [`agent`] (the trait), [`config`] (TurnConfig /
-//!   StepConfig and their merge), [`tool`] (tools, schemas, validation), [`stop`] (stop
+//!   StepConfig and their merge), [`tool`] (tools, schemas, validation), [`tool_source`]
+//!   (tools listed from outside the process, such as MCP servers'), [`stop`] (stop
 //!   conditions), [`transform`] (stream transforms), [`session_config`] (what
 //!   `configure_session` sets up), [`error`].
 
@@ -37,6 +38,7 @@ pub mod session;
 pub mod session_config;
 pub mod stop;
 pub mod tool;
+pub mod tool_source;
 pub mod transform;
 mod turn;
 
@@ -70,5 +72,6 @@ pub use session_config::{
 pub use stop::{has_tool_call, step_count_is, StopCondition};
 pub use tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
 pub use tool::{FnTool, Tool, ToolEntry, ToolError, ToolExecution, ToolOutput, ToolSet};
+pub use tool_source::{ToolListing, ToolSource};
 pub use transform::StreamTransform;
 pub use turn::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS, INTERRUPTED_TOOL_CALL};

@@ -67,6 +67,11 @@ pub trait Tool: Send + Sync {
     fn is_streaming(&self) -> bool {
         false
     }
+    /// Whether the tool was registered at run time rather than declared in code (an MCP
+    /// server's tool): hooks see it as `dynamic`, as the seed's `ToolCallContext` says.
+    fn is_dynamic(&self) -> bool {
+        false
+    }
     /// Runs the tool.
     async fn execute(&self, input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError>;
 }

@@ -39,6 +39,11 @@ impl Agent for ReplayAgent {
         self.shared.wrap_tools(self.agent.tools(), None)
     }
 
+    fn mcp_servers(&self) -> Vec<Arc<dyn crate::tool_source::ToolSource>> {
+        // Their tools are wrapped with the session's own when the turn merges them.
+        self.agent.mcp_servers()
+    }
+
     fn system_prompt(&self) -> String {
         self.agent.system_prompt()
     }

@@ -22,7 +22,9 @@
 //! - **Tool results** come from the recording: a server tool keeps its name, description,
 //!   schema and streaming-ness, but `execute` answers with the recorded preliminary values and
 //!   outcome of the same call id (first in, first out when a call id repeats). That holds for
-//!   the session's own tools (`update_context`, `search_messages`) as well: they do not run
+//!   the session's own tools (`update_context`, `search_messages`) and MCP servers' tools as
+//!   well (a replay lists an MCP server's tools, since their schemas are part of the code under
+//!   test, but never calls one): they do not run
 //!   again; the context block writes a recorded call made are written again, once, as part of
 //!   serving it, so they are compared like every other event (and a block is never written
 //!   twice).
@@ -271,6 +273,10 @@ impl Shared {
 pub struct ReplayOptions {
     /// Extensions to load, as the recorded session had them.
     pub extensions: Extensions,
+    /// The session's MCP servers, as the recorded session had them (the agent's come from the
+    /// agent). A replay lists their tools — names, descriptions and schemas are the code under
+    /// test — but never calls one: calls are served from the recording.
+    pub mcp_servers: Vec<Arc<dyn crate::tool_source::ToolSource>>,
 }
 
 /// Runs `agent` again over `recording` into `log` (which must hold nothing of the recorded
@@ -331,6 +337,7 @@ pub async fn reexecute(
         .with_auto_continue(auto_continue);
     session_options.metadata = metadata;
     session_options.extensions = options.extensions;
+    session_options.mcp_servers = options.mcp_servers;
     let serving = Arc::clone(&shared);
     session_options.serve_session_tools = Some(Arc::new(move |inner, tools| {
         serving.wrap_tools(tools, Some(inner))

@@ -195,6 +195,10 @@ impl Tool for RecordedTool {
         self.tool.is_streaming()
     }
 
+    fn is_dynamic(&self) -> bool {
+        self.tool.is_dynamic()
+    }
+
     async fn execute(&self, _input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
         self.shared.checkpoint().await;
         let Some(run) = self.shared.tools.take(&call.call_id) else {

@@ -33,7 +33,10 @@ pub struct SessionOptions {
     pub capture_content: bool,
     /// Extensions, in load order; each runs right after the agent's own hook.
     pub extensions: Extensions,
-    /// Stands in for the session's own tools (`update_context`, `search_messages`) each turn:
+    /// MCP servers (or other outside tool sources) of this session, merged after the agent's.
+    pub mcp_servers: Vec<Arc<dyn crate::tool_source::ToolSource>>,
+    /// Stands in for the tools from outside the agent's code each turn — the session's own
+    /// (`update_context`, `search_messages`) and the MCP servers' —:
     /// re-execution replay serves their results from the recording.
     pub(crate) serve_session_tools: Option<ServeSessionTools>,
 }
@@ -55,6 +58,7 @@ impl SessionOptions {
             bus_capacity: 1024,
             capture_content: false,
             extensions: Extensions::new(),
+            mcp_servers: Vec::new(),
             serve_session_tools: None,
         }
     }
@@ -66,6 +70,15 @@ impl SessionOptions {
             ids: Arc::new(SequentialIds::new()),
             ..SessionOptions::new(session_id)
         }
+    }
+
+    /// Adds an MCP server (or another outside tool source) to the session's turns.
+    pub fn with_mcp_server(
+        mut self,
+        server: Arc<dyn crate::tool_source::ToolSource>,
+    ) -> SessionOptions {
+        self.mcp_servers.push(server);
+        self
     }
 
     /// Uses `clock`.

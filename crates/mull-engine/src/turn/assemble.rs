@@ -26,6 +26,11 @@ impl TurnRun<'_> {
         let agent = &inner.agent;
         let mut tools = agent.tools();
         tools.merge(&crate::session_config::session_tools(inner));
+        let (mcp_tools, tool_problems) = crate::tool_source::list_turn_sources(inner).await;
+        tools.merge(&match &inner.options.serve_session_tools {
+            Some(serve) => serve(inner, mcp_tools),
+            None => mcp_tools,
+        });
         for spec in &self.spec.client_tools {
             tools.insert(ToolEntry::Client(spec.clone()));
         }
@@ -94,8 +99,10 @@ impl TurnRun<'_> {
                 "before_turn left no messages to send to the model",
             )));
         }
+        let mut record = resolved.record();
+        record.tool_problems = tool_problems;
         self.append(Event::TurnConfigured {
-            config: Box::new(resolved.record()),
+            config: Box::new(record),
         })?;
         Ok(Ok(resolved))
     }

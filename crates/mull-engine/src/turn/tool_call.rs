@@ -38,18 +38,19 @@ impl TurnRun<'_> {
         let model_input = parsed
             .clone()
             .unwrap_or_else(|_| Value::String(input_text.clone()));
-        parts.tool_calls.push(ToolCallRecord {
-            call_id: call_id.clone(),
-            tool_name: tool_name.clone(),
-            input: model_input.clone(),
-            dynamic: false,
-        });
         let available = active.is_none_or(|a| a.iter().any(|n| n == &tool_name));
         let entry = resolved
             .tools
             .get(&tool_name)
             .filter(|_| available)
             .cloned();
+        let dynamic = matches!(&entry, Some(ToolEntry::Server(tool)) if tool.is_dynamic());
+        parts.tool_calls.push(ToolCallRecord {
+            call_id: call_id.clone(),
+            tool_name: tool_name.clone(),
+            input: model_input.clone(),
+            dynamic,
+        });
         let is_client = matches!(entry, Some(ToolEntry::Client(_)));
         self.append(Event::ToolCallStarted {
             step,
@@ -126,7 +127,7 @@ impl TurnRun<'_> {
             tool_call_id: call_id.clone(),
             tool_name: tool_name.clone(),
             input: model_input.clone(),
-            dynamic: false,
+            dynamic,
             provider_metadata: None,
             step_number: step,
             messages: messages.to_vec(),
@@ -373,13 +374,17 @@ impl TurnRun<'_> {
             error: error.clone(),
         });
         if outcome.run_hook {
+            let dynamic = parts
+                .tool_calls
+                .iter()
+                .any(|c| c.call_id == outcome.call_id && c.dynamic);
             let ctx = ToolCallResultContext {
                 tool_call_id: outcome.call_id.to_owned(),
                 tool_name: outcome.tool_name.to_owned(),
                 input: outcome.model_input.clone(),
                 effective_input: outcome.effective_input.clone(),
                 decision: outcome.decision,
-                dynamic: false,
+                dynamic,
                 step_number: outcome.step,
                 messages: outcome.messages.to_vec(),
                 duration_ms: outcome.duration_ms,
