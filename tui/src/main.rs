@@ -56,10 +56,14 @@ enum Command {
     /// Fork a session at a turn, a seq or a chunk into a new session that goes on with the
     /// demo agent (optionally under a stricter policy); the original is never changed.
     Fork(cli::fork::ForkArgs),
-    /// Counts of a log: sessions, turns, events by kind, tokens.
+    /// Counts of a log: sessions, turns, events by kind, tokens, and cost.
     Stats {
         /// The database.
         db: PathBuf,
+        /// A price file laid over the built-in prices: {"models": {"MODEL": {"input": 0.15,
+        /// "output": 0.6, "cache_read": 0.075, "cache_write": 0.15}}}, USD per million tokens.
+        #[arg(long)]
+        prices: Option<PathBuf>,
     },
     /// Write a large realistic log for benchmarks.
     #[command(hide = true)]
@@ -89,7 +93,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Fork(args) => cli::fork::run(args),
-        Command::Stats { db } => cli::stats::run(&db),
+        Command::Stats { db, prices } => cli::stats::run(&db, prices.as_deref()),
         Command::GenBenchLog(args) => cli::gen_bench_log::run(args),
     }
 }

@@ -81,7 +81,10 @@ fn without_mull_model_it_says_how_to_set_it() {
     let output = chat(&["--db", db.to_str().expect("utf-8")], &[], "hi\n");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
-    assert!(stderr.contains("MULL_MODEL is not set"), "{stderr}");
+    assert!(
+        stderr.contains("no model: pass --model SPEC or set MULL_MODEL"),
+        "{stderr}"
+    );
     assert!(stderr.contains("--model scripted-demo"), "{stderr}");
 }
 

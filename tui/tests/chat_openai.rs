@@ -59,7 +59,7 @@ fn model_spec(base_url: &str) -> String {
 
 fn run_piped(db: &Path, base_url: &str, input: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mull"))
-        .args(["chat", "--db"])
+        .args(["chat", "--tools", "--db"])
         .arg(db)
         .env("MULL_MODEL", model_spec(base_url))
         .env_remove("OPENAI_COMPATIBLE_API_KEY")
@@ -150,6 +150,83 @@ async fn piped_lines_are_turns_against_a_streaming_chat_completions_server() {
         Event::ToolCallFinished { tool, success: true, output: Some(output), .. }
             if tool == "calculate" && output["value"] == 5
     )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_flag_takes_a_spec_and_an_overflow_is_compacted_and_retried() {
+    let overflow = r#"{"error":{"message":"This model's maximum context length is 4096 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+    let mut replies: Vec<Reply> = (1..=5)
+        .map(|n| answer(&[text_delta(&format!("Answer {n}.")), finish("stop")]))
+        .collect();
+    replies.push(Reply::Status {
+        status: 400,
+        headers: Vec::new(),
+        body: overflow.into(),
+    });
+    // The compaction's summary, written by the same model, then the retried turn.
+    replies.push(answer(&[
+        text_delta("They asked five questions."),
+        finish("stop"),
+    ]));
+    replies.push(answer(&[text_delta("Answer 6."), finish("stop")]));
+    let server = serve(Reply::Sequence(replies)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("chat.db");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["chat", "--db"])
+        .arg(&db)
+        .args(["--model", &model_spec(&server.base_url)])
+        .env_remove("MULL_MODEL")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mull chat");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"q1\nq2\nq3\nq4\nq5\nq6\n")
+        .expect("write input");
+    let output = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some("Answer 6."),
+        "{stdout}\n{stderr}"
+    );
+    let received = server.received();
+    assert_eq!(received.len(), 8);
+    // No tools unless asked for.
+    assert!(received[0].body.get("tools").is_none());
+    let summarizer = received[6].body["messages"].to_string();
+    assert!(
+        summarizer.contains("Summarize the conversation"),
+        "{summarizer}"
+    );
+    let retried = received[7].body["messages"].to_string();
+    assert!(retried.contains("They asked five questions."), "{retried}");
+
+    let reader = LogReader::open(&db).expect("open log");
+    let session_id = reader.sessions().expect("sessions")[0].session_id.clone();
+    let events = reader.session_events(&session_id, 0).expect("events");
+    // The overflow was classified (the default classifier), compacted, and the turn re-run.
+    assert!(events.iter().any(|e| matches!(
+        &e.event,
+        Event::CompactionApplied {
+            reason: mull_core::CompactionReason::Reactive,
+            shortened: true,
+            ..
+        }
+    )));
+    assert!(events
+        .iter()
+        .any(|e| matches!(&e.event, Event::TurnStarted { attempt: 1, .. })));
+    let turns = reader.turns(&session_id).expect("turns");
+    assert_eq!(turns.last().map(|t| t.status), Some(TurnStatus::Completed));
 }
 
 /// A tmux server of our own (its own socket), killed when the test ends.

@@ -116,6 +116,7 @@ fn write_sample(db: &Path) {
             Event::StepFinished {
                 record: Box::new(StepRecord {
                     step: 0,
+                    model_id: "gpt-4o-mini".into(),
                     finish_reason: FinishReason::Stop,
                     usage: usage.clone(),
                     ..StepRecord::default()
@@ -223,6 +224,66 @@ fn stats_counts_sessions_turns_kinds_and_tokens() {
         out.contains("tokens    in 100 · out 7 · cached 40"),
         "{out}"
     );
+    // gpt-4o-mini at list price: 60 uncached in × 0.15 + 40 cached × 0.075 + 7 out × 0.60.
+    assert!(out.contains("cost      $0.000016\n"), "{out}");
+    assert!(
+        out.contains("  cache        read 40 tokens $0.000003 · write 0 tokens $0.000000\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn stats_prices_from_a_file_over_the_defaults_and_names_a_bad_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("a.db");
+    write_sample(&db);
+    let prices = dir.path().join("prices.json");
+    std::fs::write(
+        &prices,
+        r#"{"models": {"gpt-4o-mini": {"input": 1, "output": 2, "cache_read": 0.5}}}"#,
+    )
+    .expect("write prices");
+    let db = db.to_str().expect("utf-8 path");
+    let prices_arg = prices.to_str().expect("utf-8 path");
+    let out =
+        String::from_utf8(mull(&["stats", db, "--prices", prices_arg]).stdout).expect("utf-8");
+    // 60 × 1 + 40 × 0.5 + 7 × 2 = 94 millionths.
+    assert!(out.contains("cost      $0.000094\n"), "{out}");
+
+    std::fs::write(
+        &prices,
+        r#"{"models": {"gpt-4o-mini": {"input": "cheap"}}}"#,
+    )
+    .expect("write prices");
+    let output = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["stats", db, "--prices", prices_arg])
+        .output()
+        .expect("run mull");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("reading the price file"), "{stderr}");
+    assert!(stderr.contains("price file is not valid"), "{stderr}");
+}
+
+#[test]
+fn stats_shows_usage_no_provider_reported_as_unknown_not_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("aborted.db");
+    let db = db.to_str().expect("utf-8 path");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/aborted.jsonl");
+    mull(&["import", fixture, db]);
+    let out = String::from_utf8(mull(&["stats", db]).stdout).expect("utf-8");
+    assert!(
+        out.contains(
+            "tokens    in unknown · out unknown · cached unknown · reasoning unknown · total unknown\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("1 of 1 turns reported no usage"), "{out}");
+    // The cancelled call streamed tokens nobody reported: its cost is unknown, not zero.
+    assert!(out.contains("cost      unknown (1 call)\n"), "{out}");
+    assert!(out.contains("aborted unknown (1 call)"), "{out}");
+    assert!(out.contains("1 unfinished"), "{out}");
 }
 
 #[test]

@@ -12,6 +12,7 @@ pub mod event;
 pub mod fingerprint;
 pub mod message;
 pub mod model;
+pub mod price;
 pub mod stream;
 
 pub use classify::{default_context_overflow_classifier, ChatErrorClassification, ErrorInput};
@@ -28,4 +29,5 @@ pub use model::{
     CallSettings, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelErrorRecord,
     ModelMessage, ModelRequest, ModelRole, ModelStream, ToolChoice, ToolSpec,
 };
+pub use price::{BilledTokens, ModelPrice, PriceError, PriceTable};
 pub use stream::{FinishReason, Source, StreamPart, Usage};

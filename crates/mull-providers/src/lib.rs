@@ -8,6 +8,7 @@ pub mod anthropic;
 pub mod config;
 pub mod http;
 pub mod openai;
+mod probe;
 pub mod replay;
 pub mod scripted;
 

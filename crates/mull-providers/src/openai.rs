@@ -4,7 +4,8 @@
 //! **Request.** `POST {base_url}/chat/completions` with `stream: true` and
 //! `stream_options.include_usage: true`. The system prompt is the first `system` message;
 //! assistant tool calls become `tool_calls` (`arguments` is JSON text) and tool results
-//! `role: "tool"` messages; tools are `{"type": "function", "function": {name, description,
+//! `role: "tool"` messages; an assistant message's `content` is always a string (`""` beside
+//! tool calls, which every compatible server accepts; several fail on `null`); tools are `{"type": "function", "function": {name, description,
 //! parameters}}`; the output schema becomes `response_format: json_schema`. Every call setting is
 //! sent under its Chat Completions name (`max_output_tokens` goes to `max_completion_tokens` for
 //! OpenAI, `max_tokens` for other servers — see [`MaxTokensField`]; `top_k` only where the server
@@ -21,9 +22,11 @@
 //! **Errors.** HTTP failures map as described in [`crate::http`]. An `error` object in a data line
 //! ends the stream with an error whose kind follows its `type` / `code` and whose body is the
 //! line. Invalid JSON in a data line, a chunk whose known fields have the wrong type (`choices` not a
-//! list, a `delta` that is not an object, `content` that is not a string …), or a stream that
-//! ends before any `finish_reason` or `[DONE]`, is a `Protocol` error naming the field. Unknown
-//! fields are ignored.
+//! list, a `delta` that is not an object, `content` that is not a string …) is a `Protocol` error
+//! naming the field. Unknown fields are ignored. A stream that ends before any `finish_reason` or
+//! `[DONE]` (an empty 200 included) is followed by one non-streaming probe of the same request,
+//! whose answer becomes the error (see [`crate::probe`]'s docs): an overflow refused only
+//! without streaming is then classified as one.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,6 +42,7 @@ use mull_core::{
 use serde_json::{json, Map, Value};
 
 use crate::http::{self, HttpOptions, Secret, WireDecoder};
+use crate::probe;
 
 /// OpenAI's own endpoint, used when no base URL is given.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -50,6 +54,16 @@ pub enum MaxTokensField {
     MaxCompletionTokens,
     /// `max_tokens`: the older name that llama.cpp, vLLM and Ollama read.
     MaxTokens,
+}
+
+impl MaxTokensField {
+    /// The body field's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+            MaxTokensField::MaxTokens => "max_tokens",
+        }
+    }
 }
 
 /// Where and how to reach a Chat Completions server.
@@ -163,23 +177,42 @@ impl LanguageModel for OpenAiModel {
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.request_body(&request);
-        let mut builder = self
-            .client
-            .post(self.endpoint())
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(&body);
+        let builder = self
+            .post(&body, &request)
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
+        let stream = decode_sse(self.provider.clone(), http::response_bytes(response));
+        // Ended with no answer: ask once without streaming what the server objects to.
+        let probe = self.post(&probe_body(&self.config, body), &request);
+        let (provider, clock) = (self.provider.clone(), Arc::clone(&self.clock));
+        Ok(probe::probe_when_ended_early(stream, move || async move {
+            http::send(&provider, probe, clock.as_ref()).await.map(drop)
+        }))
+    }
+}
+
+impl OpenAiModel {
+    /// A POST of `body` to the endpoint with the key and the request's headers.
+    fn post(&self, body: &Value, request: &ModelRequest) -> reqwest::RequestBuilder {
+        let mut builder = self.client.post(self.endpoint()).json(body);
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key.expose());
         }
         for (name, value) in &request.settings.headers {
             builder = builder.header(name.as_str(), value.as_str());
         }
-        let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
-        Ok(decode_sse(
-            self.provider.clone(),
-            http::response_bytes(response),
-        ))
+        builder
     }
+}
+
+/// The streaming `body` as the non-streaming probe sends it: the same request, one output token.
+fn probe_body(config: &OpenAiConfig, mut body: Value) -> Value {
+    if let Value::Object(fields) = &mut body {
+        fields.insert("stream".into(), json!(false));
+        fields.remove("stream_options");
+        fields.insert(config.max_tokens_field.name().into(), json!(1));
+    }
+    body
 }
 
 /// Decodes a Chat Completions SSE byte stream into stream parts, exactly as the client does with a
@@ -242,11 +275,7 @@ pub fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Value {
     }
     let s = &request.settings;
     if let Some(max) = s.max_output_tokens {
-        let field = match config.max_tokens_field {
-            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
-            MaxTokensField::MaxTokens => "max_tokens",
-        };
-        body.insert(field.into(), json!(max));
+        body.insert(config.max_tokens_field.name().into(), json!(max));
     }
     insert_some(&mut body, "temperature", s.temperature);
     insert_some(&mut body, "top_p", s.top_p);
@@ -322,14 +351,9 @@ fn push_message(message: &ModelMessage, out: &mut Vec<Value>) {
                 .collect();
             let mut msg = Map::new();
             msg.insert("role".into(), json!("assistant"));
-            msg.insert(
-                "content".into(),
-                if text.is_empty() && !calls.is_empty() {
-                    Value::Null
-                } else {
-                    json!(text)
-                },
-            );
+            // Always a string, `""` beside tool calls: OpenAI also takes `null` there, but
+            // llama.cpp's server, some vLLM versions, LM Studio and Ollama's shim fail on it.
+            msg.insert("content".into(), json!(text));
             if !calls.is_empty() {
                 msg.insert("tool_calls".into(), Value::Array(calls));
             }
@@ -400,6 +424,8 @@ pub(crate) struct ChatCompletionsDecoder {
     calls_flushed: bool,
     usage: Usage,
     done: bool,
+    /// Whether any event arrived: a stream that ends with none was an empty 200.
+    any_event: bool,
 }
 
 impl ChatCompletionsDecoder {
@@ -414,6 +440,7 @@ impl ChatCompletionsDecoder {
             calls_flushed: false,
             usage: Usage::default(),
             done: false,
+            any_event: false,
         }
     }
 
@@ -682,6 +709,7 @@ impl ChatCompletionsDecoder {
 
 impl WireDecoder for ChatCompletionsDecoder {
     fn event(&mut self, event: &SseEvent) -> Result<Vec<StreamPart>, ModelError> {
+        self.any_event = true;
         let mut out = Vec::new();
         if event.data.trim() == "[DONE]" {
             self.finish(&mut out)?;
@@ -700,12 +728,10 @@ impl WireDecoder for ChatCompletionsDecoder {
 
     fn end(&mut self) -> Result<Vec<StreamPart>, ModelError> {
         if self.finish_reason.is_none() {
-            return Err(ModelError::new(
-                ModelErrorKind::Protocol,
-                format!(
-                    "{}: stream ended without a finish_reason or [DONE]",
-                    self.provider
-                ),
+            return Err(probe::ended_early(
+                &self.provider,
+                !self.any_event,
+                "finish_reason or [DONE]",
             ));
         }
         let mut out = Vec::new();
@@ -907,6 +933,27 @@ mod tests {
         assert_eq!(finish_reason("function_call"), FinishReason::ToolCalls);
         assert_eq!(finish_reason("content_filter"), FinishReason::ContentFilter);
         assert_eq!(finish_reason("eos"), FinishReason::Other);
+    }
+
+    #[test]
+    fn an_assistant_message_of_tool_calls_only_has_empty_string_content() {
+        let request = ModelRequest {
+            messages: vec![ModelMessage {
+                role: ModelRole::Assistant,
+                content: vec![ModelContent::ToolCall {
+                    call_id: "call_1".into(),
+                    tool_name: "clock".into(),
+                    input: json!({}),
+                }],
+            }],
+            ..ModelRequest::default()
+        };
+        let body = request_body(
+            &OpenAiConfig::compatible("http://127.0.0.1:1/v1", "m"),
+            &request,
+        );
+        assert_eq!(body["messages"][0]["content"], json!(""));
+        assert_eq!(body["messages"][0]["tool_calls"][0]["id"], json!("call_1"));
     }
 
     #[test]

@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{collect, one_read, say_hi, serve_sse, stream_from_sse};
+use common::{collect, one_read, say_hi, serve, serve_sse, stream_from_sse, Reply};
 use mull_core::{
     CallSettings, FinishReason, LanguageModel, ModelContent, ModelErrorKind, ModelMessage,
     ModelRequest, ModelRole, StreamPart, ToolChoice, ToolSpec, Usage,
@@ -315,16 +315,70 @@ async fn malformed_json_is_a_protocol_error_naming_the_data() {
 }
 
 #[tokio::test]
-async fn a_stream_without_a_finish_is_a_protocol_error() {
+async fn a_stream_without_a_finish_is_probed_once_without_streaming() {
     let wire = chunk(json!({"content": "and then"}), None);
-    let (parts, error) = run(wire, 4096, false).await;
+    let server = serve_sse(&wire, 4096, false).await;
+    let stream = model(&server.base_url)
+        .stream(say_hi())
+        .await
+        .expect("stream");
+    let (parts, error) = collect(stream).await;
     assert_eq!(parts.len(), 2);
     let error = error.expect("error");
-    assert_eq!(error.kind, ModelErrorKind::Protocol);
+    // The probe was answered 200: the failure did not repeat, so a retry may help.
+    assert_eq!(error.kind, ModelErrorKind::Transient);
     assert!(
-        error.message.contains("without a finish_reason"),
+        error
+            .message
+            .contains("a stream cut short: no finish_reason or [DONE]")
+            && error.message.contains("without streaming succeeded"),
         "{}",
         error.message
+    );
+    let received = server.received();
+    assert_eq!(received.len(), 2, "the stream, then one probe");
+    assert_eq!(received[0].body["stream"], json!(true));
+    assert_eq!(received[1].body["stream"], json!(false));
+    assert!(received[1].body.get("stream_options").is_none());
+    assert_eq!(received[1].body["max_completion_tokens"], json!(1));
+    assert_eq!(received[1].body["messages"], received[0].body["messages"]);
+}
+
+#[tokio::test]
+async fn an_empty_200_is_explained_by_the_probe_refusal_and_classified() {
+    let overflow = r#"{"error":{"message":"Requested tokens (5000) exceed context window of 4096","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+    let server = serve(Reply::Sequence(vec![
+        Reply::Sse {
+            pieces: Vec::new(),
+            cut: false,
+        },
+        Reply::Status {
+            status: 400,
+            headers: Vec::new(),
+            body: overflow.into(),
+        },
+    ]))
+    .await;
+    let stream = model(&server.base_url)
+        .stream(say_hi())
+        .await
+        .expect("stream");
+    let (parts, error) = collect(stream).await;
+    assert!(parts.is_empty());
+    let error = error.expect("error");
+    assert_eq!(error.kind, ModelErrorKind::InvalidRequest);
+    assert!(!error.is_retryable());
+    assert_eq!(error.status, Some(400));
+    assert_eq!(error.body.as_deref(), Some(overflow));
+    assert!(
+        error.message.contains("HTTP 200 with an empty stream")
+            && error.message.contains("HTTP 400: Requested tokens (5000)"),
+        "{}",
+        error.message
+    );
+    assert_eq!(
+        mull_core::default_context_overflow_classifier(&error),
+        Some(mull_core::ChatErrorClassification::ContextOverflow)
     );
 }
 

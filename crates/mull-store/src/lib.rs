@@ -84,6 +84,7 @@ pub mod diff;
 pub mod error;
 pub mod fork;
 pub mod jsonl;
+pub mod ledger;
 mod open_turns;
 pub mod overview;
 pub mod pacing;
@@ -99,6 +100,7 @@ pub use backend::{EventLog, LogFuture};
 pub use error::StoreError;
 pub use fork::{ForkError, ForkPoint, ResolvedFork, TurnRef};
 pub use jsonl::{export_jsonl, import_jsonl};
+pub use ledger::{Amount, CostLedger, CostTotals};
 pub use overview::{SessionOverview, SessionOverviews, StatusMix};
 pub use pacing::TurnPacing;
 pub use projection::{

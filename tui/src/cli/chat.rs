@@ -1,5 +1,5 @@
-//! `mull chat`: a terminal chat with the model `MULL_MODEL` names (or the demo's scripted
-//! model, offline), streaming each answer as it arrives while every event goes to the log.
+//! `mull chat`: a terminal chat with the model `--model` or `MULL_MODEL` names (or the demo's
+//! scripted model, offline), streaming each answer as it arrives while every event goes to the log.
 //!
 //! At a terminal, Ctrl-C cancels the running turn (it ends `aborted`, its partial answer kept)
 //! and a second Ctrl-C — or one at the prompt — exits; Ctrl-D or `/quit` exits too. When
@@ -12,21 +12,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use async_trait::async_trait;
 use clap::Args;
 use futures::StreamExt;
-use mull::core::{Clock, IdSource, LanguageModel, RandomIds, StreamPart, SystemClock, UIMessage};
-use mull::engine::{
-    Agent, OutcomeStatus, Session, SessionOptions, Tool, ToolError, ToolExecution, ToolOutput,
-    ToolSet, TurnOptions,
-};
-use mull::providers::config::{model_from_env, ConfigError, MODEL_VARIABLE};
+use mull::core::{IdSource, RandomIds, StreamPart, UIMessage};
+use mull::engine::{Agent, OutcomeStatus, Session, SessionOptions, TurnOptions};
 use mull_store::Log;
-use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-/// The `--model` value that chats with the demo's scripted agent, no network or key needed.
-pub const SCRIPTED_DEMO: &str = "scripted-demo";
+use super::agent::choose_agent;
 
 /// Arguments of `mull chat`.
 #[derive(Debug, Args)]
@@ -34,10 +27,14 @@ pub struct ChatArgs {
     /// The database every event is written to.
     #[arg(long, default_value = "mull.db")]
     pub db: PathBuf,
-    /// `scripted-demo` to chat offline with the demo's scripted travel desk; otherwise the model
-    /// comes from MULL_MODEL.
+    /// The model: a spec such as `openai:gpt-4o-mini`, `anthropic:claude-sonnet-4-5` or
+    /// `openai-compatible:http://127.0.0.1:8080/v1#model`, or `scripted-demo` to chat offline
+    /// with the demo's scripted travel desk. Default: MULL_MODEL.
     #[arg(long)]
     pub model: Option<String>,
+    /// Offer the model two harmless built-in tools: `time_now` (a clock) and `calculate`.
+    #[arg(long)]
+    pub tools: bool,
     /// Continue this session instead of starting a new one.
     #[arg(long)]
     pub session: Option<String>,
@@ -45,7 +42,7 @@ pub struct ChatArgs {
 
 /// Runs the chat until input ends, `/quit`, or Ctrl-C at the prompt.
 pub fn run(args: ChatArgs) -> Result<()> {
-    let agent = choose_agent(args.model.as_deref())?;
+    let agent = choose_agent(args.model.as_deref(), args.tools)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -56,24 +53,6 @@ pub fn run(args: ChatArgs) -> Result<()> {
     log.close()
         .with_context(|| format!("committing {}", args.db.display()))?;
     result
-}
-
-pub(crate) fn choose_agent(model: Option<&str>) -> Result<Arc<dyn Agent>> {
-    match model {
-        Some(SCRIPTED_DEMO) => Ok(mull::demo::agent()),
-        Some(other) => anyhow::bail!(
-            "unknown --model {other:?}: use `--model {SCRIPTED_DEMO}`, or set {MODEL_VARIABLE} \
-             to a model spec and leave --model out"
-        ),
-        None => match model_from_env() {
-            Ok(model) => Ok(Arc::new(ChatAgent::new(model, Arc::new(SystemClock)))),
-            Err(ConfigError::MissingSpec) => anyhow::bail!(
-                "{}\nor chat offline with the demo's scripted model: mull chat --model {SCRIPTED_DEMO}",
-                ConfigError::MissingSpec
-            ),
-            Err(e) => Err(e.into()),
-        },
-    }
 }
 
 /// What the chat reacts to: a line of input, the end of input, or Ctrl-C.
@@ -243,122 +222,4 @@ fn show(
         _ => {}
     }
     Ok(())
-}
-
-/// The chat's agent: the configured model and two example tools.
-struct ChatAgent {
-    model: Arc<dyn LanguageModel>,
-    clock: Arc<dyn Clock>,
-}
-
-impl ChatAgent {
-    fn new(model: Arc<dyn LanguageModel>, clock: Arc<dyn Clock>) -> ChatAgent {
-        ChatAgent { model, clock }
-    }
-}
-
-#[async_trait]
-impl Agent for ChatAgent {
-    fn name(&self) -> &str {
-        "mull-chat"
-    }
-
-    fn model(&self) -> Arc<dyn LanguageModel> {
-        Arc::clone(&self.model)
-    }
-
-    fn system_prompt(&self) -> String {
-        "You are a helpful assistant in a terminal. Answer briefly. Use time_now for the current \
-         date and time and calculate for arithmetic."
-            .to_owned()
-    }
-
-    fn tools(&self) -> ToolSet {
-        ToolSet::new()
-            .with(Arc::new(TimeNow {
-                clock: Arc::clone(&self.clock),
-            }))
-            .with(Arc::new(Calculate))
-    }
-}
-
-/// `time_now`: the current time in UTC, from the session's kind of clock.
-struct TimeNow {
-    clock: Arc<dyn Clock>,
-}
-
-#[async_trait]
-impl Tool for TimeNow {
-    fn name(&self) -> &str {
-        "time_now"
-    }
-
-    fn description(&self) -> &str {
-        "The current date and time in UTC (RFC 3339)."
-    }
-
-    fn input_schema(&self) -> Arc<Value> {
-        Arc::new(json!({"type": "object", "properties": {}, "additionalProperties": false}))
-    }
-
-    async fn execute(&self, _input: Value, _call: &ToolExecution) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::Value(
-            json!({"utc": self.clock.now().to_rfc3339()}),
-        ))
-    }
-}
-
-/// `calculate`: evaluates an arithmetic expression.
-struct Calculate;
-
-#[async_trait]
-impl Tool for Calculate {
-    fn name(&self) -> &str {
-        "calculate"
-    }
-
-    fn description(&self) -> &str {
-        "Evaluates an arithmetic expression such as `(2 + 3) * 4.5 / 2` or `2^10 % 7`."
-    }
-
-    fn input_schema(&self) -> Arc<Value> {
-        Arc::new(json!({
-            "type": "object",
-            "properties": {"expression": {"type": "string", "description": "The expression."}},
-            "required": ["expression"],
-            "additionalProperties": false
-        }))
-    }
-
-    async fn execute(&self, input: Value, _call: &ToolExecution) -> Result<ToolOutput, ToolError> {
-        let expression = input["expression"].as_str().unwrap_or_default();
-        let value = evaluate(expression)?;
-        Ok(ToolOutput::Value(
-            json!({"expression": expression, "value": value}),
-        ))
-    }
-}
-
-/// Evaluates arithmetic only: numbers, operators and parentheses (no variables or functions).
-fn evaluate(expression: &str) -> Result<Value, ToolError> {
-    let value =
-        evalexpr::eval(expression).map_err(|e| format!("cannot evaluate {expression:?}: {e}"))?;
-    match value {
-        evalexpr::Value::Int(n) => Ok(json!(n)),
-        evalexpr::Value::Float(x) => Ok(json!(x)),
-        other => Err(format!("{expression:?} is not arithmetic (it gives {other})").into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn calculate_does_arithmetic_and_refuses_the_rest() {
-        assert_eq!(evaluate("(2 + 3) * 4").unwrap(), json!(20));
-        assert_eq!(evaluate("7 / 2.0").unwrap(), json!(3.5));
-        assert!(evaluate("\"text\"").is_err());
-        assert!(evaluate("2 +").is_err());
-    }
 }

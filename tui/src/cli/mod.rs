@@ -1,5 +1,6 @@
 //! One module per subcommand; each is thin wiring over `mull-store` and the dashboard.
 
+pub mod agent;
 pub mod chat;
 pub mod check;
 pub mod dash;

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use mull::store::Log;
 use mull_server::{AgentSource, ConnectionLimits, ServerConfig, ServerState};
 
-use super::chat::{choose_agent, SCRIPTED_DEMO};
+use super::agent::{choose_agent, SCRIPTED_DEMO};
 
 /// Arguments of `mull serve`.
 #[derive(Debug, clap::Args)]
@@ -21,10 +21,14 @@ pub struct ServeArgs {
     /// Where to listen. A non-loopback address needs MULL_TOKEN (every request must carry it).
     #[arg(long, default_value = "127.0.0.1:3000")]
     pub addr: SocketAddr,
-    /// `scripted-demo` to serve the demo's scripted travel desk offline (a fresh script per
-    /// chat); otherwise the model MULL_MODEL names.
+    /// The model: a spec such as `openai:gpt-4o-mini`, `anthropic:claude-sonnet-4-5` or
+    /// `openai-compatible:http://127.0.0.1:8080/v1#model`, or `scripted-demo` to serve the
+    /// demo's scripted travel desk offline (a fresh script per chat). Default: MULL_MODEL.
     #[arg(long)]
     pub model: Option<String>,
+    /// Offer the model two harmless built-in tools: `time_now` (a clock) and `calculate`.
+    #[arg(long)]
+    pub tools: bool,
     /// How long a chat nobody uses stays in memory before it is dropped (it is re-opened from
     /// the log on its next request), e.g. `90s`, `10m`, `1h`.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
@@ -44,7 +48,7 @@ pub struct ServeArgs {
 /// Serves until Ctrl-C, then finishes open requests and commits the log.
 pub fn run(args: ServeArgs) -> Result<()> {
     // Resolve the agent first, so a missing key is reported before anything binds.
-    let shared = choose_agent(args.model.as_deref())?;
+    let shared = choose_agent(args.model.as_deref(), args.tools)?;
     // And a token no request could match before the log is created.
     let config = ServerConfig {
         addr: args.addr,

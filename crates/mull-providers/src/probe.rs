@@ -1,0 +1,132 @@
+//! Finding out why a stream ended with no answer.
+//!
+//! Some Chat Completions servers answer a streaming request they refuse with HTTP 200 and an
+//! empty body (llama.cpp's Python server does so for a prompt longer than its context), or end
+//! the stream without a finish, while the same request sent without streaming gets the real
+//! error: a 400 whose body says `context_length_exceeded`. A bare "the stream was empty" is
+//! unclassifiable and invites retries that cannot help, so when a stream ends early the provider
+//! sends **one** non-streaming probe of the same request (output capped at one token) and the
+//! error the turn sees is the probe's, named as such: an overflow is then classified like its
+//! non-streaming twin and a refusal is not retried. When the probe succeeds the failure did not
+//! repeat, and the stream error is reported as transient (a retry may well succeed).
+
+use std::future::Future;
+
+use futures::StreamExt;
+use mull_core::{ModelError, ModelErrorKind, ModelStream};
+
+/// What the end of a stream that owed an answer says, after the provider name.
+const ENDED_EARLY: &str = "the stream ended before the server said it was finished";
+
+/// The error for a successful response whose stream ended before the provider's finish: `empty`
+/// when not one event arrived.
+pub(crate) fn ended_early(provider: &str, empty: bool, what_was_missing: &str) -> ModelError {
+    let how = if empty {
+        "HTTP 200 with an empty stream"
+    } else {
+        "a stream cut short"
+    };
+    ModelError::new(
+        ModelErrorKind::Protocol,
+        format!("{provider}: {ENDED_EARLY} ({how}: no {what_was_missing})"),
+    )
+}
+
+/// Whether `error` is one [`ended_early`] made.
+fn is_ended_early(error: &ModelError) -> bool {
+    error.kind == ModelErrorKind::Protocol
+        && error.status.is_none()
+        && error.message.contains(ENDED_EARLY)
+}
+
+/// Passes `stream` through; when it ends early (see [`ended_early`]), runs `probe` once and
+/// yields the error [`explain`] makes of both instead.
+pub(crate) fn probe_when_ended_early<F, Fut>(stream: ModelStream, probe: F) -> ModelStream
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), ModelError>> + Send + 'static,
+{
+    let probed = futures::stream::unfold(
+        (stream, Some(probe)),
+        |(mut stream, mut probe)| async move {
+            let item = stream.next().await?;
+            let item = match item {
+                Err(error) if is_ended_early(&error) => match probe.take() {
+                    Some(probe) => Err(explain(error, probe().await)),
+                    None => Err(error),
+                },
+                other => other,
+            };
+            Some((item, (stream, probe)))
+        },
+    );
+    Box::pin(probed)
+}
+
+/// The error a turn sees for a stream that ended early, given what the probe answered.
+pub(crate) fn explain(ended: ModelError, probe: Result<(), ModelError>) -> ModelError {
+    match probe {
+        // The server said what was wrong: that is the error, kind and body included.
+        Err(probe) if probe.status.is_some() => ModelError {
+            message: format!(
+                "{}; the same request without streaming was answered: {}",
+                ended.message, probe.message
+            ),
+            ..probe
+        },
+        Err(probe) => ModelError {
+            message: format!(
+                "{}; a probe of the same request without streaming failed too: {}",
+                ended.message, probe.message
+            ),
+            ..ended
+        },
+        Ok(()) => ModelError {
+            kind: ModelErrorKind::Transient,
+            message: format!(
+                "{}; the same request without streaming succeeded, so the failure did not repeat",
+                ended.message
+            ),
+            ..ended
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mull_core::{default_context_overflow_classifier, ChatErrorClassification};
+
+    #[test]
+    fn a_refusing_probe_gives_its_status_kind_and_body() {
+        let mut probe = ModelError::new(ModelErrorKind::InvalidRequest, "x: HTTP 400: too long");
+        probe.status = Some(400);
+        probe.body = Some(r#"{"error":{"code":"context_length_exceeded"}}"#.into());
+        let error = explain(ended_early("x", true, "[DONE]"), Err(probe));
+        assert_eq!(error.kind, ModelErrorKind::InvalidRequest);
+        assert_eq!(error.status, Some(400));
+        assert!(error.message.starts_with("x: the stream ended before"));
+        assert!(error
+            .message
+            .contains("without streaming was answered: x: HTTP 400"));
+        assert_eq!(
+            default_context_overflow_classifier(&error),
+            Some(ChatErrorClassification::ContextOverflow)
+        );
+    }
+
+    #[test]
+    fn a_succeeding_probe_makes_the_failure_transient() {
+        let error = explain(ended_early("x", false, "finish_reason"), Ok(()));
+        assert!(error.is_retryable());
+        assert!(error.message.contains("a stream cut short"));
+    }
+
+    #[test]
+    fn a_probe_that_cannot_connect_keeps_the_stream_error() {
+        let probe = ModelError::new(ModelErrorKind::Transient, "x: could not connect");
+        let error = explain(ended_early("x", true, "[DONE]"), Err(probe));
+        assert_eq!(error.kind, ModelErrorKind::Protocol);
+        assert!(error.message.ends_with("failed too: x: could not connect"));
+    }
+}
