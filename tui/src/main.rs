@@ -2,6 +2,7 @@
 
 mod cli;
 mod dash;
+mod telemetry;
 
 use std::path::PathBuf;
 
@@ -72,6 +73,7 @@ enum Command {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    telemetry::init()?;
     match cli.command {
         Command::Chat(args) => cli::chat::run(args),
         Command::Serve(args) => cli::serve::run(args),

@@ -13,6 +13,7 @@ fn chat(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
         .arg("chat")
         .args(args)
         .env_remove("MULL_MODEL")
+        .env_remove("RUST_LOG")
         .env_remove("OPENAI_API_KEY")
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::piped())
@@ -100,4 +101,23 @@ fn a_missing_key_names_its_variable() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(stderr.contains("set OPENAI_API_KEY"), "{stderr}");
+}
+
+#[test]
+fn rust_log_prints_the_engines_spans_to_standard_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("chat.db");
+    let db_arg = db.to_str().expect("utf-8");
+    let output = chat(
+        &["--db", db_arg, "--model", "scripted-demo"],
+        &[("RUST_LOG", "mull_engine=info")],
+        "Where is the Louvre?\n",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("invoke_agent"), "{stderr}");
+    assert!(stderr.contains("gen_ai.operation.name"), "{stderr}");
+    // Without RUST_LOG, nothing of the kind.
+    let quiet = chat(&["--db", db_arg, "--model", "scripted-demo"], &[], "Hi\n");
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("invoke_agent"));
 }
