@@ -142,7 +142,7 @@ impl Extension for Probe {
         self.seen_turns.lock().unwrap().push(snapshot.clone());
         self.act("before_turn").await?;
         match &self.behaviour {
-            Behaviour::Patch(v) => Ok(Some(serde_json::from_value(v.clone())?)),
+            Behaviour::Patch(v) => Ok(TurnConfigPatch::from_json(v)?),
             _ => Ok(None),
         }
     }
@@ -262,11 +262,11 @@ async fn before_turn_merges_scalars_in_load_order_and_ignores_the_rest() {
             "system": "from a",
             "temperature": 0.5,
             "headers": {"x-a": "1"},
-            "provider_options": {"p": {"a": 1}},
+            "providerOptions": {"p": {"a": 1}},
             "model": "some-other-model",
             "tools": {"evil": {}},
-            "stop_when": ["has_tool_call(search)"],
-            "transforms": ["upper"],
+            "stopWhen": ["has_tool_call(search)"],
+            "experimental_transform": ["upper"],
             "output": {"type": "object"},
         })),
     ));
@@ -274,11 +274,11 @@ async fn before_turn_merges_scalars_in_load_order_and_ignores_the_rest() {
         "b",
         &calls,
         Behaviour::Patch(json!({
-            "max_steps": 2,
-            "active_tools": ["search"],
+            "maxSteps": 2,
+            "activeTools": ["search"],
             "headers": {"x-b": "2"},
-            "provider_options": {"q": 2},
-            "timeout": {"total_ms": 60000},
+            "providerOptions": {"q": 2},
+            "timeout": {"totalMs": 60000},
         })),
     ));
     let agent = Agentish {

@@ -2,12 +2,14 @@
 
 mull talks to an extension over JSON-RPC 2.0, one JSON object per line: requests arrive on
 stdin, replies go to stdout. Anything else you want to say goes to stderr (mull logs it).
-See docs/extension-protocol.md for every message and its schema.
+See docs/extension-protocol.md for every message and its schema. Snapshots and replies use
+the field names of Think's documentation (camelCase: toolNames, activeTools, stepNumber …);
+a reply field mull does not know is reported as a failed hook, never silently dropped.
 
     from mull_ext import serve
 
     def before_turn(turn, host):
-        return {"max_steps": 3}
+        return {"maxSteps": 3}
 
     serve(before_turn=before_turn)
 

@@ -15,12 +15,12 @@ totals = {"input": 0, "output": 0, "steps": 0}
 
 def on_step_finish(step, host):
     usage = step["usage"]
-    totals["input"] += usage.get("input_tokens") or 0
-    totals["output"] += usage.get("output_tokens") or 0
+    totals["input"] += usage.get("inputTokens") or 0
+    totals["output"] += usage.get("outputTokens") or 0
     totals["steps"] += 1
     print(
-        f"token-counter: step {step['step_number']} used {usage.get('input_tokens') or 0} in / "
-        f"{usage.get('output_tokens') or 0} out; session total {totals['input']} in / {totals['output']} out",
+        f"token-counter: step {step['stepNumber']} used {usage.get('inputTokens') or 0} in / "
+        f"{usage.get('outputTokens') or 0} out; session total {totals['input']} in / {totals['output']} out",
         file=sys.stderr,
     )
 

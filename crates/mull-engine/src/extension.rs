@@ -6,10 +6,14 @@
 //! contract serves an in-process Rust extension and one running in another process (the
 //! `mull-extensions` crate implements [`Extension`] over a child process).
 //!
+//! Snapshots and replies have the seed's shapes and field names (camelCase, as Think's
+//! documentation writes them), so an extension written from the seed works unchanged.
+//!
 //! The dispatcher runs subscribed extensions in load order, right after the agent's own hook
 //! at the same point. Only `before_turn`'s reply is used: a [`TurnConfigPatch`] whose scalar
 //! fields replace the turn's (headers and provider options merge key by key); `model`,
-//! `tools`, `stop_when`, `transforms` and `output` are ignored. Every field an extension sets
+//! `tools`, `stopWhen`, `experimental_transform` and `output` are ignored. A reply field that
+//! is unknown or of the wrong type fails the reply, naming the field. Every field an extension sets
 //! is listed in `turn_configured.overrides` as `ext:<name>:<field>`. An extension hook that
 //! fails, panics or outlives its timeout is a `hook_failed` event with `source` = the
 //! extension's name; the turn goes on.
@@ -89,8 +93,10 @@ impl ExtensionHook {
     }
 }
 
-/// What an extension's `before_turn` sees.
+/// What an extension's `before_turn` sees: the seed's `TurnContextSnapshot`
+/// (`{ system, toolNames, messageCount, continuation, body?, modelId }`) plus `activeTools`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct TurnSnapshot {
     /// The system prompt in effect so far.
     pub system: String,
@@ -102,14 +108,17 @@ pub struct TurnSnapshot {
     pub message_count: u32,
     /// Whether this turn continues the previous one.
     pub continuation: bool,
-    /// Custom fields of the caller's request.
+    /// Custom fields of the caller's request (absent when the request had none).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     pub body: Value,
     /// The model the turn uses.
     pub model_id: String,
 }
 
-/// What an extension's `before_tool_call` sees.
+/// What an extension's `before_tool_call` sees (the seed's
+/// `{ toolName, toolCallId, input, stepNumber, dynamic? }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ToolCallSnapshot {
     pub tool_name: String,
     pub tool_call_id: String,
@@ -122,8 +131,10 @@ pub struct ToolCallSnapshot {
     pub dynamic: bool,
 }
 
-/// What an extension's `after_tool_call` sees: the outcome as the model sees it.
+/// What an extension's `after_tool_call` sees: the outcome as the model sees it (the seed's
+/// `{ toolName, toolCallId, input, stepNumber, durationMs, success, output? | error?, dynamic? }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ToolResultSnapshot {
     pub tool_name: String,
     pub tool_call_id: String,
@@ -144,6 +155,7 @@ pub struct ToolResultSnapshot {
 
 /// Token counts of a step; absent counts mean the provider did not say.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct UsageSnapshot {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
@@ -164,8 +176,10 @@ impl From<&Usage> for UsageSnapshot {
     }
 }
 
-/// What an extension's `on_step_finish` sees.
+/// What an extension's `on_step_finish` sees (the seed's `{ stepNumber, finishReason, text,
+/// reasoningText, toolCallCount, toolResultCount, usage, providerMetadata }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct StepSnapshot {
     pub step_number: u32,
     /// The unified finish reason (`stop`, `length`, `tool-calls`, …).
@@ -178,8 +192,10 @@ pub struct StepSnapshot {
     pub provider_metadata: Option<Value>,
 }
 
-/// What an extension's `on_chunk` sees: minimal, because it fires per token.
+/// What an extension's `on_chunk` sees: minimal, because it fires per token (the seed's
+/// `{ type, text?, toolName?, toolCallId? }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ChunkSnapshot {
     /// The stream part's type (`text-delta`, `tool-call`, …).
     #[serde(rename = "type")]
@@ -223,29 +239,56 @@ impl From<&StreamPart> for ChunkSnapshot {
     }
 }
 
-/// A tool choice, as an extension may force it.
+/// A tool choice as the AI SDK writes it: `"auto"`, `"none"`, `"required"`, or
+/// `{ "type": "tool", "toolName": "search" }`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(untagged)]
 pub enum ToolChoicePatch {
+    /// `"auto"`, `"none"` or `"required"`.
+    Mode(ToolChoiceMode),
+    /// One tool, forced.
+    Tool(ForcedTool),
+}
+
+/// The tool choices that name no tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolChoiceMode {
     Auto,
     None,
     Required,
-    Tool { tool_name: String },
+}
+
+/// `{ "type": "tool", "toolName": … }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForcedTool {
+    #[serde(rename = "type")]
+    pub kind: ForcedToolKind,
+    pub tool_name: String,
+}
+
+/// The only `type` a forced tool choice has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ForcedToolKind {
+    Tool,
 }
 
 impl From<ToolChoicePatch> for ToolChoice {
     fn from(c: ToolChoicePatch) -> ToolChoice {
         match c {
-            ToolChoicePatch::Auto => ToolChoice::Auto,
-            ToolChoicePatch::None => ToolChoice::None,
-            ToolChoicePatch::Required => ToolChoice::Required,
-            ToolChoicePatch::Tool { tool_name } => ToolChoice::Tool { tool_name },
+            ToolChoicePatch::Mode(ToolChoiceMode::Auto) => ToolChoice::Auto,
+            ToolChoicePatch::Mode(ToolChoiceMode::None) => ToolChoice::None,
+            ToolChoicePatch::Mode(ToolChoiceMode::Required) => ToolChoice::Required,
+            ToolChoicePatch::Tool(ForcedTool { tool_name, .. }) => ToolChoice::Tool { tool_name },
         }
     }
 }
 
-/// Time limits an extension may set for the turn.
+/// Time limits an extension may set for the turn (the seed's `TimeoutConfiguration`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TimeoutPatch {
     /// The whole turn must end within this many ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -255,12 +298,16 @@ pub struct TimeoutPatch {
     pub chunk_ms: Option<u64>,
 }
 
-/// What an extension's `before_turn` may return: the scalar part of a TurnConfig.
+/// What an extension's `before_turn` may return: the scalar part of the seed's TurnConfig, with
+/// its field names (`activeTools`, `maxSteps`, `toolChoice` …).
 ///
-/// `model`, `tools`, `stop_when`, `transforms` and `output` are accepted so a Think-shaped
-/// reply decodes, and ignored: they are code or live objects, which an extension cannot own.
+/// `model`, `tools`, `stopWhen`, `experimental_transform` and `output` are accepted so a
+/// Think-shaped reply decodes, and ignored: they are code or live objects, which an extension
+/// cannot own. Any other field, or a value of the wrong type, makes the reply fail as a whole
+/// ([`TurnConfigPatch::from_json`] names the field), so a misspelt field is never silently
+/// dropped.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct TurnConfigPatch {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
@@ -296,6 +343,9 @@ pub struct TurnConfigPatch {
     pub max_retries: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout: Option<TimeoutPatch>,
+    /// The stall watchdog for this turn, in ms (0 turns it off); wins over `timeout.chunkMs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chat_stream_stall_timeout_ms: Option<u64>,
     /// Merged into the turn's headers key by key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
@@ -311,12 +361,96 @@ pub struct TurnConfigPatch {
     /// Ignored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_when: Option<Value>,
-    /// Ignored.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Ignored (the seed's `experimental_transform`).
+    #[serde(
+        rename = "experimental_transform",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub transforms: Option<Value>,
     /// Ignored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+}
+
+/// A `before_turn` reply that is not a [`TurnConfigPatch`], naming the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PatchError {
+    /// The reply is not a JSON object (nor `null`).
+    #[error("the reply is {0}, not an object or null")]
+    NotAnObject(&'static str),
+    /// The seed's TurnConfig has no field of that name.
+    #[error(
+        "field {field:?} is not a TurnConfig field (they are camelCase, e.g. \"activeTools\")"
+    )]
+    UnknownField { field: String },
+    /// The field's value has the wrong type or shape.
+    #[error("field {field:?}: {problem}")]
+    BadValue { field: String, problem: String },
+}
+
+impl TurnConfigPatch {
+    /// Every field name a reply may use.
+    pub const FIELDS: [&'static str; 24] = [
+        "system",
+        "messages",
+        "activeTools",
+        "toolChoice",
+        "maxSteps",
+        "sendReasoning",
+        "maxOutputTokens",
+        "temperature",
+        "topP",
+        "topK",
+        "presencePenalty",
+        "frequencyPenalty",
+        "stopSequences",
+        "seed",
+        "maxRetries",
+        "timeout",
+        "chatStreamStallTimeoutMs",
+        "headers",
+        "providerOptions",
+        "model",
+        "tools",
+        "stopWhen",
+        "experimental_transform",
+        "output",
+    ];
+
+    /// Decodes a `before_turn` reply (`null`: change nothing), field by field, so an error
+    /// names the field that is unknown or of the wrong type.
+    pub fn from_json(reply: &Value) -> Result<Option<TurnConfigPatch>, PatchError> {
+        let fields = match reply {
+            Value::Null => return Ok(None),
+            Value::Object(fields) => fields,
+            Value::Bool(_) => return Err(PatchError::NotAnObject("a boolean")),
+            Value::Number(_) => return Err(PatchError::NotAnObject("a number")),
+            Value::String(_) => return Err(PatchError::NotAnObject("a string")),
+            Value::Array(_) => return Err(PatchError::NotAnObject("an array")),
+        };
+        for (field, value) in fields {
+            if !Self::FIELDS.contains(&field.as_str()) {
+                return Err(PatchError::UnknownField {
+                    field: field.clone(),
+                });
+            }
+            let mut one = Map::new();
+            one.insert(field.clone(), value.clone());
+            serde_json::from_value::<TurnConfigPatch>(Value::Object(one)).map_err(|e| {
+                PatchError::BadValue {
+                    field: field.clone(),
+                    problem: e.to_string(),
+                }
+            })?;
+        }
+        serde_json::from_value(reply.clone())
+            .map(Some)
+            .map_err(|e| PatchError::BadValue {
+                field: String::new(),
+                problem: e.to_string(),
+            })
+    }
 }
 
 /// Why a host call an extension made was refused.
@@ -656,6 +790,10 @@ fn apply_patch(resolved: &mut ResolvedTurn, extension: &str, patch: TurnConfigPa
         }
         set.push("timeout");
     }
+    if let Some(ms) = patch.chat_stream_stall_timeout_ms {
+        resolved.stall_timeout_ms = ms;
+        set.push("chat_stream_stall_timeout_ms");
+    }
     if let Some(headers) = patch.headers {
         settings.headers.extend(headers);
         set.push("headers");
@@ -854,22 +992,66 @@ mod tests {
     }
 
     #[test]
-    fn a_think_shaped_patch_decodes_with_ignored_fields() {
-        let patch: TurnConfigPatch = serde_json::from_value(serde_json::json!({
+    fn a_seed_shaped_patch_decodes_with_ignored_fields() {
+        let patch = TurnConfigPatch::from_json(&serde_json::json!({
             "system": "s",
             "model": "other-model",
             "tools": {"x": {}},
-            "tool_choice": {"type": "tool", "tool_name": "search"},
-            "timeout": {"total_ms": 1000}
+            "activeTools": ["search"],
+            "toolChoice": {"type": "tool", "toolName": "search"},
+            "timeout": {"totalMs": 1000},
+            "chatStreamStallTimeoutMs": 0
         }))
+        .unwrap()
         .unwrap();
         assert_eq!(patch.system.as_deref(), Some("s"));
+        assert_eq!(patch.active_tools, Some(vec!["search".to_owned()]));
         assert!(patch.model.is_some());
+        assert_eq!(patch.timeout.unwrap().total_ms, Some(1000));
+        assert_eq!(patch.chat_stream_stall_timeout_ms, Some(0));
         assert_eq!(
             ToolChoice::from(patch.tool_choice.unwrap()),
             ToolChoice::Tool {
                 tool_name: "search".into()
             }
+        );
+        let required = TurnConfigPatch::from_json(&serde_json::json!({"toolChoice": "required"}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            ToolChoice::from(required.tool_choice.unwrap()),
+            ToolChoice::Required
+        );
+        assert_eq!(TurnConfigPatch::from_json(&Value::Null), Ok(None));
+    }
+
+    #[test]
+    fn a_reply_field_that_is_unknown_or_mistyped_is_named() {
+        let unknown = TurnConfigPatch::from_json(&serde_json::json!({"active_tools": ["a"]}));
+        assert_eq!(
+            unknown,
+            Err(PatchError::UnknownField {
+                field: "active_tools".into()
+            })
+        );
+        let mistyped = TurnConfigPatch::from_json(&serde_json::json!({
+            "system": "fine",
+            "maxSteps": "three"
+        }))
+        .unwrap_err();
+        assert!(
+            matches!(&mistyped, PatchError::BadValue { field, .. } if field == "maxSteps"),
+            "{mistyped}"
+        );
+        let nested =
+            TurnConfigPatch::from_json(&serde_json::json!({"timeout": {"total": 5}})).unwrap_err();
+        assert!(
+            matches!(&nested, PatchError::BadValue { field, .. } if field == "timeout"),
+            "{nested}"
+        );
+        assert_eq!(
+            TurnConfigPatch::from_json(&serde_json::json!([1])),
+            Err(PatchError::NotAnObject("an array"))
         );
     }
 }

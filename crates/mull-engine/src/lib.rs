@@ -57,7 +57,7 @@ pub use context::{
 pub use context_blocks::{BlockProvider, ContextBlock, ContextError, UPDATE_CONTEXT_TOOL};
 pub use error::{ChatError, EngineError, HookError, HookResult};
 pub use extension::{
-    ChunkSnapshot, Extension, ExtensionHook, ExtensionHost, Extensions, HostCallError,
+    ChunkSnapshot, Extension, ExtensionHook, ExtensionHost, Extensions, HostCallError, PatchError,
     StepSnapshot, ToolCallSnapshot, ToolResultSnapshot, TurnConfigPatch, TurnSnapshot,
 };
 pub use replay::{reexecute, Divergence, Recording, ReplayError, ReplayOptions, ReplayReport};

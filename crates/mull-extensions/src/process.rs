@@ -596,15 +596,12 @@ impl Extension for ProcessExtension {
     ) -> HookResult<Option<TurnConfigPatch>> {
         let params = serde_json::to_value(snapshot)?;
         let reply = self.call(method::BEFORE_TURN, params, host).await?;
-        if reply.is_null() {
-            return Ok(None);
-        }
-        let patch = serde_json::from_value(reply).map_err(|e| ExtensionError::BadReply {
+        let patch = TurnConfigPatch::from_json(&reply).map_err(|e| ExtensionError::BadReply {
             name: self.name().to_owned(),
             method: method::BEFORE_TURN.into(),
-            detail: format!("a value that is not a TurnConfigPatch: {e}"),
+            detail: format!("a reply that is not a TurnConfig patch: {e}"),
         })?;
-        Ok(Some(patch))
+        Ok(patch)
     }
 
     async fn before_tool_call(

@@ -288,6 +288,49 @@ async fn crashing_hanging_and_garbage_printing_extensions_are_isolated() {
 }
 
 #[tokio::test]
+async fn a_reply_field_that_is_misspelt_or_mistyped_is_a_hook_failure_naming_it() {
+    let env = Env::new();
+    let extensions = start_all(vec![
+        misbehave("snake", "misspelt", "hooks = [\"before_turn\"]"),
+        misbehave("stringly", "mistyped", "hooks = [\"before_turn\"]"),
+    ])
+    .await
+    .unwrap();
+    let session = env.session(answer("Hi."), &extensions).await;
+    assert_eq!(turn(&session, "u1").await, OutcomeStatus::Completed);
+
+    let failures = env.failures().await;
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert_eq!(
+        (failures[0].0.as_str(), failures[0].1.as_str()),
+        ("before_turn", "snake")
+    );
+    assert_eq!(
+        failures[0].2,
+        "extension \"snake\" replied to before_turn with a reply that is not a TurnConfig \
+         patch: field \"active_tools\" is not a TurnConfig field (they are camelCase, e.g. \
+         \"activeTools\")"
+    );
+    assert_eq!(
+        (failures[1].0.as_str(), failures[1].1.as_str()),
+        ("before_turn", "stringly")
+    );
+    assert!(
+        failures[1].2.starts_with(
+            "extension \"stringly\" replied to before_turn with a reply that is not a \
+             TurnConfig patch: field \"maxSteps\": invalid type: string \"three\""
+        ),
+        "{}",
+        failures[1].2
+    );
+    // Neither reply was applied, not even its well-formed fields.
+    let configured = env.configured().await;
+    assert_eq!(configured[0].active_tools, None);
+    assert_eq!(configured[0].max_steps, 10);
+    assert!(configured[0].overrides.is_empty());
+}
+
+#[tokio::test]
 async fn an_ungranted_host_call_is_denied_and_a_granted_one_answers() {
     let env = Env::new();
     let extensions = start_all(vec![
