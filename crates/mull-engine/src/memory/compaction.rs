@@ -26,7 +26,7 @@ use mull_core::{
 use serde_json::json;
 
 use crate::error::{EngineError, HookError};
-use crate::session::{Inner, Session, TurnScope, TURN_SCOPE};
+use crate::session::{Inner, Session};
 use crate::session_config::{Compaction, CompactionRequest};
 use crate::turn::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
 
@@ -363,14 +363,7 @@ impl Session {
     /// turn to end. Returns whether the conversation got shorter. Refused from inside a hook of
     /// a running turn of this session, which it would wait on forever.
     pub async fn compact(&self) -> Result<bool, EngineError> {
-        let scope = TURN_SCOPE.try_with(TurnScope::clone).ok();
-        if let Some(scope) = scope.filter(|s| s.session_id == self.inner.session_id) {
-            return Err(EngineError::TurnLockHeld {
-                session_id: scope.session_id,
-                request_id: scope.request_id,
-                entry: "compact",
-            });
-        }
+        self.check_not_in_turn("compact")?;
         let _turn_lock = self.inner.queue.lock().await;
         apply(&self.inner, None, CompactionReason::Manual, 1).await
     }

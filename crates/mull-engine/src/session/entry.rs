@@ -22,9 +22,9 @@ impl Session {
         messages: Vec<UIMessage>,
         opts: TurnOptions,
     ) -> Result<TurnOutcome, EngineError> {
-        let inline = self.entry_mode("save_messages")?;
+        self.check_not_in_turn("save_messages")?;
         let spec = self.new_spec(EntryPath::SaveMessages, messages, opts);
-        turn::run_entry(&self.inner, spec, inline).await
+        turn::run_entry(&self.inner, spec, None).await
     }
 
     /// Decodes a request body `{"messages": [...], ...}` (every other field becomes the turn's
@@ -35,12 +35,12 @@ impl Session {
         raw_body: &str,
         opts: TurnOptions,
     ) -> Result<TurnOutcome, EngineError> {
-        let inline = self.entry_mode("save_messages_json")?;
+        self.check_not_in_turn("save_messages_json")?;
         match decode_request_body(raw_body) {
             Ok((messages, body)) => {
                 let opts = TurnOptions { body, ..opts };
                 let spec = self.new_spec(EntryPath::SaveMessages, messages, opts);
-                turn::run_entry(&self.inner, spec, inline).await
+                turn::run_entry(&self.inner, spec, None).await
             }
             Err(message) => {
                 let error = self.record_parse_failure(message).await;
@@ -94,10 +94,10 @@ impl Session {
         messages: Vec<UIMessage>,
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
-        let inline = self.entry_mode(name)?;
+        self.check_not_in_turn(name)?;
         let spec = self.new_spec(entry, messages, opts);
         Ok(self.spawn_streaming(spec, move |inner, spec| async move {
-            turn::run_entry(&inner, spec, inline).await
+            turn::run_entry(&inner, spec, None).await
         }))
     }
 
@@ -133,7 +133,7 @@ impl Session {
         message_id: Option<&str>,
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
-        let inline = self.entry_mode("regenerate")?;
+        self.check_not_in_turn("regenerate")?;
         if let Some(id) = message_id {
             if !self.read_state(|s| s.messages.iter().any(|m| m.id == id)) {
                 return Err(EngineError::UnknownMessage {
@@ -145,15 +145,11 @@ impl Session {
         let message_id = message_id.map(str::to_owned);
         let spec = self.new_spec(EntryPath::Regenerate, Vec::new(), opts);
         Ok(self.spawn_streaming(spec, move |inner, spec| async move {
-            let guard = if inline {
-                None
-            } else {
-                Some(inner.queue.lock().await)
-            };
-            let result = match retract_for_regeneration(&inner, &spec, message_id.as_deref()).await
-            {
-                Ok(Ok(())) => turn::run_entry(&inner, spec, true).await,
+            let guard = inner.queue.lock().await;
+            match retract_for_regeneration(&inner, &spec, message_id.as_deref()).await {
+                Ok(Ok(())) => turn::run_entry(&inner, spec, Some(guard)).await,
                 Ok(Err(error)) => {
+                    drop(guard);
                     inner.forget_request(&spec.request_id);
                     let shown = turn::fail(&inner, None, error, false).await;
                     Ok(TurnOutcome {
@@ -164,12 +160,11 @@ impl Session {
                     })
                 }
                 Err(error) => {
+                    drop(guard);
                     inner.forget_request(&spec.request_id);
                     Err(error)
                 }
-            };
-            drop(guard);
-            result
+            }
         }))
     }
 
@@ -177,7 +172,7 @@ impl Session {
     /// last request's body). Skipped, with an empty request id, when the conversation does not
     /// end with an assistant message.
     pub async fn continue_last_turn(&self, opts: TurnOptions) -> Result<TurnOutcome, EngineError> {
-        let inline = self.entry_mode("continue_last_turn")?;
+        self.check_not_in_turn("continue_last_turn")?;
         let ends_with_assistant =
             self.read_state(|s| s.messages.last().is_some_and(|m| m.role == Role::Assistant));
         if !ends_with_assistant {
@@ -193,7 +188,7 @@ impl Session {
             opts.body = self.last_body().await?;
         }
         let spec = self.new_spec(EntryPath::ContinueLastTurn, Vec::new(), opts);
-        turn::run_entry(&self.inner, spec, inline).await
+        turn::run_entry(&self.inner, spec, None).await
     }
 
     /// The body of the last turn that ran, read from the log.
@@ -234,9 +229,9 @@ impl Session {
         if !self.record_tool_result(call_id, outcome).await? {
             return Ok(None);
         }
-        let inline = self.entry_mode("add_tool_result")?;
+        self.check_not_in_turn("add_tool_result")?;
         let spec = self.continuation_spec().await?;
-        turn::run_entry(&self.inner, spec, inline).await.map(Some)
+        turn::run_entry(&self.inner, spec, None).await.map(Some)
     }
 
     /// Like [`Session::add_tool_result`], but a continuation it starts runs in a background
@@ -251,11 +246,11 @@ impl Session {
         if !self.record_tool_result(call_id, outcome).await? {
             return Ok(None);
         }
-        let inline = self.entry_mode("add_tool_result_streaming")?;
+        self.check_not_in_turn("add_tool_result_streaming")?;
         let spec = self.continuation_spec().await?;
         Ok(Some(
             self.spawn_streaming(spec, move |inner, spec| async move {
-                turn::run_entry(&inner, spec, inline).await
+                turn::run_entry(&inner, spec, None).await
             }),
         ))
     }

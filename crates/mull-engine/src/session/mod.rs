@@ -4,10 +4,12 @@
 //!
 //! # The turn lock
 //! One turn runs at a time per session; later ones wait in FIFO order (a fair async mutex).
-//! The lock covers the turn and its `on_chat_response`, but while `on_chat_response` runs the
-//! turn counts as finished: the hook may start a turn with `save_messages`, which runs at once,
-//! before any queued turn. A blocking turn started from inside a running turn's hooks is refused
-//! with [`EngineError::TurnLockHeld`]; `submit_messages` from there is accepted and queued.
+//! The lock is released before `on_chat_response` runs (the seed's rule), so the next queued
+//! turn may start while the hook runs, and whatever the hook starts (`save_messages`, `chat`,
+//! `submit_messages`, awaited or spawned) queues behind the lock like any other caller. A
+//! blocking turn started from inside a running turn's other hooks would wait for its own turn
+//! and is refused with [`EngineError::TurnLockHeld`]; `submit_messages` from there is accepted
+//! and queued.
 //!
 //! # Subscribers
 //! [`Session::subscribe`] hands out a receiver of every envelope appended from then on. The bus
@@ -53,8 +55,6 @@ tokio::task_local! {
 pub(crate) struct TurnScope {
     pub session_id: String,
     pub request_id: String,
-    /// True while `on_chat_response` runs: the turn is over and new turns may start inline.
-    pub responding: bool,
 }
 
 pub(crate) struct Inner {
@@ -212,23 +212,17 @@ impl Session {
         inner.failures.publish(|| TurnFailure { envelope });
     }
 
-    /// Checks whether a blocking entry may start from the current task. `Ok(true)` means it
-    /// runs inline (inside `on_chat_response`, where the turn lock is already released to it).
-    fn entry_mode(&self, entry: &'static str) -> Result<bool, EngineError> {
-        let scope = TURN_SCOPE.try_with(TurnScope::clone).ok();
-        match scope {
-            Some(s) if s.session_id == self.inner.session_id => {
-                if s.responding {
-                    Ok(true)
-                } else {
-                    Err(EngineError::TurnLockHeld {
-                        session_id: s.session_id,
-                        request_id: s.request_id,
-                        entry,
-                    })
-                }
-            }
-            _ => Ok(false),
+    /// Refuses a blocking entry started from inside one of this session's running turns (its
+    /// hooks, except `on_chat_response`, which runs after the lock is released): it would wait
+    /// for the turn that is waiting for it.
+    pub(crate) fn check_not_in_turn(&self, entry: &'static str) -> Result<(), EngineError> {
+        match TURN_SCOPE.try_with(TurnScope::clone) {
+            Ok(s) if s.session_id == self.inner.session_id => Err(EngineError::TurnLockHeld {
+                session_id: s.session_id,
+                request_id: s.request_id,
+                entry,
+            }),
+            _ => Ok(()),
         }
     }
 

@@ -78,7 +78,7 @@ impl Session {
         let inner = Arc::clone(&self.inner);
         self.inner.spawn_turn(async move {
             let request_id = spec.request_id.clone();
-            let outcome = turn::run_entry(&inner, spec, false).await;
+            let outcome = turn::run_entry(&inner, spec, None).await;
             let (status, error) = match &outcome {
                 Ok(o) => (
                     match o.status {

@@ -9,7 +9,7 @@
 //!         block / substitute → tool_call_finished → after_tool_call → tool-result chunk
 //!     → step_finished → on_step_finish → stop conditions → (barrier before the next step)
 //!   → assistant_message_saved → turn_finished (flushed) → [turn_failed → on_chat_error]
-//! (lock released to on_chat_response) → on_chat_response → (next queued turn)
+//! (lock released) → on_chat_response, while the next queued turn may already run
 //! ```
 //!
 //! Every fact is appended through the session's recorder, which keeps the projection current;
@@ -69,57 +69,44 @@ pub(crate) struct TurnSpec {
     pub caller_tools: ToolSet,
 }
 
-/// Runs an entry path's turn under the turn lock (or inline, inside `on_chat_response`).
+/// Runs an entry path's turn under the turn lock, then `on_chat_response` after the lock is
+/// released (the seed's rule): whatever the hook starts — awaited or spawned — queues behind
+/// the lock like any other caller, so it can neither wait for itself nor run beside another
+/// turn. `held` is the lock when the caller already took it (a regeneration retracts messages
+/// under the same lock as its turn).
 pub(crate) async fn run_entry(
     inner: &Arc<Inner>,
     spec: TurnSpec,
-    inline: bool,
+    held: Option<tokio::sync::MutexGuard<'_, ()>>,
 ) -> Result<TurnOutcome, EngineError> {
-    let guard = if inline {
-        None
-    } else {
-        Some(inner.queue.lock().await)
+    let guard = match held {
+        Some(guard) => guard,
+        None => inner.queue.lock().await,
     };
-    let result = run_locked(inner, &spec).await;
+    let scope = TurnScope {
+        session_id: inner.session_id.clone(),
+        request_id: spec.request_id.clone(),
+    };
+    let ended = TURN_SCOPE.scope(scope, run_attempts(inner, &spec)).await;
     inner.forget_request(&spec.request_id);
     drop(guard);
-    result
+    let ended = ended?;
+    if let Some(response) = ended.response {
+        observe(
+            inner,
+            None,
+            HookName::OnChatResponse,
+            inner.agent.on_chat_response(&response),
+        )
+        .await?;
+    }
+    Ok(ended.outcome)
 }
 
 /// How a turn ended, and what `on_chat_response` gets (None when it is not called).
 struct Ended {
     outcome: TurnOutcome,
     response: Option<ChatResponseResult>,
-}
-
-async fn run_locked(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<TurnOutcome, EngineError> {
-    let scope = TurnScope {
-        session_id: inner.session_id.clone(),
-        request_id: spec.request_id.clone(),
-        responding: false,
-    };
-    let ended = TURN_SCOPE
-        .scope(scope.clone(), run_attempts(inner, spec))
-        .await?;
-    inner.forget_request(&spec.request_id);
-    if let Some(response) = ended.response {
-        let responding = TurnScope {
-            responding: true,
-            ..scope
-        };
-        TURN_SCOPE
-            .scope(responding, async {
-                observe(
-                    inner,
-                    None,
-                    HookName::OnChatResponse,
-                    inner.agent.on_chat_response(&response),
-                )
-                .await
-            })
-            .await?;
-    }
-    Ok(ended.outcome)
 }
 
 async fn run_attempts(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<Ended, EngineError> {
