@@ -160,7 +160,7 @@ struct TravelDesk {
 #[async_trait]
 impl Agent for TravelDesk {
     fn name(&self) -> &str {
-        "travel-desk"
+        AGENT_NAME
     }
 
     fn model(&self) -> Arc<dyn LanguageModel> {
@@ -395,6 +395,9 @@ fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
         })
         .build()
 }
+
+/// The demo agent's name in the log.
+pub const AGENT_NAME: &str = "travel-desk";
 
 /// The demo's agent, unpaced: what a recorded demo session is re-executed against.
 pub fn agent() -> Arc<dyn Agent> {

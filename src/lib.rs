@@ -2,12 +2,16 @@
 //!
 //! This facade re-exports the crates of the workspace so applications depend on one crate:
 //! [`core`] (the vocabulary), [`store`] (the log), [`engine`] (the turn loop and hooks) and
-//! [`providers`] (models), plus [`demo`], a scripted agent that shows a few turns.
+//! [`providers`] (models), plus [`demo`], a scripted agent that shows a few turns,
+//! [`tool_desk`], an agent whose tool policy shows every decision, and [`agents`], the
+//! built-in agents by name.
 
 pub use mull_core as core;
 pub use mull_engine as engine;
 pub use mull_providers as providers;
 pub use mull_store as store;
 
+pub mod agents;
 pub mod demo;
 pub mod policy;
+pub mod tool_desk;

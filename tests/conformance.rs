@@ -2249,6 +2249,16 @@ async fn e26_stage_stream_a_stalled_stream_and_a_turn_timeout() {
     let error2 = out2.error.unwrap();
     assert_eq!(error2.stage, ErrorStage::Stream);
     assert!(error2.message.contains("timed out"), "{}", error2.message);
+    // A turn that timed out names its request, to the hook and in the log.
+    assert_eq!(error2.request_id.as_deref(), Some(out2.request_id.as_str()));
+    assert!(agent2
+        .calls()
+        .iter()
+        .any(|c| c.starts_with("on_chat_error(Stream") && c.contains("request=true")));
+    assert!(env2.bare_events().await.iter().any(|e| matches!(
+        e,
+        Event::TurnFailed { request_id: Some(id), .. } if *id == out2.request_id
+    )));
     // An explicit 0 disables the watchdog an agent sets.
     let model3 = ScriptedModel::builder("scripted-1")
         .step(|s| s.text("a").pause(Duration::from_millis(80)).text("b"))
@@ -2268,6 +2278,279 @@ async fn e26_stage_stream_a_stalled_stream_and_a_turn_timeout() {
         .await
         .unwrap();
     assert_eq!(out3.status, OutcomeStatus::Completed);
+}
+
+#[tokio::test]
+async fn e26_a_streaming_tool_cut_off_after_progress_is_interrupted_not_a_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mull.db");
+    // A previous process: a streaming tool was decided and had sent a progress value when the
+    // process died.
+    {
+        let log = Log::open(&path).unwrap();
+        let at = FixedClock::at_fixture_epoch().now();
+        let append = |turn: Option<&str>, event: Event| {
+            log.append("s1", turn, at, event).unwrap();
+        };
+        let chunk = |part: StreamPart| Event::Chunk {
+            step: 0,
+            part,
+            original: None,
+        };
+        append(
+            None,
+            Event::SessionOpened {
+                agent: "rec".into(),
+                metadata: Value::Null,
+            },
+        );
+        append(
+            None,
+            Event::UserMessagesSaved {
+                request_id: Some("req_old".into()),
+                messages: user("u1", "count to ten"),
+            },
+        );
+        let turn = Some("turn_old");
+        append(
+            turn,
+            Event::TurnStarted {
+                request_id: "req_old".into(),
+                message_id: "msg_old".into(),
+                entry: mull::core::EntryPath::SaveMessages,
+                continuation: false,
+                attempt: 0,
+                body: Value::Null,
+            },
+        );
+        append(turn, Event::StepStarted { step: 0 });
+        append(
+            turn,
+            chunk(StreamPart::ToolCall {
+                call_id: "c1".into(),
+                tool_name: "count".into(),
+                input: "{}".into(),
+            }),
+        );
+        append(
+            turn,
+            Event::ToolDecided {
+                step: 0,
+                call_id: "c1".into(),
+                tool: "count".into(),
+                action: DecisionAction::Allow,
+                model_input: json!({}),
+                effective_input: json!({}),
+                reason: None,
+                output: None,
+            },
+        );
+        append(
+            turn,
+            chunk(StreamPart::ToolResult {
+                call_id: "c1".into(),
+                tool_name: "count".into(),
+                output: json!({"progress": 5}),
+                preliminary: true,
+            }),
+        );
+        log.flush_blocking().unwrap();
+    }
+    let log = Log::open(&path).unwrap();
+    let model = ScriptedModel::builder("scripted-1")
+        .step(|s| s.text("Counting was cut off."))
+        .build();
+    let agent = Arc::new(Rec::new(&model));
+    let options = SessionOptions::deterministic("s1");
+    let session = Session::open(&log, agent.clone(), options).await.unwrap();
+    // The recovered message keeps the call, as an interrupted one: the progress value is gone.
+    let part = session.read_state(|s| {
+        s.messages
+            .iter()
+            .flat_map(|m| &m.parts)
+            .find_map(|p| match p {
+                UIPart::Tool(t) if t.call_id == "c1" => Some(t.clone()),
+                _ => None,
+            })
+            .unwrap()
+    });
+    assert_eq!(part.state, ToolPartState::OutputError);
+    assert_eq!(part.output, None);
+    assert!(!part.preliminary);
+    assert_eq!(
+        part.error_text.as_deref(),
+        Some(mull::engine::INTERRUPTED_TOOL_CALL)
+    );
+    // The repair is an event of the recovered turn, written before anything else runs.
+    log.flush().await.unwrap();
+    let reader = LogReader::open(&path).unwrap();
+    let kinds: Vec<String> = reader
+        .session_page("s1", 0, 1000)
+        .unwrap()
+        .iter()
+        .map(|e| e.event.kind().to_owned())
+        .collect();
+    let repaired = kinds.iter().position(|k| k == "tool_call_repaired");
+    let finished = kinds.iter().rposition(|k| k == "turn_finished");
+    assert!(
+        matches!((repaired, finished), (Some(r), Some(f)) if r < f),
+        "{kinds:?}"
+    );
+    // The next turn tells the model the call was interrupted, never the progress as its answer.
+    session
+        .save_messages(user("u2", "and?"), TurnOptions::default())
+        .await
+        .unwrap();
+    let request = model.requests().pop().unwrap();
+    let result = request
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|c| match c {
+            mull::core::ModelContent::ToolResult {
+                call_id,
+                output,
+                is_error,
+                ..
+            } if call_id == "c1" => Some((output.clone(), *is_error)),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        result.1,
+        "the model sees an error, not a success: {result:?}"
+    );
+    assert!(!result.0.to_string().contains("progress"), "{result:?}");
+}
+
+/// A tool that answers only after `wait`, or never when `wait` is `None`.
+fn slow_tool(wait: Option<Duration>) -> Arc<dyn mull::engine::Tool> {
+    FnTool::new(
+        "lookup",
+        "Looks a word up, slowly.",
+        move |input: LookupInput, _call| async move {
+            match wait {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => std::future::pending::<()>().await,
+            }
+            Ok::<Value, ToolError>(json!({"word": input.q}))
+        },
+    )
+    .shared()
+}
+
+fn calls_lookup_then_answers() -> ScriptedModel {
+    ScriptedModel::builder("scripted-1")
+        .step(|s| s.tool_call("c1", "lookup", json!({"q": "rust"})))
+        .step(|s| s.text("Found it."))
+        .build()
+}
+
+#[tokio::test]
+async fn e26_stage_stream_a_silent_tool_trips_the_stall_watchdog_unless_the_turn_raises_it() {
+    // The watchdog counts a running tool's silence like the model's.
+    let model = calls_lookup_then_answers();
+    let mut rec = Rec::new(&model).tools(ToolSet::new().with(slow_tool(None)));
+    rec.stall_ms = 50;
+    let agent = Arc::new(rec);
+    let env = new_env();
+    let session = env.open(&agent).await;
+    let out = tokio::time::timeout(
+        Duration::from_secs(10),
+        session.save_messages(user("u1", "look"), TurnOptions::default()),
+    )
+    .await
+    .expect("the watchdog ends the turn")
+    .unwrap();
+    assert_eq!(out.status, OutcomeStatus::Error);
+    let error = out.error.unwrap();
+    assert_eq!(error.stage, ErrorStage::Stream);
+    assert!(
+        error.message.contains("silent for 50 ms"),
+        "{}",
+        error.message
+    );
+    assert_eq!(error.request_id.as_deref(), Some(out.request_id.as_str()));
+    let calls = agent.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("after_tool_call(lookup") && c.contains("success=false")),
+        "{calls:?}"
+    );
+    let finished = support::events::first_tool_finish(&env.bare_events().await);
+    assert!(
+        matches!(&finished, Some((false, e)) if e.contains("silent")),
+        "{finished:?}"
+    );
+    // A turn that needs the slow tool raises the timeout for itself, as the seed describes.
+    let model2 = calls_lookup_then_answers();
+    let mut rec2 = Rec::new(&model2)
+        .tools(ToolSet::new().with(slow_tool(Some(Duration::from_millis(150)))))
+        .before_turn(|_| {
+            Ok(Some(TurnConfig {
+                chat_stream_stall_timeout_ms: Some(5_000),
+                ..TurnConfig::default()
+            }))
+        });
+    rec2.stall_ms = 50;
+    let env2 = new_env();
+    let s2 = env2.open(&Arc::new(rec2)).await;
+    let out2 = s2
+        .save_messages(user("u1", "look"), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(out2.status, OutcomeStatus::Completed);
+}
+
+#[tokio::test]
+async fn e24_after_tool_call_fires_for_a_call_an_abort_cut_off() {
+    let model = calls_lookup_then_answers();
+    let agent = Arc::new(Rec::new(&model).tools(ToolSet::new().with(slow_tool(None))));
+    let env = new_env();
+    let session = env.open(&agent).await;
+    let stream = session
+        .chat(user("u1", "look"), TurnOptions::default())
+        .unwrap();
+    let request_id = stream.request_id.clone();
+    while !agent
+        .calls()
+        .iter()
+        .any(|c| c.starts_with("before_tool_call"))
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The decision is committed before the tool runs; give it that moment, then cancel.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(session.cancel_chat(&request_id).unwrap());
+    let out = tokio::time::timeout(Duration::from_secs(10), stream.finish())
+        .await
+        .expect("the abort ends the turn")
+        .unwrap();
+    assert_eq!(out.status, OutcomeStatus::Aborted);
+    let calls = agent.calls();
+    let after = calls
+        .iter()
+        .find(|c| c.starts_with("after_tool_call(lookup"))
+        .unwrap_or_else(|| panic!("no after_tool_call: {calls:?}"));
+    assert!(after.contains("success=false"), "{after}");
+    assert!(after.contains(mull::engine::ABORTED_TOOL_CALL), "{after}");
+    // The saved answer shows the call failed, so the next turn's model sees it did not run.
+    let part = session.read_state(|s| {
+        s.messages
+            .iter()
+            .flat_map(|m| &m.parts)
+            .find_map(|p| match p {
+                UIPart::Tool(t) if t.call_id == "c1" => Some(t.clone()),
+                _ => None,
+            })
+    });
+    let part = part.expect("the aborted turn keeps its call");
+    assert_eq!(part.state, ToolPartState::OutputError);
+    assert_eq!(
+        part.error_text.as_deref(),
+        Some(mull::engine::ABORTED_TOOL_CALL)
+    );
 }
 
 #[tokio::test]

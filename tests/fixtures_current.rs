@@ -3,132 +3,19 @@
 //! `MULL_UPDATE_FIXTURES=1` to rewrite them after an intended change (then review the diff).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use mull::core::{LanguageModel, SequentialIds, StreamPart, UIMessage};
+use futures::StreamExt;
+use mull::core::{SequentialIds, StreamPart, UIMessage};
 use mull::demo::{DemoOptions, TickingClock};
-use mull::engine::{
-    Agent, ChunkContext, FnTool, HookResult, Session, SessionOptions, ToolCallContext,
-    ToolCallDecision, ToolError, ToolSet, TurnOptions,
-};
+use mull::engine::{Session, SessionOptions, TurnOptions};
 use mull::providers::scripted::ScriptedModel;
 use mull::store::{export_jsonl, import_jsonl, Log, LogReader};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use mull::tool_desk::ToolDesk;
+use serde_json::json;
 
 const SESSION: &str = "sess_1";
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct Query {
-    query: String,
-}
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct City {
-    city: String,
-    when: Option<String>,
-}
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct FilePath {
-    path: String,
-}
-
-#[derive(Deserialize, schemars::JsonSchema)]
-struct Nothing {}
-
-/// The fixtures' agent: scripted model, a few tools, a policy, and (for the aborted fixture) a
-/// hook that presses stop after the fourth text delta.
-struct FixtureAgent {
-    model: ScriptedModel,
-    session: OnceLock<Session>,
-    stop_after_deltas: Option<usize>,
-    deltas: Mutex<usize>,
-}
-
-impl FixtureAgent {
-    fn new(model: ScriptedModel) -> FixtureAgent {
-        FixtureAgent {
-            model,
-            session: OnceLock::new(),
-            stop_after_deltas: None,
-            deltas: Mutex::new(0),
-        }
-    }
-}
-
-#[async_trait]
-impl Agent for FixtureAgent {
-    fn name(&self) -> &str {
-        "demo"
-    }
-    fn model(&self) -> Arc<dyn LanguageModel> {
-        Arc::new(self.model.clone())
-    }
-    fn system_prompt(&self) -> String {
-        "You are a helpful assistant.".into()
-    }
-    fn tools(&self) -> ToolSet {
-        let search = FnTool::new("search", "Web search.", |q: Query, _| async move {
-            Ok::<Value, ToolError>(json!({"results": [
-                {"title": format!("{} - official site", q.query), "url": "https://www.louvre.fr/en/visit"}
-            ]}))
-        })
-        .shared();
-        let weather = FnTool::new("weather", "Forecast.", |c: City, _| async move {
-            Ok::<Value, ToolError>(
-                json!({"city": c.city, "when": c.when, "high_c": 19, "sky": "light rain"}),
-            )
-        })
-        .shared();
-        let delete = FnTool::new(
-            "delete_file",
-            "Deletes a file.",
-            |f: FilePath, _| async move { Ok::<Value, ToolError>(json!({"deleted": f.path})) },
-        )
-        .shared();
-        let status = FnTool::new(
-            "status_page",
-            "Reads the status page.",
-            |_: Nothing, _| async move {
-                Err::<Value, ToolError>("status page timed out after 3000 ms".into())
-            },
-        )
-        .shared();
-        ToolSet::new()
-            .with(search)
-            .with(weather)
-            .with(delete)
-            .with(status)
-    }
-    async fn before_tool_call(
-        &self,
-        ctx: &ToolCallContext,
-    ) -> HookResult<Option<ToolCallDecision>> {
-        Ok(match ctx.tool_name.as_str() {
-            "delete_file" => Some(ToolCallDecision::Block { reason: None }),
-            "weather" if ctx.step_number == 0 => Some(ToolCallDecision::Substitute {
-                output: json!({"city": "Oslo", "high_c": 4, "sky": "snow", "cached": true}),
-                input: None,
-            }),
-            _ => None,
-        })
-    }
-    async fn on_chunk(&self, ctx: &ChunkContext) -> HookResult<()> {
-        if let (Some(limit), StreamPart::TextDelta { .. }) = (self.stop_after_deltas, &ctx.chunk) {
-            let mut seen = self.deltas.lock().map_err(|e| e.to_string())?;
-            *seen += 1;
-            if *seen == limit {
-                if let Some(session) = self.session.get() {
-                    session.cancel_chat(&ctx.request_id)?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
 
 fn options() -> SessionOptions {
     SessionOptions::deterministic(SESSION)
@@ -138,17 +25,36 @@ fn options() -> SessionOptions {
         .with_ids(Arc::new(SequentialIds::new()))
 }
 
-async fn record(agent: FixtureAgent, prompt: &str) -> Vec<u8> {
+/// Records one turn of the tool desk answering `prompt` with `model`. With `stop_after`, the
+/// user presses stop once that many text deltas have arrived.
+async fn record(model: ScriptedModel, prompt: &str, stop_after: Option<usize>) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("f.db");
     let log = Log::open(&path).unwrap();
-    let agent = Arc::new(agent);
-    let session = Session::open(&log, agent.clone(), options()).await.unwrap();
-    let _ = agent.session.set(session.clone());
-    session
-        .save_messages(vec![UIMessage::user("u_1", prompt)], TurnOptions::default())
-        .await
-        .unwrap();
+    let agent = Arc::new(ToolDesk::new(Arc::new(model)));
+    let session = Session::open(&log, agent, options()).await.unwrap();
+    let messages = vec![UIMessage::user("u_1", prompt)];
+    match stop_after {
+        None => {
+            session
+                .save_messages(messages, TurnOptions::default())
+                .await
+                .unwrap();
+        }
+        Some(limit) => {
+            let mut stream = session.chat(messages, TurnOptions::default()).unwrap();
+            let mut deltas = 0;
+            while let Some(part) = stream.next().await {
+                if matches!(part, StreamPart::TextDelta { .. }) {
+                    deltas += 1;
+                    if deltas == limit {
+                        assert!(session.cancel_chat(&stream.request_id).unwrap());
+                    }
+                }
+            }
+            stream.finish().await.unwrap();
+        }
+    }
     export(&log, &path).await
 }
 
@@ -189,8 +95,9 @@ async fn two_tools() -> Vec<u8> {
         })
         .build();
     record(
-        FixtureAgent::new(model),
+        model,
         "Where is the Louvre, and what's the weather there tomorrow?",
+        None,
     )
     .await
 }
@@ -213,27 +120,32 @@ async fn tool_decisions() -> Vec<u8> {
         })
         .build();
     record(
-        FixtureAgent::new(model),
+        model,
         "Delete reports/q3.xlsx, check Oslo's weather and the status page.",
+        None,
     )
     .await
 }
 
 async fn aborted() -> Vec<u8> {
+    let delta = |text: &str| StreamPart::TextDelta {
+        id: "txt_0".into(),
+        text: text.into(),
+    };
     let model = ScriptedModel::builder("scripted-1")
         .step(|s| {
-            s.text_deltas([
-                "The lighthouse on Skerry Point ",
-                "had not missed a night in ninety years. ",
-                "Its keeper, Ilse, ",
-                "climbed the hundred and twelve steps at dusk, ",
-                "as she always had.",
-            ])
+            s.part(StreamPart::TextStart { id: "txt_0".into() })
+                .part(delta("The lighthouse on Skerry Point "))
+                .part(delta("had not missed a night in ninety years. "))
+                .part(delta("Its keeper, Ilse, "))
+                .part(delta("climbed the hundred and twelve steps at dusk, "))
+                // The user presses stop here; the rest never arrives.
+                .pause(Duration::from_secs(60))
+                .part(delta("as she always had."))
+                .part(StreamPart::TextEnd { id: "txt_0".into() })
         })
         .build();
-    let mut agent = FixtureAgent::new(model);
-    agent.stop_after_deltas = Some(4);
-    record(agent, "Tell me a long story about a lighthouse.").await
+    record(model, "Tell me a long story about a lighthouse.", Some(4)).await
 }
 
 async fn demo() -> Vec<u8> {

@@ -1,11 +1,16 @@
-//! `mull replay --check`, run as the real binary over the demo fixture and over a copy whose
-//! recorded policy decision was changed.
+//! `mull replay --check`, run as the real binary over every shipped fixture, over a copy of
+//! the demo's whose recorded policy decision was changed, and over one recorded by an agent the
+//! binary does not have.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
+
 fn demo_fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/demo.jsonl")
+    fixtures().join("demo.jsonl")
 }
 
 fn check(file: &Path) -> Output {
@@ -61,4 +66,43 @@ fn a_recording_whose_policy_differs_exits_1_naming_the_decision() {
         stdout.contains(r#"event.action: "allow" ≠ "block""#),
         "{stdout}"
     );
+}
+
+#[test]
+fn every_shipped_fixture_replays_identically_with_the_agent_that_recorded_it() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(fixtures()).expect("fixtures/") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+            continue;
+        }
+        let output = check(&path);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.starts_with("identical: "),
+            "{}: {stdout}\n{}",
+            path.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        checked += 1;
+    }
+    assert!(checked >= 4, "only {checked} fixtures found");
+}
+
+#[test]
+fn a_session_recorded_by_an_agent_the_binary_lacks_is_refused_naming_it() {
+    let recorded = std::fs::read_to_string(fixtures().join("two-tools.jsonl")).expect("read");
+    let renamed = recorded.replacen(r#""agent":"tool-desk""#, r#""agent":"my-agent""#, 1);
+    assert_ne!(renamed, recorded, "the fixture names its agent");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("mine.jsonl");
+    std::fs::write(&file, renamed).expect("write");
+    let output = check(&file);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains(r#"recorded by agent "my-agent", which this binary does not have"#),
+        "{stderr}"
+    );
+    assert!(stderr.contains("travel-desk, tool-desk"), "{stderr}");
 }

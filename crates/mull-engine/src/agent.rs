@@ -66,7 +66,9 @@ pub trait Agent: Send + Sync + 'static {
         true
     }
 
-    /// Longest gap between two stream parts before the turn fails, in ms (0: watchdog off).
+    /// Longest gap between two stream parts — or a running tool's silence — before the turn
+    /// fails at stage `stream`, in ms (0: watchdog off). A turn that needs a known-slow tool
+    /// raises it for that turn (`TurnConfig::chat_stream_stall_timeout_ms`).
     fn chat_stream_stall_timeout_ms(&self) -> u64 {
         0
     }

@@ -74,4 +74,6 @@ pub use tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
 pub use tool::{FnTool, Tool, ToolEntry, ToolError, ToolExecution, ToolOutput, ToolSet};
 pub use tool_source::{ToolListing, ToolSource};
 pub use transform::StreamTransform;
-pub use turn::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS, INTERRUPTED_TOOL_CALL};
+pub use turn::{
+    ABORTED_TOOL_CALL, CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS, INTERRUPTED_TOOL_CALL,
+};

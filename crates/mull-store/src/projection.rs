@@ -272,8 +272,10 @@ impl SessionState {
                 ..
             } => {
                 if let Some(part) = find_tool_part(&mut self.messages, Some(message_id), call_id) {
+                    // A streaming tool's preliminary output was progress, not a result.
                     part.state = ToolPartState::OutputError;
                     part.error_text = Some(error_text.clone());
+                    part.output = None;
                     part.preliminary = false;
                 }
                 self.pending_client_calls.retain(|c| c.call_id != *call_id);

@@ -1,6 +1,8 @@
-//! `mull replay --check FILE`: re-executes the demo agent over every session of a recorded
-//! JSONL log, with model output, tool results, time and ids served from the log, and says
-//! whether today's code writes the same events.
+//! `mull replay --check FILE`: re-executes every session of a recorded JSONL log with the
+//! built-in agent that recorded it (named in its `session_opened`), with model output, tool
+//! results, time and ids served from the log, and says whether today's code writes the same
+//! events. A session recorded by an agent this binary does not have is refused before anything
+//! runs, naming that agent.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -41,22 +43,38 @@ async fn check(file: &Path) -> Result<bool> {
     let replayed_db = dir.path().join("replayed.db");
     let replayed =
         Log::open(&replayed_db).with_context(|| format!("opening {}", replayed_db.display()))?;
-    let mut identical = true;
-    let mut events = 0;
+    let mut recordings = Vec::new();
     for session in sessions {
         let recording = Recording::read(&reader, &session.session_id)
             .with_context(|| format!("{}: session {}", file.display(), session.session_id))?;
+        let Some(agent) = mull::agents::built_in(recording.agent()) else {
+            anyhow::bail!(
+                "{}: session {} was recorded by agent {:?}, which this binary does not have \
+                 (it has {}); re-execute it from the code that defines that agent, with \
+                 mull::engine::replay::reexecute",
+                file.display(),
+                session.session_id,
+                recording.agent(),
+                mull::agents::BUILT_IN.join(", ")
+            );
+        };
+        recordings.push((recording, agent));
+    }
+    let mut identical = true;
+    let mut events = 0;
+    for (recording, agent) in recordings {
+        let session = recording.session_id().to_owned();
         let model = ReplayModel::from_envelopes(recording.envelopes().to_vec())
-            .with_context(|| format!("{}: session {}", file.display(), session.session_id))?;
+            .with_context(|| format!("{}: session {session}", file.display()))?;
         let report = reexecute(
             &replayed,
-            mull::demo::agent(),
+            agent,
             Arc::new(model),
             &recording,
             ReplayOptions::default(),
         )
         .await
-        .with_context(|| format!("{}: session {}", file.display(), session.session_id))?;
+        .with_context(|| format!("{}: session {session}", file.display()))?;
         events += report.expected_events;
         if let Some(divergence) = report.divergence {
             identical = false;

@@ -101,6 +101,7 @@ const READ_PAGE: usize = 4096;
 
 /// Why a replay could not run (as opposed to running and diverging).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// There is nothing to replay.
     #[error("the recording holds no events")]
@@ -115,6 +116,14 @@ pub enum ReplayError {
     /// A recording must start where its session started.
     #[error("the recording starts at seq {seq} with {kind}, not with session_opened")]
     NoSessionStart { seq: u64, kind: String },
+    /// The recording was made by another agent than the one given: its decisions would differ
+    /// for that reason alone, so nothing is run.
+    #[error("session {session_id} was recorded by agent {recorded:?}, and the replay was given agent {given:?}; re-execute it with the agent that recorded it")]
+    OtherAgent {
+        session_id: String,
+        recorded: String,
+        given: String,
+    },
     /// The log to replay into already holds events of the session.
     #[error("the log already holds events of session {session_id}; replay into a fresh log")]
     SessionNotEmpty { session_id: String },
@@ -290,6 +299,13 @@ pub async fn reexecute(
     options: ReplayOptions,
 ) -> Result<ReplayReport, ReplayError> {
     let session_id = recording.session_id.clone();
+    if recording.agent() != agent.name() {
+        return Err(ReplayError::OtherAgent {
+            session_id,
+            recorded: recording.agent().to_owned(),
+            given: agent.name().to_owned(),
+        });
+    }
     let store_err = |source| ReplayError::Store {
         session_id: session_id.clone(),
         source,

@@ -56,6 +56,14 @@ impl Recording {
         &self.session_id
     }
 
+    /// The name of the agent that recorded the session (its `session_opened`).
+    pub fn agent(&self) -> &str {
+        match &self.envelopes[0].event {
+            Event::SessionOpened { agent, .. } => agent,
+            _ => "",
+        }
+    }
+
     /// The recorded events.
     pub fn envelopes(&self) -> &[Envelope] {
         &self.envelopes

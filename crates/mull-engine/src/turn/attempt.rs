@@ -132,7 +132,7 @@ pub(super) async fn run_attempt(
     let ended = match resolved.total_timeout {
         Some(limit) => match tokio::time::timeout(limit, run.run_steps(&resolved)).await {
             Ok(ended) => ended?,
-            Err(_) => StepsEnd::Failed(ChatError::new(
+            Err(_) => StepsEnd::Failed(run.error(
                 ErrorStage::Stream,
                 format!("the turn timed out after {} ms", limit.as_millis()),
             )),

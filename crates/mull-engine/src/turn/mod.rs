@@ -43,6 +43,9 @@ use attempt::{persist_messages, run_attempt};
 pub(crate) use failure::fail;
 pub(crate) use recovery::finish_interrupted;
 
+/// What a tool call cut off by an abort shows the model and `after_tool_call`.
+pub const ABORTED_TOOL_CALL: &str = "The tool call was aborted.";
+
 /// The text a repaired tool call shows.
 pub const INTERRUPTED_TOOL_CALL: &str =
     "The tool call was interrupted before a result was recorded.";
@@ -215,6 +218,8 @@ impl StepParts {
 enum ToolEnd {
     Done,
     Aborted,
+    /// The tool was silent past the stall timeout: the turn fails at stage `stream`.
+    Stalled(ChatError),
 }
 
 /// The state of one turn attempt.
@@ -250,6 +255,8 @@ type ExecutionRef = ToolExecution;
 enum Executed {
     Done(Result<Value, String>),
     Aborted,
+    /// No result (or, from a streaming tool, no next value) within the stall timeout.
+    Stalled(u64),
 }
 
 /// A tool call as the step hands it over.

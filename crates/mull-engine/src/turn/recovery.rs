@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use mull_core::{ErrorStage, Event, Role, ToolPartState, TurnStatus, UIMessage, UIPart};
+use mull_core::{ErrorStage, Event, Role, ToolPart, ToolPartState, TurnStatus, UIMessage, UIPart};
 use mull_store::TurnSummary;
 
 use super::failure::fail;
@@ -33,10 +33,7 @@ pub(super) async fn repair_transcript(
                     ));
                 }
                 seen.push((&tool.call_id, &message.id));
-                let open = matches!(
-                    tool.state,
-                    ToolPartState::InputStreaming | ToolPartState::InputAvailable
-                );
+                let open = without_result(tool);
                 let awaited = s
                     .pending_client_calls
                     .iter()
@@ -78,21 +75,54 @@ pub(super) async fn repair_transcript(
     Ok(Ok(()))
 }
 
-/// Finishes a turn an earlier process left running: its partial message is kept and it ends
-/// as an error at stage `recovery`.
+/// Whether a tool part has no final result: its input is still open, or all it has is a
+/// streaming tool's preliminary output (progress, never the answer).
+fn without_result(tool: &ToolPart) -> bool {
+    matches!(
+        tool.state,
+        ToolPartState::InputStreaming | ToolPartState::InputAvailable
+    ) || tool.preliminary
+}
+
+/// Finishes a turn an earlier process left running: its partial message is kept, each tool
+/// call in it that has no final result is repaired as interrupted (a streaming tool's last
+/// preliminary output is progress, never its answer, and a call whose decision was recorded
+/// is never run again), and the turn ends as an error at stage `recovery`.
 pub(crate) async fn finish_interrupted(
     inner: &Arc<Inner>,
     turn: &TurnSummary,
 ) -> Result<(), EngineError> {
     let turn_id = turn.turn_id.as_deref();
-    let draft = inner.recorder.read(|s| {
-        s.draft
+    let (draft, awaited) = inner.recorder.read(|s| {
+        let draft = s
+            .draft
             .clone()
             .filter(|d| d.id == turn.message_id)
-            .map(closed)
+            .map(closed);
+        let awaited: Vec<String> = s
+            .pending_client_calls
+            .iter()
+            .map(|p| p.call_id.clone())
+            .collect();
+        (draft, awaited)
     });
     let has_content = |m: &UIMessage| m.parts.iter().any(|p| !matches!(p, UIPart::StepStart));
     if let Some(message) = draft.filter(has_content) {
+        let repairs: Vec<Event> = message
+            .parts
+            .iter()
+            .filter_map(|part| match part {
+                UIPart::Tool(tool) if without_result(tool) && !awaited.contains(&tool.call_id) => {
+                    Some(Event::ToolCallRepaired {
+                        message_id: message.id.clone(),
+                        call_id: tool.call_id.clone(),
+                        tool: tool.tool_name.clone(),
+                        error_text: INTERRUPTED_TOOL_CALL.to_owned(),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
         inner.recorder.append(
             turn_id,
             Event::AssistantMessageSaved {
@@ -100,6 +130,9 @@ pub(crate) async fn finish_interrupted(
                 message,
             },
         )?;
+        for repair in repairs {
+            inner.recorder.append(turn_id, repair)?;
+        }
     }
     let message = "the turn was interrupted (the process stopped) before it finished";
     inner.recorder.append(

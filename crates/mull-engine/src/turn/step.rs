@@ -226,8 +226,10 @@ impl TurnRun<'_> {
                         active: active_tools.as_deref(),
                         messages: &messages,
                     };
-                    if let ToolEnd::Aborted = self.tool_call(resolved, call, &mut parts).await? {
-                        return Ok(StepEnd::Aborted);
+                    match self.tool_call(resolved, call, &mut parts).await? {
+                        ToolEnd::Done => {}
+                        ToolEnd::Aborted => return Ok(StepEnd::Aborted),
+                        ToolEnd::Stalled(error) => return Ok(StepEnd::Failed(error)),
                     }
                 }
                 _ => self.emit(resolved, step, part, &mut parts).await?,

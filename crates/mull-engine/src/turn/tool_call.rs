@@ -4,11 +4,15 @@
 use std::panic::AssertUnwindSafe;
 
 use futures::{FutureExt, StreamExt};
-use mull_core::{DecisionAction, Event, HookName, StreamPart, ToolCallRecord, ToolResultRecord};
+use mull_core::{
+    DecisionAction, ErrorStage, Event, HookName, StreamPart, ToolCallRecord, ToolResultRecord,
+};
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::{Executed, ExecutionRef, Outcome, PendingCall, StepParts, ToolEnd, TurnRun};
+use super::{
+    Executed, ExecutionRef, Outcome, PendingCall, StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL,
+};
 use crate::config::ResolvedTurn;
 use crate::error::EngineError;
 use crate::extension;
@@ -209,21 +213,41 @@ impl TurnRun<'_> {
                     .await?;
                 let elapsed = self.inner.recorder.clock().now() - started;
                 let duration_ms = u64::try_from(elapsed.num_milliseconds()).unwrap_or(0);
-                match run {
-                    Executed::Done(result) => (result, duration_ms),
-                    Executed::Aborted => {
-                        self.append(Event::ToolCallFinished {
-                            step,
-                            call_id: call_id.clone(),
-                            tool: tool_name.clone(),
-                            success: false,
-                            output: None,
-                            error: Some("The tool call was aborted.".to_owned()),
-                            duration_ms,
-                        })?;
-                        return Ok(ToolEnd::Aborted);
+                let (result, end) = match run {
+                    Executed::Done(result) => (result, ToolEnd::Done),
+                    // A call cut off still has an outcome, and `after_tool_call` always fires
+                    // once the decision resolved (the seed): the model's next turn and the
+                    // hook see it failed.
+                    Executed::Aborted => (Err(ABORTED_TOOL_CALL.to_owned()), ToolEnd::Aborted),
+                    Executed::Stalled(ms) => {
+                        let text = format!(
+                            "the tool {tool_name:?} was silent for {ms} ms (the stall timeout)"
+                        );
+                        let error = self.error(ErrorStage::Stream, text.clone());
+                        (Err(text), ToolEnd::Stalled(error))
                     }
+                };
+                if !matches!(end, ToolEnd::Done) {
+                    self.record_outcome(
+                        resolved,
+                        Outcome {
+                            step,
+                            call_id: &call_id,
+                            tool_name: &tool_name,
+                            model_input: &model_input,
+                            effective_input: &effective_input,
+                            decision: action,
+                            messages,
+                            result,
+                            duration_ms,
+                            run_hook: true,
+                        },
+                        parts,
+                    )
+                    .await?;
+                    return Ok(end);
                 }
+                (result, duration_ms)
             }
             DecisionAction::Block | DecisionAction::Substitute => {
                 let output = skip_output.unwrap_or(Value::Null);
@@ -284,11 +308,22 @@ impl TurnRun<'_> {
         execution: &ExecutionRef,
         parts: &mut StepParts,
     ) -> Result<Executed, EngineError> {
+        // The stall watchdog counts a tool's silence like the model's: a turn that needs a
+        // slow tool raises its `chat_stream_stall_timeout_ms` (the seed's knob for that).
+        let stall_ms = resolved.stall_timeout_ms;
+        let silent = || async move {
+            if stall_ms == 0 {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(std::time::Duration::from_millis(stall_ms)).await
+            }
+        };
         let started = AssertUnwindSafe(tool.execute(input, execution)).catch_unwind();
         let output = tokio::select! {
             biased;
             _ = self.spec.signal.cancelled() => return Ok(Executed::Aborted),
             output = started => output,
+            _ = silent() => return Ok(Executed::Stalled(stall_ms)),
         };
         let output = match output {
             Ok(Ok(output)) => output,
@@ -310,6 +345,7 @@ impl TurnRun<'_> {
                 biased;
                 _ = self.spec.signal.cancelled() => return Ok(Executed::Aborted),
                 item = AssertUnwindSafe(stream.next()).catch_unwind() => item,
+                _ = silent() => return Ok(Executed::Stalled(stall_ms)),
             };
             match item {
                 Ok(None) => break,
