@@ -2652,10 +2652,18 @@ async fn e26_stage_recovery_and_g34_reopen_resolves_unfinished_submissions() {
         texts,
         ["first", "Half an ans", "second", "Second answered."]
     );
-    assert!(agent
+    // The interrupted turn was resolved when the log opened, before any session did: the log
+    // says so (turn_failed at stage recovery), and no agent's on_chat_error saw it.
+    let recovered = log.recovered_at_open();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert_eq!(
+        (recovered[0].request_id.as_str(), recovered[0].kept_partial),
+        ("req_old", true)
+    );
+    assert!(!agent
         .calls()
         .iter()
-        .any(|c| c.starts_with("on_chat_error(Recovery, persisted=true")));
+        .any(|c| c.starts_with("on_chat_error(Recovery")));
     // Nothing ran twice: only sub_b reached the model.
     assert_eq!(model.requests().len(), 1);
     log.flush().await.unwrap();

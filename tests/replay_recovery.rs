@@ -128,17 +128,39 @@ async fn first_process(durable: bool) -> Vec<Envelope> {
     log.events().await
 }
 
+/// How the process after a crash comes to the session.
+#[derive(Debug, Clone, Copy)]
+enum Restart {
+    /// It opens the log file anew: the log's recovery resolves the turn the crash left open
+    /// before any session opens.
+    NewWriter,
+    /// It reopens the session on a log already open (as a backend with one writer per
+    /// session does): the session's opening resolves the turn.
+    SameWriter,
+}
+
 /// The log after a crash: the first `cut` events of `full`, then a second process that reopens
 /// the session (its model answers a re-run submission, then one more question) and asks that
 /// question.
 async fn crashed_at(full: &[Envelope], cut: usize) -> (TestLog, Recording) {
-    let log = TestLog::new();
+    crashed_and_restarted_at(full, cut, Restart::SameWriter).await
+}
+
+async fn crashed_and_restarted_at(
+    full: &[Envelope],
+    cut: usize,
+    restart: Restart,
+) -> (TestLog, Recording) {
+    let mut log = TestLog::new();
     for e in &full[..cut] {
         log.log
             .append(&e.session_id, e.turn_id.as_deref(), e.at, e.event.clone())
             .unwrap();
     }
     log.log.flush().await.unwrap();
+    if let Restart::NewWriter = restart {
+        log = log.reopened();
+    }
     let second = ScriptedModel::builder("scripted-1")
         // Only a submission that was never applied runs again; a question in any case.
         .step(|s| s.text("Mull: to think it over."))
@@ -251,17 +273,65 @@ async fn a_turn_cut_mid_stream_and_recovered_replays_identically() {
     assert_eq!(recovered(&report.actual), 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cut_mid_stream_and_recovered_by_the_next_writer_replays_identically() {
+    let full = first_process(false).await;
+    let cut = after_first_delta_of_the_second_turn(&full);
+    let (_log, recording) = crashed_and_restarted_at(&full, cut, Restart::NewWriter).await;
+    // The log's recovery ran before the second process opened the session.
+    let kinds: Vec<&str> = recording.envelopes()[cut..]
+        .iter()
+        .map(|e| e.kind())
+        .collect();
+    assert_eq!(
+        kinds[..4],
+        [
+            "assistant_message_saved",
+            "turn_finished",
+            "turn_failed",
+            "session_opened"
+        ],
+        "{kinds:?}"
+    );
+    let report = replay(&recording, unchanged()).await;
+    if let Some(divergence) = &report.divergence {
+        panic!("{divergence}");
+    }
+    assert_eq!(report.actual.len(), recording.envelopes().len());
+    assert_eq!(recovered(&report.actual), 1);
+}
+
 /// Replays the log of a crash at every cut in `cuts`; returns the kinds of the last event
 /// before each cut the replay could not stop at (every other cut must replay identically).
 async fn replay_every_cut(full: &[Envelope], cuts: std::ops::RangeInclusive<usize>) -> Vec<String> {
+    let unreachable = replay_every_cut_after(full, cuts.clone(), Restart::SameWriter).await;
+    // When the next writer's recovery resolved the turn, every cut replays at least as well:
+    // the log's recovery comes right after the cut, where the replay re-enacts it.
+    let by_new_writer = replay_every_cut_after(full, cuts, Restart::NewWriter).await;
+    assert!(
+        by_new_writer.iter().all(|k| unreachable.contains(k)),
+        "{by_new_writer:?} ⊄ {unreachable:?}"
+    );
+    unreachable
+}
+
+async fn replay_every_cut_after(
+    full: &[Envelope],
+    cuts: std::ops::RangeInclusive<usize>,
+    restart: Restart,
+) -> Vec<String> {
     let mut unreachable = Vec::new();
     for cut in cuts {
-        let (_log, recording) = crashed_at(full, cut).await;
+        let (_log, recording) = crashed_and_restarted_at(full, cut, restart).await;
         assert!(recovered(recording.envelopes()) <= 1);
         match try_replay(&recording, unchanged()).await {
             Ok(report) => {
                 if let Some(divergence) = report.divergence {
-                    panic!("cut after {} ({}): {divergence}", cut, full[cut - 1].kind());
+                    panic!(
+                        "{restart:?}: cut after {} ({}): {divergence}",
+                        cut,
+                        full[cut - 1].kind()
+                    );
                 }
                 assert_eq!(report.actual.len(), recording.envelopes().len());
             }
@@ -269,7 +339,7 @@ async fn replay_every_cut(full: &[Envelope], cuts: std::ops::RangeInclusive<usiz
                 assert_eq!(seq, full[cut - 1].seq);
                 unreachable.push(after);
             }
-            Err(other) => panic!("cut after {cut}: {other}"),
+            Err(other) => panic!("{restart:?}: cut after {cut}: {other}"),
         }
     }
     unreachable

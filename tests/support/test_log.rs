@@ -50,6 +50,29 @@ impl TestLog {
         }
     }
 
+    /// The same file opened by a new writer, as a process started after this one stopped
+    /// would: the log's recovery resolves the turns this writer left open.
+    pub fn reopened(self) -> TestLog {
+        let TestLog {
+            _dir,
+            path,
+            log,
+            session_id,
+            clock,
+            retry_base_delay,
+        } = self;
+        log.close().unwrap();
+        let log = Log::open(&path).unwrap();
+        TestLog {
+            _dir,
+            path,
+            log,
+            session_id,
+            clock,
+            retry_base_delay,
+        }
+    }
+
     /// Model retries wait 1 ms instead of the default, so retrying tests stay fast.
     pub fn with_fast_retries(mut self) -> TestLog {
         self.retry_base_delay = Some(Duration::from_millis(1));

@@ -73,10 +73,13 @@ fn append_to(log: &Log, session: &str, turn: Option<&str>, ms: i64, event: Event
     log.append(session, turn, at, event).expect("append");
 }
 
-fn start_turn(db: &Path) {
+/// The process writing the log: it has begun a turn and goes on writing it (a writer that
+/// closed would leave the turn interrupted, for the next writer to resolve).
+fn start_turn(db: &Path) -> Log {
     let log = Log::open(db).expect("open log");
     open_session(&log, "sess_e2e", "e2e", "What is the weather?");
-    log.close().expect("commit");
+    log.flush_blocking().expect("commit");
+    log
 }
 
 /// A session of `agent` whose first turn has begun its first step.
@@ -148,14 +151,13 @@ fn follow_jumps_to_a_session_that_starts_after_the_dashboard_opened() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("follow.db");
-    start_turn(&db);
+    let log = start_turn(&db);
     let tmux = start_dash(&format!("--follow {}", db.display()));
     let screen = tmux.wait_for("[FOLLOW]", Duration::from_secs(20));
     tmux.wait_for("What is the weather?", Duration::from_secs(10));
     assert!(!screen.contains("late-agent"), "{screen}");
 
-    // Another process starts a new session while the dashboard follows the first.
-    let log = Log::open(&db).expect("a second process can write while the dashboard reads");
+    // The writing process starts a new session while the dashboard follows the first.
     open_session(&log, "sess_late", "late-agent", "A question asked later");
     log.flush_blocking().expect("commit");
     let screen = tmux.wait_for("late-agent", Duration::from_secs(10));
@@ -202,7 +204,7 @@ fn a_tool_call_committed_by_another_process_shows_up_live() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("live.db");
-    start_turn(&db);
+    let log = start_turn(&db);
 
     let tmux = start_dash(&db.display().to_string());
     tmux.wait_for("e2e", Duration::from_secs(20));
@@ -217,7 +219,6 @@ fn a_tool_call_committed_by_another_process_shows_up_live() {
     );
 
     // The writer: this process, appending to the database the dashboard has open read-only.
-    let log = Log::open(&db).expect("a second process can write while the dashboard reads");
     let turn = Some("turn_1");
     let input = json!({"city": "Lisbon"});
     append(

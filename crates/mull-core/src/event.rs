@@ -87,6 +87,9 @@ pub enum TurnStatus {
     Completed,
     Error,
     Aborted,
+    /// Left running by a writer that is gone: what readers show until the next writer to open
+    /// the log resolves it (as an error at stage `recovery`). Never written in an event.
+    Interrupted,
 }
 
 impl TurnStatus {
@@ -97,6 +100,7 @@ impl TurnStatus {
             TurnStatus::Completed => "completed",
             TurnStatus::Error => "error",
             TurnStatus::Aborted => "aborted",
+            TurnStatus::Interrupted => "interrupted",
         }
     }
 }
@@ -134,6 +138,9 @@ pub enum HookName {
     OnChatError,
     ClassifyChatError,
     OnCompaction,
+    /// A context block's provider (`configure_session` set it up; it is asked for the block's
+    /// content before a turn).
+    ContextBlockProvider,
 }
 
 /// What was decided about a tool call before it could run.

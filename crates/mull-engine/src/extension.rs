@@ -23,15 +23,12 @@
 //! current `active_tools`, so a policy extension narrows what the agent allowed instead of
 //! widening it by accident.
 
-use std::any::Any;
 use std::collections::BTreeMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::FutureExt;
-use mull_core::{Event, HookName, ModelMessage, StreamPart, ToolChoice, UIMessage, Usage};
+use mull_core::{HookName, ModelMessage, StreamPart, ToolChoice, UIMessage, Usage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -640,18 +637,8 @@ impl std::fmt::Debug for Extensions {
     }
 }
 
-fn panic_text(panic: &Box<dyn Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "an extension panicked with a non-text payload".to_owned()
-    }
-}
-
-/// Runs one extension hook under its timeout, catching panics. A failure becomes a
-/// `hook_failed` event and `None`.
+/// Runs one extension hook through the engine's one failure guard, under the extension's
+/// timeout: a failure is a `hook_failed` event naming the extension, and `None`.
 async fn guarded<T>(
     inner: &Inner,
     turn_id: Option<&str>,
@@ -659,29 +646,14 @@ async fn guarded<T>(
     hook: ExtensionHook,
     fut: impl std::future::Future<Output = HookResult<T>>,
 ) -> Result<Option<T>, EngineError> {
-    let limit = extension.timeout(hook);
-    let (error, panicked, timed_out) =
-        match tokio::time::timeout(limit, AssertUnwindSafe(fut).catch_unwind()).await {
-            Ok(Ok(Ok(value))) => return Ok(Some(value)),
-            Ok(Ok(Err(e))) => (e.to_string(), false, false),
-            Ok(Err(panic)) => (format!("panicked: {}", panic_text(&panic)), true, false),
-            Err(_) => (
-                format!("timed out after {} ms", limit.as_millis()),
-                false,
-                true,
-            ),
-        };
-    inner.recorder.append(
-        turn_id,
-        Event::HookFailed {
-            hook: hook.hook_name(),
-            source: extension.name().to_owned(),
-            error,
-            panicked,
-            timed_out,
-        },
-    )?;
-    Ok(None)
+    let caller = crate::hooks::Caller {
+        hook: hook.hook_name(),
+        source: extension.name(),
+    };
+    let limit = Some(extension.timeout(hook));
+    Ok(crate::hooks::guarded(inner, turn_id, caller, limit, fut)
+        .await?
+        .ok())
 }
 
 /// Runs every `before_turn` subscriber on the turn as configured so far and merges each

@@ -326,8 +326,9 @@ impl UiStreamMapper {
                         );
                         return;
                     }
-                    // A running status on a finish event means nothing to a client.
-                    TurnStatus::Running => return,
+                    // A running status on a finish event means nothing to a client, nor does
+                    // a status only readers show.
+                    TurnStatus::Running | TurnStatus::Interrupted => return,
                 }
                 self.errored = true;
                 self.finished = true;

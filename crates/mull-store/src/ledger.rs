@@ -277,7 +277,9 @@ impl CostLedger {
                     match attempt.status {
                         TurnStatus::Completed => &mut totals.completed,
                         TurnStatus::Aborted => &mut totals.aborted,
-                        TurnStatus::Error | TurnStatus::Running => &mut totals.failed,
+                        TurnStatus::Error | TurnStatus::Running | TurnStatus::Interrupted => {
+                            &mut totals.failed
+                        }
                     }
                 };
                 bucket.add(&amount);

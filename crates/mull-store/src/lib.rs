@@ -90,6 +90,7 @@ pub mod overview;
 pub mod pacing;
 pub mod projection;
 pub mod reader;
+pub mod recovery;
 pub mod schema;
 pub mod tail;
 pub mod timestamp;
@@ -108,5 +109,6 @@ pub use projection::{
     ToolStats, TurnSummary,
 };
 pub use reader::{LogReader, SessionSummary};
+pub use recovery::RecoveredTurn;
 pub use tail::{Tail, TAIL_POLL_INTERVAL};
 pub use writer::{Appended, Log, LogOptions};

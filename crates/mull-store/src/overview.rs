@@ -32,12 +32,14 @@ pub struct StatusMix {
     pub completed: u64,
     pub error: u64,
     pub aborted: u64,
+    /// Left running by a writer that is gone (see [`TurnStatus::Interrupted`]).
+    pub interrupted: u64,
 }
 
 impl StatusMix {
     /// Turn attempts started.
     pub fn total(&self) -> u64 {
-        self.running + self.completed + self.error + self.aborted
+        self.running + self.completed + self.error + self.aborted + self.interrupted
     }
 }
 
@@ -107,12 +109,19 @@ impl SessionOverview {
             Event::TurnStarted { .. } => self.status.running += 1,
             Event::TurnConfigured { config } => self.model_id = Some(config.model_id.clone()),
             Event::TurnFinished { status, usage, .. } => {
-                self.status.running = self.status.running.saturating_sub(1);
+                // The turn that ends was counted running, or interrupted when a reader found
+                // no writer before this one's recovery finished it.
+                if self.status.running > 0 {
+                    self.status.running -= 1;
+                } else {
+                    self.status.interrupted = self.status.interrupted.saturating_sub(1);
+                }
                 match status {
                     TurnStatus::Completed => self.status.completed += 1,
                     TurnStatus::Error => self.status.error += 1,
                     TurnStatus::Aborted => self.status.aborted += 1,
                     TurnStatus::Running => self.status.running += 1,
+                    TurnStatus::Interrupted => self.status.interrupted += 1,
                 }
                 self.usage.add(usage);
             }
@@ -171,6 +180,14 @@ impl SessionOverviews {
     /// Turn attempts running in every session.
     pub fn running(&self) -> u64 {
         self.sessions.values().map(|s| s.status.running).sum()
+    }
+
+    /// Shows the turns still running as interrupted: what a reader does when no writer has
+    /// the log open, since nothing will finish them before the next writer resolves them.
+    pub fn mark_interrupted(&mut self) {
+        for overview in self.sessions.values_mut() {
+            overview.status.interrupted += std::mem::take(&mut overview.status.running);
+        }
     }
 }
 
@@ -272,7 +289,8 @@ mod tests {
                 running: 1,
                 completed: 1,
                 error: 1,
-                aborted: 0
+                aborted: 0,
+                interrupted: 0,
             }
         );
         assert_eq!(s.status.total(), 3);

@@ -112,6 +112,8 @@ pub struct SessionState {
     pub context_blocks: BTreeMap<String, String>,
     /// The last event applied (0 before any).
     pub last_seq: u64,
+    /// When the last event applied was written (`None` before any).
+    pub last_at: Option<DateTime<Utc>>,
     /// Events of kinds this build does not know: counted, otherwise ignored.
     pub unknown_events: u64,
     /// Open text and reasoning blocks of the draft: (block id, part index).
@@ -132,8 +134,20 @@ impl SessionState {
             usage: Usage::default(),
             context_blocks: BTreeMap::new(),
             last_seq: 0,
+            last_at: None,
             unknown_events: 0,
             open_blocks: Vec::new(),
+        }
+    }
+
+    /// Shows the turns still running as interrupted: what a reader does when no writer has
+    /// the log open, since nothing will finish them before the next writer resolves them.
+    /// A `turn_finished` folded in later ends such a turn as usual.
+    pub fn mark_interrupted(&mut self) {
+        for turn in &mut self.turns {
+            if turn.status == TurnStatus::Running {
+                turn.status = TurnStatus::Interrupted;
+            }
         }
     }
 
@@ -148,6 +162,7 @@ impl SessionState {
     /// it has just appended, without building an envelope for it.
     pub fn apply_own(&mut self, e: EventRef<'_>) {
         self.last_seq = e.seq;
+        self.last_at = Some(e.at);
         match e.event {
             Event::Chunk { part, .. } => self.apply_chunk(part),
             Event::UserMessagesSaved { messages, .. } => {

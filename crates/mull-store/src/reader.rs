@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use mull_core::{Envelope, EventRef};
+use mull_core::{Envelope, EventRef, TurnStatus};
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Params};
 use serde::Serialize;
@@ -175,6 +175,28 @@ impl LogReader {
         )
     }
 
+    /// Every turn that started and has not finished, as `(session_id, turn_id)` in the order
+    /// they started: what a writer opening the log resolves when it finds them left by one
+    /// that is gone (see [`crate::recovery`]).
+    pub fn unfinished_turns(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let ctx = self.ctx("finding unfinished turns");
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT session_id, turn_id FROM events \
+                 WHERE {LIFECYCLE_PREDICATE} AND turn_id IS NOT NULL \
+                   AND kind IN ('turn_started', 'turn_finished') \
+                 GROUP BY session_id, turn_id \
+                 HAVING sum(kind = 'turn_finished') = 0 ORDER BY min(seq)"
+            ))
+            .map_err(StoreError::sqlite(ctx.clone()))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(StoreError::sqlite(ctx))?;
+        Ok(rows)
+    }
+
     /// Every session that has a lifecycle event (every session the engine writes starts with
     /// one), oldest first.
     pub fn sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
@@ -220,7 +242,30 @@ impl LogReader {
             "listing turns",
             |env| state.apply(&env),
         )?;
+        self.show_interrupted(&mut state);
         Ok(state.turns)
+    }
+
+    /// Whether a writer has the log open now, i.e. holds its single-writer lock. Probed
+    /// without waiting: a shared lock that is granted means no writer (it is let go at once).
+    /// A log no writer ever opened has no lock file: no writer either.
+    pub fn writer_active(&self) -> bool {
+        let Ok(file) = std::fs::File::open(crate::writer::lock_path(&self.path)) else {
+            return false;
+        };
+        match file.try_lock_shared() {
+            Ok(()) => false,
+            Err(std::fs::TryLockError::WouldBlock) => true,
+            // Cannot tell: show what the log says.
+            Err(std::fs::TryLockError::Error(_)) => true,
+        }
+    }
+
+    /// Running turns are shown as interrupted when no writer has the log open.
+    fn show_interrupted(&self, state: &mut SessionState) {
+        if state.turns.iter().any(|t| t.status == TurnStatus::Running) && !self.writer_active() {
+            state.mark_interrupted();
+        }
     }
 
     /// A session's tool calls and turn count, for session-wide tool statistics without
@@ -247,6 +292,9 @@ impl LogReader {
         self.scan(&overview_sql(), [], "reading session overviews", |env| {
             all.apply(&env)
         })?;
+        if all.running() > 0 && !self.writer_active() {
+            all.mark_interrupted();
+        }
         Ok(all)
     }
 
@@ -263,6 +311,7 @@ impl LogReader {
                 Ok(())
             })?;
         }
+        self.show_interrupted(&mut state);
         Ok(state)
     }
 
@@ -953,27 +1002,25 @@ mod tests {
         log.append("a", Some("turn_1"), at(2), delta())
             .expect("appends");
         log.close().expect("the process stops mid-turn");
+        // The new writer's recovery finishes the turn (seqs 3 and 4) as it opens.
         let log = Log::open(&path).expect("a new writer");
+        assert_eq!(log.recovered_at_open().len(), 1);
         for i in 0..50 {
             log.append("b", None, at(3 + i), Event::StepStarted { step: 0 })
                 .expect("appends");
         }
-        // Recovery finishes the turn long after the new writer started.
-        log.append("a", Some("turn_1"), at(60), finished(1))
-            .expect("appends");
         log.flush_blocking().expect("flushes");
         let reader = log.reader().expect("reader");
-        // Its chunks can only be before seq 2, where the second writer began; the 50 rows of
-        // session b in between are not walked.
+        // Its chunks can only be before seq 2, where the second writer began.
         assert_eq!(reader.chunks_end(1).expect("reads"), 2);
         let seqs = |events: Vec<Envelope>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
         assert_eq!(
             seqs(reader.session_events("a", 0).expect("reads")),
-            [1, 2, 53]
+            [1, 2, 3, 4]
         );
         assert_eq!(
             seqs(reader.turn_events("a", "turn_1").expect("reads")),
-            [1, 2, 53]
+            [1, 2, 3, 4]
         );
         assert!(reader
             .session_page("a", u64::MAX, 10)

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -98,6 +98,8 @@ struct Inner {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// One read connection kept for [`Log::with_reader`], opened on first use.
     reader: Mutex<Option<LogReader>>,
+    /// What opening the log recovered (set once, right after it opened).
+    recovered: OnceLock<Vec<crate::recovery::RecoveredTurn>>,
     /// Held open for the lifetime of the log: the single-writer lock.
     _lock: File,
 }
@@ -230,6 +232,10 @@ pub(crate) fn kind_of(event: &Event) -> Cow<'static, str> {
     }
 }
 
+/// How many times opening retries a lock held by someone else (5 ms apart): a reader's
+/// probe holds it for microseconds; a writer holds it for as long as it lives.
+const LOCK_TRIES: u32 = 20;
+
 fn shared_id(cache: &mut Option<Arc<str>>, id: &str) -> Arc<str> {
     match cache {
         Some(cached) if &**cached == id => Arc::clone(cached),
@@ -262,14 +268,25 @@ impl Log {
                 path: lock_path.clone(),
                 source,
             })?;
-        match lock_file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(StoreError::Locked { path: lock_path }),
-            Err(TryLockError::Error(source)) => {
-                return Err(StoreError::Io {
-                    path: lock_path,
-                    source,
-                })
+        // A reader probes the lock with a shared lock it lets go at once (to tell whether a
+        // writer is alive), so a refusal is retried for a moment before it counts.
+        let mut tries = 0;
+        loop {
+            match lock_file.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if tries < LOCK_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(StoreError::Locked { path: lock_path })
+                }
+                Err(TryLockError::Error(source)) => {
+                    return Err(StoreError::Io {
+                        path: lock_path,
+                        source,
+                    })
+                }
             }
         }
         let mut conn = schema::open_writer(&path)?;
@@ -332,15 +349,27 @@ impl Log {
                 path: path.clone(),
                 source,
             })?;
-        Ok(Log {
+        let log = Log {
             inner: Arc::new(Inner {
                 path,
                 shared,
                 thread: Mutex::new(Some(thread)),
                 reader: Mutex::new(None),
+                recovered: OnceLock::new(),
                 _lock: lock_file,
             }),
-        })
+        };
+        // Turns left open by a writer that is gone are resolved before anything else is
+        // appended, whichever session this process goes on to use.
+        let recovered = crate::recovery::resolve_open_turns(&log)?;
+        let _ = log.inner.recovered.set(recovered);
+        Ok(log)
+    }
+
+    /// The turns that opening this log found left open by a writer that is gone, and
+    /// resolved (see [`crate::recovery`]).
+    pub fn recovered_at_open(&self) -> &[crate::recovery::RecoveredTurn] {
+        self.inner.recovered.get().map_or(&[], Vec::as_slice)
     }
 
     /// The database file.
@@ -1337,7 +1366,18 @@ mod tests {
             .prepare("SELECT kind FROM events ORDER BY seq")
             .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
             .expect("reads");
-        assert_eq!(kinds, ["turn_started", "chunk", crate::schema::LOOSE_CHUNK]);
+        // The new writer resolved the turn at open (see `recovery`); a chunk written after
+        // that is outside any turn it started.
+        assert_eq!(
+            kinds,
+            [
+                "turn_started",
+                "chunk",
+                "turn_finished",
+                "turn_failed",
+                crate::schema::LOOSE_CHUNK
+            ]
+        );
         let reader = LogReader::open(&path).expect("reader");
         let seqs: Vec<u64> = reader
             .session_page("s", 0, 10)
@@ -1345,7 +1385,7 @@ mod tests {
             .iter()
             .map(|e| e.seq)
             .collect();
-        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(seqs, [1, 2, 3, 4, 5]);
     }
 
     #[test]

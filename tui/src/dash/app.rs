@@ -1342,15 +1342,22 @@ impl App {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dash::testlog::{sample_log, write_db};
+    use crate::dash::testlog::{append_all, sample_log, write_live_db};
     use crate::dash::timeline::ItemKind;
     use crate::dash::Dash;
 
-    fn open_with(events: &[Envelope]) -> (tempfile::TempDir, Dash) {
+    /// A log being written by a live process (its writer open until the test ends), and a
+    /// dashboard on it.
+    struct Live {
+        _dir: tempfile::TempDir,
+        log: mull_store::Log,
+    }
+
+    fn open_with(events: &[Envelope]) -> (Live, Dash) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = write_db(dir.path(), events);
+        let (path, log) = write_live_db(dir.path(), events);
         let dash = Dash::open(&path).expect("open");
-        (dir, dash)
+        (Live { _dir: dir, log }, dash)
     }
 
     fn press(dash: &mut Dash, actions: &[Action]) {
@@ -1359,22 +1366,11 @@ mod tests {
         }
     }
 
-    /// Appends `events` to the log behind `dash` (as another process would) and delivers them
-    /// as the tail does.
-    fn commit_and_deliver(dir: &tempfile::TempDir, dash: &mut Dash, events: &[Envelope]) {
-        let log = mull_store::Log::open(dir.path().join("test.db")).expect("reopen writer");
-        for env in events {
-            let written = log
-                .append(
-                    &env.session_id,
-                    env.turn_id.as_deref(),
-                    env.at,
-                    env.event.clone(),
-                )
-                .expect("append");
-            assert_eq!(written.seq, env.seq);
-        }
-        log.close().expect("commit");
+    /// Appends `events` to the log behind `dash` (as the process writing it would) and
+    /// delivers them as the tail does.
+    fn commit_and_deliver(live: &Live, dash: &mut Dash, events: &[Envelope]) {
+        append_all(&live.log, events);
+        live.log.flush_blocking().expect("commit");
         dash.send(Msg::Appended(events.to_vec()));
     }
 

@@ -519,10 +519,29 @@ pub fn sample_log() -> Vec<Envelope> {
 }
 
 /// Writes `events` into a fresh log at `dir/test.db` through the store (seqs come out the same
-/// as the envelopes' since the log is empty) and returns its path.
+/// as the envelopes' since the log is empty) and returns its path. The writer is closed, as
+/// after a process that stopped: a turn the events leave open reads as interrupted.
 pub fn write_db(dir: &std::path::Path, events: &[Envelope]) -> std::path::PathBuf {
+    let (path, log) = write_live_db(dir, events);
+    log.close().expect("commit test log");
+    path
+}
+
+/// [`write_db`] with the writer left open, as a process still writing the log: a turn the
+/// events leave open reads as running, and more events can be appended through it.
+pub fn write_live_db(
+    dir: &std::path::Path,
+    events: &[Envelope],
+) -> (std::path::PathBuf, mull_store::Log) {
     let path = dir.join("test.db");
     let log = mull_store::Log::open(&path).expect("open test log");
+    append_all(&log, events);
+    log.flush_blocking().expect("commit test log");
+    (path, log)
+}
+
+/// Appends `events` through `log`, checking each keeps its seq.
+pub fn append_all(log: &mull_store::Log, events: &[Envelope]) {
     for env in events {
         let written = log
             .append(
@@ -534,8 +553,6 @@ pub fn write_db(dir: &std::path::Path, events: &[Envelope]) -> std::path::PathBu
             .expect("append");
         assert_eq!(written.seq, env.seq, "the test log must start empty");
     }
-    log.close().expect("commit test log");
-    path
 }
 
 /// One session whose second turn compacts the first exchange (four messages) into a summary

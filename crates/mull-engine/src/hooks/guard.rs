@@ -1,10 +1,13 @@
-//! The failure guard around the agent's hooks: an error, a panic or outliving the hook
-//! timeout becomes a `hook_failed` event, and the caller applies that hook's failure rule.
+//! The one failure guard around code the engine does not own — the agent's hooks, each
+//! extension's, the compaction callback, a context block's provider: an error, a panic or
+//! outliving its time limit becomes a `hook_failed` event naming the hook and whose code it was,
+//! and the caller applies that hook's failure rule.
 
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
 use mull_core::{Event, HookName};
@@ -12,16 +15,59 @@ use mull_core::{Event, HookName};
 use crate::error::{EngineError, HookResult};
 use crate::session::Inner;
 
+/// Whose code a guarded call runs, as its `hook_failed` event names it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller<'a> {
+    pub hook: HookName,
+    /// `agent`, an extension's name, or `context_block:<name>`.
+    pub source: &'a str,
+}
+
+impl Caller<'static> {
+    /// One of the agent's own hooks.
+    pub(crate) fn agent(hook: HookName) -> Caller<'static> {
+        Caller {
+            hook,
+            source: "agent",
+        }
+    }
+}
+
+/// What a panic carried, as text.
 pub(crate) fn panic_text(panic: &Box<dyn Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {
         s.clone()
     } else {
-        "a hook panicked with a non-text payload".to_owned()
+        "a panic with a non-text payload".to_owned()
     }
 }
 
+/// Appends the `hook_failed` event of a guarded call.
+pub(crate) fn record_failure(
+    inner: &Inner,
+    turn_id: Option<&str>,
+    caller: Caller<'_>,
+    error: String,
+    panicked: bool,
+    timed_out: bool,
+) -> Result<(), EngineError> {
+    inner.recorder.append(
+        turn_id,
+        Event::HookFailed {
+            hook: caller.hook,
+            source: caller.source.to_owned(),
+            error,
+            panicked,
+            timed_out,
+        },
+    )?;
+    Ok(())
+}
+
+/// [`record_failure`] where the caller is already reporting something else: a log that cannot
+/// take the event is only logged.
 pub(crate) fn record_hook_failure(
     inner: &Arc<Inner>,
     turn_id: Option<&str>,
@@ -30,23 +76,44 @@ pub(crate) fn record_hook_failure(
     panicked: bool,
     timed_out: bool,
 ) {
-    if let Err(e) = inner.recorder.append(
-        turn_id,
-        Event::HookFailed {
-            hook,
-            source: "agent".to_owned(),
-            error,
-            panicked,
-            timed_out,
-        },
-    ) {
+    let caller = Caller::agent(hook);
+    if let Err(e) = record_failure(inner, turn_id, caller, error, panicked, timed_out) {
         tracing::warn!(error = %e, "hook_failed could not be recorded");
     }
 }
 
-/// Runs a hook future, turning an error, a panic or outliving [`Agent::hook_timeout`] into a
-/// `hook_failed` event. `Ok(Err(text))` means the hook failed and the caller applies that hook's
-/// failure rule.
+/// Runs `fut` for `caller`, bounded by `limit`, catching panics. `Ok(Err(text))` means it
+/// failed (recorded as `hook_failed`) and the caller applies that hook's failure rule.
+pub(crate) async fn guarded<T>(
+    inner: &Inner,
+    turn_id: Option<&str>,
+    caller: Caller<'_>,
+    limit: Option<Duration>,
+    fut: impl Future<Output = HookResult<T>>,
+) -> Result<Result<T, String>, EngineError> {
+    let caught = AssertUnwindSafe(fut).catch_unwind();
+    let outcome = match limit {
+        None => Some(caught.await),
+        Some(limit) => tokio::time::timeout(limit, caught).await.ok(),
+    };
+    let (error, panicked, timed_out) = match outcome {
+        Some(Ok(Ok(value))) => return Ok(Ok(value)),
+        Some(Ok(Err(error))) => (error.to_string(), false, false),
+        Some(Err(panic)) => (format!("panicked: {}", panic_text(&panic)), true, false),
+        None => (
+            format!(
+                "timed out after {} ms",
+                limit.unwrap_or_default().as_millis()
+            ),
+            false,
+            true,
+        ),
+    };
+    record_failure(inner, turn_id, caller, error.clone(), panicked, timed_out)?;
+    Ok(Err(error))
+}
+
+/// Runs one of the agent's hooks under [`Agent::hook_timeout`].
 ///
 /// [`Agent::hook_timeout`]: crate::Agent::hook_timeout
 pub(crate) async fn guard_hook<T>(
@@ -55,34 +122,12 @@ pub(crate) async fn guard_hook<T>(
     hook: HookName,
     fut: impl Future<Output = HookResult<T>>,
 ) -> Result<Result<T, String>, EngineError> {
-    let guarded = AssertUnwindSafe(fut).catch_unwind();
-    let outcome = match inner.agent.hook_timeout() {
-        None => guarded.await,
-        Some(limit) => match tokio::time::timeout(limit, guarded).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                let text = format!("timed out after {} ms", limit.as_millis());
-                record_hook_failure(inner, turn_id, hook, text.clone(), false, true);
-                return Ok(Err(text));
-            }
-        },
-    };
-    match outcome {
-        Ok(Ok(value)) => Ok(Ok(value)),
-        Ok(Err(error)) => {
-            let text = error.to_string();
-            record_hook_failure(inner, turn_id, hook, text.clone(), false, false);
-            Ok(Err(text))
-        }
-        Err(panic) => {
-            let text = format!("panicked: {}", panic_text(&panic));
-            record_hook_failure(inner, turn_id, hook, text.clone(), true, false);
-            Ok(Err(text))
-        }
-    }
+    let limit = inner.agent.hook_timeout();
+    guarded(inner, turn_id, Caller::agent(hook), limit, fut).await
 }
 
-/// Runs an observer hook: a failure is logged as `hook_failed` and the turn goes on.
+/// Runs an observer hook of the agent: a failure is logged as `hook_failed` and the turn goes
+/// on.
 pub(crate) async fn observe(
     inner: &Arc<Inner>,
     turn_id: Option<&str>,

@@ -4,4 +4,4 @@
 pub mod context;
 mod guard;
 
-pub(crate) use guard::{guard_hook, observe, panic_text, record_hook_failure};
+pub(crate) use guard::{guard_hook, guarded, observe, panic_text, record_hook_failure, Caller};

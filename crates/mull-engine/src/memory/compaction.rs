@@ -26,6 +26,7 @@ use mull_core::{
 use serde_json::json;
 
 use crate::error::{EngineError, HookError};
+use crate::hooks::{guarded, Caller};
 use crate::session::{Inner, Session};
 use crate::session_config::{Compaction, CompactionRequest};
 use crate::turn::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
@@ -234,30 +235,11 @@ pub(crate) async fn apply(
                 counter: Arc::clone(&counter),
                 summary_id: inner.options.ids.next_id("summary"),
             };
-            let failure = match std::panic::AssertUnwindSafe(callback(request))
-                .catch_unwind()
-                .await
-            {
-                Ok(Ok(compaction)) => Ok(compaction),
-                Ok(Err(error)) => Err((error.to_string(), false)),
-                Err(_) => Err(("the compaction callback panicked".to_owned(), true)),
-            };
-            match failure {
-                Ok(compaction) => compaction,
-                Err((error, panicked)) => {
-                    inner.recorder.append(
-                        turn_id,
-                        Event::HookFailed {
-                            hook: HookName::OnCompaction,
-                            source: "agent".to_owned(),
-                            error,
-                            panicked,
-                            timed_out: false,
-                        },
-                    )?;
-                    Compaction::default()
-                }
-            }
+            let caller = Caller::agent(HookName::OnCompaction);
+            let limit = inner.agent.hook_timeout();
+            guarded(inner, turn_id, caller, limit, callback(request))
+                .await?
+                .unwrap_or_default()
         }
         None => Compaction::default(),
     };

@@ -24,6 +24,7 @@ use mull_core::{ContextBlockSource, Event, HookName, TurnStatus};
 use serde_json::{json, Value};
 
 use crate::error::{EngineError, HookError};
+use crate::hooks::{guarded, Caller};
 use crate::session::{Inner, Session};
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
@@ -218,11 +219,14 @@ pub(crate) async fn build_system_prompt(
         if current.is_some() && !refresh {
             continue;
         }
-        match std::panic::AssertUnwindSafe(provider.get())
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(value)) if current.as_ref() != Some(&value) => {
+        let source = format!("context_block:{name}");
+        let caller = Caller {
+            hook: HookName::ContextBlockProvider,
+            source: &source,
+        };
+        let limit = inner.agent.hook_timeout();
+        match guarded(inner, turn_id, caller, limit, provider.get()).await? {
+            Ok(value) if current.as_ref() != Some(&value) => {
                 inner.recorder.append(
                     turn_id,
                     Event::ContextBlockUpdated {
@@ -233,34 +237,14 @@ pub(crate) async fn build_system_prompt(
                     },
                 )?;
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => record_provider_failure(inner, turn_id, name, error.to_string())?,
-            Err(_) => record_provider_failure(inner, turn_id, name, "panicked".to_owned())?,
+            // Unchanged, or failed (recorded as `hook_failed`): the block keeps what it had.
+            Ok(_) | Err(_) => {}
         }
     }
     inner.recorder.flush().await?;
     Ok(Some(
         inner.recorder.read(|s| render(config, &s.context_blocks)),
     ))
-}
-
-fn record_provider_failure(
-    inner: &Arc<Inner>,
-    turn_id: Option<&str>,
-    block: &str,
-    error: String,
-) -> Result<(), EngineError> {
-    inner.recorder.append(
-        turn_id,
-        Event::HookFailed {
-            hook: HookName::ConfigureSession,
-            source: format!("context_block:{block}"),
-            error,
-            panicked: false,
-            timed_out: false,
-        },
-    )?;
-    Ok(())
 }
 
 /// Records a checked write.

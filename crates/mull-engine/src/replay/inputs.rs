@@ -15,6 +15,9 @@ use super::{PendingCancel, ReplayError};
 /// An input the recording received from outside the engine, to re-issue at its place.
 #[derive(Debug, Clone)]
 pub(super) enum Input {
+    /// The process that ran the session stopped, and the next writer to open the log resolved
+    /// the turn it left running (`mull_store::recovery`), before any session opened.
+    Recover,
     /// The session was opened again (after the first time); its recovery re-ran the
     /// submissions `reruns` (accepted, never applied) in the background.
     Reopen {
@@ -56,6 +59,7 @@ pub(super) enum Input {
 /// recording's end, when it was never reopened). Recovery's own reading of the session (the
 /// projection) decides what was running.
 pub(super) fn stops(recording: &Recording) -> Vec<usize> {
+    let recoveries = recoveries(recording);
     let unfinished = |s: &SessionState| {
         s.turns.iter().any(|t| t.status == TurnStatus::Running)
             || s.submissions
@@ -67,9 +71,10 @@ pub(super) fn stops(recording: &Recording) -> Vec<usize> {
     let mut awaiting_turn: Option<&str> = None;
     let mut out = Vec::new();
     for (i, envelope) in recording.envelopes.iter().enumerate() {
-        if i > 0
+        if (i > 0
             && matches!(envelope.event, Event::SessionOpened { .. })
-            && (awaiting_turn.is_some() || unfinished(&state))
+            && (awaiting_turn.is_some() || unfinished(&state)))
+            || recoveries.contains(&i)
         {
             out.push(i);
             awaiting_turn = None;
@@ -98,6 +103,62 @@ pub(super) fn stops(recording: &Recording) -> Vec<usize> {
         out.push(recording.envelopes.len());
     }
     out
+}
+
+/// Where the log's own recovery resolved a turn the recorded process left running (see
+/// `mull_store::recovery`): the first event of each such block — the partial message, the
+/// repaired calls, `turn_finished` — which ends with `turn_failed` at stage `recovery`, written
+/// while the turn was still running in the session's fold (a reopen that found it running and
+/// resolved it itself is the `session_opened` stop instead).
+pub(super) fn recoveries(recording: &Recording) -> Vec<usize> {
+    let envelopes = &recording.envelopes;
+    let mut state = SessionState::new(recording.session_id.clone());
+    let mut out = Vec::new();
+    let mut reopened_while_running = false;
+    for (i, envelope) in envelopes.iter().enumerate() {
+        let running = state.turns.iter().find(|t| t.status == TurnStatus::Running);
+        match running {
+            None => reopened_while_running = false,
+            Some(_) if matches!(envelope.event, Event::SessionOpened { .. }) => {
+                reopened_while_running = true
+            }
+            Some(turn) if !reopened_while_running => {
+                if recovery_block_at(envelopes, i, &turn.request_id) {
+                    out.push(i);
+                }
+            }
+            Some(_) => {}
+        }
+        state.apply(envelope);
+    }
+    out
+}
+
+/// Whether the events from `i` on are the log's recovery of request `request`: the partial
+/// message, repaired calls and `turn_finished`, then `turn_failed` at stage `recovery`.
+fn recovery_block_at(envelopes: &[mull_core::Envelope], i: usize, request: &str) -> bool {
+    if !matches!(
+        &envelopes[i].event,
+        Event::AssistantMessageSaved { request_id, .. } | Event::TurnFinished { request_id, .. }
+            if request_id == request
+    ) {
+        return false;
+    }
+    for envelope in &envelopes[i..] {
+        match &envelope.event {
+            Event::AssistantMessageSaved { request_id, .. }
+            | Event::TurnFinished { request_id, .. }
+                if request_id == request => {}
+            Event::ToolCallRepaired { .. } => {}
+            Event::TurnFailed {
+                request_id: Some(id),
+                stage: mull_core::ErrorStage::Recovery,
+                ..
+            } => return id == request,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// The submissions a reopen at `at` finds accepted but never applied (which its recovery
@@ -142,11 +203,13 @@ pub(super) fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, Repla
             _ => None,
         })
         .collect();
+    let recovered = recoveries(recording);
     let mut out = Vec::new();
     let mut saved: std::collections::HashSet<&str> = Default::default();
     let mut retracted_by: std::collections::HashSet<&str> = Default::default();
     for (i, envelope) in envelopes.iter().enumerate() {
         let input = match &envelope.event {
+            _ if recovered.contains(&i) => Input::Recover,
             Event::MessagesRetracted {
                 request_id,
                 message_ids,

@@ -434,6 +434,24 @@ async fn drive(
         }
         shared.cancel_due();
         match input {
+            Input::Recover => {
+                // The process before this one is over; the next writer's recovery resolves
+                // the turn it left running, writing exactly what the log's recovery wrote.
+                session.abort_background_turns();
+                shared.restart(before);
+                let running: Vec<_> = session.read_state(|s| {
+                    s.turns
+                        .iter()
+                        .filter(|t| t.status == mull_core::TurnStatus::Running)
+                        .cloned()
+                        .collect()
+                });
+                for turn in &running {
+                    crate::turn::finish_interrupted(&session.inner, turn, false)
+                        .await
+                        .map_err(engine_err)?;
+                }
+            }
             Input::Reopen { reruns } => {
                 // The process before this one is over, and whatever it left parked with it.
                 session.abort_background_turns();
@@ -565,7 +583,8 @@ fn unreachable_stop(
     let reopened = divergence
         .expected
         .as_ref()
-        .is_none_or(|e| matches!(e.event, Event::SessionOpened { .. }));
+        .is_none_or(|e| matches!(e.event, Event::SessionOpened { .. }))
+        || inputs::recoveries(recording).contains(&divergence.index);
     let next = divergence.actual.as_ref()?;
     let last = recording.envelopes.get(divergence.index.checked_sub(1)?)?;
     (at_stop && reopened).then(|| ReplayError::UnreachableStop {

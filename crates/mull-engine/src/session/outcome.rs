@@ -21,7 +21,7 @@ impl From<TurnStatus> for OutcomeStatus {
     fn from(s: TurnStatus) -> OutcomeStatus {
         match s {
             TurnStatus::Completed | TurnStatus::Running => OutcomeStatus::Completed,
-            TurnStatus::Error => OutcomeStatus::Error,
+            TurnStatus::Error | TurnStatus::Interrupted => OutcomeStatus::Error,
             TurnStatus::Aborted => OutcomeStatus::Aborted,
         }
     }

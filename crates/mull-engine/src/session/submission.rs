@@ -171,7 +171,7 @@ impl Session {
             return Ok(());
         }
         for turn_summary in &running {
-            turn::finish_interrupted(&self.inner, turn_summary).await?;
+            turn::finish_interrupted(&self.inner, turn_summary, true).await?;
         }
         for sub in submissions {
             match sub.phase {

@@ -47,8 +47,7 @@ pub(crate) use recovery::finish_interrupted;
 pub const ABORTED_TOOL_CALL: &str = "The tool call was aborted.";
 
 /// The text a repaired tool call shows.
-pub const INTERRUPTED_TOOL_CALL: &str =
-    "The tool call was interrupted before a result was recorded.";
+pub use mull_store::recovery::INTERRUPTED_TOOL_CALL;
 
 /// Longest text or tool output (in bytes) kept whole in older messages given to the model.
 pub const CONTEXT_TRUNCATE_CHARS: usize = 8_000;

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use mull_core::{ErrorStage, Event, Role, ToolPart, ToolPartState, TurnStatus, UIMessage, UIPart};
-use mull_store::TurnSummary;
+use mull_core::{ErrorStage, Event, Role, UIPart};
+use mull_store::{recovery, TurnSummary};
 
 use super::failure::fail;
 use super::{TurnSpec, INTERRUPTED_TOOL_CALL};
@@ -33,7 +33,7 @@ pub(super) async fn repair_transcript(
                     ));
                 }
                 seen.push((&tool.call_id, &message.id));
-                let open = without_result(tool);
+                let open = recovery::without_result(tool);
                 let awaited = s
                     .pending_client_calls
                     .iter()
@@ -75,93 +75,35 @@ pub(super) async fn repair_transcript(
     Ok(Ok(()))
 }
 
-/// Whether a tool part has no final result: its input is still open, or all it has is a
-/// streaming tool's preliminary output (progress, never the answer).
-fn without_result(tool: &ToolPart) -> bool {
-    matches!(
-        tool.state,
-        ToolPartState::InputStreaming | ToolPartState::InputAvailable
-    ) || tool.preliminary
-}
-
-/// Finishes a turn an earlier process left running: its partial message is kept, each tool
-/// call in it that has no final result is repaired as interrupted (a streaming tool's last
-/// preliminary output is progress, never its answer, and a call whose decision was recorded
-/// is never run again), and the turn ends as an error at stage `recovery`.
+/// Finishes a turn an earlier process left running, with the store's recovery
+/// ([`mull_store::recovery::resolve_turn`]: the partial message kept, each call without a final
+/// result repaired as interrupted, the turn ended as an error at stage `recovery`), then
+/// reports it: `turn_failed`, and `on_chat_error` when `report` is on (a session reopened by a
+/// live process; a replay re-enacting the log's own recovery writes the same events and calls
+/// no hook, as the log's recovery at open does).
 pub(crate) async fn finish_interrupted(
     inner: &Arc<Inner>,
     turn: &TurnSummary,
+    report: bool,
 ) -> Result<(), EngineError> {
     let turn_id = turn.turn_id.as_deref();
-    let (draft, awaited) = inner.recorder.read(|s| {
-        let draft = s
-            .draft
-            .clone()
-            .filter(|d| d.id == turn.message_id)
-            .map(closed);
-        let awaited: Vec<String> = s
-            .pending_client_calls
-            .iter()
-            .map(|p| p.call_id.clone())
-            .collect();
-        (draft, awaited)
-    });
-    let has_content = |m: &UIMessage| m.parts.iter().any(|p| !matches!(p, UIPart::StepStart));
-    if let Some(message) = draft.filter(has_content) {
-        let repairs: Vec<Event> = message
-            .parts
-            .iter()
-            .filter_map(|part| match part {
-                UIPart::Tool(tool) if without_result(tool) && !awaited.contains(&tool.call_id) => {
-                    Some(Event::ToolCallRepaired {
-                        message_id: message.id.clone(),
-                        call_id: tool.call_id.clone(),
-                        tool: tool.tool_name.clone(),
-                        error_text: INTERRUPTED_TOOL_CALL.to_owned(),
-                    })
-                }
-                _ => None,
-            })
-            .collect();
-        inner.recorder.append(
-            turn_id,
-            Event::AssistantMessageSaved {
-                request_id: turn.request_id.clone(),
-                message,
-            },
-        )?;
-        for repair in repairs {
-            inner.recorder.append(turn_id, repair)?;
-        }
+    let events = inner.recorder.read(|s| recovery::resolve_turn(s, turn));
+    for event in events {
+        inner.recorder.append(turn_id, event)?;
     }
-    let message = "the turn was interrupted (the process stopped) before it finished";
-    inner.recorder.append(
-        turn_id,
-        Event::TurnFinished {
-            request_id: turn.request_id.clone(),
-            status: TurnStatus::Error,
-            error: Some(message.to_owned()),
-            steps: turn.steps,
-            usage: turn.usage.clone(),
-        },
-    )?;
-    let error = ChatError {
-        request_id: Some(turn.request_id.clone()),
-        ..ChatError::new(ErrorStage::Recovery, message)
-    };
-    fail(inner, turn_id, error, true).await;
+    if report {
+        let error = ChatError {
+            request_id: Some(turn.request_id.clone()),
+            ..ChatError::new(ErrorStage::Recovery, recovery::INTERRUPTED_TURN)
+        };
+        fail(inner, turn_id, error, true).await;
+    } else {
+        inner
+            .recorder
+            .append(turn_id, recovery::interrupted_failure(turn))?;
+        inner.recorder.flush().await?;
+    }
     Ok(())
 }
 
-/// The draft with every text and reasoning block closed, as it is persisted.
-pub(super) fn closed(mut message: UIMessage) -> UIMessage {
-    for part in &mut message.parts {
-        match part {
-            UIPart::Text { streaming, .. } | UIPart::Reasoning { streaming, .. } => {
-                *streaming = false
-            }
-            _ => {}
-        }
-    }
-    message
-}
+pub(super) use mull_store::recovery::closed;

@@ -253,6 +253,7 @@ pub fn status_mix_spans(mix: &StatusMix) -> Vec<Span<'static>> {
     add(mix.error, "✗", status_style(TurnStatus::Error));
     add(mix.aborted, "⊘", status_style(TurnStatus::Aborted));
     add(mix.running, "▶", status_style(TurnStatus::Running));
+    add(mix.interrupted, "↯", status_style(TurnStatus::Interrupted));
     spans
 }
 
@@ -286,6 +287,7 @@ pub fn status_style(status: TurnStatus) -> Style {
         TurnStatus::Running => Style::new().fg(Color::Cyan),
         TurnStatus::Completed => Style::new().fg(Color::Green),
         TurnStatus::Error | TurnStatus::Aborted => Style::new().fg(Color::Red),
+        TurnStatus::Interrupted => Style::new().fg(Color::Magenta),
     }
 }
 

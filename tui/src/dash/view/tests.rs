@@ -8,7 +8,7 @@ use ratatui::Terminal;
 
 use crate::dash::app::{FilterEdit, Msg, View};
 use crate::dash::keys::Action;
-use crate::dash::testlog::{sample_log, write_db};
+use crate::dash::testlog::{sample_log, write_db, write_live_db};
 use crate::dash::Dash;
 
 /// The two screens every view is checked on: a roomy terminal and the classic 80×24.
@@ -17,14 +17,34 @@ const SIZES: [(u16, u16); 2] = [(160, 45), (80, 24)];
 struct Fixture {
     _dir: tempfile::TempDir,
     dash: Dash,
+    /// The process writing the sample log, alive while the test runs (its running turn is
+    /// running, not interrupted).
+    _writer: Option<mull_store::Log>,
 }
 
 fn open() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
+    let (path, writer) = write_live_db(dir.path(), &sample_log());
+    let mut dash = Dash::open(&path).expect("open dashboard");
+    dash.app.db_label = "test.db".into();
+    Fixture {
+        _dir: dir,
+        dash,
+        _writer: Some(writer),
+    }
+}
+
+#[test]
+fn a_turn_whose_writer_is_gone_shows_as_interrupted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The process that wrote the sample log stopped with its last turn running.
     let path = write_db(dir.path(), &sample_log());
     let mut dash = Dash::open(&path).expect("open dashboard");
     dash.app.db_label = "test.db".into();
-    Fixture { _dir: dir, dash }
+    let text = format!("{}", screen(&dash).backend());
+    assert!(text.contains("↯1"), "{text}");
+    assert!(text.contains("0 running"), "{text}");
+    snap("sessions_writer_gone", &dash);
 }
 
 fn press(dash: &mut Dash, actions: &[Action]) {
@@ -300,7 +320,11 @@ fn open_fixture(name: &str) -> Fixture {
     dash.app.db_label = name.into();
     press(&mut dash, &[Action::Enter, Action::Last, Action::Enter]);
     dash.app.follow = false;
-    Fixture { _dir: dir, dash }
+    Fixture {
+        _dir: dir,
+        dash,
+        _writer: None,
+    }
 }
 
 #[test]
@@ -323,7 +347,11 @@ fn tools_dash() -> Fixture {
     let mut dash = Dash::open(&path).expect("open dashboard");
     dash.app.db_label = "test.db".into();
     open_turn(&mut dash, 1);
-    Fixture { _dir: dir, dash }
+    Fixture {
+        _dir: dir,
+        dash,
+        _writer: None,
+    }
 }
 
 #[test]

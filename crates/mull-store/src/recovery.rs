@@ -1,0 +1,294 @@
+//! Recovery as a function of the log: what resolves a turn that a writer left open when it
+//! stopped (a crash, a kill, a full disk).
+//!
+//! A turn is open from its `turn_started` to its `turn_finished`. When the process writing it
+//! dies in between, nothing will ever finish it, so the next writer does, from what the log
+//! holds: the partial assistant message is kept (its text and reasoning closed), every tool
+//! call in it without a final result is repaired as interrupted — a call whose decision was
+//! recorded is never run again, and a streaming tool's last preliminary output is progress,
+//! never its answer — and the turn ends as an error at stage `recovery`.
+//!
+//! **Architecture invariant:** one writer per file means that a turn the opening writer finds
+//! open was left by a writer that is gone. [`Log::open`](crate::Log::open) therefore resolves
+//! every such turn, of every session, before it takes any other append — whichever session the
+//! new process goes on to use, or none. The engine uses [`resolve_turn`] too, for a session it
+//! opens with a turn still running (on a backend with one writer per session, or in a replay
+//! re-enacting a crash), so both write the same events.
+
+use mull_core::{ErrorStage, Event, ToolPart, ToolPartState, TurnStatus, UIMessage, UIPart};
+
+use crate::error::StoreError;
+use crate::projection::{SessionState, TurnSummary};
+use crate::writer::Log;
+
+/// The error an interrupted turn ends with.
+pub const INTERRUPTED_TURN: &str =
+    "the turn was interrupted (the process stopped) before it finished";
+
+/// The text a repaired tool call shows (to the model and the user) in place of a result.
+pub const INTERRUPTED_TOOL_CALL: &str =
+    "The tool call was interrupted before a result was recorded.";
+
+/// A turn the opening writer found left open by one that is gone, and resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredTurn {
+    pub session_id: String,
+    pub turn_id: String,
+    pub request_id: String,
+    /// Whether a partial assistant message was kept.
+    pub kept_partial: bool,
+    /// Tool calls repaired as interrupted.
+    pub repaired_calls: usize,
+}
+
+/// Whether a tool part has no final result: its input is still open, or all it has is a
+/// streaming tool's preliminary output.
+pub fn without_result(tool: &ToolPart) -> bool {
+    matches!(
+        tool.state,
+        ToolPartState::InputStreaming | ToolPartState::InputAvailable
+    ) || tool.preliminary
+}
+
+/// The draft with every text and reasoning block closed, as it is persisted.
+pub fn closed(mut message: UIMessage) -> UIMessage {
+    for part in &mut message.parts {
+        match part {
+            UIPart::Text { streaming, .. } | UIPart::Reasoning { streaming, .. } => {
+                *streaming = false
+            }
+            _ => {}
+        }
+    }
+    message
+}
+
+/// The events that resolve `turn`, a running turn of `state` whose writer is gone, up to its
+/// `turn_finished`: the partial message (when it has content), then a `tool_call_repaired` for
+/// each call in it without a final result that no client is asked for. The `turn_failed` that
+/// reports it is [`interrupted_failure`], written by whoever reports the failure.
+pub fn resolve_turn(state: &SessionState, turn: &TurnSummary) -> Vec<Event> {
+    let mut events = Vec::new();
+    let draft = state
+        .draft
+        .clone()
+        .filter(|d| d.id == turn.message_id)
+        .map(closed)
+        .filter(|m| m.parts.iter().any(|p| !matches!(p, UIPart::StepStart)));
+    if let Some(message) = draft {
+        let repairs: Vec<Event> = message
+            .parts
+            .iter()
+            .filter_map(|part| match part {
+                UIPart::Tool(tool)
+                    if without_result(tool)
+                        && !state
+                            .pending_client_calls
+                            .iter()
+                            .any(|p| p.call_id == tool.call_id) =>
+                {
+                    Some(Event::ToolCallRepaired {
+                        message_id: message.id.clone(),
+                        call_id: tool.call_id.clone(),
+                        tool: tool.tool_name.clone(),
+                        error_text: INTERRUPTED_TOOL_CALL.to_owned(),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        events.push(Event::AssistantMessageSaved {
+            request_id: turn.request_id.clone(),
+            message,
+        });
+        events.extend(repairs);
+    }
+    events.push(Event::TurnFinished {
+        request_id: turn.request_id.clone(),
+        status: TurnStatus::Error,
+        error: Some(INTERRUPTED_TURN.to_owned()),
+        steps: turn.steps,
+        usage: turn.usage.clone(),
+    });
+    events
+}
+
+/// The `turn_failed` event that reports an interrupted turn (stage `recovery`; the user's
+/// messages were persisted before the turn started).
+pub fn interrupted_failure(turn: &TurnSummary) -> Event {
+    Event::TurnFailed {
+        request_id: Some(turn.request_id.clone()),
+        stage: ErrorStage::Recovery,
+        messages_persisted: true,
+        classification: None,
+        error: INTERRUPTED_TURN.to_owned(),
+        model_error: None,
+    }
+}
+
+/// Resolves every turn of the log left open by a writer that is gone (any open turn, since
+/// `log` was just opened as the only writer): appends each one's events, stamped with the time
+/// of its session's last event (when the turn was last heard of), and waits until they are
+/// committed.
+pub(crate) fn resolve_open_turns(log: &Log) -> Result<Vec<RecoveredTurn>, StoreError> {
+    let reader = log.reader()?;
+    let open = reader.unfinished_turns()?;
+    let mut recovered = Vec::with_capacity(open.len());
+    for (session_id, turn_id) in open {
+        let state = reader.load_session(&session_id)?;
+        let Some(turn) = state
+            .turns
+            .iter()
+            .find(|t| t.turn_id.as_deref() == Some(turn_id.as_str()))
+            .filter(|t| t.status == TurnStatus::Running)
+        else {
+            // Its session's fold already ended it (a fork cut it, or it was superseded).
+            continue;
+        };
+        let at = state.last_at.unwrap_or(turn.started_at);
+        let mut events = resolve_turn(&state, turn);
+        let kept_partial = matches!(events.first(), Some(Event::AssistantMessageSaved { .. }));
+        let repaired_calls = events
+            .iter()
+            .filter(|e| matches!(e, Event::ToolCallRepaired { .. }))
+            .count();
+        events.push(interrupted_failure(turn));
+        for event in events {
+            log.append(&session_id, Some(&turn_id), at, event)?;
+        }
+        recovered.push(RecoveredTurn {
+            request_id: turn.request_id.clone(),
+            session_id,
+            turn_id,
+            kept_partial,
+            repaired_calls,
+        });
+    }
+    if !recovered.is_empty() {
+        log.flush_blocking()?;
+    }
+    Ok(recovered)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, Utc};
+    use mull_core::{Clock, EntryPath, ErrorStage, FixedClock, StreamPart, UIMessage};
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    /// Appends a session whose turn was left running: a partial answer, and (with `tool`) a
+    /// streaming tool that had sent progress.
+    fn crashed_session(log: &Log, session: &str, at: DateTime<Utc>, tool: bool) {
+        let append = |turn: Option<&str>, event: Event| {
+            log.append(session, turn, at, event).expect("appends");
+        };
+        let chunk = |part| Event::Chunk {
+            step: 0,
+            part,
+            original: None,
+        };
+        let turn = Some("turn_1");
+        append(
+            None,
+            Event::UserMessagesSaved {
+                request_id: Some("req_1".into()),
+                messages: vec![UIMessage::user("u1", "count")],
+            },
+        );
+        append(
+            turn,
+            Event::TurnStarted {
+                request_id: "req_1".into(),
+                message_id: "msg_1".into(),
+                entry: EntryPath::SaveMessages,
+                continuation: false,
+                attempt: 0,
+                body: Value::Null,
+            },
+        );
+        append(turn, chunk(StreamPart::TextStart { id: "t".into() }));
+        append(
+            turn,
+            chunk(StreamPart::TextDelta {
+                id: "t".into(),
+                text: "Counting".into(),
+            }),
+        );
+        if tool {
+            append(
+                turn,
+                chunk(StreamPart::ToolCall {
+                    call_id: "c1".into(),
+                    tool_name: "count".into(),
+                    input: "{}".into(),
+                }),
+            );
+            append(
+                turn,
+                chunk(StreamPart::ToolResult {
+                    call_id: "c1".into(),
+                    tool_name: "count".into(),
+                    output: json!({"progress": 3}),
+                    preliminary: true,
+                }),
+            );
+        }
+    }
+
+    #[test]
+    fn a_new_writer_resolves_every_session_s_open_turn_before_any_session_opens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let clock = FixedClock::at_fixture_epoch();
+        {
+            let log = Log::open(&path).expect("opens");
+            crashed_session(&log, "a", clock.now(), true);
+            clock.advance(std::time::Duration::from_secs(1));
+            crashed_session(&log, "b", clock.now(), false);
+            log.close().expect("closes");
+        }
+        let log = Log::open(&path).expect("reopens");
+        let recovered = log.recovered_at_open();
+        assert_eq!(
+            recovered
+                .iter()
+                .map(|r| (r.session_id.as_str(), r.kept_partial, r.repaired_calls))
+                .collect::<Vec<_>>(),
+            [("a", true, 1), ("b", true, 0)]
+        );
+        let reader = log.reader().expect("reader");
+        assert!(reader.unfinished_turns().expect("reads").is_empty());
+        let a = reader.load_session("a").expect("folds");
+        let turn = &a.turns[0];
+        assert_eq!(turn.status, TurnStatus::Error);
+        assert_eq!(turn.error_stage, Some(ErrorStage::Recovery));
+        // The partial answer is kept; the tool's progress is not taken for its result.
+        let answer = a.messages.last().expect("the partial answer");
+        assert_eq!(answer.plain_text(), "Counting");
+        let tool = answer
+            .parts
+            .iter()
+            .find_map(|p| match p {
+                UIPart::Tool(t) => Some(t),
+                _ => None,
+            })
+            .expect("the call");
+        assert_eq!(tool.state, ToolPartState::OutputError);
+        assert_eq!(tool.output, None);
+        assert_eq!(tool.error_text.as_deref(), Some(INTERRUPTED_TOOL_CALL));
+        // Stamped when the session was last heard of, not when the log reopened.
+        let b = reader.session_events("b", 0).expect("reads");
+        let last = b.last().expect("events");
+        assert_eq!(last.kind(), "turn_failed");
+        assert_eq!(last.at, b[b.len() - 4].at);
+        // A log with nothing left open recovers nothing, and writes nothing, at open.
+        let before = log.last_seq();
+        drop(reader);
+        log.close().expect("closes");
+        let again = Log::open(&path).expect("reopens");
+        assert!(again.recovered_at_open().is_empty());
+        assert_eq!(again.last_seq(), before);
+    }
+}
