@@ -135,7 +135,7 @@ async fn run_attempts(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<Ended, Engi
             gen_ai.agent.name = %inner.agent.name(),
             gen_ai.conversation.id = %inner.session_id,
             mull.request_id = %spec.request_id,
-            mull.attempt = attempt,
+            mull.attempt = i64::from(attempt),
         );
         match run_attempt(inner, spec, attempt).instrument(span).await? {
             Attempt::Retry => attempt += 1,
