@@ -353,7 +353,7 @@ impl SessionSpans {
                 let kind = classification
                     .as_ref()
                     .and_then(|c| serde_json::to_value(c).ok())
-                    .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned));
+                    .and_then(|v| v.as_str().map(str::to_owned));
                 let stage = serde_json::to_value(stage)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
@@ -537,5 +537,159 @@ fn step_attributes(span: &mut LogSpan, record: &StepRecord, content: bool) {
             "finish_reason": record.finish_reason.as_str(),
         }]);
         span.set("gen_ai.output.messages", message.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use mull_core::{ChatErrorClassification, EntryPath, ErrorStage};
+
+    fn env(seq: u64, turn: Option<&str>, ms: i64, event: Event) -> Envelope {
+        Envelope {
+            seq,
+            session_id: "s".into(),
+            turn_id: turn.map(str::to_owned),
+            at: Utc.timestamp_millis_opt(1_700_000_000_000 + ms).unwrap(),
+            v: 1,
+            event,
+        }
+    }
+
+    fn started(seq: u64, turn: &str, ms: i64) -> Envelope {
+        env(
+            seq,
+            Some(turn),
+            ms,
+            Event::TurnStarted {
+                request_id: "r".into(),
+                message_id: "m".into(),
+                entry: EntryPath::Chat,
+                continuation: false,
+                attempt: 0,
+                body: Value::Null,
+            },
+        )
+    }
+
+    fn tool_started(seq: u64, turn: &str, ms: i64) -> Envelope {
+        env(
+            seq,
+            Some(turn),
+            ms,
+            Event::ToolCallStarted {
+                step: 0,
+                call_id: "c1".into(),
+                tool: "add".into(),
+                input: json!({"a": 1}),
+                client: false,
+            },
+        )
+    }
+
+    fn fold(events: &[Envelope]) -> Vec<LogSpan> {
+        let mut spans = SessionSpans::new("s", SpanOptions::default());
+        for e in events {
+            spans.apply(e);
+        }
+        spans.finish()
+    }
+
+    #[test]
+    fn a_turn_the_log_never_finished_ends_at_its_last_event_marked_unfinished() {
+        let spans = fold(&[
+            started(1, "t1", 0),
+            env(2, Some("t1"), 5, Event::StepStarted { step: 0 }),
+            tool_started(3, "t1", 40),
+        ]);
+        assert_eq!(spans.len(), 3);
+        let turn = &spans[0];
+        assert_eq!(turn.name, "invoke_agent agent");
+        assert_eq!(
+            turn.attribute("mull.turn.status"),
+            Some(&AttrValue::from("unfinished"))
+        );
+        assert!(turn.error.is_some());
+        let last = Utc.timestamp_millis_opt(1_700_000_000_040).unwrap();
+        assert!(spans.iter().all(|s| s.end == last));
+        assert_eq!(spans[1].parent_id, Some(turn.span_id));
+        assert_eq!(spans[2].parent_id, Some(spans[1].span_id));
+    }
+
+    #[test]
+    fn a_failed_tool_and_an_overflowed_turn_are_errors_with_their_type() {
+        let spans = fold(&[
+            env(
+                1,
+                None,
+                0,
+                Event::SessionOpened {
+                    agent: "travel".into(),
+                    metadata: Value::Null,
+                },
+            ),
+            started(2, "t1", 0),
+            env(3, Some("t1"), 1, Event::StepStarted { step: 0 }),
+            tool_started(4, "t1", 2),
+            env(
+                5,
+                Some("t1"),
+                9,
+                Event::ToolCallFinished {
+                    step: 0,
+                    call_id: "c1".into(),
+                    tool: "add".into(),
+                    success: false,
+                    output: None,
+                    error: Some("no such city".into()),
+                    duration_ms: 7,
+                },
+            ),
+            env(
+                6,
+                Some("t1"),
+                12,
+                Event::TurnFailed {
+                    request_id: Some("r".into()),
+                    stage: ErrorStage::Stream,
+                    messages_persisted: true,
+                    classification: Some(ChatErrorClassification::ContextOverflow),
+                    error: "too long".into(),
+                    model_error: None,
+                },
+            ),
+            env(
+                7,
+                Some("t1"),
+                13,
+                Event::TurnFinished {
+                    request_id: "r".into(),
+                    status: TurnStatus::Error,
+                    error: Some("too long".into()),
+                    steps: 0,
+                    usage: Usage::default(),
+                },
+            ),
+        ]);
+        let by = |name: &str| spans.iter().find(|s| s.name == name).expect(name);
+        let tool = by("execute_tool add");
+        assert_eq!(tool.error.as_deref(), Some("no such city"));
+        assert_eq!(
+            tool.attribute("error.type"),
+            Some(&AttrValue::from("tool_error"))
+        );
+        let turn = by("invoke_agent travel");
+        assert_eq!(turn.error.as_deref(), Some("too long"));
+        assert_eq!(
+            turn.attribute("error.type"),
+            Some(&AttrValue::from("context_overflow"))
+        );
+        // No usage was reported, so none is claimed.
+        assert_eq!(turn.attribute("gen_ai.usage.input_tokens"), None);
+        // The step the failure cut is closed with the turn and carries the error too.
+        let chat = by("chat");
+        assert_eq!(chat.end, turn.end);
+        assert_eq!(chat.error.as_deref(), Some("too long"));
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! Re-capture against a live server (this overwrites the `llama-cpp-*` files):
 //! ```text
-//! /work/shared/tools/real-llm.sh serve 8765 &     # or any llama-cpp-python server, alias `local`
+//! pip install 'llama-cpp-python[server]==0.3.36'    # and a small GGUF model, e.g. Gemma 3 270M
+//! python -m llama_cpp.server --model MODEL.gguf --host 127.0.0.1 --port 8765 --n_ctx 4096 \
+//!   --model_alias local --chat_format chatml-function-calling &
 //! MULL_CAPTURE_LLM=http://127.0.0.1:8765/v1 \
 //!   cargo test -p mull-providers --test exchanges -- --ignored recapture
 //! ```
