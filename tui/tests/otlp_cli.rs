@@ -132,3 +132,44 @@ fn export_to_a_collector_that_is_not_there_says_where_it_tried() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_standard_variables_choose_the_endpoint_and_the_protocol() {
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("demo.db");
+    let db = db.to_str().expect("utf-8 path");
+    // No --otlp: the endpoint variable turns live export on, the protocol variable picks JSON.
+    let out = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["demo", "--headless", "--fast", "--db", db])
+        .env_remove("RUST_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .output()
+        .expect("runs mull");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = receiver.spans();
+    assert_eq!(names(&spans, "invoke_agent "), 5, "{spans:#?}");
+    assert!(spans.iter().all(|s| s["encoding"] == "json"));
+
+    // A protocol mull does not speak is named before anything is sent.
+    let out = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["export", db, "--otlp", &receiver.url])
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .expect("runs mull");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("OTLP protocol \"grpc\" is not supported"),
+        "{stderr}"
+    );
+    assert_eq!(receiver.spans().len(), spans.len());
+}
