@@ -193,6 +193,16 @@ impl SessionSpans {
             return;
         }
         let Some(mut turn) = self.open.remove(turn_id) else {
+            // The engine writes `turn_failed` after the turn's `turn_finished`.
+            if let Event::TurnFailed {
+                stage,
+                classification,
+                error,
+                ..
+            } = &env.event
+            {
+                self.late_failure(turn_id, &failure_type(stage, classification), error);
+            }
             return;
         };
         turn.last_at = turn.last_at.max(env.at);
@@ -350,21 +360,11 @@ impl SessionSpans {
                 error,
                 ..
             } => {
-                let kind = classification
-                    .as_ref()
-                    .and_then(|c| serde_json::to_value(c).ok())
-                    .and_then(|v| v.as_str().map(str::to_owned));
-                let stage = serde_json::to_value(stage)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                let error_type = kind.unwrap_or(stage);
-                for span in turn.steps.values_mut() {
+                let error_type = failure_type(stage, classification);
+                for span in turn.steps.values_mut().chain([&mut turn.span]) {
                     span.set("error.type", error_type.as_str());
                     span.error = Some(error.clone());
                 }
-                turn.span.set("error.type", error_type);
-                turn.span.error = Some(error.clone());
             }
             Event::TurnFinished {
                 status,
@@ -412,6 +412,21 @@ impl SessionSpans {
         }
     }
 
+    /// Marks a finished turn failed: its `invoke_agent` span, and the model call it cut (a `chat`
+    /// span closed without a finish reason).
+    fn late_failure(&mut self, turn_id: &str, error_type: &str, error: &str) {
+        let (_, invoke) = self.ids(turn_id, "invoke");
+        for span in &mut self.done {
+            let cut_step = span.parent_id == Some(invoke)
+                && span.kind == Kind::Client
+                && span.attribute("gen_ai.response.finish_reasons").is_none();
+            if span.span_id == invoke || cut_step {
+                span.set("error.type", error_type);
+                span.error = Some(error.to_owned());
+            }
+        }
+    }
+
     /// Ends a turn that has no `turn_finished` (the process died, or the log was cut) at its
     /// last event, marked as such.
     fn abandon(&mut self, mut turn: OpenTurn) {
@@ -438,13 +453,8 @@ impl SessionSpans {
         spans
     }
 
-    fn span(
-        &self,
-        turn_id: &str,
-        part: &str,
-        at: DateTime<Utc>,
-        parent_id: Option<[u8; 8]>,
-    ) -> LogSpan {
+    /// The trace id of `turn_id` and the span id of its `part`, derived from the log's ids.
+    fn ids(&self, turn_id: &str, part: &str) -> ([u8; 16], [u8; 8]) {
         let trace = hash(&["trace", &self.session_id, turn_id]);
         let span = hash(&["span", &self.session_id, turn_id, part]);
         let mut trace_id = [0u8; 16];
@@ -454,6 +464,17 @@ impl SessionSpans {
         // An all-zero id is invalid in OpenTelemetry.
         trace_id[15] |= 1;
         span_id[7] |= 1;
+        (trace_id, span_id)
+    }
+
+    fn span(
+        &self,
+        turn_id: &str,
+        part: &str,
+        at: DateTime<Utc>,
+        parent_id: Option<[u8; 8]>,
+    ) -> LogSpan {
+        let (trace_id, span_id) = self.ids(turn_id, part);
         LogSpan {
             trace_id,
             span_id,
@@ -466,6 +487,21 @@ impl SessionSpans {
             events: Vec::new(),
             error: None,
         }
+    }
+}
+
+/// A failure's `error.type`: its classification (`context_overflow` …) or else its stage.
+fn failure_type(
+    stage: &mull_core::ErrorStage,
+    classification: &Option<mull_core::ChatErrorClassification>,
+) -> String {
+    let value = match classification {
+        Some(c) => serde_json::to_value(c),
+        None => serde_json::to_value(stage),
+    };
+    match value {
+        Ok(Value::String(s)) => s,
+        _ => "error".into(),
     }
 }
 

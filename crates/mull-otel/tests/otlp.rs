@@ -9,7 +9,7 @@ use mull_core::{Envelope, Event};
 use mull_otel::{export_log, LiveExport, OtelError, OtlpConfig, SpanOptions};
 use mull_store::LogReader;
 use serde_json::{json, Value};
-use support::{attr, attr_int, attr_str, named, nanos, run_turn, Receiver};
+use support::{attr, attr_int, attr_str, named, nanos, run_agent, run_turn, Calculator, Receiver};
 use tracing_subscriber::layer::SubscriberExt;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -250,6 +250,8 @@ fn the_engines_live_spans_arrive_with_the_same_names_tree_and_attributes() {
     );
     assert_eq!(attr_str(turn, "gen_ai.agent.name"), Some("calculator"));
     assert_eq!(attr_str(turn, "gen_ai.conversation.id"), Some("live-1"));
+    assert_eq!(attr_str(turn, "gen_ai.provider.name"), Some("anthropic"));
+    assert_eq!(attr_str(turn, "gen_ai.request.model"), Some("claude-test"));
     assert_eq!(attr_str(tool, "gen_ai.tool.name"), Some("add"));
     assert_eq!(attr_str(tool, "gen_ai.tool.call.id"), Some("call_1"));
     // The session asked for content, so the tool's arguments and result are on its span.
@@ -289,4 +291,45 @@ fn an_unreachable_collector_and_a_missing_session_are_named() {
     )
     .expect_err("no such session");
     assert_eq!(err.to_string(), "the log has no session \"nope\"");
+}
+
+#[test]
+fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("log.db");
+    let live = LiveExport::start(&OtlpConfig::to(&receiver.url)).expect("live export");
+    let subscriber = tracing_subscriber::registry().with(live.layer());
+    tracing::subscriber::with_default(subscriber, || {
+        runtime().block_on(run_agent(&db, "bad-1", Calculator::failing(), false));
+    });
+    live.shutdown().expect("the queued spans are sent");
+    let live_spans = receiver.wait_for(2);
+    let reader = LogReader::open(&db).expect("reader");
+    export_log(
+        &reader,
+        Some("bad-1"),
+        &OtlpConfig::to(&receiver.url),
+        SpanOptions::default(),
+    )
+    .expect("export");
+    let all = receiver.wait_for(4);
+    let (live_spans, logged) = all.split_at(live_spans.len());
+    for spans in [live_spans, logged] {
+        let turn = named(spans, "invoke_agent calculator");
+        assert_eq!(turn["status"]["code"], "STATUS_CODE_ERROR", "{turn:#}");
+        assert!(
+            turn["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("the model broke")),
+            "{turn:#}"
+        );
+        assert_eq!(attr_str(turn, "error.type"), Some("stream"));
+    }
+    // The log also knows which model call the failure cut.
+    let chat = named(logged, "chat claude-test");
+    assert_eq!(chat["status"]["code"], "STATUS_CODE_ERROR");
+    assert_eq!(attr(chat, "gen_ai.response.finish_reasons"), None);
 }

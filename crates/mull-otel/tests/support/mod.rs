@@ -63,6 +63,15 @@ impl Calculator {
             .build();
         Calculator { model }
     }
+
+    /// A model whose stream breaks with an error after a few words.
+    pub fn failing() -> Calculator {
+        let model = ScriptedModel::builder("claude-test")
+            .provider("anthropic")
+            .step(|s| s.text("Let me").error("the model broke"))
+            .build();
+        Calculator { model }
+    }
 }
 
 #[async_trait]
@@ -83,10 +92,15 @@ impl Agent for Calculator {
 
 /// Runs one calculator turn of session `id` into the log at `db` (content captured when asked).
 pub async fn run_turn(db: &Path, id: &str, capture_content: bool) {
+    run_agent(db, id, Calculator::new(), capture_content).await;
+}
+
+/// Runs one turn of `agent` (whatever its outcome) as session `id` into the log at `db`.
+pub async fn run_agent(db: &Path, id: &str, agent: Calculator, capture_content: bool) {
     let log = Log::open(db).expect("log");
     let mut options = SessionOptions::new(id);
     options.capture_content = capture_content;
-    let session = Session::open(&log, Arc::new(Calculator::new()), options)
+    let session = Session::open(&log, Arc::new(agent), options)
         .await
         .expect("session");
     session
