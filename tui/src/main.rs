@@ -15,6 +15,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Send OpenTelemetry spans to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318): live
+    /// for chat, serve and demo; with `export`, the log's sessions re-exported instead of JSONL.
+    /// The OTEL_EXPORTER_OTLP_* variables work too.
+    #[arg(long, global = true, value_name = "URL")]
+    otlp: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -27,7 +32,8 @@ enum Command {
     Demo(cli::demo::DemoArgs),
     /// Live dashboard over a log (read-only; another process may be writing it).
     Dash(cli::dash::DashArgs),
-    /// Write a log (or one session of it) as JSONL to standard output.
+    /// Write a log (or one session of it) as JSONL to standard output, or with --otlp send it
+    /// as OpenTelemetry spans with its original times.
     Export {
         /// The database.
         db: PathBuf,
@@ -73,13 +79,20 @@ enum Command {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    telemetry::init()?;
+    let live_otlp = match &cli.command {
+        Command::Export { .. } => None,
+        _ => cli.otlp.as_deref(),
+    };
+    let _telemetry = telemetry::init(live_otlp)?;
     match cli.command {
         Command::Chat(args) => cli::chat::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Demo(args) => cli::demo::run(args),
         Command::Dash(args) => cli::dash::run(args),
-        Command::Export { db, session } => cli::export::run(&db, session.as_deref()),
+        Command::Export { db, session } => match cli.otlp.as_deref() {
+            Some(url) => cli::otlp_export::run(&db, session.as_deref(), url),
+            None => cli::export::run(&db, session.as_deref()),
+        },
         Command::Import { file, db } => cli::import::run(&file, &db),
         Command::Replay { file, check: false } => cli::replay::run(&file),
         Command::Replay { file, check: true } => {

@@ -1,22 +1,64 @@
 //! The binary's `tracing` subscriber: what `RUST_LOG` asks for, human-readable on standard
 //! error, each span (`invoke_agent {agent}`, `chat {model}`, `execute_tool {tool}` and their
-//! `gen_ai.*` fields) printed when it closes. Nothing is installed when `RUST_LOG` is unset, so
-//! the dashboard's screen and piped output stay clean.
+//! `gen_ai.*` fields) printed when it closes; and, with `--otlp URL` or the standard
+//! `OTEL_EXPORTER_OTLP_*` variables, the same spans sent live over OTLP. Nothing is installed
+//! when neither is asked for, so the dashboard's screen and piped output stay clean.
 
 use anyhow::{Context, Result};
+use mull::engine::SessionOptions;
+use mull_otel::{LiveExport, OtlpConfig};
 use tracing_subscriber::fmt::format::FmtSpan;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
-/// Installs the subscriber when `RUST_LOG` is set.
-pub fn init() -> Result<()> {
-    if std::env::var("RUST_LOG").map_or(true, |v| v.is_empty()) {
-        return Ok(());
+/// The installed telemetry; dropping it sends the spans still queued.
+pub struct Telemetry {
+    live: Option<LiveExport>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(live) = self.live.take() {
+            let endpoint = live.endpoint().to_owned();
+            if let Err(e) = live.shutdown() {
+                eprintln!("mull: the last spans for {endpoint} were not sent: {e}");
+            }
+        }
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(EnvFilter::from_default_env())
-        .with_span_events(FmtSpan::CLOSE)
+}
+
+/// Installs the subscriber when `RUST_LOG` is set or an OTLP endpoint is given (`otlp`, or the
+/// variables).
+pub fn init(otlp: Option<&str>) -> Result<Telemetry> {
+    let log = !std::env::var("RUST_LOG").map_or(true, |v| v.is_empty());
+    let live = OtlpConfig::requested(otlp)
+        .map(|config| LiveExport::start(&config))
+        .transpose()
+        .context("starting the OTLP export")?;
+    if !log && live.is_none() {
+        return Ok(Telemetry { live });
+    }
+    let fmt = log.then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_span_events(FmtSpan::CLOSE)
+            .with_filter(EnvFilter::from_default_env())
+    });
+    let otel = live.as_ref().map(|l| l.layer());
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel)
         .try_init()
         .map_err(|e| anyhow::anyhow!(e))
-        .context("installing the tracing subscriber")
+        .context("installing the tracing subscriber")?;
+    Ok(Telemetry { live })
+}
+
+/// A chat's session options: message content goes on the spans only when
+/// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`.
+pub fn session_options(session_id: &str) -> SessionOptions {
+    let mut options = SessionOptions::new(session_id);
+    options.capture_content = mull_otel::config::content_requested();
+    options
 }

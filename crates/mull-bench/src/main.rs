@@ -4,6 +4,7 @@
 //! here, never in timed tests.
 
 mod log;
+mod otlp;
 mod report;
 mod turns;
 
@@ -26,6 +27,8 @@ enum Bench {
     LogTailChild(log::TailChildArgs),
     /// The engine per streamed chunk: the AI SDK peer's three turn shapes, every chunk logged.
     Turns(turns::TurnsArgs),
+    /// What exporting the engine's spans live over OTLP adds to each turn shape.
+    Otlp(otlp::OtlpArgs),
     /// One measured run of one turn shape, run as a child process.
     #[command(hide = true)]
     TurnsCell(turns::CellArgs),
@@ -37,5 +40,6 @@ fn main() -> anyhow::Result<()> {
         Bench::LogTailChild(args) => log::tail_child(&args),
         Bench::Turns(args) => turns::run(&args),
         Bench::TurnsCell(args) => turns::cell(&args),
+        Bench::Otlp(args) => otlp::run(&args),
     }
 }

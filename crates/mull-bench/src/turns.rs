@@ -51,13 +51,16 @@ pub struct TurnsArgs {
 #[derive(Args)]
 pub struct CellArgs {
     #[arg(long)]
-    scenario: String,
+    pub(crate) scenario: String,
+    /// Export the engine's spans live over OTLP to this URL while the turns run.
+    #[arg(long)]
+    pub(crate) otlp: Option<String>,
 }
 
 /// A turn shape.
 #[derive(Debug, Clone, Copy)]
-struct Shape {
-    name: &'static str,
+pub(crate) struct Shape {
+    pub(crate) name: &'static str,
     turns: usize,
     steps: usize,
     chunks_per_step: usize,
@@ -85,7 +88,7 @@ const SHAPES: [Shape; 3] = [
 ];
 
 impl Shape {
-    fn named(name: &str) -> anyhow::Result<Shape> {
+    pub(crate) fn named(name: &str) -> anyhow::Result<Shape> {
         SHAPES
             .iter()
             .copied()
@@ -93,7 +96,7 @@ impl Shape {
             .with_context(|| format!("unknown scenario {name:?} (known: a, b, c)"))
     }
 
-    fn text_chunks(&self) -> usize {
+    pub(crate) fn text_chunks(&self) -> usize {
         self.turns * self.steps * self.chunks_per_step
     }
 
@@ -101,7 +104,7 @@ impl Shape {
         self.turns * (self.steps - 1)
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "{} turn(s) x {} step(s) x {} chunks, {} tool calls",
             self.turns,
@@ -136,6 +139,12 @@ pub struct CellResult {
     pub foreign_busy_pct: f64,
     #[serde(default)]
     pub rep: usize,
+    /// Whether spans were exported live during the run.
+    #[serde(default)]
+    pub otlp: bool,
+    /// Sending the spans still queued at the end (after the timed turns, off their path).
+    #[serde(default)]
+    pub otlp_flush_ms: f64,
 }
 
 /// The bench agent: a scripted model, one server tool, a counting `on_chunk` that does nothing
@@ -302,12 +311,30 @@ pub fn cell(args: &CellArgs) -> anyhow::Result<()> {
     let on_chunk_calls = Arc::new(AtomicU64::new(0));
     let text_chunks = Arc::new(AtomicU64::new(0));
 
+    let live = match &args.otlp {
+        Some(url) => Some(mull_otel::LiveExport::start(&mull_otel::OtlpConfig::to(
+            url,
+        ))?),
+        None => None,
+    };
+    // The runtime is single-threaded, so a thread-local subscriber sees every engine span.
+    let subscriber = live.as_ref().map(|live| {
+        use tracing_subscriber::layer::SubscriberExt;
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(live.layer()))
+    });
     let load = load1();
     let cpu_start = process_cpu_ms();
     let start = Instant::now();
     runtime.block_on(run_shape(&log, &shape, &on_chunk_calls, &text_chunks))?;
     let wall = start.elapsed();
     let cpu_ms = process_cpu_ms() - cpu_start;
+    drop(subscriber);
+    let flush = Instant::now();
+    let otlp = live.is_some();
+    if let Some(live) = live {
+        live.shutdown()?;
+    }
+    let otlp_flush_ms = flush.elapsed().as_secs_f64() * 1000.0;
     let peak = peak_rss_mib()?;
     log.close()?;
 
@@ -334,6 +361,8 @@ pub fn cell(args: &CellArgs) -> anyhow::Result<()> {
         load1_at_start: load,
         foreign_busy_pct: 0.0,
         rep: 0,
+        otlp,
+        otlp_flush_ms: if otlp { otlp_flush_ms } else { 0.0 },
     };
     println!("{}", serde_json::to_string(&result)?);
     Ok(())
@@ -375,13 +404,19 @@ fn cpu_jiffies() -> Option<(u64, u64)> {
 }
 
 /// Runs one shape in a fresh process and measures what else the machine did meanwhile.
-fn run_cell(shape: &Shape, rep: usize) -> anyhow::Result<CellResult> {
+pub(crate) fn run_cell(
+    shape: &Shape,
+    rep: usize,
+    otlp: Option<&str>,
+) -> anyhow::Result<CellResult> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let before = cpu_jiffies();
-    let output = Command::new(exe)
-        .args(["turns-cell", "--scenario", shape.name])
-        .output()
-        .context("running a turns cell")?;
+    let mut command = Command::new(exe);
+    command.args(["turns-cell", "--scenario", shape.name]);
+    if let Some(url) = otlp {
+        command.args(["--otlp", url]);
+    }
+    let output = command.output().context("running a turns cell")?;
     let after = cpu_jiffies();
     if !output.status.success() {
         bail!(
@@ -410,7 +445,7 @@ fn run_cell(shape: &Shape, rep: usize) -> anyhow::Result<CellResult> {
     Ok(result)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     if n == 0 {
@@ -444,7 +479,7 @@ pub fn run(args: &TurnsArgs) -> anyhow::Result<()> {
     let mut rows: Vec<CellResult> = Vec::new();
     for rep in 0..args.reps {
         for shape in &shapes {
-            let row = run_cell(shape, rep)?;
+            let row = run_cell(shape, rep, None)?;
             if !args.json {
                 eprintln!(
                     "rep {rep} {}: {:.1} ms, {:.2} us/chunk, {:.1} MiB, foreign busy {:.0}%",

@@ -67,6 +67,15 @@ impl BilledTokens {
     }
 }
 
+/// Cache-write tokens of one model call, from its step's provider metadata: only Anthropic
+/// reports them (`{"anthropic": {"cache_creation_input_tokens": N}}`); `None` elsewhere.
+pub fn cache_write_tokens(provider_metadata: Option<&serde_json::Value>) -> Option<u64> {
+    provider_metadata?
+        .get("anthropic")?
+        .get("cache_creation_input_tokens")?
+        .as_u64()
+}
+
 impl ModelPrice {
     /// The cost of `tokens`, in US dollars.
     pub fn cost(&self, tokens: &BilledTokens) -> f64 {

@@ -186,7 +186,7 @@ impl LanguageModel for OpenAiModel {
         let probe = self.post(&probe_body(&self.config, body), &request);
         let (provider, clock) = (self.provider.clone(), Arc::clone(&self.clock));
         Ok(probe::probe_when_ended_early(stream, move || async move {
-            http::send(&provider, probe, clock.as_ref()).await.map(drop)
+            probe::send_probe(&provider, probe, clock.as_ref()).await
         }))
     }
 }

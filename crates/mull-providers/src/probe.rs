@@ -63,6 +63,25 @@ where
     Box::pin(probed)
 }
 
+/// Sends the probe; a probe the connection failed under (no HTTP status) is sent once more.
+/// llama.cpp's server keeps the connection of an empty-200 stream alive but drops it as soon
+/// as the next request is written on it, so the probe, sent on that pooled connection, gets a
+/// reset; the second send goes out on a fresh connection and reads the real error.
+pub(crate) async fn send_probe(
+    provider: &str,
+    probe: reqwest::RequestBuilder,
+    clock: &dyn mull_core::Clock,
+) -> Result<(), ModelError> {
+    let again = probe.try_clone();
+    match crate::http::send(provider, probe, clock).await {
+        Err(error) if error.status.is_none() => match again {
+            Some(again) => crate::http::send(provider, again, clock).await.map(drop),
+            None => Err(error),
+        },
+        other => other.map(drop),
+    }
+}
+
 /// The error a turn sees for a stream that ended early, given what the probe answered.
 pub(crate) fn explain(ended: ModelError, probe: Result<(), ModelError>) -> ModelError {
     match probe {

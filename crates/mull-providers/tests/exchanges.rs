@@ -9,7 +9,9 @@
 //!
 //! Re-capture against a live server (this overwrites the `llama-cpp-*` files):
 //! ```text
-//! /work/shared/tools/real-llm.sh serve 8765 &     # or any llama-cpp-python server, alias `local`
+//! pip install 'llama-cpp-python[server]==0.3.36'    # and a small GGUF model, e.g. Gemma 3 270M
+//! python -m llama_cpp.server --model MODEL.gguf --host 127.0.0.1 --port 8765 --n_ctx 4096 \
+//!   --model_alias local --chat_format chatml-function-calling &
 //! MULL_CAPTURE_LLM=http://127.0.0.1:8765/v1 \
 //!   cargo test -p mull-providers --test exchanges -- --ignored recapture
 //! ```
@@ -22,10 +24,11 @@ mod exchanges_support;
 use std::sync::Arc;
 
 use exchanges_support::{capture, load, replay, run_turn, AddAgent, Scenario, CAPTURE_VARIABLE};
-use mull_core::{Event, LanguageModel, TurnStatus};
+use mull_core::{ChatErrorClassification, Event, LanguageModel, TurnStatus};
 use mull_providers::anthropic::{AnthropicConfig, AnthropicModel};
 use mull_providers::openai::{OpenAiConfig, OpenAiModel};
 use mull_providers::Secret;
+use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openais_documented_tool_call_stream_runs_a_whole_tool_turn() {
@@ -55,6 +58,134 @@ async fn anthropics_documented_tool_use_stream_runs_a_whole_tool_turn() {
     )
     .await;
     assert_weather_turn(&run, "San Francisco, CA");
+}
+
+/// The model the llama.cpp captures talked to: its OpenAI-compatible endpoint, alias `local`.
+fn local_model(base_url: String) -> Arc<dyn LanguageModel> {
+    Arc::new(OpenAiModel::new(OpenAiConfig::compatible(base_url, "local")).expect("model"))
+}
+
+/// The request bodies a capture's server accepted (or answered), in order.
+fn accepted(exchanges: &[exchanges_support::Exchange]) -> Vec<Value> {
+    exchanges.iter().filter_map(|x| x.request.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_cpps_tool_turn_completes_on_the_requests_it_accepted() {
+    let exchanges = load("llama-cpp-tool-turn");
+    let (server, base_url) = replay(&exchanges).await;
+    let run = run_turn(
+        AddAgent::new(local_model(base_url), Scenario::ToolTurn),
+        Scenario::ToolTurn.prompt(),
+    )
+    .await;
+    assert_eq!(run.status, TurnStatus::Completed, "{:#?}", run.events);
+    assert!(
+        run.events.iter().any(|e| matches!(
+            e,
+            Event::ToolCallFinished { tool, success: true, .. } if tool == "add"
+        )),
+        "{:#?}",
+        run.events
+    );
+    // mull sent, byte for byte in JSON, what the real server accepted ...
+    let sent: Vec<Value> = server.received().into_iter().map(|r| r.body).collect();
+    assert_eq!(sent, accepted(&exchanges));
+    // ... the assistant message with the tool call carrying "" content: the same request with
+    // `null` there is what the server refused with a 500.
+    let assistant = sent[1]["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "assistant"))
+        .expect("step 2 sends the tool call back");
+    assert_eq!(assistant["content"], "");
+    assert!(assistant["tool_calls"].is_array());
+    let refused = &load("llama-cpp-null-content")[0];
+    assert_eq!(refused.status, 500);
+    assert!(refused.body.contains("Input should be a valid string"));
+    let mut with_null = sent[1].clone();
+    for m in with_null["messages"].as_array_mut().expect("messages") {
+        if m["role"] == "assistant" {
+            m["content"] = Value::Null;
+        }
+    }
+    assert_eq!(refused.request.as_ref(), Some(&with_null));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_cpps_empty_stream_for_an_overflow_is_probed_and_classified() {
+    let exchanges = load("llama-cpp-overflow");
+    assert_eq!((exchanges[0].status, exchanges[0].body.as_str()), (200, ""));
+    let (server, base_url) = replay(&exchanges).await;
+    let run = run_turn(
+        AddAgent::new(local_model(base_url), Scenario::Overflow),
+        Scenario::Overflow.prompt(),
+    )
+    .await;
+    assert_eq!(run.status, TurnStatus::Error);
+    let (classification, error) = run
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::TurnFailed {
+                classification,
+                error,
+                ..
+            } => Some((*classification, error.clone())),
+            _ => None,
+        })
+        .expect("the turn failed");
+    assert_eq!(
+        classification,
+        Some(ChatErrorClassification::ContextOverflow)
+    );
+    assert!(error.contains("maximum context length"), "{error}");
+    // One streaming request, then one probe without streaming; no retries.
+    let sent: Vec<Value> = server.received().into_iter().map(|r| r.body).collect();
+    assert_eq!(sent, accepted(&exchanges));
+    assert_eq!(sent[1]["stream"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_cpps_stream_cut_mid_answer_fails_the_turn_at_the_stream_keeping_what_streamed() {
+    let exchanges = load("llama-cpp-cut-stream");
+    assert!(exchanges[0].cut);
+    let (server, base_url) = replay(&exchanges).await;
+    let run = run_turn(
+        AddAgent::new(local_model(base_url), Scenario::CutStream),
+        Scenario::CutStream.prompt(),
+    )
+    .await;
+    // Text already reached the user, so the call is not retried (that would repeat it): the
+    // turn fails at the stream stage as transient, and the answer keeps the words that came.
+    assert_eq!(run.status, TurnStatus::Error, "{:#?}", run.events);
+    let failed = run
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::TurnFailed {
+                stage,
+                model_error,
+                messages_persisted,
+                ..
+            } => Some((*stage, model_error.clone(), *messages_persisted)),
+            _ => None,
+        })
+        .expect("the turn failed");
+    assert_eq!(failed.0, mull_core::ErrorStage::Stream);
+    let model_error = failed.1.expect("the model call's error");
+    assert_eq!(model_error.kind, mull_core::ModelErrorKind::Transient);
+    assert!(
+        model_error.message.contains("mid-stream"),
+        "{model_error:?}"
+    );
+    assert!(failed.2);
+    assert!(run.events.iter().any(|e| matches!(e, Event::Chunk { .. })));
+    assert!(!run
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ModelRetried { .. })));
+    let sent: Vec<Value> = server.received().into_iter().map(|r| r.body).collect();
+    assert_eq!(sent, accepted(&exchanges));
 }
 
 fn assert_weather_turn(run: &exchanges_support::Run, location: &str) {

@@ -13,7 +13,6 @@
 //! call of **unknown** cost, never as free. `mull stats` and the dashboard read this fold.
 
 use mull_core::{BilledTokens, Envelope, Event, PriceTable, TurnStatus};
-use serde_json::Value;
 
 /// One finished step's model call.
 #[derive(Debug, Clone, PartialEq)]
@@ -211,7 +210,8 @@ impl CostLedger {
             Event::StepFinished { record } => {
                 let Some(turn_id) = turn_id else { return };
                 self.open_steps.retain(|(t, _, _)| t != turn_id);
-                let cache_write = anthropic_cache_write(record.provider_metadata.as_ref());
+                let cache_write =
+                    mull_core::price::cache_write_tokens(record.provider_metadata.as_ref());
                 let step = StepCost {
                     step: record.step,
                     model_id: record.model_id.clone(),
@@ -301,20 +301,12 @@ impl CostLedger {
     }
 }
 
-/// Cache-write tokens, which only Anthropic reports (in the step's provider metadata).
-fn anthropic_cache_write(metadata: Option<&Value>) -> Option<u64> {
-    metadata?
-        .get("anthropic")?
-        .get("cache_creation_input_tokens")?
-        .as_u64()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::{TimeZone, Utc};
     use mull_core::{EntryPath, ModelErrorKind, ModelErrorRecord, StepRecord, ToolChoice, Usage};
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn env(turn: Option<&str>, event: Event) -> Envelope {
         Envelope {

@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use futures::StreamExt;
 use mull::core::{IdSource, RandomIds, StreamPart, UIMessage};
-use mull::engine::{Agent, OutcomeStatus, Session, SessionOptions, TurnOptions};
+use mull::engine::{Agent, OutcomeStatus, Session, TurnOptions};
 use mull_store::Log;
 use tokio::sync::mpsc;
 
@@ -69,7 +69,7 @@ async fn chat(log: &Log, agent: Arc<dyn Agent>, args: &ChatArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| RandomIds.next_id("chat"));
     let model = agent.model();
-    let session = Session::open(log, agent, SessionOptions::new(session_id.clone()))
+    let session = Session::open(log, agent, crate::telemetry::session_options(&session_id))
         .await
         .with_context(|| format!("opening session {session_id}"))?;
     if interactive {

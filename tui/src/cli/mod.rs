@@ -10,6 +10,7 @@ pub mod export;
 pub mod fork;
 pub mod gen_bench_log;
 pub mod import;
+pub mod otlp_export;
 pub mod replay;
 pub mod serve;
 pub mod stats;

@@ -71,6 +71,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     } else {
         ServerState::new(log.clone(), shared)
     }
+    .with_session_options(Arc::new(|id: &str| crate::telemetry::session_options(id)))
     .with_idle_ttl(args.idle_ttl)
     .with_body_timeout(args.body_timeout);
     let result = runtime.block_on(async {

@@ -61,6 +61,8 @@ pub enum Msg {
     },
     /// The tool calls of a session, read from its lifecycle events.
     ToolCalls(Box<SessionToolCalls>),
+    /// What a session's model calls cost, folded from its events.
+    Cost(Box<crate::dash::cost::SessionCost>),
     /// The session's state just before the turn began.
     Base {
         turn_id: String,
@@ -156,6 +158,10 @@ pub enum Effect {
     },
     /// A session's tool calls, for the session-wide tool table.
     ToolCalls {
+        session_id: String,
+    },
+    /// A session's cost ledger, for the turns pane.
+    Cost {
         session_id: String,
     },
     /// The session folded up to (not including) `before_seq`.
@@ -349,6 +355,8 @@ pub struct App {
     /// The tool calls of the session whose turns are listed: read when the session is
     /// entered, then kept current from the events that arrive.
     pub session_tools: Option<SessionToolCalls>,
+    /// What that session's model calls cost, kept current the same way.
+    pub session_cost: Option<crate::dash::cost::SessionCost>,
     pub turn: Option<TurnView>,
     /// The event the JSON view shows.
     pub event_seq: Option<u64>,
@@ -482,6 +490,7 @@ impl App {
             turns: Vec::new(),
             turn_selected: 0,
             session_tools: None,
+            session_cost: None,
             turn: None,
             event_seq: None,
             event_scroll: 0,
@@ -655,6 +664,12 @@ impl App {
                 }
                 Vec::new()
             }
+            Msg::Cost(cost) => {
+                if self.session_id.as_deref() == Some(cost.session_id.as_str()) {
+                    self.session_cost = Some(*cost);
+                }
+                Vec::new()
+            }
             Msg::Base { turn_id, state } => {
                 if let Some(turn) = self.turn.as_mut().filter(|t| t.turn_id == turn_id) {
                     let mut conversation = (*state).clone();
@@ -824,6 +839,11 @@ impl App {
             // Events the read already saw are skipped by seq.
             for env in &events {
                 tools.apply(env);
+            }
+        }
+        if let Some(cost) = self.session_cost.as_mut() {
+            for env in &events {
+                cost.apply(env);
             }
         }
         let follow = self.follow;
@@ -1235,12 +1255,16 @@ impl App {
             self.turns.clear();
             self.turn_selected = 0;
             self.session_tools = None;
+            self.session_cost = None;
         }
         self.session_id = Some(session_id.clone());
         self.view = View::Turns;
         self.focus = Pane::List;
         vec![
             Effect::Turns {
+                session_id: session_id.clone(),
+            },
+            Effect::Cost {
                 session_id: session_id.clone(),
             },
             Effect::ToolCalls { session_id },

@@ -68,6 +68,9 @@ impl Source {
             Effect::ToolCalls { session_id } => {
                 Msg::ToolCalls(Box::new(self.reader.session_tool_calls(session_id)?))
             }
+            Effect::Cost { session_id } => Msg::Cost(Box::new(
+                crate::dash::cost::SessionCost::read(&self.reader, session_id)?,
+            )),
             Effect::TimelinePage {
                 session_id,
                 turn_id,

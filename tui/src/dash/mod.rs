@@ -5,6 +5,7 @@
 //! app update, performs the reads it asks for and draws.
 
 pub mod app;
+pub mod cost;
 pub mod ingest;
 pub mod keys;
 pub mod rates;

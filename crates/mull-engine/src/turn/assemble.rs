@@ -101,6 +101,10 @@ impl TurnRun<'_> {
         }
         let mut record = resolved.record();
         record.tool_problems = tool_problems;
+        // The turn's model on its `invoke_agent` span, as the GenAI conventions ask.
+        let span = tracing::Span::current();
+        span.record("gen_ai.provider.name", record.provider.as_str());
+        span.record("gen_ai.request.model", record.model_id.as_str());
         self.append(Event::TurnConfigured {
             config: Box::new(record),
         })?;

@@ -19,6 +19,17 @@ pub(crate) async fn fail(
     error: ChatError,
     messages_persisted: bool,
 ) -> ChatError {
+    // The failure on the current `invoke_agent` span: an error status, and its classification
+    // (or stage) as `error.type`.
+    let kind = match error.classification {
+        Some(c) => serde_json::to_value(c),
+        None => serde_json::to_value(error.stage),
+    };
+    let span = tracing::Span::current();
+    span.record("otel.status_description", error.message.as_str());
+    if let Ok(serde_json::Value::String(kind)) = kind {
+        span.record("error.type", kind.as_str());
+    }
     let appended = inner.recorder.append(
         turn_id,
         Event::TurnFailed {

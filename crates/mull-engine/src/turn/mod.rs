@@ -123,8 +123,12 @@ async fn run_attempts(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<Ended, Engi
             gen_ai.operation.name = "invoke_agent",
             gen_ai.agent.name = %inner.agent.name(),
             gen_ai.conversation.id = %inner.session_id,
+            gen_ai.provider.name = tracing::field::Empty,
+            gen_ai.request.model = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
             mull.request_id = %spec.request_id,
-            mull.attempt = attempt,
+            mull.attempt = i64::from(attempt),
         );
         match run_attempt(inner, spec, attempt).instrument(span).await? {
             Attempt::Retry => attempt += 1,

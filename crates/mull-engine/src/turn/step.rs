@@ -37,6 +37,7 @@ impl TurnRun<'_> {
             let span = tracing::info_span!(
                 "chat",
                 otel.name = tracing::field::Empty,
+                otel.kind = "client",
                 gen_ai.operation.name = "chat",
                 gen_ai.provider.name = tracing::field::Empty,
                 gen_ai.request.model = tracing::field::Empty,
@@ -45,7 +46,8 @@ impl TurnRun<'_> {
                 gen_ai.usage.input_tokens = tracing::field::Empty,
                 gen_ai.usage.output_tokens = tracing::field::Empty,
                 gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
-                mull.step = step,
+                gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+                mull.step = i64::from(step),
             );
             match self
                 .run_step(&resolved, step, &span)
@@ -267,13 +269,16 @@ impl TurnRun<'_> {
             record.finish_reason.as_str(),
         );
         if let Some(n) = record.usage.input_tokens {
-            span.record("gen_ai.usage.input_tokens", n);
+            span.record("gen_ai.usage.input_tokens", otel_int(n));
         }
         if let Some(n) = record.usage.output_tokens {
-            span.record("gen_ai.usage.output_tokens", n);
+            span.record("gen_ai.usage.output_tokens", otel_int(n));
         }
         if let Some(n) = record.usage.cached_input_tokens {
-            span.record("gen_ai.usage.cache_read.input_tokens", n);
+            span.record("gen_ai.usage.cache_read.input_tokens", otel_int(n));
+        }
+        if let Some(n) = mull_core::price::cache_write_tokens(record.provider_metadata.as_ref()) {
+            span.record("gen_ai.usage.cache_creation.input_tokens", otel_int(n));
         }
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
@@ -462,4 +467,10 @@ fn last_step_messages(draft: &UIMessage) -> Vec<ModelMessage> {
         ..draft.clone()
     };
     to_model_messages(std::slice::from_ref(&last))
+}
+
+/// A count as the signed integer OpenTelemetry attributes hold (`tracing-opentelemetry` turns
+/// an unsigned field into a string).
+fn otel_int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

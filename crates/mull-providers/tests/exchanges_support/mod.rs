@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::response::Response;
+use futures::StreamExt;
 use mull_core::{
     default_context_overflow_classifier, ChatErrorClassification, Event, LanguageModel, ToolChoice,
     TurnStatus, UIMessage, UIPart,
@@ -99,7 +100,7 @@ pub enum Scenario {
     ToolTurn,
     /// A prompt longer than the server's context.
     Overflow,
-    /// A plain answer whose first stream the capture cut; one retry is allowed.
+    /// A plain answer whose stream the capture cut after its first events.
     CutStream,
     /// The documented examples' `get_weather` turn.
     Weather,
@@ -113,7 +114,7 @@ impl Scenario {
                 static LONG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
                 LONG.get_or_init(|| "Tell me about the sea and the ships on it. ".repeat(700))
             }
-            Scenario::CutStream => "Count from one to twenty.",
+            Scenario::CutStream => "Write a long story about a cat.",
             Scenario::Weather => "What is the weather like in Paris today?",
         }
     }
@@ -350,18 +351,20 @@ async fn forward(State(proxy): State<Proxy>, uri: axum::http::Uri, body: Bytes) 
         body: text.clone(),
         cut,
     });
-    let tail: Vec<Result<Vec<u8>, std::io::Error>> = if cut {
-        vec![
-            Ok(text.into_bytes()),
-            Err(std::io::Error::other("cut by the capture")),
-        ]
+    let head = futures::stream::once(async move { Ok::<_, std::io::Error>(text.into_bytes()) });
+    let body = if cut {
+        // The events kept reach mull before the connection breaks, as in playback.
+        Body::from_stream(head.chain(futures::stream::once(async {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            Err(std::io::Error::other("cut by the capture"))
+        })))
     } else {
-        vec![Ok(text.into_bytes())]
+        Body::from_stream(head)
     };
     Response::builder()
         .status(status)
         .header("content-type", content_type)
-        .body(Body::from_stream(futures::stream::iter(tail)))
+        .body(body)
         .expect("response")
 }
 
@@ -369,7 +372,12 @@ async fn forward(State(proxy): State<Proxy>, uri: axum::http::Uri, body: Bytes) 
 async fn capture_one(upstream: &str, name: &str, scenario: Scenario, cut: usize) -> Vec<Exchange> {
     let proxy = Proxy {
         upstream: upstream.to_owned(),
-        client: reqwest::Client::new(),
+        // A fresh connection per request: the live server drops a kept-alive connection after
+        // an empty-200 stream, which is not part of any answer worth recording.
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("client"),
         recorded: Arc::new(Mutex::new(Vec::new())),
         cut: Arc::new(AtomicUsize::new(cut)),
     };

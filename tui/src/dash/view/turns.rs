@@ -136,9 +136,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             }
         })
         .collect();
+    let cost = app
+        .session_cost
+        .as_ref()
+        .map(|c| format!("· cost {} ", c.show()))
+        .unwrap_or_default();
     let title = match app.session_overview().and_then(|o| o.agent.clone()) {
-        Some(agent) => format!(" turns of {agent} ({}) ", app.turns.len()),
-        None => format!(" turns ({}) ", app.turns.len()),
+        Some(agent) => format!(" turns of {agent} ({}) {cost}", app.turns.len()),
+        None => format!(" turns ({}) {cost}", app.turns.len()),
     };
     let table = Table::new(rows, widths)
         .header(header)

@@ -1,0 +1,158 @@
+//! Sending spans built from the log: [`log_spans`] folds sessions into [`LogSpan`]s, and
+//! [`export_spans`] hands them to an OTLP exporter as finished spans with their own ids and
+//! timestamps — no live tracer is involved, so a session exported a year later keeps the times
+//! it ran at.
+
+use std::borrow::Cow;
+use std::time::SystemTime;
+
+use mull_store::LogReader;
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
+
+use crate::config::{resource, OtlpConfig};
+use crate::spans::{AttrValue, Kind, LogSpan, SessionSpans, SpanOptions};
+use crate::OtelError;
+
+/// Spans per OTLP request.
+const BATCH: usize = 512;
+
+/// What an export sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportReport {
+    /// Sessions read.
+    pub sessions: usize,
+    /// Spans sent.
+    pub spans: usize,
+    /// Where they went.
+    pub endpoint: String,
+}
+
+/// The spans of one session (`Some`) or of every session in the log, folded from the events.
+pub fn log_spans(
+    reader: &LogReader,
+    session: Option<&str>,
+    options: SpanOptions,
+) -> Result<(usize, Vec<LogSpan>), OtelError> {
+    let ids: Vec<String> = match session {
+        Some(id) => {
+            if !reader.has_session(id)? {
+                return Err(OtelError::NoSession(id.to_owned()));
+            }
+            vec![id.to_owned()]
+        }
+        None => reader
+            .sessions()?
+            .into_iter()
+            .map(|s| s.session_id)
+            .collect(),
+    };
+    let mut spans = Vec::new();
+    for id in &ids {
+        let mut fold = SessionSpans::new(id, options);
+        reader.for_each_session_event(id, 0, |env| fold.apply(&env))?;
+        spans.extend(fold.finish());
+    }
+    Ok((ids.len(), spans))
+}
+
+/// Re-exports the session (or every session) of `reader` to the OTLP endpoint of `config`.
+/// Blocking: call it outside an async runtime.
+pub fn export_log(
+    reader: &LogReader,
+    session: Option<&str>,
+    config: &OtlpConfig,
+    options: SpanOptions,
+) -> Result<ExportReport, OtelError> {
+    let (sessions, spans) = log_spans(reader, session, options)?;
+    export_spans(config, &spans)?;
+    Ok(ExportReport {
+        sessions,
+        spans: spans.len(),
+        endpoint: config.describe(),
+    })
+}
+
+/// Sends `spans` to the OTLP endpoint of `config`, a batch per request, and fails with the
+/// exporter's reason when a request is refused or the endpoint cannot be reached. Blocking:
+/// call it outside an async runtime.
+pub fn export_spans(config: &OtlpConfig, spans: &[LogSpan]) -> Result<(), OtelError> {
+    let mut exporter = config.exporter()?;
+    exporter.set_resource(&resource());
+    let scope = InstrumentationScope::builder("mull")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build();
+    for batch in spans.chunks(BATCH) {
+        let data = batch.iter().map(|s| span_data(s, &scope)).collect();
+        futures_executor::block_on(exporter.export(data)).map_err(|e| OtelError::Send {
+            endpoint: config.describe(),
+            message: e.to_string(),
+        })?;
+    }
+    let _ = exporter.shutdown();
+    Ok(())
+}
+
+fn span_data(span: &LogSpan, scope: &InstrumentationScope) -> SpanData {
+    let context = SpanContext::new(
+        TraceId::from_bytes(span.trace_id),
+        SpanId::from_bytes(span.span_id),
+        TraceFlags::SAMPLED,
+        false,
+        TraceState::default(),
+    );
+    let events = span
+        .events
+        .iter()
+        .map(|e| {
+            opentelemetry::trace::Event::new(
+                e.name,
+                SystemTime::from(e.at),
+                e.attributes.iter().map(key_value).collect(),
+                0,
+            )
+        })
+        .collect();
+    SpanData {
+        span_context: context,
+        parent_span_id: span.parent_id.map_or(SpanId::INVALID, SpanId::from_bytes),
+        parent_span_is_remote: false,
+        span_kind: match span.kind {
+            Kind::Client => SpanKind::Client,
+            _ => SpanKind::Internal,
+        },
+        name: Cow::Owned(span.name.clone()),
+        start_time: SystemTime::from(span.start),
+        end_time: SystemTime::from(span.end),
+        attributes: span.attributes.iter().map(key_value).collect(),
+        dropped_attributes_count: 0,
+        events: span_events(events),
+        links: SpanLinks::default(),
+        status: match &span.error {
+            Some(description) => Status::error(description.clone()),
+            None => Status::Unset,
+        },
+        instrumentation_scope: scope.clone(),
+    }
+}
+
+fn span_events(events: Vec<opentelemetry::trace::Event>) -> SpanEvents {
+    let mut all = SpanEvents::default();
+    all.events = events;
+    all
+}
+
+fn key_value((key, value): &(&'static str, AttrValue)) -> KeyValue {
+    let value = match value {
+        AttrValue::Str(s) => Value::String(s.clone().into()),
+        AttrValue::Int(n) => Value::I64(*n),
+        AttrValue::Bool(b) => Value::Bool(*b),
+        AttrValue::StrList(items) => Value::Array(Array::String(
+            items.iter().cloned().map(StringValue::from).collect(),
+        )),
+    };
+    KeyValue::new(*key, value)
+}

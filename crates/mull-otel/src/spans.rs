@@ -1,0 +1,731 @@
+//! The log → spans mapping: a session's events folded, one at a time, into the spans the engine
+//! emits live — `invoke_agent {agent}` per turn attempt, `chat {model}` per step under it,
+//! `execute_tool {tool}` per tool call under its step — with the OpenTelemetry GenAI attributes,
+//! and start and end times taken from the events themselves (`turn_started` → `turn_finished`,
+//! `step_started` → `step_finished`, `tool_call_started` → `tool_call_finished`). Ids are derived
+//! from the session, turn, step and call ids, so exporting the same log twice sends the same
+//! spans (a backend that dedupes keeps one copy).
+//!
+//! Pure data: no OpenTelemetry type appears here, so the mapping is tested on its own and the
+//! exporter ([`crate::export`]) only converts.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use mull_core::price::cache_write_tokens;
+use mull_core::{Envelope, Event, StepRecord, TurnStatus, Usage};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// What kind of operation a span is, as OpenTelemetry's `SpanKind` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Kind {
+    /// Work inside mull: a turn attempt, a tool execution.
+    Internal,
+    /// A call to a remote service: a model call.
+    Client,
+}
+
+/// An attribute's value.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum AttrValue {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    StrList(Vec<String>),
+}
+
+impl From<&str> for AttrValue {
+    fn from(s: &str) -> AttrValue {
+        AttrValue::Str(s.to_owned())
+    }
+}
+impl From<String> for AttrValue {
+    fn from(s: String) -> AttrValue {
+        AttrValue::Str(s)
+    }
+}
+impl From<u64> for AttrValue {
+    fn from(n: u64) -> AttrValue {
+        AttrValue::Int(i64::try_from(n).unwrap_or(i64::MAX))
+    }
+}
+impl From<u32> for AttrValue {
+    fn from(n: u32) -> AttrValue {
+        AttrValue::Int(i64::from(n))
+    }
+}
+impl From<bool> for AttrValue {
+    fn from(b: bool) -> AttrValue {
+        AttrValue::Bool(b)
+    }
+}
+
+/// Something that happened at a moment inside a span (a retried model call, a compaction).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanEvent {
+    pub name: &'static str,
+    pub at: DateTime<Utc>,
+    pub attributes: Vec<(&'static str, AttrValue)>,
+}
+
+/// One span built from the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogSpan {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+    /// The enclosing span; `None` for a turn attempt, the root of its trace.
+    pub parent_id: Option<[u8; 8]>,
+    pub name: String,
+    pub kind: Kind,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub attributes: Vec<(&'static str, AttrValue)>,
+    pub events: Vec<SpanEvent>,
+    /// The failure's description when the operation failed.
+    pub error: Option<String>,
+}
+
+impl LogSpan {
+    /// The value of attribute `key`, if set.
+    pub fn attribute(&self, key: &str) -> Option<&AttrValue> {
+        self.attributes
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
+
+    fn set(&mut self, key: &'static str, value: impl Into<AttrValue>) {
+        let value = value.into();
+        match self.attributes.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.attributes.push((key, value)),
+        }
+    }
+
+    fn close(mut self, at: DateTime<Utc>, out: &mut Vec<LogSpan>) {
+        self.end = at.max(self.start);
+        out.push(self);
+    }
+}
+
+/// What the mapping includes beyond the default attributes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpanOptions {
+    /// Message content: tool arguments and results, and each step's answer text. Off by
+    /// default, as the GenAI conventions ask, since content may be sensitive.
+    pub capture_content: bool,
+}
+
+/// A turn attempt whose `turn_finished` has not been applied yet.
+struct OpenTurn {
+    span: LogSpan,
+    provider: Option<String>,
+    /// Open `chat` spans by step.
+    steps: BTreeMap<u32, LogSpan>,
+    /// Open `execute_tool` spans by call id, with their step.
+    tools: HashMap<String, (u32, LogSpan)>,
+    last_at: DateTime<Utc>,
+}
+
+/// The fold: apply a session's events in log order, then [`SessionSpans::finish`].
+pub struct SessionSpans {
+    session_id: String,
+    agent: String,
+    options: SpanOptions,
+    open: HashMap<String, OpenTurn>,
+    done: Vec<LogSpan>,
+}
+
+impl SessionSpans {
+    /// Nothing applied yet.
+    pub fn new(session_id: &str, options: SpanOptions) -> SessionSpans {
+        SessionSpans {
+            session_id: session_id.to_owned(),
+            agent: String::from("agent"),
+            options,
+            open: HashMap::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Folds one event of the session in.
+    pub fn apply(&mut self, env: &Envelope) {
+        if let Event::SessionOpened { agent, .. } = &env.event {
+            self.agent = agent.clone();
+            return;
+        }
+        let Some(turn_id) = env.turn_id.as_deref() else {
+            return;
+        };
+        if let Event::TurnStarted {
+            request_id,
+            attempt,
+            entry,
+            ..
+        } = &env.event
+        {
+            if let Some(stale) = self.open.remove(turn_id) {
+                self.abandon(stale);
+            }
+            let mut span = self.span(turn_id, "invoke", env.at, None);
+            span.name = format!("invoke_agent {}", self.agent);
+            span.set("gen_ai.operation.name", "invoke_agent");
+            span.set("gen_ai.agent.name", self.agent.as_str());
+            span.set("gen_ai.conversation.id", self.session_id.as_str());
+            span.set("mull.request_id", request_id.as_str());
+            span.set("mull.attempt", *attempt);
+            span.set("mull.turn_id", turn_id);
+            if let Ok(Value::String(entry)) = serde_json::to_value(entry) {
+                span.set("mull.entry", entry);
+            }
+            let open = OpenTurn {
+                span,
+                provider: None,
+                steps: BTreeMap::new(),
+                tools: HashMap::new(),
+                last_at: env.at,
+            };
+            self.open.insert(turn_id.to_owned(), open);
+            return;
+        }
+        let Some(mut turn) = self.open.remove(turn_id) else {
+            // The engine writes `turn_failed` after the turn's `turn_finished`.
+            if let Event::TurnFailed {
+                stage,
+                classification,
+                error,
+                ..
+            } = &env.event
+            {
+                self.late_failure(turn_id, &failure_type(stage, classification), error);
+            }
+            return;
+        };
+        turn.last_at = turn.last_at.max(env.at);
+        if self.apply_to_turn(&mut turn, turn_id, env) {
+            turn.span.close(env.at, &mut self.done);
+        } else {
+            self.open.insert(turn_id.to_owned(), turn);
+        }
+    }
+
+    /// Applies a turn's event; true when it ended the turn (the caller then closes its span).
+    fn apply_to_turn(&mut self, turn: &mut OpenTurn, turn_id: &str, env: &Envelope) -> bool {
+        let content = self.options.capture_content;
+        match &env.event {
+            Event::TurnConfigured { config } => {
+                turn.provider = Some(config.provider.clone());
+                turn.span
+                    .set("gen_ai.provider.name", config.provider.as_str());
+                turn.span
+                    .set("gen_ai.request.model", config.model_id.as_str());
+                if let Some(n) = config.settings.max_output_tokens {
+                    turn.span.set("gen_ai.request.max_tokens", n);
+                }
+                if let Some(seed) = config.settings.seed {
+                    turn.span.set("gen_ai.request.seed", seed);
+                }
+            }
+            Event::StepStarted { step } => {
+                let parent = turn.span.span_id;
+                let mut span = self.span(turn_id, &format!("step/{step}"), env.at, Some(parent));
+                span.name = "chat".into();
+                span.kind = Kind::Client;
+                span.set("gen_ai.operation.name", "chat");
+                span.set("gen_ai.conversation.id", self.session_id.as_str());
+                if let Some(provider) = &turn.provider {
+                    span.set("gen_ai.provider.name", provider.as_str());
+                }
+                span.set("mull.step", *step);
+                turn.steps.insert(*step, span);
+            }
+            Event::StepConfigured { step, model_id, .. } => {
+                if let Some(span) = turn.steps.get_mut(step) {
+                    span.name = format!("chat {model_id}");
+                    span.set("gen_ai.request.model", model_id.as_str());
+                }
+            }
+            Event::ModelRetried {
+                step,
+                attempt,
+                error,
+                delay_ms,
+            } => {
+                if let Some(span) = turn.steps.get_mut(step) {
+                    span.events.push(SpanEvent {
+                        name: "mull.model_retried",
+                        at: env.at,
+                        attributes: vec![
+                            ("mull.retry.attempt", (*attempt).into()),
+                            ("mull.retry.delay_ms", (*delay_ms).into()),
+                            ("error.message", error.as_str().into()),
+                        ],
+                    });
+                }
+            }
+            Event::ToolCallStarted {
+                step,
+                call_id,
+                tool,
+                input,
+                client,
+            } => {
+                let parent = turn
+                    .steps
+                    .get(step)
+                    .map_or(turn.span.span_id, |s| s.span_id);
+                let mut span = self.span(turn_id, &format!("tool/{call_id}"), env.at, Some(parent));
+                span.name = format!("execute_tool {tool}");
+                span.set("gen_ai.operation.name", "execute_tool");
+                span.set("gen_ai.tool.name", tool.as_str());
+                span.set("gen_ai.tool.call.id", call_id.as_str());
+                span.set("gen_ai.tool.type", "function");
+                if *client {
+                    span.set("mull.tool.client", true);
+                }
+                if content {
+                    span.set("gen_ai.tool.call.arguments", json_text(input));
+                }
+                turn.tools.insert(call_id.clone(), (*step, span));
+            }
+            Event::ToolDecided {
+                call_id,
+                action,
+                reason,
+                ..
+            } => {
+                if let Some((_, span)) = turn.tools.get_mut(call_id) {
+                    if let Ok(Value::String(action)) = serde_json::to_value(action) {
+                        span.set("mull.tool.decision", action);
+                    }
+                    if let Some(reason) = reason {
+                        span.set("mull.tool.decision_reason", reason.as_str());
+                    }
+                }
+            }
+            Event::ToolCallFinished {
+                call_id,
+                success,
+                output,
+                error,
+                ..
+            } => {
+                if let Some((_, mut span)) = turn.tools.remove(call_id) {
+                    if !success {
+                        span.set("error.type", "tool_error");
+                        span.error = Some(error.clone().unwrap_or_else(|| "tool failed".into()));
+                    }
+                    if content {
+                        if let Some(output) = output {
+                            span.set("gen_ai.tool.call.result", json_text(output));
+                        }
+                    }
+                    span.close(env.at, &mut self.done);
+                }
+            }
+            Event::StepFinished { record } => {
+                self.close_tools(turn, Some(record.step), env.at);
+                if let Some(mut span) = turn.steps.remove(&record.step) {
+                    step_attributes(&mut span, record, content);
+                    span.close(env.at, &mut self.done);
+                }
+            }
+            Event::CompactionApplied {
+                reason,
+                tokens_before,
+                tokens_after,
+                ..
+            } => {
+                let reason = serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                turn.span.events.push(SpanEvent {
+                    name: "mull.compaction",
+                    at: env.at,
+                    attributes: vec![
+                        ("mull.compaction.reason", reason.into()),
+                        ("mull.compaction.tokens_before", (*tokens_before).into()),
+                        ("mull.compaction.tokens_after", (*tokens_after).into()),
+                    ],
+                });
+            }
+            Event::TurnFailed {
+                stage,
+                classification,
+                error,
+                ..
+            } => {
+                let error_type = failure_type(stage, classification);
+                for span in turn.steps.values_mut().chain([&mut turn.span]) {
+                    span.set("error.type", error_type.as_str());
+                    span.error = Some(error.clone());
+                }
+            }
+            Event::TurnFinished {
+                status,
+                error,
+                steps,
+                usage,
+                ..
+            } => {
+                self.close_tools(turn, None, env.at);
+                for (_, span) in std::mem::take(&mut turn.steps) {
+                    span.close(env.at, &mut self.done);
+                }
+                let status_name = match status {
+                    TurnStatus::Running => "running",
+                    TurnStatus::Completed => "completed",
+                    TurnStatus::Error => "error",
+                    TurnStatus::Aborted => "aborted",
+                };
+                turn.span.set("mull.turn.status", status_name);
+                turn.span.set("mull.turn.steps", *steps);
+                usage_attributes(&mut turn.span, usage, None);
+                if *status == TurnStatus::Error && turn.span.error.is_none() {
+                    turn.span.error = Some(error.clone().unwrap_or_else(|| "turn failed".into()));
+                }
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+
+    /// Ends the open tool spans of `step` (all steps when `None`) at `at`: a client tool's call
+    /// is answered outside the turn, so its span ends with the step.
+    fn close_tools(&mut self, turn: &mut OpenTurn, step: Option<u32>, at: DateTime<Utc>) {
+        let ids: Vec<String> = turn
+            .tools
+            .iter()
+            .filter(|(_, (s, _))| step.is_none_or(|step| *s == step))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            if let Some((_, span)) = turn.tools.remove(&id) {
+                span.close(at, &mut self.done);
+            }
+        }
+    }
+
+    /// Marks a finished turn failed: its `invoke_agent` span, and the model call it cut (a `chat`
+    /// span closed without a finish reason).
+    fn late_failure(&mut self, turn_id: &str, error_type: &str, error: &str) {
+        let (_, invoke) = self.ids(turn_id, "invoke");
+        for span in &mut self.done {
+            let cut_step = span.parent_id == Some(invoke)
+                && span.kind == Kind::Client
+                && span.attribute("gen_ai.response.finish_reasons").is_none();
+            if span.span_id == invoke || cut_step {
+                span.set("error.type", error_type);
+                span.error = Some(error.to_owned());
+            }
+        }
+    }
+
+    /// Ends a turn that has no `turn_finished` (the process died, or the log was cut) at its
+    /// last event, marked as such.
+    fn abandon(&mut self, mut turn: OpenTurn) {
+        let at = turn.last_at;
+        self.close_tools(&mut turn, None, at);
+        for (_, span) in std::mem::take(&mut turn.steps) {
+            span.close(at, &mut self.done);
+        }
+        turn.span.set("mull.turn.status", "unfinished");
+        turn.span.error = Some("the turn has no turn_finished in the log".into());
+        turn.span.close(at, &mut self.done);
+    }
+
+    /// Every span, turns that never finished included, ordered by start time (a parent before
+    /// its children when they start together).
+    pub fn finish(mut self) -> Vec<LogSpan> {
+        let mut open: Vec<OpenTurn> = self.open.drain().map(|(_, t)| t).collect();
+        open.sort_by_key(|t| t.span.start);
+        for turn in open {
+            self.abandon(turn);
+        }
+        let mut spans = self.done;
+        spans.sort_by_key(|s| (s.start, s.parent_id.is_some()));
+        spans
+    }
+
+    /// The trace id of `turn_id` and the span id of its `part`, derived from the log's ids.
+    fn ids(&self, turn_id: &str, part: &str) -> ([u8; 16], [u8; 8]) {
+        let trace = hash(&["trace", &self.session_id, turn_id]);
+        let span = hash(&["span", &self.session_id, turn_id, part]);
+        let mut trace_id = [0u8; 16];
+        trace_id.copy_from_slice(&trace[..16]);
+        let mut span_id = [0u8; 8];
+        span_id.copy_from_slice(&span[..8]);
+        // An all-zero id is invalid in OpenTelemetry.
+        trace_id[15] |= 1;
+        span_id[7] |= 1;
+        (trace_id, span_id)
+    }
+
+    fn span(
+        &self,
+        turn_id: &str,
+        part: &str,
+        at: DateTime<Utc>,
+        parent_id: Option<[u8; 8]>,
+    ) -> LogSpan {
+        let (trace_id, span_id) = self.ids(turn_id, part);
+        LogSpan {
+            trace_id,
+            span_id,
+            parent_id,
+            name: String::new(),
+            kind: Kind::Internal,
+            start: at,
+            end: at,
+            attributes: Vec::new(),
+            events: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+/// A failure's `error.type`: its classification (`context_overflow` …) or else its stage.
+fn failure_type(
+    stage: &mull_core::ErrorStage,
+    classification: &Option<mull_core::ChatErrorClassification>,
+) -> String {
+    let value = match classification {
+        Some(c) => serde_json::to_value(c),
+        None => serde_json::to_value(stage),
+    };
+    match value {
+        Ok(Value::String(s)) => s,
+        _ => "error".into(),
+    }
+}
+
+fn hash(parts: &[&str]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"mull-otel");
+    for p in parts {
+        h.update([0u8]);
+        h.update(p.as_bytes());
+    }
+    h.finalize().into()
+}
+
+fn json_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The GenAI usage attributes; a count the provider did not send is left out, never 0.
+fn usage_attributes(span: &mut LogSpan, usage: &Usage, cache_write: Option<u64>) {
+    if let Some(n) = usage.input_tokens {
+        span.set("gen_ai.usage.input_tokens", n);
+    }
+    if let Some(n) = usage.output_tokens {
+        span.set("gen_ai.usage.output_tokens", n);
+    }
+    if let Some(n) = usage.cached_input_tokens {
+        span.set("gen_ai.usage.cache_read.input_tokens", n);
+    }
+    if let Some(n) = cache_write {
+        span.set("gen_ai.usage.cache_creation.input_tokens", n);
+    }
+}
+
+fn step_attributes(span: &mut LogSpan, record: &StepRecord, content: bool) {
+    span.set(
+        "gen_ai.response.finish_reasons",
+        AttrValue::StrList(vec![record.finish_reason.as_str().to_owned()]),
+    );
+    if !record.model_id.is_empty() {
+        span.set("gen_ai.response.model", record.model_id.as_str());
+    }
+    if let Some(id) = record.response.get("id").and_then(Value::as_str) {
+        span.set("gen_ai.response.id", id);
+    }
+    usage_attributes(
+        span,
+        &record.usage,
+        cache_write_tokens(record.provider_metadata.as_ref()),
+    );
+    if content {
+        let mut parts = Vec::new();
+        if !record.text.is_empty() {
+            parts.push(json!({"type": "text", "content": record.text}));
+        }
+        for call in &record.tool_calls {
+            parts.push(json!({
+                "type": "tool_call",
+                "id": call.call_id,
+                "name": call.tool_name,
+                "arguments": call.input,
+            }));
+        }
+        let message = json!([{
+            "role": "assistant",
+            "parts": parts,
+            "finish_reason": record.finish_reason.as_str(),
+        }]);
+        span.set("gen_ai.output.messages", message.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use mull_core::{ChatErrorClassification, EntryPath, ErrorStage};
+
+    fn env(seq: u64, turn: Option<&str>, ms: i64, event: Event) -> Envelope {
+        Envelope {
+            seq,
+            session_id: "s".into(),
+            turn_id: turn.map(str::to_owned),
+            at: Utc.timestamp_millis_opt(1_700_000_000_000 + ms).unwrap(),
+            v: 1,
+            event,
+        }
+    }
+
+    fn started(seq: u64, turn: &str, ms: i64) -> Envelope {
+        env(
+            seq,
+            Some(turn),
+            ms,
+            Event::TurnStarted {
+                request_id: "r".into(),
+                message_id: "m".into(),
+                entry: EntryPath::Chat,
+                continuation: false,
+                attempt: 0,
+                body: Value::Null,
+            },
+        )
+    }
+
+    fn tool_started(seq: u64, turn: &str, ms: i64) -> Envelope {
+        env(
+            seq,
+            Some(turn),
+            ms,
+            Event::ToolCallStarted {
+                step: 0,
+                call_id: "c1".into(),
+                tool: "add".into(),
+                input: json!({"a": 1}),
+                client: false,
+            },
+        )
+    }
+
+    fn fold(events: &[Envelope]) -> Vec<LogSpan> {
+        let mut spans = SessionSpans::new("s", SpanOptions::default());
+        for e in events {
+            spans.apply(e);
+        }
+        spans.finish()
+    }
+
+    #[test]
+    fn a_turn_the_log_never_finished_ends_at_its_last_event_marked_unfinished() {
+        let spans = fold(&[
+            started(1, "t1", 0),
+            env(2, Some("t1"), 5, Event::StepStarted { step: 0 }),
+            tool_started(3, "t1", 40),
+        ]);
+        assert_eq!(spans.len(), 3);
+        let turn = &spans[0];
+        assert_eq!(turn.name, "invoke_agent agent");
+        assert_eq!(
+            turn.attribute("mull.turn.status"),
+            Some(&AttrValue::from("unfinished"))
+        );
+        assert!(turn.error.is_some());
+        let last = Utc.timestamp_millis_opt(1_700_000_000_040).unwrap();
+        assert!(spans.iter().all(|s| s.end == last));
+        assert_eq!(spans[1].parent_id, Some(turn.span_id));
+        assert_eq!(spans[2].parent_id, Some(spans[1].span_id));
+    }
+
+    #[test]
+    fn a_failed_tool_and_an_overflowed_turn_are_errors_with_their_type() {
+        let spans = fold(&[
+            env(
+                1,
+                None,
+                0,
+                Event::SessionOpened {
+                    agent: "travel".into(),
+                    metadata: Value::Null,
+                },
+            ),
+            started(2, "t1", 0),
+            env(3, Some("t1"), 1, Event::StepStarted { step: 0 }),
+            tool_started(4, "t1", 2),
+            env(
+                5,
+                Some("t1"),
+                9,
+                Event::ToolCallFinished {
+                    step: 0,
+                    call_id: "c1".into(),
+                    tool: "add".into(),
+                    success: false,
+                    output: None,
+                    error: Some("no such city".into()),
+                    duration_ms: 7,
+                },
+            ),
+            env(
+                6,
+                Some("t1"),
+                12,
+                Event::TurnFailed {
+                    request_id: Some("r".into()),
+                    stage: ErrorStage::Stream,
+                    messages_persisted: true,
+                    classification: Some(ChatErrorClassification::ContextOverflow),
+                    error: "too long".into(),
+                    model_error: None,
+                },
+            ),
+            env(
+                7,
+                Some("t1"),
+                13,
+                Event::TurnFinished {
+                    request_id: "r".into(),
+                    status: TurnStatus::Error,
+                    error: Some("too long".into()),
+                    steps: 0,
+                    usage: Usage::default(),
+                },
+            ),
+        ]);
+        let by = |name: &str| spans.iter().find(|s| s.name == name).expect(name);
+        let tool = by("execute_tool add");
+        assert_eq!(tool.error.as_deref(), Some("no such city"));
+        assert_eq!(
+            tool.attribute("error.type"),
+            Some(&AttrValue::from("tool_error"))
+        );
+        let turn = by("invoke_agent travel");
+        assert_eq!(turn.error.as_deref(), Some("too long"));
+        assert_eq!(
+            turn.attribute("error.type"),
+            Some(&AttrValue::from("context_overflow"))
+        );
+        // No usage was reported, so none is claimed.
+        assert_eq!(turn.attribute("gen_ai.usage.input_tokens"), None);
+        // The step the failure cut is closed with the turn and carries the error too.
+        let chat = by("chat");
+        assert_eq!(chat.end, turn.end);
+        assert_eq!(chat.error.as_deref(), Some("too long"));
+    }
+}

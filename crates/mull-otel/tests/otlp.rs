@@ -1,0 +1,335 @@
+//! OpenTelemetry export against a real OTLP/HTTP receiver (the official protobuf definitions
+//! decode what mull sends): a past session re-exported from the log keeps the log's times,
+//! and the engine's live spans arrive with the same names, tree and GenAI attributes.
+
+mod support;
+
+use chrono::{DateTime, Utc};
+use mull_core::{Envelope, Event};
+use mull_otel::{export_log, LiveExport, OtelError, OtlpConfig, SpanOptions};
+use mull_store::LogReader;
+use serde_json::{json, Value};
+use support::{attr, attr_int, attr_str, named, nanos, run_agent, run_turn, Calculator, Receiver};
+use tracing_subscriber::layer::SubscriberExt;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn ns(at: DateTime<Utc>) -> i64 {
+    at.timestamp_nanos_opt().expect("in range")
+}
+
+/// The time of the first event of the log that `pick` accepts.
+fn at(events: &[Envelope], pick: impl Fn(&Event) -> bool) -> i64 {
+    ns(events
+        .iter()
+        .find(|e| pick(&e.event))
+        .expect("the event is in the log")
+        .at)
+}
+
+#[test]
+fn a_past_session_is_re_exported_with_the_logs_times_names_tree_and_attributes() {
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("log.db");
+    runtime().block_on(run_turn(&db, "s1", false));
+    let reader = LogReader::open(&db).expect("reader");
+    let events = reader.session_events("s1", 0).expect("events");
+
+    let report = export_log(
+        &reader,
+        Some("s1"),
+        &OtlpConfig::to(&receiver.url),
+        SpanOptions::default(),
+    )
+    .expect("export");
+    assert_eq!((report.sessions, report.spans), (1, 4));
+    let spans = receiver.wait_for(4);
+    assert_eq!(spans.len(), 4, "{spans:#?}");
+
+    let turn = named(&spans, "invoke_agent calculator");
+    let chat0 = spans
+        .iter()
+        .find(|s| s["name"] == "chat claude-test" && attr_int(s, "mull.step") == Some(0))
+        .expect("step 0");
+    let chat1 = spans
+        .iter()
+        .find(|s| s["name"] == "chat claude-test" && attr_int(s, "mull.step") == Some(1))
+        .expect("step 1");
+    let tool = named(&spans, "execute_tool add");
+
+    // The tree: one trace, the turn at its root, steps under it, the tool under its step.
+    for span in [chat0, chat1, tool] {
+        assert_eq!(span["trace_id"], turn["trace_id"]);
+    }
+    assert_eq!(turn["parent_span_id"], "");
+    assert_eq!(chat0["parent_span_id"], turn["span_id"]);
+    assert_eq!(chat1["parent_span_id"], turn["span_id"]);
+    assert_eq!(tool["parent_span_id"], chat0["span_id"]);
+    assert_eq!(chat0["kind"], "SPAN_KIND_CLIENT");
+    assert_eq!(turn["kind"], "SPAN_KIND_INTERNAL");
+    assert_eq!(attr_str(&turn["resource"], "service.name"), Some("mull"));
+    assert_eq!(turn["scope"]["name"], "mull");
+
+    // The times are the log's, to the microsecond the log keeps.
+    let turn_id = events
+        .iter()
+        .find_map(|e| e.turn_id.clone())
+        .expect("a turn");
+    assert_eq!(
+        nanos(turn, "start_time_unix_nano"),
+        at(&events, |e| matches!(e, Event::TurnStarted { .. }))
+    );
+    assert_eq!(
+        nanos(turn, "end_time_unix_nano"),
+        at(&events, |e| matches!(e, Event::TurnFinished { .. }))
+    );
+    assert_eq!(
+        nanos(chat1, "start_time_unix_nano"),
+        at(&events, |e| matches!(e, Event::StepStarted { step: 1 }))
+    );
+    assert_eq!(
+        nanos(chat0, "end_time_unix_nano"),
+        at(
+            &events,
+            |e| matches!(e, Event::StepFinished { record } if record.step == 0)
+        )
+    );
+    assert_eq!(
+        nanos(tool, "start_time_unix_nano"),
+        at(&events, |e| matches!(e, Event::ToolCallStarted { .. }))
+    );
+    assert_eq!(
+        nanos(tool, "end_time_unix_nano"),
+        at(&events, |e| matches!(e, Event::ToolCallFinished { .. }))
+    );
+
+    // The GenAI attributes.
+    assert_eq!(
+        attr_str(turn, "gen_ai.operation.name"),
+        Some("invoke_agent")
+    );
+    assert_eq!(attr_str(turn, "gen_ai.agent.name"), Some("calculator"));
+    assert_eq!(attr_str(turn, "gen_ai.conversation.id"), Some("s1"));
+    assert_eq!(attr_str(turn, "gen_ai.provider.name"), Some("anthropic"));
+    assert_eq!(attr_str(turn, "gen_ai.request.model"), Some("claude-test"));
+    assert_eq!(attr_str(turn, "mull.turn_id"), Some(turn_id.as_str()));
+    assert_eq!(attr_int(turn, "gen_ai.usage.input_tokens"), Some(260));
+    assert_eq!(attr_int(turn, "gen_ai.usage.output_tokens"), Some(16));
+    assert_eq!(attr_str(chat0, "gen_ai.operation.name"), Some("chat"));
+    assert_eq!(attr_str(chat0, "gen_ai.provider.name"), Some("anthropic"));
+    assert_eq!(attr_str(chat0, "gen_ai.request.model"), Some("claude-test"));
+    assert_eq!(attr_str(chat0, "gen_ai.conversation.id"), Some("s1"));
+    assert_eq!(attr_int(chat0, "gen_ai.usage.input_tokens"), Some(120));
+    assert_eq!(attr_int(chat0, "gen_ai.usage.output_tokens"), Some(9));
+    assert_eq!(
+        attr_int(chat0, "gen_ai.usage.cache_creation.input_tokens"),
+        Some(100)
+    );
+    assert_eq!(
+        attr(chat1, "gen_ai.usage.cache_creation.input_tokens"),
+        None
+    );
+    assert_eq!(
+        attr(chat0, "gen_ai.response.finish_reasons"),
+        Some(&json!({"array_value": {"values": [{"string_value": "tool-calls"}]}}))
+    );
+    assert_eq!(
+        attr(chat1, "gen_ai.response.finish_reasons"),
+        Some(&json!({"array_value": {"values": [{"string_value": "stop"}]}}))
+    );
+    assert_eq!(
+        attr_str(tool, "gen_ai.operation.name"),
+        Some("execute_tool")
+    );
+    assert_eq!(attr_str(tool, "gen_ai.tool.name"), Some("add"));
+    assert_eq!(attr_str(tool, "gen_ai.tool.call.id"), Some("call_1"));
+    assert_eq!(attr_str(tool, "mull.tool.decision"), Some("allow"));
+    // Content stays out unless asked for.
+    assert_eq!(attr(tool, "gen_ai.tool.call.arguments"), None);
+    assert_eq!(attr(chat1, "gen_ai.output.messages"), None);
+    assert!(spans.iter().all(|s| s["status"].get("code").is_none()));
+}
+
+#[test]
+fn content_is_exported_when_asked_for_and_a_second_export_sends_the_same_ids() {
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("log.db");
+    runtime().block_on(run_turn(&db, "s1", false));
+    let reader = LogReader::open(&db).expect("reader");
+    let config = OtlpConfig::to(&format!("{}/v1/traces", receiver.url));
+    let content = SpanOptions {
+        capture_content: true,
+    };
+    export_log(&reader, None, &config, content).expect("export");
+    export_log(&reader, None, &config, content).expect("export again");
+    let spans = receiver.wait_for(8);
+    assert_eq!(spans.len(), 8);
+    let ids = |half: &[Value]| {
+        let mut ids: Vec<String> = half.iter().map(|s| s["span_id"].to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&spans[..4]), ids(&spans[4..]));
+    let tool = named(&spans, "execute_tool add");
+    assert_eq!(
+        attr_str(tool, "gen_ai.tool.call.arguments").map(|a| serde_json::from_str::<Value>(a).ok()),
+        Some(Some(json!({"a": 2, "b": 3})))
+    );
+    assert_eq!(
+        attr_str(tool, "gen_ai.tool.call.result").map(|a| serde_json::from_str::<Value>(a).ok()),
+        Some(Some(json!({"sum": 5})))
+    );
+    let answer = spans
+        .iter()
+        .find_map(|s| attr_str(s, "gen_ai.output.messages").filter(|m| m.contains("= 5")))
+        .expect("the answer's step carries its output message");
+    let answer: Value = serde_json::from_str(answer).expect("JSON");
+    assert_eq!(answer[0]["parts"][0]["content"], "2 + 3 = 5.");
+}
+
+#[test]
+fn the_engines_live_spans_arrive_with_the_same_names_tree_and_attributes() {
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("log.db");
+    let live = LiveExport::start(&OtlpConfig::to(&receiver.url)).expect("live export");
+    let subscriber = tracing_subscriber::registry().with(live.layer());
+    tracing::subscriber::with_default(subscriber, || {
+        runtime().block_on(run_turn(&db, "live-1", true));
+    });
+    live.shutdown().expect("the queued spans are sent");
+    let spans = receiver.wait_for(4);
+    assert_eq!(spans.len(), 4, "{spans:#?}");
+    let turn = named(&spans, "invoke_agent calculator");
+    let chats: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "chat claude-test")
+        .collect();
+    let tool = named(&spans, "execute_tool add");
+    assert_eq!(chats.len(), 2, "{spans:#?}");
+    for chat in &chats {
+        assert_eq!(chat["parent_span_id"], turn["span_id"]);
+        assert_eq!(chat["trace_id"], turn["trace_id"]);
+        assert_eq!(attr_str(chat, "gen_ai.operation.name"), Some("chat"));
+        assert_eq!(attr_str(chat, "gen_ai.provider.name"), Some("anthropic"));
+        assert_eq!(attr_str(chat, "gen_ai.request.model"), Some("claude-test"));
+        assert_eq!(attr_str(chat, "gen_ai.conversation.id"), Some("live-1"));
+        assert_eq!(chat["kind"], "SPAN_KIND_CLIENT");
+    }
+    let step0 = chats
+        .iter()
+        .find(|c| attr_int(c, "mull.step") == Some(0))
+        .unwrap_or_else(|| panic!("step 0 in {chats:#?}"));
+    assert_eq!(tool["parent_span_id"], step0["span_id"]);
+    assert_eq!(attr_int(step0, "gen_ai.usage.input_tokens"), Some(120));
+    assert_eq!(attr_int(step0, "gen_ai.usage.output_tokens"), Some(9));
+    assert_eq!(
+        attr_int(step0, "gen_ai.usage.cache_creation.input_tokens"),
+        Some(100)
+    );
+    assert_eq!(
+        attr_str(step0, "gen_ai.response.finish_reasons"),
+        Some("tool-calls")
+    );
+    assert_eq!(
+        attr_str(turn, "gen_ai.operation.name"),
+        Some("invoke_agent")
+    );
+    assert_eq!(attr_str(turn, "gen_ai.agent.name"), Some("calculator"));
+    assert_eq!(attr_str(turn, "gen_ai.conversation.id"), Some("live-1"));
+    assert_eq!(attr_str(turn, "gen_ai.provider.name"), Some("anthropic"));
+    assert_eq!(attr_str(turn, "gen_ai.request.model"), Some("claude-test"));
+    assert_eq!(attr_str(tool, "gen_ai.tool.name"), Some("add"));
+    assert_eq!(attr_str(tool, "gen_ai.tool.call.id"), Some("call_1"));
+    // The session asked for content, so the tool's arguments and result are on its span.
+    assert_eq!(
+        attr_str(tool, "gen_ai.tool.call.arguments").map(|a| serde_json::from_str::<Value>(a).ok()),
+        Some(Some(json!({"a": 2, "b": 3})))
+    );
+    assert!(attr_str(tool, "gen_ai.tool.call.result").is_some());
+    // Live spans nest in time the way the log does.
+    assert!(nanos(turn, "start_time_unix_nano") <= nanos(step0, "start_time_unix_nano"));
+    assert!(nanos(tool, "end_time_unix_nano") <= nanos(step0, "end_time_unix_nano"));
+    assert!(nanos(step0, "end_time_unix_nano") <= nanos(turn, "end_time_unix_nano"));
+}
+
+#[test]
+fn an_unreachable_collector_and_a_missing_session_are_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("log.db");
+    runtime().block_on(run_turn(&db, "s1", false));
+    let reader = LogReader::open(&db).expect("reader");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let err = export_log(&reader, None, &OtlpConfig::to(&url), SpanOptions::default())
+        .expect_err("nothing listens there");
+    assert!(matches!(err, OtelError::Send { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&format!("{url}/v1/traces")),
+        "{err}"
+    );
+
+    let err = export_log(
+        &reader,
+        Some("nope"),
+        &OtlpConfig::to(&url),
+        SpanOptions::default(),
+    )
+    .expect_err("no such session");
+    assert_eq!(err.to_string(), "the log has no session \"nope\"");
+}
+
+#[test]
+fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("log.db");
+    let live = LiveExport::start(&OtlpConfig::to(&receiver.url)).expect("live export");
+    let subscriber = tracing_subscriber::registry().with(live.layer());
+    tracing::subscriber::with_default(subscriber, || {
+        runtime().block_on(run_agent(&db, "bad-1", Calculator::failing(), false));
+    });
+    live.shutdown().expect("the queued spans are sent");
+    let live_spans = receiver.wait_for(2);
+    let reader = LogReader::open(&db).expect("reader");
+    export_log(
+        &reader,
+        Some("bad-1"),
+        &OtlpConfig::to(&receiver.url),
+        SpanOptions::default(),
+    )
+    .expect("export");
+    let all = receiver.wait_for(4);
+    let (live_spans, logged) = all.split_at(live_spans.len());
+    for spans in [live_spans, logged] {
+        let turn = named(spans, "invoke_agent calculator");
+        assert_eq!(turn["status"]["code"], "STATUS_CODE_ERROR", "{turn:#}");
+        assert!(
+            turn["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("the model broke")),
+            "{turn:#}"
+        );
+        assert_eq!(attr_str(turn, "error.type"), Some("stream"));
+    }
+    // The log also knows which model call the failure cut.
+    let chat = named(logged, "chat claude-test");
+    assert_eq!(chat["status"]["code"], "STATUS_CODE_ERROR");
+    assert_eq!(attr(chat, "gen_ai.response.finish_reasons"), None);
+}

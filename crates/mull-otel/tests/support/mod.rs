@@ -1,0 +1,115 @@
+//! What the OTLP tests share: the real receiver ([`receiver`]) and a session that runs a tool
+//! turn on a scripted model into a fresh log.
+
+pub mod receiver;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use mull_core::{LanguageModel, UIMessage};
+use mull_engine::{Agent, Session, SessionOptions, Tool, ToolError, ToolExecution, ToolOutput};
+use mull_engine::{ToolSet, TurnOptions};
+use mull_providers::scripted::ScriptedModel;
+use mull_store::Log;
+use serde_json::{json, Value};
+
+pub use receiver::{attr, attr_int, attr_str, named, nanos, Receiver};
+
+/// `add`: the sum of two integers.
+pub struct Add;
+
+#[async_trait]
+impl Tool for Add {
+    fn name(&self) -> &str {
+        "add"
+    }
+    fn description(&self) -> &str {
+        "Adds two integers a and b."
+    }
+    fn input_schema(&self) -> Arc<Value> {
+        Arc::new(json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"]
+        }))
+    }
+    async fn execute(&self, input: Value, _call: &ToolExecution) -> Result<ToolOutput, ToolError> {
+        let n = |k: &str| {
+            input[k]
+                .as_i64()
+                .ok_or_else(|| format!("`{k}` is no integer"))
+        };
+        Ok(ToolOutput::Value(json!({"sum": n("a")? + n("b")?})))
+    }
+}
+
+/// An agent whose model calls `add`, then answers; the first step reports a cache write the
+/// way Anthropic does.
+pub struct Calculator {
+    model: ScriptedModel,
+}
+
+impl Calculator {
+    pub fn new() -> Calculator {
+        let model = ScriptedModel::builder("claude-test")
+            .provider("anthropic")
+            .step(|s| {
+                s.tool_call("call_1", "add", json!({"a": 2, "b": 3}))
+                    .usage(120, 9)
+                    .provider_metadata(json!({"anthropic": {"cache_creation_input_tokens": 100}}))
+            })
+            .step(|s| s.text("2 + 3 = 5.").usage(140, 7))
+            .build();
+        Calculator { model }
+    }
+
+    /// A model whose stream breaks with an error after a few words.
+    pub fn failing() -> Calculator {
+        let model = ScriptedModel::builder("claude-test")
+            .provider("anthropic")
+            .step(|s| s.text("Let me").error("the model broke"))
+            .build();
+        Calculator { model }
+    }
+}
+
+#[async_trait]
+impl Agent for Calculator {
+    fn name(&self) -> &str {
+        "calculator"
+    }
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::new(self.model.clone())
+    }
+    fn tools(&self) -> ToolSet {
+        ToolSet::new().with(Arc::new(Add))
+    }
+    fn system_prompt(&self) -> String {
+        "You add.".into()
+    }
+}
+
+/// Runs one calculator turn of session `id` into the log at `db` (content captured when asked).
+pub async fn run_turn(db: &Path, id: &str, capture_content: bool) {
+    run_agent(db, id, Calculator::new(), capture_content).await;
+}
+
+/// Runs one turn of `agent` (whatever its outcome) as session `id` into the log at `db`.
+pub async fn run_agent(db: &Path, id: &str, agent: Calculator, capture_content: bool) {
+    let log = Log::open(db).expect("log");
+    let mut options = SessionOptions::new(id);
+    options.capture_content = capture_content;
+    let session = Session::open(&log, Arc::new(agent), options)
+        .await
+        .expect("session");
+    session
+        .save_messages(
+            vec![UIMessage::user("u_1", "What is 2 + 3?")],
+            TurnOptions::default(),
+        )
+        .await
+        .expect("turn");
+    drop(session);
+    log.close().expect("close");
+}

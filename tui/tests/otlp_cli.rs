@@ -1,0 +1,175 @@
+//! `mull … --otlp URL` against a real OTLP/HTTP receiver: the demo's spans sent live as its
+//! turns run, and the same log re-exported by `mull export --otlp` with the times in the log.
+
+#[path = "../../crates/mull-otel/tests/support/receiver.rs"]
+mod receiver;
+
+use std::process::{Command, Output};
+
+use receiver::{attr_str, nanos, Receiver};
+use serde_json::Value;
+
+fn mull(args: &[&str]) -> Output {
+    let output = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .output()
+        .expect("runs mull");
+    assert!(
+        output.status.success(),
+        "mull {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn names(spans: &[Value], prefix: &str) -> usize {
+    spans
+        .iter()
+        .filter(|s| s["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .count()
+}
+
+#[test]
+fn the_demo_sends_its_spans_live_and_export_resends_them_from_the_log_with_its_times() {
+    let Some(live) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("demo.db");
+    let db = db.to_str().expect("utf-8 path");
+    mull(&[
+        "demo",
+        "--headless",
+        "--fast",
+        "--db",
+        db,
+        "--otlp",
+        &live.url,
+    ]);
+    let sent_live = live.spans();
+    assert_eq!(names(&sent_live, "invoke_agent "), 5, "{sent_live:#?}");
+    assert!(names(&sent_live, "chat ") >= 5);
+    assert!(names(&sent_live, "execute_tool ") >= 1);
+
+    let again = Receiver::start().expect("a second receiver");
+    let out = mull(&["export", db, "--otlp", &again.url]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let exported = again.spans();
+    assert!(
+        stderr.contains(&format!(
+            "sent {} spans of 1 session to {}/v1/traces",
+            exported.len(),
+            again.url
+        )),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no JSONL when sending spans");
+    // The same spans as live, by name.
+    let mut live_names: Vec<&str> = sent_live
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    let mut log_names: Vec<&str> = exported.iter().filter_map(|s| s["name"].as_str()).collect();
+    live_names.sort();
+    log_names.sort();
+    assert_eq!(live_names, log_names);
+
+    // Each turn's span starts and ends when the log says its turn did.
+    let jsonl = String::from_utf8(mull(&["export", db]).stdout).expect("utf-8");
+    let events: Vec<Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSONL"))
+        .collect();
+    let time = |turn: &str, kind: &str| {
+        let at = events
+            .iter()
+            .find(|e| e["turn_id"] == turn && e["event"]["type"] == kind)
+            .and_then(|e| e["at"].as_str())
+            .unwrap_or_else(|| panic!("{kind} of {turn}"));
+        chrono::DateTime::parse_from_rfc3339(at)
+            .expect("RFC 3339")
+            .timestamp_nanos_opt()
+            .expect("in range")
+    };
+    let turns: Vec<&Value> = exported
+        .iter()
+        .filter(|s| attr_str(s, "gen_ai.operation.name") == Some("invoke_agent"))
+        .collect();
+    assert_eq!(turns.len(), 5);
+    for span in turns {
+        let turn = attr_str(span, "mull.turn_id").expect("the turn id");
+        assert_eq!(
+            nanos(span, "start_time_unix_nano"),
+            time(turn, "turn_started")
+        );
+        assert_eq!(
+            nanos(span, "end_time_unix_nano"),
+            time(turn, "turn_finished")
+        );
+    }
+}
+
+#[test]
+fn export_to_a_collector_that_is_not_there_says_where_it_tried() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("demo.db");
+    let db = db.to_str().expect("utf-8 path");
+    mull(&["demo", "--headless", "--fast", "--db", db]);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let out = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["export", db, "--otlp", &url])
+        .output()
+        .expect("runs mull");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("sending spans to {url}/v1/traces")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_standard_variables_choose_the_endpoint_and_the_protocol() {
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("demo.db");
+    let db = db.to_str().expect("utf-8 path");
+    // No --otlp: the endpoint variable turns live export on, the protocol variable picks JSON.
+    let out = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["demo", "--headless", "--fast", "--db", db])
+        .env_remove("RUST_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .output()
+        .expect("runs mull");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = receiver.spans();
+    assert_eq!(names(&spans, "invoke_agent "), 5, "{spans:#?}");
+    assert!(spans.iter().all(|s| s["encoding"] == "json"));
+
+    // A protocol mull does not speak is named before anything is sent.
+    let out = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["export", db, "--otlp", &receiver.url])
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .expect("runs mull");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("OTLP protocol \"grpc\" is not supported"),
+        "{stderr}"
+    );
+    assert_eq!(receiver.spans().len(), spans.len());
+}
