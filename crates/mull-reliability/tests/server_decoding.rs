@@ -101,3 +101,9 @@ fn the_router_answers_edited_bodies_arbitrary_resume_ids_and_raw_bytes_and_keeps
         })
         .expect("raw request bytes");
 }
+
+/// The cargo-fuzz target keeps one server in a static.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<HttpTarget>();
+};

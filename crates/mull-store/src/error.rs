@@ -46,7 +46,7 @@ pub enum StoreError {
     },
     /// The file's pages are damaged: `what` says where (SQLite's complaints, or the seqs that
     /// cannot be read).
-    #[error("{path}: the log is damaged: {what}. `mull check {path}` lists what it costs; `mull recover {path} NEW.db` copies every readable event into a new log")]
+    #[error("{path}: the log is damaged: {what}")]
     Damaged { path: PathBuf, what: String },
     /// A read-only open of a file that does not exist.
     #[error("{path}: no such log")]

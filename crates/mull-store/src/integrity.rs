@@ -34,8 +34,9 @@ use crate::timestamp;
 use crate::writer::{kind_of, Log, Row};
 
 /// How much of `quick_check` a writer's open may run: progress-handler calls of
-/// [`BUDGET_STEP`] steps each. About a quarter of a second of checking on this machine, which
-/// covers a log of some hundreds of thousands of events whole.
+/// [`BUDGET_STEP`] steps each. Measured: a log of 300,000 events (43 MB) takes 4,200 calls and
+/// 0.14 s to check whole, so the budget covers about 1.4 million events (200 MB) whole; a larger
+/// log is checked as far as the budget goes, and its right edge always.
 pub const OPEN_CHECK_BUDGET: u32 = 20_000;
 
 /// SQLite steps between two calls of the progress handler during the open check.
@@ -101,10 +102,15 @@ fn describe_problems(problems: &[String]) -> String {
     }
 }
 
-fn damaged(path: &Path, what: String) -> StoreError {
+/// Damage that [`check`] and [`recover`] can measure and get around: the error says so.
+pub(crate) fn damaged(path: &Path, what: String) -> StoreError {
     StoreError::Damaged {
         path: path.to_owned(),
-        what,
+        what: format!(
+            "{what}. `mull check {0}` lists what it costs; `mull recover {0} NEW.db` copies \
+             every readable event into a new log",
+            path.display()
+        ),
     }
 }
 

@@ -521,10 +521,7 @@ impl LogReader {
     /// A failed SQLite call of `what`: [`StoreError::Damaged`] when the file is damaged.
     fn sqlite_error(&self, what: &str, source: rusqlite::Error) -> StoreError {
         if integrity::is_damage(&source) {
-            StoreError::Damaged {
-                path: self.path.clone(),
-                what: format!("{what}: {source}"),
-            }
+            integrity::damaged(&self.path, format!("{what}: {source}"))
         } else {
             StoreError::Sqlite {
                 context: self.ctx(what),
@@ -538,11 +535,14 @@ impl LogReader {
     pub(crate) fn name_damage(&self, err: StoreError, last_read: u64) -> StoreError {
         match err {
             StoreError::Damaged { path, what } => {
-                let range = integrity::damage_after(&self.conn, last_read, what);
-                StoreError::Damaged {
-                    path,
-                    what: format!("{range} (read up to seq {last_read})"),
-                }
+                // The cause without the advice the first error carried: it is added once.
+                let cause = what
+                    .split(". `mull check")
+                    .next()
+                    .unwrap_or(&what)
+                    .to_owned();
+                let range = integrity::damage_after(&self.conn, last_read, cause);
+                integrity::damaged(&path, format!("{range} (read up to seq {last_read})"))
             }
             other => other,
         }

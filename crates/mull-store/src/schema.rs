@@ -107,7 +107,10 @@ fn identify(conn: &Connection, path: &Path) -> Result<Identity, StoreError> {
                 },
                 Some(rusqlite::ErrorCode::DatabaseCorrupt) => StoreError::Damaged {
                     path: path.to_owned(),
-                    what: format!("its schema cannot be read ({source})"),
+                    what: format!(
+                        "its first pages, which say what is in it, cannot be read ({source}); \
+                         no event can be found without them: restore the file from a copy"
+                    ),
                 },
                 _ => StoreError::Sqlite {
                     context: format!("{}: reading the header", path.display()),
