@@ -144,6 +144,7 @@ fn assert_damage_is_reported(rel: &str) {
         Ok(reader) => reader,
         Err(err) => {
             assert!(err.to_string().contains(&name), "{err}");
+            assert_writer_refuses(&path, &name);
             return;
         }
     };
@@ -159,11 +160,119 @@ fn assert_damage_is_reported(rel: &str) {
         "the error must say what: {text}"
     );
     assert!(read <= 1006, "{read} events from a log that held 1006");
-    // A writer refuses too, or opens; it must not panic either way.
-    match Log::open(&path) {
-        Ok(log) => drop(log),
-        Err(err) => assert!(err.to_string().contains(&name), "{err}"),
+    assert_writer_refuses(&path, &name);
+}
+
+/// A writer must refuse a damaged log before appending anything, naming the file and what is
+/// wrong, and leave the file as it was.
+fn assert_writer_refuses(path: &Path, name: &str) {
+    let before = std::fs::read(path).expect("reads");
+    let err = Log::open(path).expect_err("a writer must not open a damaged log");
+    assert!(matches!(err, StoreError::Damaged { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(name) && text.contains("the log is damaged"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read(path).expect("reads"),
+        before,
+        "the damaged file was changed"
+    );
+}
+
+#[test]
+fn reads_that_meet_damaged_pages_name_the_seqs_they_cannot_get_past() {
+    let (_dir, path) = scratch_copy("db/corrupt.db");
+    let reader = LogReader::open(&path).expect("the header is intact");
+    let (_, error) = read_all(&reader);
+    let error = error.expect("damage is met");
+    assert!(matches!(error, StoreError::Damaged { .. }), "{error}");
+    let text = error.to_string();
+    let first = &mull::store::check(&path).expect("checks").damaged[0];
+    let last = first.last.expect("the stretch ends");
+    assert!(
+        text.contains(&format!("read up to seq {}", first.first - 1))
+            && text.contains(&format!("seqs {}..={last}", first.first))
+            && text.contains("sess_corpus"),
+        "the error must name the unreadable stretch and its session: {text}"
+    );
+}
+
+#[test]
+fn check_names_every_damaged_stretch_and_what_it_costs() {
+    let (_dir, path) = scratch_copy("db/corrupt.db");
+    let report = mull::store::check(&path).expect("checks");
+    assert!(!report.is_sound());
+    assert!(!report.problems.is_empty(), "SQLite's complaints are kept");
+    assert!(!report.damaged.is_empty(), "{report:?}");
+    let lost: u64 = report
+        .damaged
+        .iter()
+        .map(|range| range.lost().expect("each stretch ends before the log does"))
+        .sum();
+    // The sample log: session_opened, user_messages_saved, turn_started, step_started, 1000
+    // chunks, turn_finished.
+    assert_eq!(report.readable + lost, 1005, "{report:?}");
+    assert_eq!(report.last_readable, 1005, "the end of the log still reads");
+    for range in &report.damaged {
+        assert!(range.sessions.contains("sess_corpus"), "{range}");
     }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fresh = dir.path().join("fresh.db");
+    let log = Log::open(&fresh).expect("opens");
+    log.append(
+        "s",
+        None,
+        FixedClock::at_fixture_epoch().now(),
+        Event::StepStarted { step: 0 },
+    )
+    .expect("appends");
+    log.close().expect("closes");
+    let report = mull::store::check(&fresh).expect("checks");
+    assert!(report.is_sound(), "{report:?}");
+    assert_eq!(report.readable, 1);
+}
+
+#[test]
+fn recover_copies_every_readable_event_into_a_log_a_writer_opens() {
+    let (dir, path) = scratch_copy("db/corrupt.db");
+    let before = std::fs::read(&path).expect("reads");
+    let checked = mull::store::check(&path).expect("checks");
+    let out = dir.path().join("recovered.db");
+    let report = mull::store::recover(&path, &out).expect("recovers");
+    assert_eq!(report.copied, checked.readable);
+    assert_eq!(report.lost, checked.damaged);
+    assert_eq!(
+        std::fs::read(&path).expect("reads"),
+        before,
+        "source untouched"
+    );
+
+    let again = mull::store::check(&out).expect("checks the copy");
+    assert!(again.is_sound(), "{again:?}");
+    assert_eq!(again.readable, checked.readable);
+    // The seqs are kept: the copy holds exactly the readable seqs of the original.
+    let reader = LogReader::open(&out).expect("reads the copy");
+    let (read, error) = read_all(&reader);
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(read, checked.readable);
+    assert_eq!(reader.max_seq().expect("max"), 1005);
+    let log = Log::open(&out).expect("a writer opens the copy");
+    let appended = log
+        .append(
+            "sess_corpus",
+            None,
+            FixedClock::at_fixture_epoch().now(),
+            Event::StepStarted { step: 9 },
+        )
+        .expect("appends");
+    assert_eq!(appended.seq, 1006);
+    log.close().expect("closes");
+
+    let err = mull::store::recover(&path, &out).expect_err("never over an existing file");
+    assert!(err.to_string().contains("recovered.db"), "{err}");
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! from arbitrary bytes. Long runs use cargo-fuzz (see RELIABILITY.md); these keep every
 //! promise checked on each `cargo test` in a few seconds.
 
+#[path = "../crates/mull-reliability/src/edits.rs"]
+mod edits;
 #[path = "../crates/mull-reliability/src/sse_server.rs"]
 mod sse_server;
 #[path = "../crates/mull-reliability/src/targets.rs"]
@@ -10,19 +12,9 @@ mod targets;
 
 use std::path::Path;
 
+use edits::{apply, edits, runner};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use targets::{SseTarget, Wire};
-
-/// A seeded runner: the same inputs on every run, nothing written to disk.
-fn runner(cases: u32) -> TestRunner {
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
-}
 
 fn corpus(rel: &str) -> Vec<u8> {
     std::fs::read(
@@ -31,57 +23,6 @@ fn corpus(rel: &str) -> Vec<u8> {
             .join(rel),
     )
     .expect("reads the corpus")
-}
-
-/// Edits of a valid input: cut it, overwrite a byte, insert bytes, or splice in another input.
-#[derive(Debug, Clone)]
-enum Edit {
-    Truncate(usize),
-    Overwrite(usize, u8),
-    Insert(usize, Vec<u8>),
-    Splice(usize, usize),
-}
-
-fn edits() -> impl Strategy<Value = Vec<Edit>> {
-    let edit = prop_oneof![
-        any::<usize>().prop_map(Edit::Truncate),
-        (any::<usize>(), any::<u8>()).prop_map(|(at, b)| Edit::Overwrite(at, b)),
-        (
-            any::<usize>(),
-            proptest::collection::vec(any::<u8>(), 1..12)
-        )
-            .prop_map(|(at, bytes)| Edit::Insert(at, bytes)),
-        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Edit::Splice(a, b)),
-    ];
-    proptest::collection::vec(edit, 1..4)
-}
-
-fn apply(base: &[u8], donor: &[u8], edits: &[Edit]) -> Vec<u8> {
-    let mut out = base.to_vec();
-    for edit in edits {
-        let len = out.len().max(1);
-        match edit {
-            Edit::Truncate(at) => out.truncate(at % len),
-            Edit::Overwrite(at, b) => {
-                if !out.is_empty() {
-                    let i = at % out.len();
-                    out[i] = *b;
-                }
-            }
-            Edit::Insert(at, bytes) => {
-                let i = at % (out.len() + 1);
-                out.splice(i..i, bytes.iter().copied());
-            }
-            Edit::Splice(at, from) => {
-                if !donor.is_empty() {
-                    let i = at % (out.len() + 1);
-                    let j = from % donor.len();
-                    out.splice(i..i, donor[j..].iter().copied());
-                }
-            }
-        }
-    }
-    out
 }
 
 /// Every corpus file of one wire format, valid and not.

@@ -48,10 +48,11 @@ enum Command {
         /// The database.
         db: PathBuf,
     },
-    /// Fold a JSONL log and print each session's conversation and a per-turn summary.
+    /// Fold JSONL logs and print each session's conversation and a per-turn summary.
     Replay {
-        /// The JSONL file.
-        file: PathBuf,
+        /// The JSONL files (each one a log of its own).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
         /// Re-execute the demo agent over the log instead, and exit 1 at the first event that
         /// differs.
         #[arg(long)]
@@ -72,12 +73,29 @@ enum Command {
         #[arg(long)]
         prices: Option<PathBuf>,
     },
+    /// Check a log fully: every damaged stretch of seqs and the sessions it costs. Exits 1
+    /// when the log is damaged.
+    Check {
+        /// The database.
+        db: PathBuf,
+    },
+    /// Copy every readable event of a damaged log into a new log, and say what was lost.
+    Recover {
+        /// The damaged database (only read).
+        db: PathBuf,
+        /// The new database (must not exist).
+        out: PathBuf,
+    },
     /// Write a large realistic log for benchmarks.
     #[command(hide = true)]
     GenBenchLog(cli::gen_bench_log::GenArgs),
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    cli::exit::run(run)
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     let live_otlp = match &cli.command {
         Command::Export { .. } => None,
@@ -94,9 +112,12 @@ fn main() -> Result<()> {
             None => cli::export::run(&db, session.as_deref()),
         },
         Command::Import { file, db } => cli::import::run(&file, &db),
-        Command::Replay { file, check: false } => cli::replay::run(&file),
-        Command::Replay { file, check: true } => {
-            if !cli::check::run(&file)? {
+        Command::Replay {
+            files,
+            check: false,
+        } => cli::replay::run(&files),
+        Command::Replay { files, check: true } => {
+            if !cli::check::run_all(&files)? {
                 std::process::exit(1);
             }
             Ok(())
@@ -109,6 +130,13 @@ fn main() -> Result<()> {
         }
         Command::Fork(args) => cli::fork::run(args),
         Command::Stats { db, prices } => cli::stats::run(&db, prices.as_deref()),
+        Command::Check { db } => {
+            if !cli::integrity::check(&db)? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Recover { db, out } => cli::integrity::recover(&db, &out),
         Command::GenBenchLog(args) => cli::gen_bench_log::run(args),
     }
 }

@@ -165,14 +165,20 @@ fn export_import_export_is_byte_identical() {
     ]);
     let second = mull(&["export", copy.to_str().expect("utf-8 path")]).stdout;
     assert_eq!(first, second);
-    let one = mull(&[
-        "export",
-        db.to_str().expect("utf-8 path"),
-        "--session",
-        "nobody",
-    ])
-    .stdout;
-    assert!(one.is_empty(), "an unknown session exports nothing");
+    let unknown = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args([
+            "export",
+            db.to_str().expect("utf-8 path"),
+            "--session",
+            "nobody",
+        ])
+        .output()
+        .expect("run mull");
+    assert!(!unknown.status.success(), "an unknown session is an error");
+    assert!(
+        unknown.stdout.is_empty(),
+        "an unknown session exports nothing"
+    );
 }
 
 #[test]

@@ -377,13 +377,7 @@ impl SessionSpans {
                 for (_, span) in std::mem::take(&mut turn.steps) {
                     span.close(env.at, &mut self.done);
                 }
-                let status_name = match status {
-                    TurnStatus::Running => "running",
-                    TurnStatus::Completed => "completed",
-                    TurnStatus::Error => "error",
-                    TurnStatus::Aborted => "aborted",
-                };
-                turn.span.set("mull.turn.status", status_name);
+                turn.span.set("mull.turn.status", status.as_str());
                 turn.span.set("mull.turn.steps", *steps);
                 usage_attributes(&mut turn.span, usage, None);
                 if *status == TurnStatus::Error && turn.span.error.is_none() {

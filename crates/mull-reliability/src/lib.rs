@@ -6,6 +6,8 @@
 //!   SIGKILL at a seeded moment, then the log is reopened and checked.
 //! - [`load`]: many sessions with concurrent turns in one process; checks no turn interleaves.
 //! - [`corpus`]: writes the damaged databases of the bad-input corpus.
+//! - [`server_targets`]: the bodies of the server's fuzz targets (chat bodies, WebSocket
+//!   frames, the resume path) against the real router.
 //! - [`sse_server`]: a local server that feeds arbitrary bytes to the real provider clients.
 //!
 //! The root `tests/reliability_*.rs` include some of these modules by path (the facade package
@@ -13,6 +15,8 @@
 
 pub mod corpus;
 pub mod crash;
+pub mod edits;
 pub mod load;
+pub mod server_targets;
 pub mod sse_server;
 pub mod targets;

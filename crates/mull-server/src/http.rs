@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -155,11 +155,19 @@ async fn record_parse_failure(state: &ServerState, body: &[u8], message: &str) {
     }
 }
 
+/// The chat id of a `/api/chat/{id}/…` path; one that does not decode (not UTF-8 once
+/// percent-decoded) is a JSON 400 like every other refusal.
+fn chat_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    path.map(|Path(id)| id)
+        .map_err(|rejection| ApiError::BadRequest(format!("chat id: {}", rejection.body_text())))
+}
+
 /// `GET /api/chat/{id}/stream`: the running turn from its first chunk, then live.
 pub(crate) async fn resume_chat(
     State(state): State<ServerState>,
-    Path(chat_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let chat_id = chat_id(path)?;
     match chat::resume(&state, &chat_id).await? {
         Some(started) => Ok(sse_response(started.stream)),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
@@ -169,8 +177,9 @@ pub(crate) async fn resume_chat(
 /// `POST /api/chat/{id}/cancel`: aborts the running turn; its partial message is kept.
 pub(crate) async fn cancel_chat(
     State(state): State<ServerState>,
-    Path(chat_id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let chat_id = chat_id(path)?;
     let cancelled = chat::cancel(&state, &chat_id).await?;
     Ok(Json(json!({"cancelled": !cancelled.is_empty(), "requestIds": cancelled})).into_response())
 }

@@ -45,6 +45,7 @@ pub use state::{
     AgentSource, ChatSession, OptionsSource, ServerState, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TTL,
     DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_OPEN_SESSIONS, DEFAULT_SOCKET_IDLE_TIMEOUT,
 };
+pub use ws::decode_client_frame;
 
 /// The router a service mounts. Requests need the state's token when one is set.
 pub fn router(state: ServerState) -> Router {

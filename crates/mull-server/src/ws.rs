@@ -129,20 +129,12 @@ async fn handle_frame(
     out: &Outbox,
     requests: &mut HashMap<String, Request>,
 ) {
-    let value: Value = match serde_json::from_str(text) {
-        Ok(value) => value,
-        Err(e) => {
-            tracing::debug!(error = %e, "websocket frame is not JSON");
-            return send_error(out, None, &format!("frame is not JSON: {e}"));
-        }
-    };
-    let request_id = value
-        .get("requestId")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let frame: ClientFrame = match decode_at_path(value) {
+    let frame = match parse_frame(text) {
         Ok(frame) => frame,
-        Err(e) => return send_error(out, request_id.as_deref(), &e.to_string()),
+        Err(refused) => {
+            tracing::debug!(error = %refused.error, "websocket frame refused");
+            return send_error(out, refused.request_id.as_deref(), &refused.error);
+        }
     };
     match frame {
         ClientFrame::Abort { request_id } => {
@@ -181,6 +173,40 @@ async fn handle_frame(
             let started = chat::resume(state, &id).await;
             spawn_request(out, requests, request_id, id, started, last_sequence);
         }
+    }
+}
+
+/// A client frame that does not decode: the error frame's text, and the request it names if
+/// it names one.
+struct Refused {
+    request_id: Option<String>,
+    error: String,
+}
+
+/// Decodes one client frame: the only way a socket's text becomes a request.
+fn parse_frame(text: &str) -> Result<ClientFrame, Refused> {
+    let value: Value = serde_json::from_str(text).map_err(|e| Refused {
+        request_id: None,
+        error: format!("frame is not JSON: {e}"),
+    })?;
+    let request_id = value
+        .get("requestId")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    decode_at_path(value).map_err(|e| Refused {
+        request_id,
+        error: e.to_string(),
+    })
+}
+
+/// Decodes a client frame as the socket does, for fuzzing and tests: the frame's type
+/// (`send`, `resume` or `abort`) and its request id, or the error frame's text.
+pub fn decode_client_frame(text: &str) -> Result<(&'static str, String), String> {
+    match parse_frame(text) {
+        Ok(ClientFrame::Send { request_id, .. }) => Ok(("send", request_id)),
+        Ok(ClientFrame::Resume { request_id, .. }) => Ok(("resume", request_id)),
+        Ok(ClientFrame::Abort { request_id }) => Ok(("abort", request_id)),
+        Err(refused) => Err(refused.error),
     }
 }
 

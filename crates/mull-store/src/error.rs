@@ -17,6 +17,12 @@ pub enum StoreError {
     /// The file exists but is not a SQLite database at all.
     #[error("{path}: not a SQLite database, so not a mull log")]
     NotADatabase { path: PathBuf },
+    /// The path is a directory: a log is one file.
+    #[error("{path}: a directory, not a log file (a log is one file, such as {path}/mull.db)")]
+    IsADirectory { path: PathBuf },
+    /// The file is a JSONL export, given where a database is expected.
+    #[error("{path}: a JSONL export, not a database; `mull import {path} NEW.db` loads it into one (`mull replay {path}` reads it as it is)")]
+    JsonlNotDatabase { path: PathBuf },
     /// The file is a SQLite database that some other program made.
     #[error("{path}: a SQLite database but not a mull log (application_id {application_id:#x}, {tables} table(s))")]
     NotAMullLog {
@@ -38,6 +44,10 @@ pub enum StoreError {
         found: i64,
         supported: i64,
     },
+    /// The file's pages are damaged: `what` says where (SQLite's complaints, or the seqs that
+    /// cannot be read).
+    #[error("{path}: the log is damaged: {what}")]
+    Damaged { path: PathBuf, what: String },
     /// A read-only open of a file that does not exist.
     #[error("{path}: no such log")]
     Missing { path: PathBuf },

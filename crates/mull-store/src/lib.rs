@@ -72,6 +72,12 @@
 //! turn's `turn_finished` — by walking those stretches of the table
 //! ([`LogReader::session_page`]).
 //!
+//! # Damage
+//! A writer refuses a log whose pages are damaged ([`StoreError::Damaged`]), after a bounded
+//! check at open; reads that meet damage name the seqs they cannot get past. [`check`] reports
+//! every unreadable stretch of seqs and the sessions it costs; [`recover`] copies every readable
+//! event into a new log. See [`integrity`].
+//!
 //! # JSONL
 //! [`export_jsonl`] and [`import_jsonl`] move logs in and out as one envelope per line,
 //! byte-for-byte round-trippable; see [`jsonl`]. An import streams its file into one
@@ -83,6 +89,7 @@ pub mod decode;
 pub mod diff;
 pub mod error;
 pub mod fork;
+pub mod integrity;
 pub mod jsonl;
 pub mod ledger;
 mod open_turns;
@@ -100,6 +107,7 @@ pub mod writer;
 pub use backend::{EventLog, LogFuture};
 pub use error::StoreError;
 pub use fork::{ForkError, ForkPoint, ResolvedFork, TurnRef};
+pub use integrity::{check, recover, DamagedRange, IntegrityReport, RecoverReport};
 pub use jsonl::{export_jsonl, import_jsonl};
 pub use ledger::{Amount, CostLedger, CostTotals};
 pub use overview::{SessionOverview, SessionOverviews, StatusMix};

@@ -13,6 +13,7 @@ use rusqlite::{params, Connection, OptionalExtension, Params};
 use serde::Serialize;
 
 use crate::error::StoreError;
+use crate::integrity;
 use crate::overview::{SessionOverviews, OVERVIEW_KINDS};
 use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
 use crate::schema::{self, LIFECYCLE_PREDICATE};
@@ -97,19 +98,21 @@ impl LogReader {
 
     /// Events with `from_seq <= seq <= to_seq`, in order.
     pub fn range(&self, from_seq: u64, to_seq: u64) -> Result<Vec<Envelope>, StoreError> {
-        self.collect(
+        self.collect_after(
             &format!("SELECT {COLUMNS} FROM events WHERE seq >= ?1 AND seq <= ?2 ORDER BY seq"),
             params![from_seq, to_seq],
             "reading a range",
+            from_seq.saturating_sub(1),
         )
     }
 
     /// At most `limit` events after `after_seq`, in order: the way to walk the whole log.
     pub fn page(&self, after_seq: u64, limit: usize) -> Result<Vec<Envelope>, StoreError> {
-        self.collect(
+        self.collect_after(
             &format!("SELECT {COLUMNS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
             params![after_seq, limit as i64],
             "reading a page",
+            after_seq,
         )
     }
 
@@ -393,10 +396,7 @@ impl LogReader {
         what: &str,
         mut f: impl FnMut(&rusqlite::Row<'_>) -> Result<(), RowError>,
     ) -> Result<usize, StoreError> {
-        let sqlite = |source| StoreError::Sqlite {
-            context: self.ctx(what),
-            source,
-        };
+        let sqlite = |source| self.sqlite_error(what, source);
         // One snapshot for the boundaries and the rows between them: a commit landing between
         // two of the queries could otherwise add rows on one side of a boundary only.
         let snapshot = self.conn.unchecked_transaction().map_err(sqlite)?;
@@ -525,8 +525,10 @@ impl LogReader {
         mut f: impl FnMut(RawRow<'_>) -> Result<(), StoreError>,
     ) -> Result<usize, StoreError> {
         let what = "exporting";
+        let mut last = after_seq;
         let mut raw = |row: &rusqlite::Row<'_>| -> Result<(), RowError> {
             let seq = row.get(0)?;
+            last = seq;
             let raw = RawRow {
                 seq,
                 session_id: text(row, 1)?,
@@ -537,14 +539,61 @@ impl LogReader {
             };
             f(raw).map_err(RowError::Store)
         };
-        match session_id {
-            Some(session_id) => self.visit_session(session_id, after_seq, limit, what, raw),
+        let result = match session_id {
+            Some(session_id) => self.visit_session(session_id, after_seq, limit, what, &mut raw),
             None => self.visit(
                 &format!("SELECT {COLUMNS} FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2"),
                 params![after_seq, limit as i64],
                 what,
                 &mut raw,
             ),
+        };
+        result.map_err(|err| self.name_damage(err, last))
+    }
+
+    /// Like `collect` for reads in seq order from `after`: damage met is named by the stretch
+    /// of seqs that cannot be read.
+    fn collect_after<P: Params>(
+        &self,
+        sql: &str,
+        params: P,
+        what: &str,
+        after: u64,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let mut out = Vec::new();
+        match self.scan(sql, params, what, |env| out.push(env)) {
+            Ok(()) => Ok(out),
+            Err(err) => Err(self.name_damage(err, out.last().map_or(after, |e| e.seq))),
+        }
+    }
+
+    /// A failed SQLite call of `what`: [`StoreError::Damaged`] when the file is damaged.
+    fn sqlite_error(&self, what: &str, source: rusqlite::Error) -> StoreError {
+        if integrity::is_damage(&source) {
+            integrity::damaged(&self.path, format!("{what}: {source}"))
+        } else {
+            StoreError::Sqlite {
+                context: self.ctx(what),
+                source,
+            }
+        }
+    }
+
+    /// A read that broke on a damaged page after `last_read`: the error names the seqs it
+    /// cannot get past, found by seeking beyond them.
+    pub(crate) fn name_damage(&self, err: StoreError, last_read: u64) -> StoreError {
+        match err {
+            StoreError::Damaged { path, what } => {
+                // The cause without the advice the first error carried: it is added once.
+                let cause = what
+                    .split(". `mull check")
+                    .next()
+                    .unwrap_or(&what)
+                    .to_owned();
+                let range = integrity::damage_after(&self.conn, last_read, cause);
+                integrity::damaged(&path, format!("{range} (read up to seq {last_read})"))
+            }
+            other => other,
         }
     }
 
@@ -584,10 +633,7 @@ impl LogReader {
     ) -> Result<usize, StoreError> {
         // The error context is only formatted when a row fails: this loop runs once per event.
         let fail = |err: RowError| match err {
-            RowError::Sqlite(source) => StoreError::Sqlite {
-                context: self.ctx(what),
-                source,
-            },
+            RowError::Sqlite(source) => self.sqlite_error(what, source),
             RowError::Store(err) => err,
         };
         let mut stmt = self

@@ -97,8 +97,20 @@ fn identify(conn: &Connection, path: &Path) -> Result<Identity, StoreError> {
     let read = |sql: &str| -> Result<i64, StoreError> {
         conn.query_row(sql, [], |row| row.get(0)).map_err(|source| {
             match source.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::NotADatabase) if looks_like_jsonl(path) => {
+                    StoreError::JsonlNotDatabase {
+                        path: path.to_owned(),
+                    }
+                }
                 Some(rusqlite::ErrorCode::NotADatabase) => StoreError::NotADatabase {
                     path: path.to_owned(),
+                },
+                Some(rusqlite::ErrorCode::DatabaseCorrupt) => StoreError::Damaged {
+                    path: path.to_owned(),
+                    what: format!(
+                        "its first pages, which say what is in it, cannot be read ({source}); \
+                         no event can be found without them: restore the file from a copy"
+                    ),
                 },
                 _ => StoreError::Sqlite {
                     context: format!("{}: reading the header", path.display()),
@@ -112,6 +124,24 @@ fn identify(conn: &Connection, path: &Path) -> Result<Identity, StoreError> {
         user_version: read("PRAGMA user_version")?,
         tables: read("SELECT count(*) FROM sqlite_master")?,
     })
+}
+
+/// Whether a file that is not SQLite starts like a JSONL export (a JSON object).
+fn looks_like_jsonl(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut head));
+    read.is_ok_and(|n| head[..n].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'))
+}
+
+/// Refuses a directory before SQLite tries to open it (it would say only "disk I/O error").
+fn refuse_directory(path: &Path) -> Result<(), StoreError> {
+    if path.is_dir() {
+        return Err(StoreError::IsADirectory {
+            path: path.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses files that are not mull logs, and schemas newer than this build.
@@ -134,9 +164,11 @@ fn check_identity(id: &Identity, path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Opens (creating if needed) the writer's connection: checks the file is a mull log, sets WAL
-/// and `synchronous=NORMAL`, and runs pending migrations.
+/// Opens (creating if needed) the writer's connection: checks the file is a mull log and is not
+/// damaged (see [`crate::integrity`]), sets WAL and `synchronous=NORMAL`, and runs pending
+/// migrations.
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+    refuse_directory(path)?;
     let ctx = |what: &str| format!("{}: {what}", path.display());
     let mut conn = Connection::open(path).map_err(StoreError::sqlite(ctx("opening")))?;
     // busy_timeout first: every later pragma may need a lock.
@@ -144,6 +176,10 @@ pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
         .map_err(StoreError::sqlite(ctx("setting busy_timeout")))?;
     let id = identify(&conn, path)?;
     check_identity(&id, path)?;
+    if id.tables > 0 {
+        // Before anything is appended or migrated: a damaged log is refused as it is.
+        crate::integrity::check_at_open(&mut conn, path)?;
+    }
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
         .map_err(StoreError::sqlite(ctx("enabling WAL")))?;
@@ -202,6 +238,7 @@ pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
             path: path.to_owned(),
         });
     }
+    refuse_directory(path)?;
     let ctx = |what: &str| format!("{}: {what}", path.display());
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_NO_MUTEX

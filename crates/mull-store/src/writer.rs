@@ -258,37 +258,24 @@ impl Log {
     /// schema, and starts the writer thread.
     pub fn open_with(path: impl AsRef<Path>, options: LogOptions) -> Result<Log, StoreError> {
         let path = path.as_ref().to_owned();
+        if path.is_dir() {
+            return Err(StoreError::IsADirectory { path });
+        }
         let lock_path = lock_path(&path);
-        let lock_file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|source| StoreError::Io {
-                path: lock_path.clone(),
-                source,
-            })?;
-        // A reader probes the lock with a shared lock it lets go at once (to tell whether a
-        // writer is alive), so a refusal is retried for a moment before it counts.
-        let mut tries = 0;
-        loop {
-            match lock_file.try_lock() {
-                Ok(()) => break,
-                Err(TryLockError::WouldBlock) if tries < LOCK_TRIES => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(TryLockError::WouldBlock) => {
-                    return Err(StoreError::Locked { path: lock_path })
-                }
-                Err(TryLockError::Error(source)) => {
-                    return Err(StoreError::Io {
-                        path: lock_path,
-                        source,
-                    })
-                }
+        let lock_file = take_lock(&lock_path)?;
+        match Self::start(path, options, lock_file) {
+            Ok(log) => Ok(log),
+            Err(err) => {
+                // Held by this open, so no other writer relies on it: a refused open leaves no
+                // sidecar behind.
+                let _ = std::fs::remove_file(&lock_path);
+                Err(err)
             }
         }
+    }
+
+    /// The rest of [`Log::open_with`], with the single-writer lock held.
+    fn start(path: PathBuf, options: LogOptions, lock_file: File) -> Result<Log, StoreError> {
         let mut conn = schema::open_writer(&path)?;
         let last: i64 = conn
             .query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))
@@ -605,6 +592,61 @@ impl Import<'_> {
     }
 }
 
+/// Creates and locks the sidecar lock file. A writer removes it when it closes (while still
+/// holding it), so a lock taken on a file that was removed meanwhile is taken again on the
+/// file now at the path.
+fn take_lock(lock_path: &Path) -> Result<File, StoreError> {
+    let io = |source| StoreError::Io {
+        path: lock_path.to_owned(),
+        source,
+    };
+    loop {
+        let lock_file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_path)
+            .map_err(io)?;
+        // A reader probes the lock with a shared lock it lets go at once (to tell whether a
+        // writer is alive), so a refusal is retried for a moment before it counts.
+        let mut tries = 0;
+        loop {
+            match lock_file.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if tries < LOCK_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(StoreError::Locked {
+                        path: lock_path.to_owned(),
+                    })
+                }
+                Err(TryLockError::Error(source)) => return Err(io(source)),
+            }
+        }
+        if still_at_path(&lock_file, lock_path) {
+            return Ok(lock_file);
+        }
+    }
+}
+
+/// Whether `file` is the file at `path` now (not one removed since it was opened).
+#[cfg(unix)]
+fn still_at_path(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(now)) => open.dev() == now.dev() && open.ino() == now.ino(),
+        _ => false,
+    }
+}
+
+/// Elsewhere a file that is open cannot be removed, so it is still at its path.
+#[cfg(not(unix))]
+fn still_at_path(_file: &File, _path: &Path) -> bool {
+    true
+}
+
 /// The sidecar file whose lock marks the one writer of `db`.
 pub fn lock_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
@@ -628,6 +670,10 @@ impl Drop for Inner {
         if let Err(err) = self.shared.failure.check() {
             tracing::error!(path = %self.path.display(), error = %err, "event log closed after a failed commit");
         }
+        // The write connection closes last, so SQLite copies the WAL back and removes it (a
+        // read-only connection closing last cannot), and the lock file goes while still held.
+        drop(lock(&self.reader).take());
+        let _ = std::fs::remove_file(lock_path(&self.path));
     }
 }
 

@@ -4,22 +4,24 @@
 //! At a terminal, Ctrl-C cancels the running turn (it ends `aborted`, its partial answer kept)
 //! and a second Ctrl-C — or one at the prompt — exits; Ctrl-D or `/quit` exits too. When
 //! standard input is not a terminal, each input line is one user turn and only the answers go
-//! to standard output (tool activity and errors go to standard error), so scripts can drive it.
+//! to standard output (reasoning, tool activity and errors go to standard error), so scripts can
+//! drive it; a turn that fails then stops the chat with a non-zero exit, naming the input line.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use futures::StreamExt;
-use mull::core::{IdSource, RandomIds, StreamPart, UIMessage};
+use mull::core::{IdSource, RandomIds, UIMessage};
 use mull::engine::{Agent, OutcomeStatus, Session, TurnOptions};
 use mull_store::Log;
 use tokio::sync::mpsc;
 
-use super::agent::choose_agent;
+use super::agent::{choose_agent, SCRIPTED_DEMO};
+use super::chat_view::TurnView;
 
 /// Arguments of `mull chat`.
 #[derive(Debug, Args)]
@@ -83,6 +85,7 @@ async fn chat(log: &Log, agent: Arc<dyn Agent>, args: &ChatArgs) -> Result<()> {
     }
     let mut signals = listen(interactive);
     let mut typed_ahead = VecDeque::new();
+    let mut line_number = 0u64;
     loop {
         if interactive {
             eprint!("> ");
@@ -94,6 +97,7 @@ async fn chat(log: &Log, agent: Arc<dyn Agent>, args: &ChatArgs) -> Result<()> {
                 Some(Signal::End | Signal::Interrupt) | None => break,
             },
         };
+        line_number += 1;
         let text = line.trim();
         if text.is_empty() {
             continue;
@@ -109,7 +113,8 @@ async fn chat(log: &Log, agent: Arc<dyn Agent>, args: &ChatArgs) -> Result<()> {
             &mut typed_ahead,
             interactive,
         )
-        .await?
+        .await
+        .map_err(|err| explain_failure(err, args, line_number, text))?
         {
             break;
         }
@@ -156,12 +161,15 @@ async fn turn(
     let mut stream = session.chat(vec![message], TurnOptions::default())?;
     let request_id = stream.request_id.clone();
     let mut cancelled = false;
-    let mut wrote_text = false;
-    let mut out = std::io::stdout();
+    let mut view = TurnView::new(
+        std::io::stdout(),
+        std::io::stderr(),
+        std::io::stderr().is_terminal(),
+    );
     loop {
         tokio::select! {
             part = stream.next() => match part {
-                Some(part) => show(&part, &mut out, &mut wrote_text, interactive)?,
+                Some(part) => view.part(&part)?,
                 None => break,
             },
             signal = signals.recv(), if interactive => match signal {
@@ -177,49 +185,50 @@ async fn turn(
         }
     }
     let outcome = stream.finish().await?;
-    writeln!(out)?;
+    view.finish()?;
     match outcome.status {
         OutcomeStatus::Aborted => eprintln!("[cancelled: the partial answer is kept]"),
-        OutcomeStatus::Error => eprintln!(
-            "[error: {}]",
-            outcome
+        OutcomeStatus::Error => {
+            let message = outcome
                 .error
                 .map(|e| e.message)
-                .unwrap_or_else(|| "the turn failed".to_owned())
-        ),
+                .unwrap_or_else(|| "the turn failed".to_owned());
+            if !interactive {
+                // A script must not take a failed turn for an answer.
+                return Err(TurnFailed(message).into());
+            }
+            eprintln!("[error: {message}]");
+        }
         OutcomeStatus::Completed | OutcomeStatus::Skipped => {}
     }
-    out.flush()?;
     Ok(true)
 }
 
-/// Prints a part: text to standard output as it arrives, tool activity to standard error.
-fn show(
-    part: &StreamPart,
-    out: &mut impl Write,
-    wrote_text: &mut bool,
-    interactive: bool,
-) -> Result<()> {
-    match part {
-        // A later text block (after a tool call, say) starts on a line of its own.
-        StreamPart::TextStart { .. } if *wrote_text => writeln!(out)?,
-        StreamPart::TextStart { .. } => *wrote_text = true,
-        StreamPart::TextDelta { text, .. } => {
-            write!(out, "{text}")?;
-            out.flush()?;
-        }
-        StreamPart::ToolCall {
-            tool_name, input, ..
-        } => eprintln!("\n[tool {tool_name} {input}]"),
-        StreamPart::ToolResult {
-            output,
-            preliminary: false,
-            ..
-        } => eprintln!("[→ {output}]"),
-        StreamPart::ToolError { error, .. } => eprintln!("[tool error: {error}]"),
-        StreamPart::ReasoningDelta { text, .. } if interactive => eprint!("{text}"),
-        StreamPart::Error { message } => eprintln!("\n[model error: {message}]"),
-        _ => {}
+/// Names the input line whose turn failed, and when the demo's scripted model ran past its
+/// script, says so.
+fn explain_failure(err: anyhow::Error, args: &ChatArgs, line: u64, text: &str) -> anyhow::Error {
+    let Some(TurnFailed(message)) = err.downcast_ref::<TurnFailed>() else {
+        return err;
+    };
+    let mut explained = format!("input line {line} ({text:?}): the turn failed: {message}");
+    if args.model.as_deref() == Some(SCRIPTED_DEMO) {
+        explained.push_str(&format!(
+            "\nthe {SCRIPTED_DEMO} model answers only the demo's own questions, in order, and \
+             this input went past its script; chat with a real model with --model SPEC or \
+             MULL_MODEL"
+        ));
     }
-    Ok(())
+    anyhow::anyhow!(explained)
 }
+
+/// A turn of a scripted (piped) chat failed: the chat stops and exits non-zero.
+#[derive(Debug)]
+pub struct TurnFailed(pub String);
+
+impl std::fmt::Display for TurnFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the turn failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for TurnFailed {}

@@ -6,13 +6,25 @@
 
 use std::fs::File;
 use std::io::BufReader;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mull::engine::replay::{reexecute, Recording, ReplayOptions};
 use mull::providers::replay::ReplayModel;
 use mull_store::{import_jsonl, Log, LogReader};
+
+/// Replays every file; returns whether every one was identical.
+pub fn run_all(files: &[PathBuf]) -> Result<bool> {
+    for file in files {
+        crate::cli::import::refuse_database(file)?;
+    }
+    let mut identical = true;
+    for file in files {
+        identical &= run(file)?;
+    }
+    Ok(identical)
+}
 
 /// Replays every session of `file`; prints the verdict and returns whether all were identical.
 pub fn run(file: &Path) -> Result<bool> {

@@ -1,7 +1,7 @@
 //! `mull import FILE DB`: append a JSONL log to a database.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -18,12 +18,39 @@ pub fn run(file: &Path, db: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Imports `file` into `db`; returns the number of events.
+/// Imports `file` into `db`; returns the number of events. A failed import into a database it
+/// created leaves no file behind (the log's own import already keeps an existing one as it was).
 pub fn import_into(file: &Path, db: &Path) -> Result<u64> {
+    refuse_database(file)?;
     let input = File::open(file).with_context(|| format!("opening {}", file.display()))?;
-    let log = Log::open(db).with_context(|| format!("opening {}", db.display()))?;
-    let count = import_jsonl(BufReader::new(input), &file.display().to_string(), &log)?;
-    log.close()
-        .with_context(|| format!("committing the import into {}", db.display()))?;
-    Ok(count)
+    let created = !db.exists();
+    let imported = (|| {
+        let log = Log::open(db).with_context(|| format!("opening {}", db.display()))?;
+        let count = import_jsonl(BufReader::new(input), &file.display().to_string(), &log)?;
+        log.close()
+            .with_context(|| format!("committing the import into {}", db.display()))?;
+        Ok(count)
+    })();
+    if imported.is_err() && created {
+        mull_store::integrity::remove_log_files(db);
+    }
+    imported
+}
+
+/// The first bytes of every SQLite database file.
+const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+
+/// Refuses a database given where a JSONL file is expected, pointing to `mull export`.
+pub fn refuse_database(file: &Path) -> Result<()> {
+    let mut head = [0u8; 16];
+    let read = File::open(file).and_then(|mut f| f.read(&mut head));
+    if read.is_ok_and(|n| head[..n] == *SQLITE_MAGIC) {
+        anyhow::bail!(
+            "{0}: a database, not a JSONL file; `mull export {0} > {1}` writes its JSONL \
+             (`mull dash {0}` and `mull stats {0}` read it as it is)",
+            file.display(),
+            file.with_extension("jsonl").display()
+        );
+    }
+    Ok(())
 }

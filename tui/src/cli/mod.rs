@@ -2,14 +2,17 @@
 
 pub mod agent;
 pub mod chat;
+pub mod chat_view;
 pub mod check;
 pub mod dash;
 pub mod demo;
 pub mod diff;
+pub mod exit;
 pub mod export;
 pub mod fork;
 pub mod gen_bench_log;
 pub mod import;
+pub mod integrity;
 pub mod otlp_export;
 pub mod replay;
 pub mod serve;

@@ -1,7 +1,7 @@
 //! `mull replay FILE`: fold a JSONL log and print what it amounts to.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use mull_core::{Role, UIPart};
@@ -10,8 +10,26 @@ use mull_store::LogReader;
 
 use crate::cli::import::import_into;
 
+/// Replays each file in turn, under a heading of its name when there are several.
+pub fn run(files: &[PathBuf]) -> Result<()> {
+    for file in files {
+        // Refused before anything is printed: a database given for JSONL names the way out.
+        crate::cli::import::refuse_database(file)?;
+    }
+    for (i, file) in files.iter().enumerate() {
+        if files.len() > 1 {
+            if i > 0 {
+                println!();
+            }
+            println!("== {}", file.display());
+        }
+        run_one(file)?;
+    }
+    Ok(())
+}
+
 /// Imports `file` into a temporary database and prints every session.
-pub fn run(file: &Path) -> Result<()> {
+fn run_one(file: &Path) -> Result<()> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let db = dir.path().join("replay.db");
     import_into(file, &db)?;
