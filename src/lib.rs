@@ -2,7 +2,8 @@
 //!
 //! This facade re-exports the crates of the workspace so applications depend on one crate:
 //! [`core`] (the vocabulary), [`store`] (the log), [`engine`] (the turn loop and hooks) and
-//! [`providers`] (models), plus [`demo`], a scripted agent that shows a few turns.
+//! [`providers`] (models), plus [`demo`], a scripted agent that shows a few turns, [`policy`],
+//! stricter tool policies over any agent, and [`replay`], re-execution and backtests over the log.
 
 pub use mull_core as core;
 pub use mull_engine as engine;
@@ -11,3 +12,4 @@ pub use mull_store as store;
 
 pub mod demo;
 pub mod policy;
+pub mod replay;

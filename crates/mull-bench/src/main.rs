@@ -5,6 +5,7 @@
 
 mod log;
 mod report;
+mod timetravel;
 mod turns;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Bench {
     /// One measured run of one turn shape, run as a child process.
     #[command(hide = true)]
     TurnsCell(turns::CellArgs),
+    /// Time travel: backtest sessions/s over recorded demo sessions, and forking a long session.
+    Timetravel(timetravel::TimeTravelArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,5 +40,6 @@ fn main() -> anyhow::Result<()> {
         Bench::LogTailChild(args) => log::tail_child(&args),
         Bench::Turns(args) => turns::run(&args),
         Bench::TurnsCell(args) => turns::cell(&args),
+        Bench::Timetravel(args) => timetravel::run(&args),
     }
 }
