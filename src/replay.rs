@@ -1,4 +1,4 @@
-//! Re-execution over the log: everything in [`mull_engine::replay`], plus [`backtest`] with the
+//! Re-execution over the log: everything in [`mull_engine::replay`], plus [`backtest()`] with the
 //! model served by the providers' `ReplayModel` and a scratch log of its own.
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ pub use mull_engine::replay::*;
 /// no model is called and no tool runs — and every tool decision that would change is
 /// reported, with where each recording stops being usable. `log` is only read; the
 /// re-executions go to a scratch log that is deleted afterwards. See
-/// [`mull_engine::replay::backtest`].
+/// [`mull_engine::replay::backtest()`].
 pub async fn backtest(
     log: &LogReader,
     sessions: &[String],
@@ -24,7 +24,7 @@ pub async fn backtest(
     backtest_with(log, sessions, agent, BacktestOptions::default()).await
 }
 
-/// [`backtest`] with extensions (the new hook code may be one) and a concurrency.
+/// [`backtest()`] with extensions (the new hook code may be one) and a concurrency.
 pub async fn backtest_with(
     log: &LogReader,
     sessions: &[String],

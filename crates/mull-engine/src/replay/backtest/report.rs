@@ -249,14 +249,14 @@ impl BacktestReport {
     pub fn table(&self) -> String {
         let s = &self.summary;
         let mut out = format!(
-            "backtest: {} sessions ({} re-executed, {} skipped) · {} decisions changed in {} sessions · {} recordings unusable from a change · {} sessions end differently · {} unchanged\n",
-            s.sessions,
+            "backtest: {} ({} re-executed, {} skipped) · {} changed in {} · {} unusable from a change · {} ending differently · {} unchanged\n",
+            count(s.sessions, "session"),
             s.sessions - s.skipped,
             s.skipped,
-            s.decisions_changed,
-            s.sessions_with_changes,
-            s.sessions_unusable,
-            s.sessions_ending_differently,
+            count(s.decisions_changed, "decision"),
+            count(s.sessions_with_changes, "session"),
+            count(s.sessions_unusable, "recording"),
+            count(s.sessions_ending_differently, "session"),
             s.same,
         );
         let changes: Vec<&DecisionChange> = self.changes().collect();
@@ -348,6 +348,15 @@ impl BacktestReport {
             }
         }
         out
+    }
+}
+
+/// `1 session`, `2 sessions`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
