@@ -198,10 +198,9 @@ async fn continue_live(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_policy_extension_that_cannot_start_is_named_and_nothing_is_written() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("demo.db");
+    /// A log holding the deterministic demo session `demo`.
+    fn demo_log(dir: &Path) -> PathBuf {
+        let db = dir.join("demo.db");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -216,7 +215,48 @@ mod tests {
             mull::demo::run(&log, options).await.unwrap();
             log.close().unwrap();
         });
-        drop(runtime);
+        db
+    }
+
+    #[test]
+    fn continuing_live_forks_before_the_turn_where_the_recording_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = demo_log(dir.path());
+        let args = BacktestArgs {
+            db: db.clone(),
+            policy: "guides-only".to_owned(),
+            sessions: vec!["demo".to_owned()],
+            json: true,
+            continue_with: Some(SCRIPTED_DEMO.to_owned()),
+        };
+        assert!(run(args).unwrap(), "a decision changes");
+        let reader = LogReader::open(&db).unwrap();
+        assert_eq!(reader.lineage("demo-backtest").unwrap(), vec!["demo"]);
+        // The fork ran turn 2 again live: the forecast is blocked this time.
+        let own = reader.session_events("demo-backtest", 0).unwrap();
+        let decided: Vec<(String, String)> = own
+            .iter()
+            .filter_map(|e| match &e.event {
+                mull::core::Event::ToolDecided { tool, action, .. } => {
+                    Some((tool.clone(), action.as_str().to_owned()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            decided,
+            [
+                ("weather".to_owned(), "block".to_owned()),
+                ("search_guides".to_owned(), "allow".to_owned())
+            ]
+        );
+        assert_eq!(reader.load_session("demo-backtest").unwrap().turns.len(), 2);
+    }
+
+    #[test]
+    fn a_policy_extension_that_cannot_start_is_named_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = demo_log(dir.path());
         let before = std::fs::read(&db).unwrap();
         let manifest = dir.path().join("strict.toml");
         std::fs::write(
