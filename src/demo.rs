@@ -495,3 +495,27 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         events,
     })
 }
+
+/// The built-in policies (by name; `None` for the demo agent's own) a log of many demo
+/// sessions is recorded under, in turn: half plain, a quarter under `no-weather`, a quarter
+/// under `guides-only`, so a backtest over it meets calls recorded as run and as blocked.
+pub const RECORDED_MIX: [Option<&str>; 4] = [None, None, Some("no-weather"), Some("guides-only")];
+
+/// Records `count` deterministic demo sessions, `demo-00001` …, into `log`, session `i` under
+/// the policy `RECORDED_MIX[(i - 1) % 4]`. Returns how many events they hold.
+pub async fn record_sessions(log: &Log, count: usize) -> Result<u64, DemoError> {
+    let mut events = 0;
+    for i in 1..=count {
+        let policy = RECORDED_MIX[(i - 1) % RECORDED_MIX.len()].and_then(ToolPolicy::builtin);
+        let options = DemoOptions {
+            deterministic: true,
+            session_id: format!("demo-{i:05}"),
+            policy,
+            ..DemoOptions::default()
+        };
+        let before = log.last_seq();
+        let report = run(log, options).await?;
+        events += report.events.saturating_sub(before);
+    }
+    Ok(events)
+}

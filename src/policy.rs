@@ -67,12 +67,24 @@ impl ToolPolicy {
 pub struct Guarded {
     inner: Arc<dyn Agent>,
     policy: ToolPolicy,
+    model: Option<Arc<dyn LanguageModel>>,
 }
 
 impl Guarded {
     /// `inner`, with `policy` asked about every call `inner` lets run.
     pub fn new(inner: Arc<dyn Agent>, policy: ToolPolicy) -> Guarded {
-        Guarded { inner, policy }
+        Guarded {
+            inner,
+            policy,
+            model: None,
+        }
+    }
+
+    /// The same, answered by `model` instead of the inner agent's model: how a backtest goes
+    /// on live, past the point where its recording stops being usable, with another model.
+    pub fn with_model(mut self, model: Arc<dyn LanguageModel>) -> Guarded {
+        self.model = Some(model);
+        self
     }
 
     /// The policy.
@@ -87,7 +99,7 @@ impl Agent for Guarded {
         self.inner.name()
     }
     fn model(&self) -> Arc<dyn LanguageModel> {
-        self.inner.model()
+        self.model.clone().unwrap_or_else(|| self.inner.model())
     }
     fn tools(&self) -> ToolSet {
         self.inner.tools()

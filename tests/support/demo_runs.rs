@@ -32,6 +32,17 @@ impl DemoRuns {
         DemoRuns { _dir: dir, path }
     }
 
+    /// A generated log: `count` demo sessions recorded under the policies of
+    /// [`demo::RECORDED_MIX`], in turn (see [`demo::record_sessions`]).
+    pub async fn generated(count: usize) -> DemoRuns {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("demo.db");
+        let log = Log::open(&path).unwrap();
+        demo::record_sessions(&log, count).await.unwrap();
+        log.close().unwrap();
+        DemoRuns { _dir: dir, path }
+    }
+
     /// A reader on the log.
     pub fn reader(&self) -> mull::store::LogReader {
         mull::store::LogReader::open(&self.path).unwrap()

@@ -64,6 +64,10 @@ enum Command {
     /// Fork a session at a turn, a seq or a chunk into a new session that goes on with the
     /// demo agent (optionally under a stricter policy); the original is never changed.
     Fork(cli::fork::ForkArgs),
+    /// Re-run recorded demo sessions against a stricter policy (built-in or an extension
+    /// manifest) with the model's output and tools' results served from the log; report every
+    /// tool decision that would change. Exits 1 when one would.
+    Backtest(cli::backtest::BacktestArgs),
     /// Counts of a log: sessions, turns, events by kind, tokens, and cost.
     Stats {
         /// The database.
@@ -129,6 +133,12 @@ fn run() -> Result<()> {
             Ok(())
         }
         Command::Fork(args) => cli::fork::run(args),
+        Command::Backtest(args) => {
+            if cli::backtest::run(args)? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Stats { db, prices } => cli::stats::run(&db, prices.as_deref()),
         Command::Check { db } => {
             if !cli::integrity::check(&db)? {

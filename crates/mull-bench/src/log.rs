@@ -47,7 +47,7 @@ pub struct TailChildArgs {
     events: usize,
 }
 
-const SESSION: &str = "sess_bench";
+pub(crate) const SESSION: &str = "sess_bench";
 
 /// A small deterministic generator, so every run appends the same rows.
 struct Lcg(u64);
@@ -221,7 +221,7 @@ fn append_throughput(dir: &Path, n: usize) -> anyhow::Result<Vec<Measurement>> {
 }
 
 /// Writes `n` events shaped like real turns: lifecycle events around long text streams.
-fn write_turns(log: &Log, n: usize) -> anyhow::Result<()> {
+pub(crate) fn write_turns(log: &Log, n: usize) -> anyhow::Result<()> {
     let mut rng = Lcg(7);
     let mut i = 0usize;
     let mut turn = 0usize;

@@ -6,6 +6,7 @@
 mod log;
 mod otlp;
 mod report;
+mod timetravel;
 mod turns;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +33,8 @@ enum Bench {
     /// One measured run of one turn shape, run as a child process.
     #[command(hide = true)]
     TurnsCell(turns::CellArgs),
+    /// Time travel: backtest sessions/s over recorded demo sessions, and forking a long session.
+    Timetravel(timetravel::TimeTravelArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,5 +44,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Turns(args) => turns::run(&args),
         Bench::TurnsCell(args) => turns::cell(&args),
         Bench::Otlp(args) => otlp::run(&args),
+        Bench::Timetravel(args) => timetravel::run(&args),
     }
 }

@@ -28,6 +28,10 @@ pub struct GenArgs {
     /// Text deltas per step (default: 10 to 70, at random); a large value makes huge turns.
     #[arg(long)]
     pub deltas_per_step: Option<u64>,
+    /// Instead: this many recorded demo sessions (`demo-00001` …), a quarter of them under
+    /// `no-weather` and a quarter under `guides-only` — a log to backtest a policy over.
+    #[arg(long, value_name = "N")]
+    pub demo_sessions: Option<usize>,
 }
 
 /// A tiny deterministic generator (xorshift) so the log is the same every run.
@@ -101,6 +105,9 @@ pub fn run(args: GenArgs) -> Result<()> {
         );
     }
     let started = Instant::now();
+    if let Some(count) = args.demo_sessions {
+        return demo_sessions(log, &args, count, started);
+    }
     let ids = SequentialIds::new();
     let mut dice = Dice(0x9e37_79b9_7f4a_7c15);
     let mut w = Writer {
@@ -138,6 +145,25 @@ pub fn run(args: GenArgs) -> Result<()> {
         written,
         args.db.display(),
         written as f64 / secs
+    );
+    Ok(())
+}
+
+/// Records `count` demo sessions (see `mull::demo::record_sessions`).
+fn demo_sessions(log: Log, args: &GenArgs, count: usize, started: Instant) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting a runtime")?;
+    let events = runtime.block_on(mull::demo::record_sessions(&log, count));
+    log.close()
+        .with_context(|| format!("committing {}", args.db.display()))?;
+    let events = events?;
+    println!(
+        "wrote {count} demo sessions ({events} events) to {} in {:.1} s",
+        args.db.display(),
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -61,6 +61,7 @@
 //! diverged, so one changed decision is reported once, not as a cascade.
 
 mod agent;
+pub mod backtest;
 mod divergence;
 mod inputs;
 mod recording;
@@ -93,6 +94,10 @@ use inputs::{cancellations, inputs, regeneration_target, stops, Input};
 use recording::read_session;
 use tools::{PresentedModel, RecordedTool, ToolRuns};
 
+pub use backtest::{
+    backtest, BacktestError, BacktestOptions, BacktestReport, BacktestSummary, Decision,
+    DecisionChange, ServeModel, SessionBacktest, Stop, StopKind, ToolSummary,
+};
 pub use divergence::{Divergence, ReplayReport};
 pub use recording::Recording;
 pub use served::{RecordedClock, RecordedIds};
