@@ -250,6 +250,19 @@ impl PgLog {
         self.wait_committed(target).await
     }
 
+    /// Resolves once the writer has stopped for good (its connection lost, a commit refused),
+    /// with the error every later append gets: a server stops serving then, since nothing it
+    /// would answer could be written.
+    pub async fn stopped(&self) -> StoreError {
+        let mut rx = self.inner.progress.subscribe();
+        let _ = rx.wait_for(|p| p.stopped).await;
+        let state = lock(&self.inner.state);
+        state
+            .failure
+            .as_ref()
+            .map_or(StoreError::WriterGone, Failure::error)
+    }
+
     async fn wait_committed(&self, ticket: u64) -> Result<(), StoreError> {
         let mut rx = self.inner.progress.subscribe();
         if rx.borrow().committed < ticket {
@@ -395,19 +408,59 @@ impl EventLog for PgLog {
         Box::pin(self.inner.reads.session_page(session_id, after_seq, limit))
     }
 
-    fn release_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()> {
+    /// Gives back the lease this handle holds *now*: the epoch is taken when this is called,
+    /// so a release still under way never touches a lease the node took again meanwhile.
+    fn release_session(&self, session_id: &str) -> LogFuture<'static, ()> {
+        let held = lock(&self.inner.state)
+            .sessions
+            .get(session_id)
+            .map(|h| (h.epoch, h.last_ticket));
+        let this = self.clone();
+        let session_id = session_id.to_owned();
         Box::pin(async move {
-            EventLog::flush(self, session_id).await?;
-            let epoch = lock(&self.inner.state)
-                .sessions
-                .remove(session_id)
-                .filter(|h| h.fenced.is_none())
-                .map(|h| h.epoch);
-            match epoch {
-                Some(epoch) => self.inner.reads.release_lease(session_id, epoch).await,
-                None => Ok(()),
+            let (this, session_id) = (&this, session_id.as_str());
+            let Some((epoch, ticket)) = held else {
+                return Ok(());
+            };
+            this.wait_committed(ticket).await?;
+            let live = {
+                let mut state = lock(&this.inner.state);
+                match state.sessions.get(session_id) {
+                    Some(h) if h.epoch == epoch => {
+                        let live = h.fenced.is_none();
+                        state.sessions.remove(session_id);
+                        live
+                    }
+                    // Taken again under a new epoch (or released already): not ours to give.
+                    _ => return Ok(()),
+                }
+            };
+            if live {
+                this.inner.reads.release_lease(session_id, epoch).await
+            } else {
+                Ok(())
             }
         })
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn holds(&self, session_id: &str) -> bool {
+        self.epoch(session_id).is_some()
+    }
+
+    fn holder<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, Option<String>> {
+        Box::pin(
+            self.inner
+                .reads
+                .holder(session_id, &self.inner.options.node),
+        )
+    }
+
+    fn abandoned(&self, limit: usize) -> LogFuture<'_, Vec<String>> {
+        Box::pin(self.inner.reads.abandoned(limit))
     }
 }
 
@@ -617,7 +670,14 @@ async fn run_renewal(inner: std::sync::Weak<Inner>) {
                 let mut state = lock(&inner.state);
                 for (session, fence) in lost {
                     if let Some(h) = state.sessions.get_mut(&session) {
-                        if h.epoch == fence.0 {
+                        if h.epoch == fence.0 && h.fenced.is_none() {
+                            tracing::warn!(
+                                "session {session}: fenced (its lease at epoch {} was taken over \
+                                 by {} at epoch {})",
+                                fence.0,
+                                fence.2,
+                                fence.1
+                            );
                             h.fenced = Some(Fence {
                                 epoch: fence.0,
                                 current: fence.1,
