@@ -85,8 +85,11 @@ struct Inner {
     wake: Notify,
     /// What the writer task has committed (or that it stopped).
     progress: watch::Sender<Progress>,
-    /// Reads and lease changes, on a connection of their own.
+    /// Reads, on a connection of their own.
     reads: Reads,
+    /// Lease changes and renewals, on another: a renewal must never wait behind a node's
+    /// reads, or a busy node would lose its leases while working.
+    leases: Reads,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -205,6 +208,8 @@ impl PgLog {
         };
         config.application_name(format!("mull reads {}", options.node));
         let reads = Reads::connect(&config, &target).await?;
+        config.application_name(format!("mull leases {}", options.node));
+        let leases = Reads::connect(&config, &target).await?;
         let (progress, _) = watch::channel(Progress::default());
         let inner = Arc::new(Inner {
             target,
@@ -216,6 +221,7 @@ impl PgLog {
             wake: Notify::new(),
             progress,
             reads,
+            leases,
         });
         tokio::spawn(run_writer(Arc::downgrade(&inner), client, statements));
         tokio::spawn(run_renewal(Arc::downgrade(&inner)));
@@ -287,7 +293,7 @@ impl PgLog {
     async fn take_lease(&self, session_id: &str) -> Result<i64, StoreError> {
         let inner = &self.inner;
         inner
-            .reads
+            .leases
             .take_lease(session_id, &inner.options.node, inner.options.lease_ttl)
             .await
     }
@@ -426,17 +432,19 @@ impl EventLog for PgLog {
             let live = {
                 let mut state = lock(&this.inner.state);
                 match state.sessions.get(session_id) {
+                    // A fenced session stays known as fenced (a turn still running there gets
+                    // the fence, not "not open"), until the session is opened again.
+                    Some(h) if h.epoch == epoch && h.fenced.is_some() => false,
                     Some(h) if h.epoch == epoch => {
-                        let live = h.fenced.is_none();
                         state.sessions.remove(session_id);
-                        live
+                        true
                     }
                     // Taken again under a new epoch (or released already): not ours to give.
                     _ => return Ok(()),
                 }
             };
             if live {
-                this.inner.reads.release_lease(session_id, epoch).await
+                this.inner.leases.release_lease(session_id, epoch).await
             } else {
                 Ok(())
             }
@@ -662,7 +670,7 @@ async fn run_renewal(inner: std::sync::Weak<Inner>) {
             continue;
         }
         match inner
-            .reads
+            .leases
             .renew_leases(&held, &inner.options.node, inner.options.lease_ttl)
             .await
         {

@@ -236,8 +236,8 @@ impl Reads {
         Ok(total)
     }
 
-    /// Takes a session's lease for `owner` when it is free, expired or `owner`'s own; the
-    /// epoch goes up by one. Otherwise says who holds it.
+    /// Takes a session's lease for `owner` when it is given back, expired or `owner`'s own;
+    /// the epoch goes up by one. Otherwise says who holds it.
     pub(crate) async fn take_lease(
         &self,
         session_id: &str,
@@ -253,7 +253,7 @@ impl Reads {
                  ON CONFLICT (session_id) DO UPDATE
                      SET owner = EXCLUDED.owner, epoch = l.epoch + 1,
                          expires_at = EXCLUDED.expires_at, released = false
-                     WHERE l.expires_at <= now() OR l.owner = EXCLUDED.owner
+                     WHERE l.expires_at <= now() OR l.released OR l.owner = EXCLUDED.owner
                  RETURNING epoch",
                 &[&session_id, &owner, &ttl],
             )
@@ -299,6 +299,7 @@ impl Reads {
                 "UPDATE mull_leases l SET expires_at = now() + make_interval(secs => $4)
                  FROM unnest($1::text[], $2::int8[]) AS u(session_id, epoch)
                  WHERE l.session_id = u.session_id AND l.epoch = u.epoch AND l.owner = $3
+                   AND NOT l.released
                  RETURNING l.session_id",
                 &[&sessions, &epochs, &owner, &ttl],
             )
