@@ -238,9 +238,12 @@ impl PgLog {
         &self.inner.options.node
     }
 
-    /// The lease epoch this node writes `session_id` under, if it holds it.
+    /// The lease epoch this node writes `session_id` under, if it holds it (and can still write).
     pub fn epoch(&self, session_id: &str) -> Option<i64> {
         let state = lock(&self.inner.state);
+        if state.failure.is_some() {
+            return None;
+        }
         let held = state.sessions.get(session_id)?;
         held.fenced.is_none().then_some(held.epoch)
     }
@@ -660,6 +663,11 @@ async fn run_renewal(inner: std::sync::Weak<Inner>) {
         let Some(inner) = inner.upgrade() else {
             return;
         };
+        if inner.progress.borrow().stopped {
+            // Nothing more can be written here: let the leases lapse, so other nodes take the
+            // sessions over after their time to live.
+            return;
+        }
         let held: Vec<(String, i64)> = lock(&inner.state)
             .sessions
             .iter()

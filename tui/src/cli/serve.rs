@@ -107,14 +107,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let _ = stop.send(());
             error
         });
-        let served = bound
-            .run(async {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = stopped => {}
-                }
-            })
-            .await;
+        let (gone, mut writer_gone) = tokio::sync::watch::channel(false);
+        let run = bound.run(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = stopped => { let _ = gone.send(true); }
+            }
+        });
+        // A node whose writer stopped waits only briefly for its open streams: nothing they
+        // would carry can be written any more.
+        let served = tokio::select! {
+            served = run => served,
+            _ = async {
+                let _ = writer_gone.wait_for(|gone| *gone).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            } => Ok(()),
+        };
         let failed = if watch.is_finished() {
             watch.await.ok()
         } else {

@@ -67,8 +67,16 @@ impl Node {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
-    /// Stops the process with Ctrl-C and waits for its exit status.
-    pub fn interrupt(mut self) -> std::process::ExitStatus {
+    /// Waits up to `limit` for the process to exit on its own, then stops it with Ctrl-C;
+    /// returns its exit status.
+    pub fn interrupt_or_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.signal("INT");
         self.child.wait().expect("waits for the node")
     }
