@@ -29,7 +29,7 @@ enum Command {
     Dash(cli::dash::DashArgs),
     /// Write a log (or one session of it) as JSONL to standard output.
     Export {
-        /// The database.
+        /// The database: a SQLite file or a `postgres://` URL.
         db: PathBuf,
         /// Only this session.
         #[arg(long)]
@@ -59,7 +59,7 @@ enum Command {
     Fork(cli::fork::ForkArgs),
     /// Counts of a log: sessions, turns, events by kind, tokens, and cost.
     Stats {
-        /// The database.
+        /// The database: a SQLite file or a `postgres://` URL.
         db: PathBuf,
         /// A price file laid over the built-in prices: {"models": {"MODEL": {"input": 0.15,
         /// "output": 0.6, "cache_read": 0.075, "cache_write": 0.15}}}, USD per million tokens.
@@ -79,7 +79,10 @@ fn main() -> Result<()> {
         Command::Serve(args) => cli::serve::run(args),
         Command::Demo(args) => cli::demo::run(args),
         Command::Dash(args) => cli::dash::run(args),
-        Command::Export { db, session } => cli::export::run(&db, session.as_deref()),
+        Command::Export { db, session } => match cli::pg::url(&db) {
+            Some(url) => cli::pg::export(url, session.as_deref()),
+            None => cli::export::run(&db, session.as_deref()),
+        },
         Command::Import { file, db } => cli::import::run(&file, &db),
         Command::Replay { file, check: false } => cli::replay::run(&file),
         Command::Replay { file, check: true } => {
@@ -95,7 +98,10 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Fork(args) => cli::fork::run(args),
-        Command::Stats { db, prices } => cli::stats::run(&db, prices.as_deref()),
+        Command::Stats { db, prices } => match cli::pg::url(&db) {
+            Some(url) => cli::pg::stats(url, prices.as_deref()),
+            None => cli::stats::run(&db, prices.as_deref()),
+        },
         Command::GenBenchLog(args) => cli::gen_bench_log::run(args),
     }
 }

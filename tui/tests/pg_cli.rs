@@ -190,3 +190,65 @@ fn a_connection_lost_mid_turn_stops_the_node_and_another_recovers_the_turn() {
         drop(n1);
     });
 }
+
+/// Runs the binary with `args`; returns its standard output, failing on a non-zero exit.
+fn mull(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(args)
+        .output()
+        .expect("runs mull");
+    assert!(
+        output.status.success(),
+        "mull {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn export_and_stats_read_a_postgres_log_as_they_read_a_sqlite_file() {
+    let Some(pg) = TestPg::start("export_and_stats_read_a_postgres_log") else {
+        return;
+    };
+    let url = pg.database();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let mut node = Node::start(&url, "n0", dir.path(), &["--model", "scripted-demo"]);
+    let reply = runtime.block_on(post_message(
+        &node.addr,
+        "chat-1",
+        "u1",
+        Duration::from_secs(30),
+    ));
+    assert!(reply.finished_stream(), "{reply:?}");
+    node.interrupt_or_exit(Duration::ZERO);
+
+    let exported = mull(&["export", &url]);
+    let mut expected = Vec::new();
+    runtime.block_on(async {
+        let reads = Reads::open(&url).await.expect("opens the log");
+        reads
+            .export_jsonl(None, &mut expected)
+            .await
+            .expect("exports");
+    });
+    assert_eq!(exported, String::from_utf8_lossy(&expected));
+    assert!(exported.contains(r#""type":"turn_finished""#), "{exported}");
+
+    // The same events in a SQLite file count the same.
+    let jsonl = dir.path().join("chat.jsonl");
+    std::fs::write(&jsonl, &exported).expect("writes the export");
+    let db = dir.path().join("chat.db");
+    mull(&[
+        "import",
+        jsonl.to_str().expect("a UTF-8 path"),
+        db.to_str().expect("a UTF-8 path"),
+    ]);
+    let on_sqlite = mull(&["stats", db.to_str().expect("a UTF-8 path")]);
+    let on_postgres = mull(&["stats", &url]);
+    assert_eq!(on_postgres, on_sqlite);
+    assert!(
+        on_postgres.starts_with("sessions  1\nturns     1 (1 completed)"),
+        "{on_postgres}"
+    );
+}

@@ -61,7 +61,7 @@ enum Live {
 /// What waiting for the next live event brought.
 enum Woke {
     /// An event from the bus.
-    Event(Envelope),
+    Event(Box<Envelope>),
     /// The backlog was refilled from the log.
     Read,
     /// The bus is gone: what the log holds is all there will be.
@@ -238,7 +238,7 @@ impl TurnFollower {
             match woke {
                 Woke::Event(env) => {
                     if env.session_id == self.session_id && env.seq > self.last_seq {
-                        self.backlog.push_back(env);
+                        self.backlog.push_back(*env);
                     }
                 }
                 Woke::Closed => {
@@ -287,7 +287,7 @@ impl TurnFollower {
                         }
                     };
                 match received {
-                    Ok(env) => Ok(Woke::Event(env)),
+                    Ok(env) => Ok(Woke::Event(Box::new(env))),
                     Err(RecvError::Overflowed(_)) => {
                         self.catch_up().await?;
                         Ok(Woke::Read)

@@ -291,7 +291,7 @@ impl ServerState {
                 .idle_since()
                 .is_none_or(|since| now.duration_since(since) >= ttl);
             let lost = slot.session.get().is_some() && !log.holds(id);
-            let keep = !lost && !(expired && unused(slot));
+            let keep = !(lost || expired && unused(slot));
             if !keep {
                 evicted.push(id.clone());
             }

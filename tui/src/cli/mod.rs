@@ -10,6 +10,7 @@ pub mod export;
 pub mod fork;
 pub mod gen_bench_log;
 pub mod import;
+pub mod pg;
 pub mod replay;
 pub mod serve;
 pub mod stats;
