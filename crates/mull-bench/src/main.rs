@@ -4,6 +4,7 @@
 //! here, never in timed tests.
 
 mod log;
+mod nodes;
 mod report;
 mod turns;
 
@@ -26,6 +27,9 @@ enum Bench {
     LogTailChild(log::TailChildArgs),
     /// The engine per streamed chunk: the AI SDK peer's three turn shapes, every chunk logged.
     Turns(turns::TurnsArgs),
+    /// The log on PostgreSQL beside SQLite, chats/s over 1-3 server nodes, resume on a
+    /// non-owner node (starts a throwaway PostgreSQL).
+    Nodes(nodes::NodesArgs),
     /// One measured run of one turn shape, run as a child process.
     #[command(hide = true)]
     TurnsCell(turns::CellArgs),
@@ -37,5 +41,6 @@ fn main() -> anyhow::Result<()> {
         Bench::LogTailChild(args) => log::tail_child(&args),
         Bench::Turns(args) => turns::run(&args),
         Bench::TurnsCell(args) => turns::cell(&args),
+        Bench::Nodes(args) => nodes::run(&args),
     }
 }
