@@ -35,7 +35,7 @@ enum Command {
     /// Write a log (or one session of it) as JSONL to standard output, or with --otlp send it
     /// as OpenTelemetry spans with its original times.
     Export {
-        /// The database.
+        /// The database: a SQLite file or a `postgres://` URL.
         db: PathBuf,
         /// Only this session.
         #[arg(long)]
@@ -70,7 +70,7 @@ enum Command {
     Backtest(cli::backtest::BacktestArgs),
     /// Counts of a log: sessions, turns, events by kind, tokens, and cost.
     Stats {
-        /// The database.
+        /// The database: a SQLite file or a `postgres://` URL.
         db: PathBuf,
         /// A price file laid over the built-in prices: {"models": {"MODEL": {"input": 0.15,
         /// "output": 0.6, "cache_read": 0.075, "cache_write": 0.15}}}, USD per million tokens.
@@ -111,9 +111,10 @@ fn run() -> Result<()> {
         Command::Serve(args) => cli::serve::run(args),
         Command::Demo(args) => cli::demo::run(args),
         Command::Dash(args) => cli::dash::run(args),
-        Command::Export { db, session } => match cli.otlp.as_deref() {
-            Some(url) => cli::otlp_export::run(&db, session.as_deref(), url),
-            None => cli::export::run(&db, session.as_deref()),
+        Command::Export { db, session } => match (cli.otlp.as_deref(), cli::pg::url(&db)) {
+            (Some(otlp), _) => cli::otlp_export::run(&db, session.as_deref(), otlp),
+            (None, Some(url)) => cli::pg::export(url, session.as_deref()),
+            (None, None) => cli::export::run(&db, session.as_deref()),
         },
         Command::Import { file, db } => cli::import::run(&file, &db),
         Command::Replay {
@@ -139,7 +140,10 @@ fn run() -> Result<()> {
             }
             Ok(())
         }
-        Command::Stats { db, prices } => cli::stats::run(&db, prices.as_deref()),
+        Command::Stats { db, prices } => match cli::pg::url(&db) {
+            Some(url) => cli::pg::stats(url, prices.as_deref()),
+            None => cli::stats::run(&db, prices.as_deref()),
+        },
         Command::Check { db } => {
             if !cli::integrity::check(&db)? {
                 std::process::exit(1);

@@ -5,6 +5,7 @@
 
 mod log;
 mod otlp;
+mod nodes;
 mod report;
 mod timetravel;
 mod turns;
@@ -30,6 +31,9 @@ enum Bench {
     Turns(turns::TurnsArgs),
     /// What exporting the engine's spans live over OTLP adds to each turn shape.
     Otlp(otlp::OtlpArgs),
+    /// The log on PostgreSQL beside SQLite, chats/s over 1-3 server nodes, resume on a
+    /// non-owner node (starts a throwaway PostgreSQL).
+    Nodes(nodes::NodesArgs),
     /// One measured run of one turn shape, run as a child process.
     #[command(hide = true)]
     TurnsCell(turns::CellArgs),
@@ -45,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Bench::TurnsCell(args) => turns::cell(&args),
         Bench::Otlp(args) => otlp::run(&args),
         Bench::Timetravel(args) => timetravel::run(&args),
+        Bench::Nodes(args) => nodes::run(&args),
     }
 }

@@ -8,6 +8,7 @@
 use std::collections::{HashSet, VecDeque};
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mull_core::{Role, ToolPartState, UIMessage, UIPart};
 use mull_engine::{ChatStream, ClientToolOutcome, EngineError, Session, TurnOptions};
@@ -15,7 +16,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::follow::{FollowError, TurnFollower};
-use crate::state::{ChatSession, ServerState};
+use crate::state::{ChatSession, Local, ServerState};
 use crate::ui_stream::{UiChunk, UiStreamMapper};
 use crate::wire::{ChatRequest, Trigger};
 
@@ -84,7 +85,8 @@ pub fn plan(request: &ChatRequest, known_ids: &HashSet<String>, pending: &[Strin
 
 /// A request's turn being streamed to one client: events from the follower, mapped to
 /// chunks, numbered from 0 at the request's first chunk (so a number names the same chunk on
-/// every replay). Holds a lease on the chat's session, which stays open while it streams.
+/// every replay). Holds a lease on the chat's session, which stays open while it streams
+/// (none when another node runs the turn and it is followed from the log).
 pub struct TurnStream {
     /// `None` when the request started no turn (tool results that complete no step).
     follower: Option<TurnFollower>,
@@ -93,11 +95,15 @@ pub struct TurnStream {
     /// The number the next chunk gets.
     next_sequence: u64,
     ended: bool,
-    _lease: ChatSession,
+    _lease: Option<ChatSession>,
 }
 
 impl TurnStream {
-    fn new(state: &ServerState, follower: Option<TurnFollower>, lease: ChatSession) -> TurnStream {
+    fn new(
+        state: &ServerState,
+        follower: Option<TurnFollower>,
+        lease: Option<ChatSession>,
+    ) -> TurnStream {
         let mapper = if state.inner.hide_reasoning {
             UiStreamMapper::without_reasoning()
         } else {
@@ -179,14 +185,41 @@ fn follower(
 ) -> TurnFollower {
     let probe = Session::clone(session);
     TurnFollower::new(
-        state.log().clone(),
+        Arc::clone(state.log()),
         session.id().to_owned(),
         bus,
         after_seq,
         request_id,
     )
     .with_request_active(Arc::new(move |request: &str| {
-        probe.is_request_active(request)
+        let active = probe.is_request_active(request);
+        Box::pin(async move { active })
+    }))
+}
+
+/// How often a turn another node runs is read again from the log.
+const REMOTE_POLL: Duration = Duration::from_millis(50);
+
+/// Follows `request_id` of a chat another node holds, from the log: the request counts as
+/// active while some other node still holds the chat.
+fn remote_follower(
+    state: &ServerState,
+    chat_id: &str,
+    after_seq: u64,
+    request_id: String,
+) -> TurnFollower {
+    let log = Arc::clone(state.log());
+    let chat = chat_id.to_owned();
+    TurnFollower::polling(
+        Arc::clone(state.log()),
+        chat_id.to_owned(),
+        REMOTE_POLL,
+        after_seq,
+        request_id,
+    )
+    .with_request_active(Arc::new(move |_: &str| {
+        let (log, chat) = (Arc::clone(&log), chat.clone());
+        Box::pin(async move { matches!(log.holder(&chat).await, Ok(Some(_))) })
     }))
 }
 
@@ -222,7 +255,7 @@ pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started,
     let chat_id = request.chat_id.clone();
     // Subscribe before anything is appended, so the follower misses nothing.
     let bus = session.subscribe();
-    let after_seq = state.log().last_seq();
+    let after_seq = session.read_state(|s| s.last_seq);
     let body = Value::Object(request.body.clone());
 
     let chat = if regenerate {
@@ -238,13 +271,13 @@ pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started,
     };
     let Some(chat) = chat else {
         return Ok(Started {
-            stream: TurnStream::new(state, None, session),
+            stream: TurnStream::new(state, None, Some(session)),
         });
     };
     let follower = follower(state, &session, bus, after_seq, chat.request_id.clone());
     run_to_end(chat, session.lease());
     Ok(Started {
-        stream: TurnStream::new(state, Some(follower), session),
+        stream: TurnStream::new(state, Some(follower), Some(session)),
     })
 }
 
@@ -303,7 +336,10 @@ async fn submit(
 /// The active request of a chat, for resume: its stream from its first attempt's first chunk.
 /// `None` when no request is active.
 pub async fn resume(state: &ServerState, chat_id: &str) -> Result<Option<Started>, ApiError> {
-    let session = state.existing_session(chat_id).await?;
+    let session = match state.existing_or_holder(chat_id).await? {
+        Local::Here(session) => session,
+        Local::Elsewhere(owner) => return resume_remote(state, chat_id, &owner).await,
+    };
     let bus = session.subscribe();
     // The latest request still running (or between an overflowed attempt and its retry), and
     // where its first attempt began.
@@ -329,13 +365,68 @@ pub async fn resume(state: &ServerState, chat_id: &str) -> Result<Option<Started
         request_id,
     );
     Ok(Some(Started {
-        stream: TurnStream::new(state, Some(follower), session),
+        stream: TurnStream::new(state, Some(follower), Some(session)),
+    }))
+}
+
+/// Resume of a chat another node holds: its running turn, folded from the log and followed
+/// there. `None` when no turn runs.
+async fn resume_remote(
+    state: &ServerState,
+    chat_id: &str,
+    owner: &str,
+) -> Result<Option<Started>, ApiError> {
+    let log = state.log();
+    let mut folded = mull_store::SessionState::new(chat_id);
+    loop {
+        let page = log
+            .session_page(chat_id, folded.last_seq, 1024)
+            .await
+            .map_err(|e| ApiError::Internal(format!("reading chat {chat_id:?}: {e}")))?;
+        for env in &page {
+            folded.apply(env);
+        }
+        if page.len() < 1024 {
+            break;
+        }
+    }
+    let Some(latest) = folded
+        .turns
+        .iter()
+        .rev()
+        .find(|t| t.status == mull_core::TurnStatus::Running)
+    else {
+        return Ok(None);
+    };
+    let first_seq = folded
+        .turns
+        .iter()
+        .find(|t| t.request_id == latest.request_id)
+        .map_or(latest.first_seq, |t| t.first_seq);
+    tracing::debug!(chat = %chat_id, %owner, "following a turn another node runs");
+    let follower = remote_follower(
+        state,
+        chat_id,
+        first_seq.saturating_sub(1),
+        latest.request_id.clone(),
+    );
+    Ok(Some(Started {
+        stream: TurnStream::new(state, Some(follower), None),
     }))
 }
 
 /// Cancels the active requests of a chat. Returns the request ids cancelled.
 pub async fn cancel(state: &ServerState, chat_id: &str) -> Result<Vec<String>, ApiError> {
-    let session = state.existing_session(chat_id).await?;
+    // A turn runs where its chat is held; another node's turn cannot be reached from here.
+    let session = match state.existing_or_holder(chat_id).await? {
+        Local::Here(session) => session,
+        Local::Elsewhere(owner) => {
+            return Err(ApiError::Busy {
+                chat_id: chat_id.to_owned(),
+                owner,
+            })
+        }
+    };
     let mut active: Vec<String> = session.read_state(|s| {
         s.turns
             .iter()

@@ -34,6 +34,13 @@ pub enum ApiError {
     /// Every connection slot is taken.
     #[error("the server is at its limit of {connections} open connections; retry shortly")]
     Overloaded { connections: usize },
+    /// Another node works on the chat (a log shared by several nodes) and did not give it
+    /// back in time.
+    #[error(
+        "chat {chat_id:?} is busy on node {owner}; retry shortly, or follow its running turn \
+         with GET /api/chat/{chat_id}/stream on any node"
+    )]
+    Busy { chat_id: String, owner: String },
     /// The engine or the log failed.
     #[error("{0}")]
     Internal(String),
@@ -50,6 +57,7 @@ impl ApiError {
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Busy { .. } => StatusCode::CONFLICT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -65,6 +73,7 @@ impl ApiError {
             ApiError::TooLarge { .. } => "body_too_large",
             ApiError::BodyTimeout { .. } => "body_timeout",
             ApiError::Overloaded { .. } => "overloaded",
+            ApiError::Busy { .. } => "busy",
             ApiError::Internal(_) => "internal",
         }
     }

@@ -17,13 +17,21 @@
 //! waited for it); an event appended after it is on the bus. Events from the bus at or below the
 //! last `seq` taken are dropped, so the overlap is seen once. When the bus overflows (a slow
 //! client), the follower flushes and reads the missed stretch back from the log.
+//!
+//! On a log shared by several nodes, a turn another node runs has no bus here: the follower
+//! then reads the log alone, `seq > N` every poll interval ([`TurnFollower::polling`]), and
+//! asks the log whether that node still holds the session when a verdict is late. Should the
+//! node die mid-turn, the node that takes the session over writes the turn's end, and the
+//! follower reads it like any other event.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_broadcast::{Receiver, RecvError};
+use futures::future::BoxFuture;
 use mull_core::{Envelope, Event, TurnStatus};
-use mull_store::{Log, LogReader, StoreError};
+use mull_store::{EventLog, StoreError};
 
 /// Events read from the log per query.
 const PAGE: usize = 512;
@@ -32,8 +40,35 @@ const PAGE: usize = 512;
 const FAILED_GRACE: Duration = Duration::from_secs(2);
 
 /// Answers whether a request is still queued or running in its session (see
-/// `Session::is_request_active`); a follower asks it when a failed attempt's verdict is late.
-pub type RequestActive = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+/// `Session::is_request_active`; for a session another node holds, whether it still holds
+/// it); a follower asks it when a failed attempt's verdict is late.
+pub type RequestActive = Arc<dyn Fn(&str) -> BoxFuture<'static, bool> + Send + Sync>;
+
+/// How often a follower waiting on the bus checks that this node still holds the session.
+const HOLD_CHECK: Duration = Duration::from_millis(500);
+
+/// How often a follower of a session taken over by another node reads the log again.
+const TAKEN_OVER_POLL: Duration = Duration::from_millis(50);
+
+/// Where a follower gets the events written after its first read.
+enum Live {
+    /// The session's broadcast bus (the session is open in this process).
+    Bus(Receiver<Envelope>),
+    /// The log, read again every interval (the session is written by another node).
+    Poll(Duration),
+}
+
+/// What waiting for the next live event brought.
+enum Woke {
+    /// An event from the bus.
+    Event(Box<Envelope>),
+    /// The backlog was refilled from the log.
+    Read,
+    /// The bus is gone: what the log holds is all there will be.
+    Closed,
+    /// Nothing arrived in time.
+    Quiet,
+}
 
 /// How often a follower waiting for a failed attempt's verdict asks whether the request is
 /// still active.
@@ -50,18 +85,14 @@ pub enum FollowError {
         #[source]
         source: StoreError,
     },
-    /// The blocking read task died.
-    #[error("reading session {session_id} from the log: the read task failed: {reason}")]
-    ReadTask { session_id: String, reason: String },
 }
 
 /// Yields the events of one request's turns, in `seq` order, exactly once, until the request's
 /// last attempt ends.
 pub struct TurnFollower {
-    log: Log,
-    reader: Option<LogReader>,
+    log: Arc<dyn EventLog>,
     session_id: String,
-    bus: Receiver<Envelope>,
+    live: Live,
     /// The request followed.
     request_id: String,
     /// The attempt being followed (its `turn_started` was seen).
@@ -74,6 +105,11 @@ pub struct TurnFollower {
     settle: bool,
     /// The highest seq of this session looked at (taken or skipped).
     last_seq: u64,
+    /// Where the follower started (the request's events all come after it).
+    first_after: u64,
+    /// Events up to this seq were passed on from the bus before the session was found taken
+    /// over; read again from the log, only a turn's end among them is passed on.
+    replayed_through: Option<u64>,
     backlog: VecDeque<Envelope>,
     caught_up: bool,
     bus_closed: bool,
@@ -86,23 +122,46 @@ impl TurnFollower {
     /// `after_seq`. `bus` must have been subscribed before the caller read anything it relies
     /// on (the follower reads the log itself, after a flush, on its first call).
     pub fn new(
-        log: Log,
+        log: Arc<dyn EventLog>,
         session_id: impl Into<String>,
         bus: Receiver<Envelope>,
         after_seq: u64,
         request_id: impl Into<String>,
     ) -> TurnFollower {
+        Self::with_live(log, session_id, Live::Bus(bus), after_seq, request_id)
+    }
+
+    /// A follower of a request another node runs: it reads the log every `every` (see the
+    /// module docs).
+    pub fn polling(
+        log: Arc<dyn EventLog>,
+        session_id: impl Into<String>,
+        every: Duration,
+        after_seq: u64,
+        request_id: impl Into<String>,
+    ) -> TurnFollower {
+        Self::with_live(log, session_id, Live::Poll(every), after_seq, request_id)
+    }
+
+    fn with_live(
+        log: Arc<dyn EventLog>,
+        session_id: impl Into<String>,
+        live: Live,
+        after_seq: u64,
+        request_id: impl Into<String>,
+    ) -> TurnFollower {
         TurnFollower {
             log,
-            reader: None,
             session_id: session_id.into(),
-            bus,
+            live,
             request_id: request_id.into(),
             turn_id: None,
             active: None,
             awaiting_verdict: false,
             settle: false,
             last_seq: after_seq,
+            first_after: after_seq,
+            replayed_through: None,
             backlog: VecDeque::new(),
             caught_up: false,
             bus_closed: false,
@@ -149,15 +208,13 @@ impl TurnFollower {
                 self.done = true;
                 return Ok(None);
             }
-            let received = if self.awaiting_verdict {
-                match tokio::time::timeout(VERDICT_POLL, self.bus.recv()).await {
-                    Ok(received) => received,
-                    Err(_) => {
-                        let request_id = &self.request_id;
-                        let running = self
-                            .active
-                            .as_ref()
-                            .is_some_and(|active| active(request_id));
+            let woke = if self.awaiting_verdict {
+                match self.wait_live(Some(VERDICT_POLL)).await? {
+                    Woke::Quiet => {
+                        let running = match &self.active {
+                            Some(active) => active(&self.request_id).await,
+                            None => false,
+                        };
                         if !running {
                             // Whatever the request wrote before it ended is in the log now.
                             self.catch_up().await?;
@@ -165,38 +222,112 @@ impl TurnFollower {
                         }
                         continue;
                     }
+                    woke => woke,
                 }
             } else if self.failed {
-                match tokio::time::timeout(FAILED_GRACE, self.bus.recv()).await {
-                    Ok(received) => received,
-                    Err(_) => {
+                match self.wait_live(Some(FAILED_GRACE)).await? {
+                    Woke::Quiet => {
                         self.done = true;
                         return Ok(None);
                     }
+                    woke => woke,
                 }
             } else {
-                self.bus.recv().await
+                self.wait_live(None).await?
             };
-            match received {
-                Ok(env) => {
+            match woke {
+                Woke::Event(env) => {
                     if env.session_id == self.session_id && env.seq > self.last_seq {
-                        self.backlog.push_back(env);
+                        self.backlog.push_back(*env);
                     }
                 }
-                Err(RecvError::Overflowed(_)) => self.catch_up().await?,
-                Err(RecvError::Closed) => {
+                Woke::Closed => {
                     self.bus_closed = true;
                     self.catch_up().await?;
+                }
+                Woke::Read | Woke::Quiet => {}
+            }
+        }
+    }
+
+    /// Goes on from the log alone: the session was taken over by another node (this one was
+    /// paused or cut off past its lease), so nothing more of it arrives on the bus here, and
+    /// the node that took it over writes the rest of the turn.
+    fn follow_from_log(&mut self) {
+        tracing::debug!(session = %self.session_id, "taken over elsewhere: following the log");
+        self.live = Live::Poll(TAKEN_OVER_POLL);
+        // What came on the bus may never have been committed (the new owner wrote other events
+        // at those seqs): read the request again from the log, passing on only what was not
+        // passed on yet and the turn's end.
+        self.replayed_through = Some(self.last_seq);
+        self.last_seq = self.first_after;
+        self.backlog.clear();
+        let log = Arc::clone(&self.log);
+        let session_id = self.session_id.clone();
+        self.active = Some(Arc::new(move |_: &str| {
+            let (log, session_id) = (Arc::clone(&log), session_id.clone());
+            Box::pin(async move { matches!(log.holder(&session_id).await, Ok(Some(_))) })
+        }));
+    }
+
+    /// Waits for the next live event (up to `limit`): from the bus, or by reading the log
+    /// again until it holds something new.
+    async fn wait_live(&mut self, limit: Option<Duration>) -> Result<Woke, FollowError> {
+        match &mut self.live {
+            Live::Bus(bus) => {
+                let received =
+                    match tokio::time::timeout(limit.unwrap_or(HOLD_CHECK), bus.recv()).await {
+                        Ok(received) => received,
+                        Err(_) if limit.is_some() => return Ok(Woke::Quiet),
+                        Err(_) => {
+                            if !self.log.holds(&self.session_id) {
+                                self.follow_from_log();
+                            }
+                            return Ok(Woke::Quiet);
+                        }
+                    };
+                match received {
+                    Ok(env) => Ok(Woke::Event(Box::new(env))),
+                    Err(RecvError::Overflowed(_)) => {
+                        self.catch_up().await?;
+                        Ok(Woke::Read)
+                    }
+                    Err(RecvError::Closed) => Ok(Woke::Closed),
+                }
+            }
+            Live::Poll(every) => {
+                let every = *every;
+                let deadline = limit.map(|l| tokio::time::Instant::now() + l);
+                loop {
+                    tokio::time::sleep(every).await;
+                    self.catch_up().await?;
+                    if !self.backlog.is_empty() {
+                        return Ok(Woke::Read);
+                    }
+                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        return Ok(Woke::Quiet);
+                    }
                 }
             }
         }
     }
 
-    /// Decides whether `env` belongs to the request, adopting each attempt when it starts.
+    /// Decides whether `env` belongs to the request and is passed on (see `replayed_through`).
     fn take(&mut self, env: Envelope) -> Option<Envelope> {
         if env.seq <= self.last_seq {
             return None;
         }
+        let replayed = self.replayed_through.is_some_and(|seq| env.seq <= seq);
+        let env = self.adopt(env)?;
+        let ends = matches!(
+            env.event,
+            Event::TurnFinished { .. } | Event::TurnFailed { .. }
+        );
+        (!replayed || ends).then_some(env)
+    }
+
+    /// Decides whether `env` belongs to the request, adopting each attempt when it starts.
+    fn adopt(&mut self, env: Envelope) -> Option<Envelope> {
         self.last_seq = env.seq;
         match &env.event {
             Event::TurnStarted { request_id, .. } if *request_id == self.request_id => {
@@ -243,48 +374,26 @@ impl TurnFollower {
             }
         };
         self.log
-            .flush()
+            .flush(&self.session_id)
             .await
             .map_err(store_error(&self.session_id, self.last_seq))?;
-        let reader = match self.reader.take() {
-            Some(reader) => reader,
-            None => self
+        let mut after = self.last_seq;
+        let mut pages = Vec::new();
+        loop {
+            let page = self
                 .log
-                .reader()
-                .map_err(store_error(&self.session_id, self.last_seq))?,
-        };
-        let session_id = self.session_id.clone();
-        let after = self.last_seq;
-        let (reader, pages) = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            let mut after = after;
-            loop {
-                match reader.session_page(&session_id, after, PAGE) {
-                    Ok(page) => {
-                        let full = page.len() == PAGE;
-                        if let Some(last) = page.last() {
-                            after = last.seq;
-                        }
-                        out.extend(page);
-                        if !full {
-                            return (reader, Ok(out));
-                        }
-                    }
-                    Err(err) => return (reader, Err((after, err))),
-                }
+                .session_page(&self.session_id, after, PAGE)
+                .await
+                .map_err(store_error(&self.session_id, after))?;
+            let full = page.len() == PAGE;
+            if let Some(last) = page.last() {
+                after = last.seq;
             }
-        })
-        .await
-        .map_err(|e| FollowError::ReadTask {
-            session_id: self.session_id.clone(),
-            reason: e.to_string(),
-        })?;
-        self.reader = Some(reader);
-        let pages = pages.map_err(|(after, source)| FollowError::Store {
-            session_id: self.session_id.clone(),
-            after_seq: after,
-            source,
-        })?;
+            pages.extend(page);
+            if !full {
+                break;
+            }
+        }
         // Events already on the bus that the log also returned are dropped by `take` (seq order).
         let mut merged: Vec<Envelope> = self.backlog.drain(..).collect();
         merged.extend(pages);
@@ -300,6 +409,7 @@ mod tests {
     use super::*;
     use chrono::DateTime;
     use mull_core::{EntryPath, StreamPart, TurnStatus, Usage};
+    use mull_store::Log;
     use serde_json::json;
 
     struct Fixture {
@@ -379,7 +489,7 @@ mod tests {
         emit(&f, "other", Some("tx"), started("rx")).await;
         emit(&f, "s", Some("t1"), delta("a")).await;
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1");
+        let mut follower = TurnFollower::new(Arc::new(f.log.clone()), "s", bus, 0, "r1");
         let first = follower.next().await.expect("follows").expect("an event");
         assert_eq!(first.seq, 1);
         emit(&f, "s", Some("t1"), delta("b")).await;
@@ -397,7 +507,7 @@ mod tests {
         emit(&f, "s", Some("t1"), started("r1")).await;
         emit(&f, "s", Some("t1"), finished("r1")).await;
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 2, "r3");
+        let mut follower = TurnFollower::new(Arc::new(f.log.clone()), "s", bus, 2, "r3");
         let writer = async {
             tokio::time::sleep(Duration::from_millis(20)).await;
             // An unrelated request's turn starts first.
@@ -449,7 +559,7 @@ mod tests {
     async fn a_retried_request_is_followed_to_its_last_attempt() {
         let f = fixture(64);
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1");
+        let mut follower = TurnFollower::new(Arc::new(f.log.clone()), "s", bus, 0, "r1");
         let writer = async {
             emit(&f, "s", Some("t1"), started("r1")).await;
             emit(&f, "s", Some("t1"), failed_attempt("r1")).await;
@@ -468,8 +578,8 @@ mod tests {
     async fn a_failed_attempt_ends_the_stream_at_its_final_failure() {
         let f = fixture(64);
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1")
-            .with_request_active(std::sync::Arc::new(|_: &str| true));
+        let mut follower = TurnFollower::new(Arc::new(f.log.clone()), "s", bus, 0, "r1")
+            .with_request_active(Arc::new(|_: &str| Box::pin(async { true })));
         emit(&f, "s", Some("t1"), started("r1")).await;
         emit(&f, "s", Some("t1"), failed_attempt("r1")).await;
         emit(&f, "s", Some("t1"), final_failure("r1")).await;
@@ -483,11 +593,11 @@ mod tests {
         let bus = f.rx.activate_cloned();
         let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let probe = std::sync::Arc::clone(&running);
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1").with_request_active(
-            std::sync::Arc::new(move |request: &str| {
-                request == "r1" && probe.load(std::sync::atomic::Ordering::SeqCst)
-            }),
-        );
+        let mut follower = TurnFollower::new(Arc::new(f.log.clone()), "s", bus, 0, "r1")
+            .with_request_active(Arc::new(move |request: &str| {
+                let active = request == "r1" && probe.load(std::sync::atomic::Ordering::SeqCst);
+                Box::pin(async move { active })
+            }));
         emit(&f, "s", Some("t1"), started("r1")).await;
         emit(&f, "s", Some("t1"), failed_attempt("r1")).await;
         let ender = async {
@@ -504,7 +614,7 @@ mod tests {
     async fn an_overflowing_bus_is_made_good_from_the_log() {
         let f = fixture(2);
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1");
+        let mut follower = TurnFollower::new(Arc::new(f.log.clone()), "s", bus, 0, "r1");
         emit(&f, "s", Some("t1"), started("r1")).await;
         for i in 0..50 {
             emit(&f, "s", Some("t1"), delta(&i.to_string())).await;
@@ -518,7 +628,7 @@ mod tests {
     async fn a_request_that_failed_before_its_turn_ends_the_stream() {
         let f = fixture(8);
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r9");
+        let mut follower = TurnFollower::new(Arc::new(f.log.clone()), "s", bus, 0, "r9");
         emit(
             &f,
             "s",
@@ -540,7 +650,7 @@ mod tests {
     async fn a_closed_bus_ends_after_what_the_log_holds() {
         let f = fixture(8);
         let bus = f.rx.activate_cloned();
-        let mut follower = TurnFollower::new(f.log.clone(), "s", bus, 0, "r1");
+        let mut follower = TurnFollower::new(Arc::new(f.log.clone()), "s", bus, 0, "r1");
         emit(&f, "s", Some("t1"), started("r1")).await;
         emit(&f, "s", Some("t1"), delta("a")).await;
         let Fixture { tx, rx, .. } = f;

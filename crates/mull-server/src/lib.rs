@@ -43,9 +43,14 @@ pub use http::{sse_frame, SSE_DONE, UI_MESSAGE_STREAM_HEADERS};
 pub use listen::{ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 pub use state::{
     AgentSource, ChatSession, OptionsSource, ServerState, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TTL,
-    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_OPEN_SESSIONS, DEFAULT_SOCKET_IDLE_TIMEOUT,
+    DEFAULT_LEASE_WAIT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_OPEN_SESSIONS,
+    DEFAULT_SOCKET_IDLE_TIMEOUT,
 };
 pub use ws::decode_client_frame;
+
+/// How often a node on a shared log looks for chats whose node stopped without giving them
+/// back, to take them over and recover their turns.
+pub const TAKE_OVER_PERIOD: Duration = Duration::from_millis(500);
 
 /// The router a service mounts. Requests need the state's token when one is set.
 pub fn router(state: ServerState) -> Router {
@@ -145,7 +150,8 @@ impl Bound {
     }
 
     /// Serves until `shutdown` resolves, then finishes open requests and returns. Meanwhile
-    /// idle sessions are evicted every half idle TTL (at least every minute).
+    /// idle sessions are evicted every half idle TTL (at least every minute); on a shared log,
+    /// chats other nodes left behind are taken over every [`TAKE_OVER_PERIOD`].
     pub async fn run(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -153,7 +159,22 @@ impl Bound {
         let period =
             (self.state.idle_ttl() / 2).clamp(Duration::from_millis(10), Duration::from_secs(60));
         let state = self.state;
+        let taker = state.log().is_shared().then(|| {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(TAKE_OVER_PERIOD);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticks.tick().await;
+                    if let Err(e) = state.take_over_abandoned(64).await {
+                        tracing::warn!("{e}");
+                    }
+                }
+            })
+        });
+        let swept = state.clone();
         let sweeper = tokio::spawn(async move {
+            let state = swept;
             let mut ticks = tokio::time::interval(period);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -166,6 +187,10 @@ impl Bound {
         });
         listen::serve_connections(self.listener, self.app, self.limits, shutdown).await;
         sweeper.abort();
+        if let Some(taker) = taker {
+            taker.abort();
+        }
+        state.give_back_all().await;
         Ok(())
     }
 }

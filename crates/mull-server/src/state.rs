@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mull_core::TurnStatus;
-use mull_engine::{Agent, Session, SessionOptions};
-use mull_store::Log;
+use mull_engine::{Agent, EngineError, Session, SessionOptions};
+use mull_store::{EventLog, Log, StoreError};
 
 use crate::error::ApiError;
 
@@ -42,6 +42,12 @@ pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(10 * 60);
 /// The default most sessions kept open at once (idle ones beyond it are evicted, oldest first).
 pub const DEFAULT_MAX_OPEN_SESSIONS: usize = 10_000;
 
+/// The default longest a request waits for a chat another node is working on (a shared log).
+pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// How often a request waiting for another node's chat asks again.
+const LEASE_POLL: Duration = Duration::from_millis(20);
+
 /// Shared state of the router. Cheap to clone; clones share the open sessions.
 #[derive(Clone)]
 pub struct ServerState {
@@ -49,7 +55,7 @@ pub struct ServerState {
 }
 
 pub(crate) struct Inner {
-    pub log: Log,
+    pub log: Arc<dyn EventLog>,
     pub agents: AgentSource,
     pub options: OptionsSource,
     pub sessions: Arc<Sessions>,
@@ -60,6 +66,7 @@ pub(crate) struct Inner {
     pub max_open_sessions: usize,
     pub body_timeout: Duration,
     pub socket_idle_timeout: Duration,
+    pub lease_wait: Duration,
 }
 
 /// The open sessions, one slot per chat id. The map lock is held only to find, lease or evict
@@ -143,6 +150,14 @@ impl ServerState {
 
     /// Each chat runs the agent `agents` picks for its id (e.g. a fresh scripted model per chat).
     pub fn with_agents(log: Log, agents: AgentSource) -> ServerState {
+        Self::on(Arc::new(log), agents)
+    }
+
+    /// On any backend of the log. On a shared one (PostgreSQL, several nodes) a chat's session
+    /// is given back as soon as nothing runs in it, a request for a chat another node works on
+    /// waits for it (up to [`ServerState::with_lease_wait`]), a resume follows such a chat from
+    /// the log, and the sessions of nodes that died are taken over and recovered.
+    pub fn on(log: Arc<dyn EventLog>, agents: AgentSource) -> ServerState {
         ServerState {
             inner: Arc::new(Inner {
                 log,
@@ -156,6 +171,7 @@ impl ServerState {
                 max_open_sessions: DEFAULT_MAX_OPEN_SESSIONS,
                 body_timeout: DEFAULT_BODY_TIMEOUT,
                 socket_idle_timeout: DEFAULT_SOCKET_IDLE_TIMEOUT,
+                lease_wait: DEFAULT_LEASE_WAIT,
             }),
         }
     }
@@ -164,7 +180,7 @@ impl ServerState {
         let mut inner = match Arc::try_unwrap(self.inner) {
             Ok(inner) => inner,
             Err(shared) => Inner {
-                log: shared.log.clone(),
+                log: Arc::clone(&shared.log),
                 agents: Arc::clone(&shared.agents),
                 options: Arc::clone(&shared.options),
                 sessions: Arc::clone(&shared.sessions),
@@ -175,6 +191,7 @@ impl ServerState {
                 max_open_sessions: shared.max_open_sessions,
                 body_timeout: shared.body_timeout,
                 socket_idle_timeout: shared.socket_idle_timeout,
+                lease_wait: shared.lease_wait,
             },
         };
         f(&mut inner);
@@ -226,13 +243,23 @@ impl ServerState {
         self.map(|i| i.socket_idle_timeout = timeout)
     }
 
-    /// How long an unused session stays open.
+    /// How long a request waits for a chat another node is working on before it is refused
+    /// as busy (a shared log only). Default [`DEFAULT_LEASE_WAIT`].
+    pub fn with_lease_wait(self, wait: Duration) -> ServerState {
+        self.map(|i| i.lease_wait = wait)
+    }
+
+    /// How long an unused session stays open (on a shared log: not at all).
     pub fn idle_ttl(&self) -> Duration {
-        self.inner.idle_ttl
+        if self.inner.log.is_shared() {
+            Duration::ZERO
+        } else {
+            self.inner.idle_ttl
+        }
     }
 
     /// The log the server writes to.
-    pub fn log(&self) -> &Log {
+    pub fn log(&self) -> &Arc<dyn EventLog> {
         &self.inner.log
     }
 
@@ -247,20 +274,28 @@ impl ServerState {
     }
 
     /// Evicts every session that nobody uses and that has been idle for the idle TTL, then, while
-    /// more sessions are open than the cap, the longest-idle unused ones. Returns how many
-    /// were evicted. The router runs this periodically; a service may call it too.
+    /// more sessions are open than the cap, the longest-idle unused ones; and any session
+    /// another writer took over (its cache is stale, its writes would be refused). Returns how
+    /// many were evicted. The router runs this periodically; a service may call it too. On a
+    /// shared log each evicted session is given back to the log, so another node may take it.
     pub fn evict_idle(&self) -> usize {
         let now = Instant::now();
-        let ttl = self.inner.idle_ttl;
+        let ttl = self.idle_ttl();
+        let log = &self.inner.log;
+        let mut evicted = Vec::new();
         let mut map = lock(&self.inner.sessions.map);
-        let before = map.len();
         // Only the map holds the slot: no lease, no stream, no turn task.
         let unused = |slot: &Arc<Slot>| Arc::strong_count(slot) == 1 && slot.is_quiet();
-        map.retain(|_, slot| {
+        map.retain(|id, slot| {
             let expired = slot
                 .idle_since()
                 .is_none_or(|since| now.duration_since(since) >= ttl);
-            !(expired && unused(slot))
+            let lost = slot.session.get().is_some() && !log.holds(id);
+            let keep = !(lost || expired && unused(slot));
+            if !keep {
+                evicted.push(id.clone());
+            }
+            keep
         });
         if map.len() > self.inner.max_open_sessions {
             let mut idle: Vec<(Option<Instant>, String)> = map
@@ -272,15 +307,62 @@ impl ServerState {
             let excess = map.len() - self.inner.max_open_sessions;
             for (_, id) in idle.into_iter().take(excess) {
                 map.remove(&id);
+                evicted.push(id);
             }
         }
-        before - map.len()
+        if log.is_shared() {
+            for id in &evicted {
+                // Called under the map lock: the release names the lease held now, before any
+                // request could open the chat again.
+                let release = log.release_session(id);
+                let id = id.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = release.await {
+                        tracing::warn!(chat = %id, "giving the chat back: {e}");
+                    }
+                });
+            }
+        }
+        evicted.len()
     }
 
-    /// A lease on the session of `chat_id`, opened (and created in the log) when not open.
+    /// A lease on the session of `chat_id`, opened (and created in the log) when not open. On
+    /// a shared log, a chat another node works on is waited for, up to the lease wait.
     pub async fn session(&self, chat_id: &str) -> Result<ChatSession, ApiError> {
+        self.open(chat_id, self.inner.lease_wait).await
+    }
+
+    /// Opens the session of `chat_id`, waiting up to `wait` while another node holds it.
+    async fn open(&self, chat_id: &str, wait: Duration) -> Result<ChatSession, ApiError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.open_once(chat_id).await {
+                Err(Opened::Held(owner)) if Instant::now() < deadline => {
+                    let _ = owner;
+                    tokio::time::sleep(LEASE_POLL).await;
+                }
+                Err(Opened::Held(owner)) => {
+                    return Err(ApiError::Busy {
+                        chat_id: chat_id.to_owned(),
+                        owner,
+                    })
+                }
+                Err(Opened::Failed(e)) => return Err(e),
+                Ok(session) => return Ok(session),
+            }
+        }
+    }
+
+    async fn open_once(&self, chat_id: &str) -> Result<ChatSession, Opened> {
         let (slot, over_cap) = {
             let mut map = lock(&self.inner.sessions.map);
+            // A session another writer took over is stale: open it afresh.
+            if map
+                .get(chat_id)
+                .is_some_and(|slot| slot.session.get().is_some() && !self.inner.log.holds(chat_id))
+            {
+                map.remove(chat_id);
+            }
             let slot = Arc::clone(map.entry(chat_id.to_owned()).or_default());
             (slot, map.len() > self.inner.max_open_sessions)
         };
@@ -288,25 +370,65 @@ impl ServerState {
         if over_cap {
             self.evict_idle();
         }
-        let session = slot
+        let opened = slot
             .session
             .get_or_try_init(|| async {
                 let agent = (self.inner.agents)(chat_id);
                 let options = (self.inner.options)(chat_id);
-                Session::open(&self.inner.log, agent, options)
-                    .await
-                    .map_err(|e| ApiError::Internal(format!("opening chat {chat_id:?}: {e}")))
+                Session::open_on(Arc::clone(&self.inner.log), agent, options).await
             })
-            .await?
-            .clone();
-        Ok(ChatSession { slot, session })
+            .await;
+        match opened {
+            Ok(session) => {
+                let session = session.clone();
+                Ok(ChatSession { slot, session })
+            }
+            Err(e) => {
+                drop(slot);
+                self.forget_unopened(chat_id);
+                match e {
+                    EngineError::Store {
+                        source: StoreError::LeaseHeld { owner, .. },
+                        ..
+                    } => Err(Opened::Held(owner)),
+                    e => Err(Opened::Failed(ApiError::Internal(format!(
+                        "opening chat {chat_id:?}: {e}"
+                    )))),
+                }
+            }
+        }
+    }
+
+    /// Drops the map's slot of a chat whose session could not be opened (nobody else uses it).
+    fn forget_unopened(&self, chat_id: &str) {
+        let mut map = lock(&self.inner.sessions.map);
+        if map
+            .get(chat_id)
+            .is_some_and(|slot| slot.session.get().is_none() && Arc::strong_count(slot) == 1)
+        {
+            map.remove(chat_id);
+        }
     }
 
     fn open_session(&self, chat_id: &str) -> Option<ChatSession> {
         let slot = Arc::clone(lock(&self.inner.sessions.map).get(chat_id)?);
         let session = slot.session.get()?.clone();
+        if !self.inner.log.holds(chat_id) {
+            return None;
+        }
         slot.touch();
         Some(ChatSession { slot, session })
+    }
+
+    /// Whether the log holds any event of `chat_id`.
+    async fn is_known(&self, chat_id: &str) -> Result<bool, ApiError> {
+        let page = self
+            .inner
+            .log
+            .session_page(chat_id, 0, 1)
+            .await
+            .map_err(|e| ApiError::Internal(format!("looking up chat {chat_id:?}: {e}")))?;
+        Ok(!page.is_empty())
     }
 
     /// A lease on the session of an existing chat: open already, or present in the log.
@@ -315,19 +437,79 @@ impl ServerState {
         if let Some(session) = self.open_session(chat_id) {
             return Ok(session);
         }
-        let log = self.inner.log.clone();
-        let id = chat_id.to_owned();
-        let known = tokio::task::spawn_blocking(move || {
-            log.reader()
-                .and_then(|r| r.session_page(&id, 0, 1))
-                .map(|page| !page.is_empty())
-        })
-        .await
-        .map_err(|e| ApiError::Internal(format!("looking up chat {chat_id:?}: {e}")))?
-        .map_err(|e| ApiError::Internal(format!("looking up chat {chat_id:?}: {e}")))?;
-        if !known {
+        if !self.is_known(chat_id).await? {
             return Err(ApiError::UnknownChat(chat_id.to_owned()));
         }
         self.session(chat_id).await
     }
+
+    /// An existing chat here, or — on a shared log, while another node works on it — that
+    /// node's name, without waiting: a resume then follows the chat from the log.
+    pub(crate) async fn existing_or_holder(&self, chat_id: &str) -> Result<Local, ApiError> {
+        if let Some(session) = self.open_session(chat_id) {
+            return Ok(Local::Here(session));
+        }
+        if !self.is_known(chat_id).await? {
+            return Err(ApiError::UnknownChat(chat_id.to_owned()));
+        }
+        match self.open(chat_id, Duration::ZERO).await {
+            Ok(session) => Ok(Local::Here(session)),
+            Err(ApiError::Busy { owner, .. }) => Ok(Local::Elsewhere(owner)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Closes every open session and gives each back to the log (a server shutting down): on
+    /// a shared log, other nodes can take its chats at once instead of after the lease expired.
+    pub async fn give_back_all(&self) {
+        let ids: Vec<String> = {
+            let mut map = lock(&self.inner.sessions.map);
+            map.drain().map(|(id, _)| id).collect()
+        };
+        for id in ids {
+            if let Err(e) = self.inner.log.release_session(&id).await {
+                tracing::warn!(chat = %id, "giving the chat back: {e}");
+            }
+        }
+    }
+
+    /// Opens (and so recovers) the sessions of nodes that stopped without giving them back,
+    /// up to `limit`; they are given back again once idle. Returns how many were taken over.
+    /// The router runs this periodically on a shared log.
+    pub async fn take_over_abandoned(&self, limit: usize) -> Result<usize, ApiError> {
+        let abandoned = self
+            .inner
+            .log
+            .abandoned(limit)
+            .await
+            .map_err(|e| ApiError::Internal(format!("looking for abandoned chats: {e}")))?;
+        let mut taken = 0;
+        for chat_id in abandoned {
+            match self.open(&chat_id, Duration::ZERO).await {
+                Ok(session) => {
+                    tracing::info!(chat = %chat_id, "took over a chat its node left behind");
+                    drop(session);
+                    taken += 1;
+                }
+                // Another node was quicker.
+                Err(ApiError::Busy { .. }) => {}
+                Err(e) => tracing::warn!(chat = %chat_id, "taking over an abandoned chat: {e}"),
+            }
+        }
+        Ok(taken)
+    }
+}
+
+/// Why a session could not be opened.
+enum Opened {
+    /// Another node holds it.
+    Held(String),
+    Failed(ApiError),
+}
+
+/// Where an existing chat is worked on.
+pub(crate) enum Local {
+    Here(ChatSession),
+    /// Another node holds it (by name).
+    Elsewhere(String),
 }

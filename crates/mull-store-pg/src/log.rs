@@ -85,8 +85,11 @@ struct Inner {
     wake: Notify,
     /// What the writer task has committed (or that it stopped).
     progress: watch::Sender<Progress>,
-    /// Reads and lease changes, on a connection of their own.
+    /// Reads, on a connection of their own.
     reads: Reads,
+    /// Lease changes and renewals, on another: a renewal must never wait behind a node's
+    /// reads, or a busy node would lose its leases while working.
+    leases: Reads,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -205,6 +208,8 @@ impl PgLog {
         };
         config.application_name(format!("mull reads {}", options.node));
         let reads = Reads::connect(&config, &target).await?;
+        config.application_name(format!("mull leases {}", options.node));
+        let leases = Reads::connect(&config, &target).await?;
         let (progress, _) = watch::channel(Progress::default());
         let inner = Arc::new(Inner {
             target,
@@ -216,6 +221,7 @@ impl PgLog {
             wake: Notify::new(),
             progress,
             reads,
+            leases,
         });
         tokio::spawn(run_writer(Arc::downgrade(&inner), client, statements));
         tokio::spawn(run_renewal(Arc::downgrade(&inner)));
@@ -232,9 +238,12 @@ impl PgLog {
         &self.inner.options.node
     }
 
-    /// The lease epoch this node writes `session_id` under, if it holds it.
+    /// The lease epoch this node writes `session_id` under, if it holds it (and can still write).
     pub fn epoch(&self, session_id: &str) -> Option<i64> {
         let state = lock(&self.inner.state);
+        if state.failure.is_some() {
+            return None;
+        }
         let held = state.sessions.get(session_id)?;
         held.fenced.is_none().then_some(held.epoch)
     }
@@ -248,6 +257,19 @@ impl PgLog {
     pub async fn flush_all(&self) -> Result<(), StoreError> {
         let target = lock(&self.inner.state).appended;
         self.wait_committed(target).await
+    }
+
+    /// Resolves once the writer has stopped for good (its connection lost, a commit refused),
+    /// with the error every later append gets: a server stops serving then, since nothing it
+    /// would answer could be written.
+    pub async fn stopped(&self) -> StoreError {
+        let mut rx = self.inner.progress.subscribe();
+        let _ = rx.wait_for(|p| p.stopped).await;
+        let state = lock(&self.inner.state);
+        state
+            .failure
+            .as_ref()
+            .map_or(StoreError::WriterGone, Failure::error)
     }
 
     async fn wait_committed(&self, ticket: u64) -> Result<(), StoreError> {
@@ -274,7 +296,7 @@ impl PgLog {
     async fn take_lease(&self, session_id: &str) -> Result<i64, StoreError> {
         let inner = &self.inner;
         inner
-            .reads
+            .leases
             .take_lease(session_id, &inner.options.node, inner.options.lease_ttl)
             .await
     }
@@ -395,19 +417,61 @@ impl EventLog for PgLog {
         Box::pin(self.inner.reads.session_page(session_id, after_seq, limit))
     }
 
-    fn release_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()> {
+    /// Gives back the lease this handle holds *now*: the epoch is taken when this is called,
+    /// so a release still under way never touches a lease the node took again meanwhile.
+    fn release_session(&self, session_id: &str) -> LogFuture<'static, ()> {
+        let held = lock(&self.inner.state)
+            .sessions
+            .get(session_id)
+            .map(|h| (h.epoch, h.last_ticket));
+        let this = self.clone();
+        let session_id = session_id.to_owned();
         Box::pin(async move {
-            EventLog::flush(self, session_id).await?;
-            let epoch = lock(&self.inner.state)
-                .sessions
-                .remove(session_id)
-                .filter(|h| h.fenced.is_none())
-                .map(|h| h.epoch);
-            match epoch {
-                Some(epoch) => self.inner.reads.release_lease(session_id, epoch).await,
-                None => Ok(()),
+            let (this, session_id) = (&this, session_id.as_str());
+            let Some((epoch, ticket)) = held else {
+                return Ok(());
+            };
+            this.wait_committed(ticket).await?;
+            let live = {
+                let mut state = lock(&this.inner.state);
+                match state.sessions.get(session_id) {
+                    // A fenced session stays known as fenced (a turn still running there gets
+                    // the fence, not "not open"), until the session is opened again.
+                    Some(h) if h.epoch == epoch && h.fenced.is_some() => false,
+                    Some(h) if h.epoch == epoch => {
+                        state.sessions.remove(session_id);
+                        true
+                    }
+                    // Taken again under a new epoch (or released already): not ours to give.
+                    _ => return Ok(()),
+                }
+            };
+            if live {
+                this.inner.leases.release_lease(session_id, epoch).await
+            } else {
+                Ok(())
             }
         })
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn holds(&self, session_id: &str) -> bool {
+        self.epoch(session_id).is_some()
+    }
+
+    fn holder<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, Option<String>> {
+        Box::pin(
+            self.inner
+                .reads
+                .holder(session_id, &self.inner.options.node),
+        )
+    }
+
+    fn abandoned(&self, limit: usize) -> LogFuture<'_, Vec<String>> {
+        Box::pin(self.inner.reads.abandoned(limit))
     }
 }
 
@@ -599,6 +663,11 @@ async fn run_renewal(inner: std::sync::Weak<Inner>) {
         let Some(inner) = inner.upgrade() else {
             return;
         };
+        if inner.progress.borrow().stopped {
+            // Nothing more can be written here: let the leases lapse, so other nodes take the
+            // sessions over after their time to live.
+            return;
+        }
         let held: Vec<(String, i64)> = lock(&inner.state)
             .sessions
             .iter()
@@ -609,7 +678,7 @@ async fn run_renewal(inner: std::sync::Weak<Inner>) {
             continue;
         }
         match inner
-            .reads
+            .leases
             .renew_leases(&held, &inner.options.node, inner.options.lease_ttl)
             .await
         {
@@ -617,7 +686,14 @@ async fn run_renewal(inner: std::sync::Weak<Inner>) {
                 let mut state = lock(&inner.state);
                 for (session, fence) in lost {
                     if let Some(h) = state.sessions.get_mut(&session) {
-                        if h.epoch == fence.0 {
+                        if h.epoch == fence.0 && h.fenced.is_none() {
+                            tracing::warn!(
+                                "session {session}: fenced (its lease at epoch {} was taken over \
+                                 by {} at epoch {})",
+                                fence.0,
+                                fence.2,
+                                fence.1
+                            );
                             h.fenced = Some(Fence {
                                 epoch: fence.0,
                                 current: fence.1,

@@ -236,8 +236,8 @@ impl Reads {
         Ok(total)
     }
 
-    /// Takes a session's lease for `owner` when it is free, expired or `owner`'s own; the
-    /// epoch goes up by one. Otherwise says who holds it.
+    /// Takes a session's lease for `owner` when it is given back, expired or `owner`'s own;
+    /// the epoch goes up by one. Otherwise says who holds it.
     pub(crate) async fn take_lease(
         &self,
         session_id: &str,
@@ -251,13 +251,16 @@ impl Reads {
                 "INSERT INTO mull_leases AS l (session_id, owner, epoch, expires_at)
                  VALUES ($1, $2, 1, now() + make_interval(secs => $3))
                  ON CONFLICT (session_id) DO UPDATE
-                     SET owner = EXCLUDED.owner, epoch = l.epoch + 1, expires_at = EXCLUDED.expires_at
-                     WHERE l.expires_at <= now() OR l.owner = EXCLUDED.owner
+                     SET owner = EXCLUDED.owner, epoch = l.epoch + 1,
+                         expires_at = EXCLUDED.expires_at, released = false
+                     WHERE l.expires_at <= now() OR l.released OR l.owner = EXCLUDED.owner
                  RETURNING epoch",
                 &[&session_id, &owner, &ttl],
             )
             .await
-            .map_err(server_error(self.ctx(&format!("taking the lease of session {session_id}"))))?;
+            .map_err(server_error(
+                self.ctx(&format!("taking the lease of session {session_id}")),
+            ))?;
         if let Some(row) = taken {
             return Ok(row.get(0));
         }
@@ -296,6 +299,7 @@ impl Reads {
                 "UPDATE mull_leases l SET expires_at = now() + make_interval(secs => $4)
                  FROM unnest($1::text[], $2::int8[]) AS u(session_id, epoch)
                  WHERE l.session_id = u.session_id AND l.epoch = u.epoch AND l.owner = $3
+                   AND NOT l.released
                  RETURNING l.session_id",
                 &[&sessions, &epochs, &owner, &ttl],
             )
@@ -329,7 +333,8 @@ impl Reads {
     ) -> Result<(), StoreError> {
         self.client
             .execute(
-                "UPDATE mull_leases SET expires_at = now() WHERE session_id = $1 AND epoch = $2",
+                "UPDATE mull_leases SET expires_at = now(), released = true
+                 WHERE session_id = $1 AND epoch = $2",
                 &[&session_id, &epoch],
             )
             .await
@@ -337,6 +342,36 @@ impl Reads {
                 self.ctx(&format!("releasing the lease of session {session_id}")),
             ))?;
         Ok(())
+    }
+
+    /// The node other than `me` holding a live lease on the session, if any.
+    pub async fn holder(&self, session_id: &str, me: &str) -> Result<Option<String>, StoreError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT owner FROM mull_leases
+                 WHERE session_id = $1 AND expires_at > now() AND owner <> $2",
+                &[&session_id, &me],
+            )
+            .await
+            .map_err(server_error(self.ctx("reading a lease")))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Up to `limit` sessions whose lease expired without being given back, longest expired
+    /// first: their node stopped mid-work, and a turn of theirs may wait to be recovered.
+    pub async fn abandoned(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .client
+            .query(
+                "SELECT session_id FROM mull_leases
+                 WHERE NOT released AND expires_at <= now() ORDER BY expires_at LIMIT $1",
+                &[&limit],
+            )
+            .await
+            .map_err(server_error(self.ctx("looking for abandoned sessions")))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Who holds a session's lease: (owner, epoch, whether it is still live).

@@ -37,6 +37,11 @@ const MIGRATIONS: &[&str] = &[
          epoch      bigint      NOT NULL,
          expires_at timestamptz NOT NULL
      );",
+    // 2: a lease given back is marked, so a lease that expired without being given back (its
+    // node died or was cut off mid-work) can be told apart: its session may hold a turn to
+    // recover, and any node sweeping for such leases takes it over.
+    "ALTER TABLE mull_leases ADD COLUMN released boolean NOT NULL DEFAULT false;
+     CREATE INDEX mull_leases_unreleased ON mull_leases (expires_at) WHERE NOT released;",
 ];
 
 /// The schema version this build writes and reads.

@@ -290,7 +290,7 @@ async fn bad_databases_are_refused_naming_them() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 1,
+                supported: mull_store_pg::schema::SCHEMA_VERSION,
                 ..
             }
         ),

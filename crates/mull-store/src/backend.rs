@@ -60,10 +60,42 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     ) -> LogFuture<'a, Vec<Envelope>>;
 
     /// The session is no longer worked on here (closed or evicted): another writer may take it
-    /// at once. SQLite has nothing to give back.
-    fn release_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()> {
+    /// at once. What is given back is decided when this is called (so the future may be
+    /// spawned and finish later without touching a later take of the same session). SQLite has
+    /// nothing to give back.
+    fn release_session(&self, session_id: &str) -> LogFuture<'static, ()> {
         let _ = session_id;
         Box::pin(async { Ok(()) })
+    }
+
+    /// Whether other writers share this log, each session written by one of them at a time
+    /// (PostgreSQL): a server then gives a session back as soon as nothing runs in it, so any
+    /// node can take the chat's next request. SQLite: one writer, no.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// Whether this handle still writes `session_id`: false once another writer took it over
+    /// (its later appends are refused). SQLite: always.
+    fn holds(&self, session_id: &str) -> bool {
+        let _ = session_id;
+        true
+    }
+
+    /// Another writer that holds `session_id` now (a live lease of another node): the session
+    /// can be followed from the log here but not written. SQLite: never.
+    fn holder<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, Option<String>> {
+        let _ = session_id;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Up to `limit` sessions whose writer stopped without giving them back (PostgreSQL: a
+    /// lease that expired unreleased, its node dead or cut off): a turn of theirs may wait to
+    /// be recovered by opening them. SQLite recovers a session when its one writer opens it:
+    /// none.
+    fn abandoned(&self, limit: usize) -> LogFuture<'_, Vec<String>> {
+        let _ = limit;
+        Box::pin(async { Ok(Vec::new()) })
     }
 }
 
@@ -148,7 +180,23 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
         (**self).session_page(session_id, after_seq, limit)
     }
 
-    fn release_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()> {
+    fn release_session(&self, session_id: &str) -> LogFuture<'static, ()> {
         (**self).release_session(session_id)
+    }
+
+    fn is_shared(&self) -> bool {
+        (**self).is_shared()
+    }
+
+    fn holds(&self, session_id: &str) -> bool {
+        (**self).holds(session_id)
+    }
+
+    fn holder<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, Option<String>> {
+        (**self).holder(session_id)
+    }
+
+    fn abandoned(&self, limit: usize) -> LogFuture<'_, Vec<String>> {
+        (**self).abandoned(limit)
     }
 }

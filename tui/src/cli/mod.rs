@@ -15,6 +15,7 @@ pub mod gen_bench_log;
 pub mod import;
 pub mod integrity;
 pub mod otlp_export;
+pub mod pg;
 pub mod replay;
 pub mod serve;
 pub mod stats;

@@ -6,94 +6,148 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use mull_core::{PriceTable, Usage};
-use mull_store::{CostLedger, CostTotals, LogReader};
+use mull_store::{CostLedger, CostTotals, LogReader, TurnSummary};
 
 /// Events read per page while counting kinds.
 const PAGE: usize = 8192;
 
 /// Prints the counts of a log, its costs priced with `prices` (a price file) over the defaults.
 pub fn run(db: &Path, prices: Option<&Path>) -> Result<()> {
-    let table = match prices {
-        None => PriceTable::defaults(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading the price file {}", path.display()))?;
-            PriceTable::defaults()
-                .parse(&text)
-                .with_context(|| format!("reading the price file {}", path.display()))?
-        }
-    };
+    let table = price_table(prices)?;
     let reader = LogReader::open(db).with_context(|| format!("opening {}", db.display()))?;
     print!("{}", report(&reader, &table)?);
     Ok(())
 }
 
+/// The built-in prices with the price file at `prices` laid over them.
+pub fn price_table(prices: Option<&Path>) -> Result<PriceTable> {
+    match prices {
+        None => Ok(PriceTable::defaults()),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the price file {}", path.display()))?;
+            PriceTable::defaults()
+                .parse(&text)
+                .with_context(|| format!("reading the price file {}", path.display()))
+        }
+    }
+}
+
 /// The counts, as printed.
 pub fn report(reader: &LogReader, prices: &PriceTable) -> Result<String> {
     let sessions = reader.sessions()?;
-    let mut turns = 0usize;
-    let mut by_status: BTreeMap<&'static str, usize> = BTreeMap::new();
-    let mut usage = Usage::default();
-    let mut unreported = 0usize;
-    let mut cost = CostTotals::default();
+    let mut tally = Tally::new(sessions.len());
     for session in &sessions {
         let mut ledger = CostLedger::new();
         reader.for_each_session_event(&session.session_id, 0, |env| ledger.apply(&env))?;
-        cost.add(&ledger.totals(prices));
+        tally.cost.add(&ledger.totals(prices));
         for turn in reader.turns(&session.session_id)? {
-            turns += 1;
-            *by_status.entry(turn.status.as_str()).or_default() += 1;
-            if turn.usage.input_tokens.is_none() && turn.usage.output_tokens.is_none() {
-                unreported += 1;
-            }
-            usage.add(&turn.usage);
+            tally.turn(&turn);
         }
     }
-    let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
-    let mut events = 0u64;
     let mut after = 0u64;
     loop {
         let page = reader.page(after, PAGE)?;
         for env in &page {
-            *kinds.entry(env.kind().to_owned()).or_default() += 1;
+            tally.event(env.kind());
             after = env.seq;
         }
-        events += page.len() as u64;
         if page.len() < PAGE {
             break;
         }
     }
-    let mut out = String::new();
-    out.push_str(&format!("sessions  {}\n", sessions.len()));
-    let statuses: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    out.push_str(&format!("turns     {turns} ({})\n", statuses.join(", ")));
-    out.push_str(&format!("events    {events}\n"));
-    for (kind, count) in &kinds {
-        out.push_str(&format!("  {kind:<26} {count:>10}\n"));
+    Ok(tally.render())
+}
+
+/// What `mull stats` counts, whatever the log is stored in.
+#[derive(Default)]
+pub struct Tally {
+    sessions: usize,
+    turns: usize,
+    by_status: BTreeMap<&'static str, usize>,
+    usage: Usage,
+    unreported: usize,
+    /// The sessions' cost ledgers, priced.
+    pub cost: CostTotals,
+    kinds: BTreeMap<String, u64>,
+    events: u64,
+}
+
+impl Tally {
+    /// Counts for a log of `sessions` sessions.
+    pub fn new(sessions: usize) -> Tally {
+        Tally {
+            sessions,
+            ..Tally::default()
+        }
     }
-    // A count no provider reported is unknown, not zero.
-    let n = |v: Option<u64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
-    let total = usage
-        .total_tokens
-        .or(match (usage.input_tokens, usage.output_tokens) {
-            (Some(input), Some(output)) => Some(input + output),
-            _ => None,
-        });
-    out.push_str(&format!(
-        "tokens    in {} · out {} · cached {} · reasoning {} · total {}\n",
-        n(usage.input_tokens),
-        n(usage.output_tokens),
-        n(usage.cached_input_tokens),
-        n(usage.reasoning_tokens),
-        n(total)
-    ));
-    if unreported > 0 {
+
+    /// Counts a turn.
+    pub fn turn(&mut self, turn: &TurnSummary) {
+        self.turns += 1;
+        *self.by_status.entry(turn.status.as_str()).or_default() += 1;
+        if turn.usage.input_tokens.is_none() && turn.usage.output_tokens.is_none() {
+            self.unreported += 1;
+        }
+        self.usage.add(&turn.usage);
+    }
+
+    /// Counts an event of `kind`.
+    pub fn event(&mut self, kind: &str) {
+        self.events += 1;
+        match self.kinds.get_mut(kind) {
+            Some(n) => *n += 1,
+            None => {
+                self.kinds.insert(kind.to_owned(), 1);
+            }
+        }
+    }
+
+    /// The counts, as printed.
+    pub fn render(&self) -> String {
+        let Tally {
+            sessions,
+            turns,
+            by_status,
+            usage,
+            unreported,
+            cost,
+            kinds,
+            events,
+        } = self;
+        let (turns, unreported) = (*turns, *unreported);
+        let mut out = String::new();
+        out.push_str(&format!("sessions  {sessions}\n"));
+        let statuses: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        out.push_str(&format!("turns     {turns} ({})\n", statuses.join(", ")));
+        out.push_str(&format!("events    {events}\n"));
+        for (kind, count) in kinds {
+            out.push_str(&format!("  {kind:<26} {count:>10}\n"));
+        }
+        // A count no provider reported is unknown, not zero.
+        let n = |v: Option<u64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
+        let total = usage
+            .total_tokens
+            .or(match (usage.input_tokens, usage.output_tokens) {
+                (Some(input), Some(output)) => Some(input + output),
+                _ => None,
+            });
         out.push_str(&format!(
-            "          {unreported} of {turns} turns reported no usage: their tokens are not counted\n"
+            "tokens    in {} · out {} · cached {} · reasoning {} · total {}\n",
+            n(usage.input_tokens),
+            n(usage.output_tokens),
+            n(usage.cached_input_tokens),
+            n(usage.reasoning_tokens),
+            n(total)
         ));
+        if unreported > 0 {
+            out.push_str(&format!(
+                "          {unreported} of {turns} turns reported no usage: their tokens are not counted\n"
+            ));
+        }
+        out.push_str(&cost_lines(cost));
+        out
     }
-    out.push_str(&cost_lines(&cost));
-    Ok(out)
 }
 
 /// The cost section: the total, by outcome, the cache's share, and the calls that reported no

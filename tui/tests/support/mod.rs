@@ -1,6 +1,10 @@
-//! What the binary's tests share: running the real `mull` and reading what it left.
+//! What the binary's tests share: running the real `mull` and reading what it left, and
+//! `mull serve` processes on PostgreSQL for the multi-node tests.
 
 #![allow(dead_code)]
+
+pub mod model;
+pub mod nodes;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

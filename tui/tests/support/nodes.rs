@@ -1,0 +1,190 @@
+//! `mull serve` processes on one database, and a bare HTTP/1.1 client for them.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One `mull serve` process; killed (and reaped) when dropped.
+pub struct Node {
+    pub name: String,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    child: Child,
+    /// Where its standard error goes.
+    pub stderr: PathBuf,
+}
+
+impl Node {
+    /// Starts `mull serve --db URL --node NAME` on a free loopback port with `extra` arguments,
+    /// and waits for its address line.
+    pub fn start(db: &str, name: &str, dir: &std::path::Path, extra: &[&str]) -> Node {
+        let stderr = dir.join(format!("{name}.stderr"));
+        let file = std::fs::File::create(&stderr).expect("creates the stderr file");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mull"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--db", db, "--node", name])
+            .args(extra)
+            .env_remove("MULL_TOKEN")
+            .env_remove("OPENAI_COMPATIBLE_API_KEY")
+            .env("RUST_LOG", "mull_store_pg=warn,mull_server=info")
+            .stdout(Stdio::piped())
+            .stderr(file)
+            .spawn()
+            .expect("starts mull serve");
+        let mut line = String::new();
+        let read = BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line);
+        let addr = match line.trim().strip_prefix("listening on http://") {
+            Some(addr) if read.is_ok() => addr.to_owned(),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let err = std::fs::read_to_string(&stderr).unwrap_or_default();
+                panic!("node {name} did not start: {line:?}\n{err}");
+            }
+        };
+        Node {
+            name: name.to_owned(),
+            addr,
+            child,
+            stderr,
+        }
+    }
+
+    /// Sends a signal (`KILL`, `STOP`, `CONT`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("runs kill");
+        assert!(status.success(), "kill -{signal} {}", self.name);
+    }
+
+    /// What the process wrote to standard error so far.
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits up to `limit` for the process to exit on its own, then stops it with Ctrl-C;
+    /// returns its exit status.
+    pub fn interrupt_or_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.signal("INT");
+        self.child.wait().expect("waits for the node")
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // A paused process cannot die of SIGKILL until it runs again.
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response: status (0 when the connection broke before a status line) and body text.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+    /// The connection ended cleanly (not cut).
+    pub complete: bool,
+}
+
+impl Reply {
+    /// A UI message stream that reached its end.
+    pub fn finished_stream(&self) -> bool {
+        self.status == 200 && self.body.contains("data: [DONE]")
+    }
+}
+
+/// Sends one request (`Connection: close`) and reads the answer until the server closes it or
+/// `limit` passes.
+pub async fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    limit: Duration,
+) -> Reply {
+    let exchange = async {
+        let mut stream = match tokio::net::TcpStream::connect(addr).await {
+            Ok(stream) => stream,
+            Err(_) => {
+                return Reply {
+                    status: 0,
+                    body: String::new(),
+                    complete: false,
+                }
+            }
+        };
+        let body = body.unwrap_or("");
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            return Reply {
+                status: 0,
+                body: String::new(),
+                complete: false,
+            };
+        }
+        let mut bytes = Vec::new();
+        let complete = stream.read_to_end(&mut bytes).await.is_ok();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let status = text
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|rest| rest.get(..3))
+            .and_then(|code| code.parse().ok())
+            .unwrap_or(0);
+        let complete = complete && (!text.contains("chunked") || text.ends_with("0\r\n\r\n"));
+        Reply {
+            status,
+            body: text,
+            complete,
+        }
+    };
+    match tokio::time::timeout(limit, exchange).await {
+        Ok(reply) => reply,
+        Err(_) => Reply {
+            status: 0,
+            body: format!("no answer within {limit:?}"),
+            complete: false,
+        },
+    }
+}
+
+/// `POST /api/chat` with one new user message.
+pub async fn post_message(addr: &str, chat: &str, message: &str, limit: Duration) -> Reply {
+    let body = serde_json::json!({
+        "id": chat, "trigger": "submit-message",
+        "messages": [{"id": message, "role": "user", "parts": [{"type": "text", "text": "Work it out."}]}]
+    })
+    .to_string();
+    request(addr, "POST", "/api/chat", Some(&body), limit).await
+}
+
+/// `GET /api/chat/{id}/stream`: the chat's running turn, from its first chunk.
+pub async fn resume(addr: &str, chat: &str, limit: Duration) -> Reply {
+    request(
+        addr,
+        "GET",
+        &format!("/api/chat/{chat}/stream"),
+        None,
+        limit,
+    )
+    .await
+}
