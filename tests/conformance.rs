@@ -478,6 +478,11 @@ fn render(env: &Envelope) -> String {
             Some(o) => format!("{step} {} (original: {})", part_line(part), part_line(o)),
             None => format!("{step} {}", part_line(part)),
         },
+        Event::PartTransformed {
+            step,
+            original,
+            shown,
+        } => format!("{step} {} -> {shown} part(s)", part_line(original)),
         Event::ToolCallStarted {
             step,
             call_id,
@@ -1065,7 +1070,27 @@ async fn c07_every_part_is_a_chunk_event_and_an_on_chunk_call() {
         .filter(|c| c.starts_with("on_chunk"))
         .count();
     assert_eq!(chunk_events, 10);
-    assert_eq!(on_chunk_calls, chunk_events);
+    // on_chunk sees exactly the seed's ChunkContext kinds; the block starts and ends and the
+    // finish are still chunk events (and reach the client), but not the hook.
+    let observed: Vec<String> = agent
+        .calls()
+        .iter()
+        .filter_map(|c| {
+            c.strip_prefix("on_chunk(")
+                .map(|k| k.trim_end_matches(')').to_owned())
+        })
+        .collect();
+    assert_eq!(
+        observed,
+        [
+            "reasoning-delta",
+            "text-delta",
+            "text-delta",
+            "source",
+            "raw"
+        ]
+    );
+    assert_eq!(on_chunk_calls, observed.len());
     insta::assert_snapshot!("c07_trace", env.trace(render).await);
 }
 
@@ -1241,6 +1266,83 @@ async fn c10_a_stream_transform_rewrites_parts_and_the_log_keeps_the_original() 
         .unwrap();
     assert_eq!(out.message.unwrap().plain_text(), "QUIET WORDS");
     insta::assert_snapshot!("c10_trace", env.trace(render).await);
+}
+
+/// The seed's example: a transform that emits source parts derived from tool results. Another
+/// one, after it, drops every tool result: the engine keeps the call paired with its outcome
+/// anyway, so the next request still carries the result.
+#[tokio::test]
+async fn c10_a_stream_transform_adds_sources_from_tool_results_and_calls_stay_paired() {
+    let model = lookup_then_answer();
+    let agent = Arc::new(
+        Rec::new(&model)
+            .tools(ToolSet::new().with(lookup_tool(ran())))
+            .before_turn(|_| {
+                Ok(Some(TurnConfig {
+                    transforms: vec![
+                        StreamTransform::flat_map("sources-from-results", |part| match &part {
+                            StreamPart::ToolResult {
+                                call_id, output, ..
+                            } => {
+                                let source = StreamPart::Source {
+                                    source: mull::core::Source::Url {
+                                        id: format!("src-{call_id}"),
+                                        url: format!("https://dict.example/{}", output["word"]),
+                                        title: None,
+                                    },
+                                };
+                                vec![part, source]
+                            }
+                            _ => vec![part],
+                        }),
+                        StreamTransform::flat_map("drop-results", |part| match part {
+                            StreamPart::ToolResult { .. } => Vec::new(),
+                            other => vec![other],
+                        }),
+                    ],
+                    ..TurnConfig::default()
+                }))
+            }),
+    );
+    let env = new_env();
+    let session = env.open(&agent).await;
+    let out = session
+        .save_messages(user("u1", "define mull"), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(out.status, OutcomeStatus::Completed);
+    // The next request carries the call's result although a transform dropped it.
+    assert_eq!(tool_result_sent(&model), json!({"word": "mull", "hits": 3}));
+    let message = out.message.unwrap();
+    assert!(message.parts.iter().any(|p| matches!(
+        p,
+        UIPart::SourceUrl { url, .. } if url == "https://dict.example/\"mull\""
+    )));
+    let events = env.events().await;
+    // The log keeps what the tool produced and what the user saw: the result, then the source.
+    let at = events
+        .iter()
+        .position(|e| {
+            matches!(
+                &e.event,
+                Event::PartTransformed {
+                    original: StreamPart::ToolResult { .. },
+                    shown: 2,
+                    ..
+                }
+            )
+        })
+        .expect("the transformed result is logged");
+    let shown: Vec<&str> = events[at + 1..at + 3]
+        .iter()
+        .map(|e| match &e.event {
+            Event::Chunk { part, .. } => part.kind(),
+            other => other.kind(),
+        })
+        .collect();
+    assert_eq!(shown, ["tool-result", "source"]);
+    // on_chunk sees the added source too.
+    assert!(agent.calls().iter().any(|c| c == "on_chunk(source)"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -3211,12 +3313,12 @@ async fn hook_order_matches_think_for_a_three_step_two_tool_turn() {
     let mine = hook_sequence(ours.iter().copied());
     assert_eq!(without_chunks(mine.clone()), without_chunks(think.clone()));
 
-    // on_chunk runs inside each step window, as in Think. Intended differences, documented:
-    // Think runs the tool as soon as the call is parsed, concurrently with the stream, so its
-    // onChunk(text-end) lands between beforeToolCall and afterToolCall and onChunk(tool-call)
-    // after afterToolCall; mull observes the tool-call part before deciding on it. Think also
-    // emits stream-level start / start-step / finish-step / finish parts; mull's only framing
-    // part is one `finish` per step (inside the step), so no on_chunk follows the last
+    // on_chunk runs inside each step window, as in Think, and the tool-call chunk reaches it
+    // after the tool's hooks (checked below). Intended differences, documented: Think runs the
+    // tool concurrently with the stream, so its onChunk(text-end) can land between
+    // beforeToolCall and afterToolCall; and Think's recorded onChunk also saw framing parts
+    // (start, start-step, text-start/end, finish-step, finish) outside the seed's ChunkContext
+    // union — mull's on_chunk sees exactly the seed's kinds, so no on_chunk follows the last
     // on_step_finish.
     insta::assert_snapshot!("hook_order_vs_think", mine.join("\n"));
     let think_steps = think.iter().filter(|h| **h == "on_step_finish").count();
@@ -3229,8 +3331,22 @@ async fn hook_order_matches_think_for_a_three_step_two_tool_turn() {
             assert_eq!(window.get(start + 1), Some(&"on_chunk"));
         }
     }
-    // Per-step chunk counts: text (start, 3 deltas, end) + tool input (start, 2 deltas, end,
-    // call) + tool result + finish = 12 for tool steps; text + finish = 6 for the last.
+    // The tool-call chunk reaches on_chunk after the tool's hooks and before its result, as in
+    // Think's recorded trace (there: afterToolCall, onChunk(tool-call), onChunk(tool-result)).
+    for calls in [&THINK_TRACE.iter().copied().collect::<Vec<_>>(), &ours] {
+        let after = calls
+            .iter()
+            .position(|c| c.starts_with("afterToolCall") || c.starts_with("after_tool_call"));
+        let call = calls.iter().position(|c| {
+            c.starts_with("onChunk(tool-call") || c.starts_with("on_chunk(tool-call")
+        });
+        let result = calls.iter().position(|c| {
+            c.starts_with("onChunk(tool-result") || c.starts_with("on_chunk(tool-result")
+        });
+        assert!(after < call && call < result, "{calls:#?}");
+    }
+    // Per-step chunk counts, only the seed's ChunkContext kinds: 3 text deltas + tool input
+    // (start, 2 deltas) + call + result = 8 for tool steps; 3 text deltas for the last.
     let mut counts = Vec::new();
     let mut n = 0;
     for line in &ours {
@@ -3241,7 +3357,7 @@ async fn hook_order_matches_think_for_a_three_step_two_tool_turn() {
             n = 0;
         }
     }
-    assert_eq!(counts, [12, 12, 6]);
+    assert_eq!(counts, [8, 8, 3]);
 }
 
 #[tokio::test]

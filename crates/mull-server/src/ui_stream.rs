@@ -456,7 +456,9 @@ impl UiStreamMapper {
             StreamPart::ToolInputEnd { .. }
             | StreamPart::Raw { .. }
             | StreamPart::Error { .. }
-            | StreamPart::Finish { .. } => return,
+            | StreamPart::Finish { .. }
+            | StreamPart::StreamStart { .. }
+            | StreamPart::ResponseMetadata { .. } => return,
         };
         out.push(chunk);
     }

@@ -377,6 +377,7 @@ impl SessionState {
             Event::SessionOpened { .. }
             | Event::StepConfigured { .. }
             | Event::ModelRetried { .. }
+            | Event::PartTransformed { .. }
             | Event::CancellationRequested { .. } => {}
         }
     }
@@ -600,7 +601,9 @@ impl SessionState {
             StreamPart::ToolInputEnd { .. }
             | StreamPart::Raw { .. }
             | StreamPart::Error { .. }
-            | StreamPart::Finish { .. } => {}
+            | StreamPart::Finish { .. }
+            | StreamPart::StreamStart { .. }
+            | StreamPart::ResponseMetadata { .. } => {}
         }
     }
 }
