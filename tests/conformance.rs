@@ -2284,6 +2284,47 @@ async fn e26_stage_persist_saving_the_messages_fails() {
     insta::assert_snapshot!("e26_persist", env.trace(render).await);
 }
 
+/// One rule for on_chat_response on failures: a failed before_turn and a failed before_step
+/// both end a started turn, and both report it once, with status error and the error text.
+#[tokio::test]
+async fn e22_on_chat_response_reports_a_failed_before_turn_like_a_failed_before_step() {
+    let mut seen = Vec::new();
+    for failing in ["before_turn", "before_step"] {
+        let model = ScriptedModel::builder("scripted-1")
+            .step(|s| s.text("never"))
+            .build();
+        let agent = Rec::new(&model);
+        let agent = if failing == "before_turn" {
+            agent.before_turn(|_| Err("quota service down".into()))
+        } else {
+            agent.before_step(|_| Err("quota service down".into()))
+        };
+        let agent = Arc::new(agent);
+        let env = new_env();
+        let session = env.open(&agent).await;
+        let out = session
+            .save_messages(user("u1", "hi"), TurnOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(out.status, OutcomeStatus::Error);
+        let responses: Vec<String> = agent
+            .calls()
+            .into_iter()
+            .filter(|c| c.starts_with("on_chat_response"))
+            .collect();
+        assert_eq!(responses.len(), 1, "{failing}: {responses:?}");
+        assert!(responses[0].contains("quota service down"), "{responses:?}");
+        seen.push(
+            responses[0]
+                .split(", error")
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    assert_eq!(seen[0], seen[1]);
+}
+
 #[tokio::test]
 async fn e26_stage_turn_before_turn_fails_or_the_model_cannot_be_resolved() {
     for case in ["fails", "panics", "unknown_model"] {
@@ -2303,10 +2344,18 @@ async fn e26_stage_turn_before_turn_fails_or_the_model_cannot_be_resolved() {
             .await
             .unwrap();
         assert_eq!(out.error.unwrap().stage, ErrorStage::Turn, "{case}");
-        assert!(!agent
+        // The same rule as a failed before_step: the turn started and ended, so
+        // on_chat_response reports it (status error, no parts).
+        let responses: Vec<String> = agent
             .calls()
-            .iter()
-            .any(|c| c.starts_with("on_chat_response")));
+            .into_iter()
+            .filter(|c| c.starts_with("on_chat_response"))
+            .collect();
+        assert_eq!(responses.len(), 1, "{case}");
+        assert!(
+            responses[0].starts_with("on_chat_response(error, parts=0"),
+            "{case}: {responses:?}"
+        );
         insta::assert_snapshot!(format!("e26_turn_{case}"), env.trace(render).await);
     }
 }
