@@ -153,16 +153,25 @@ impl TurnRun<'_> {
         };
         // Summarised (and hashed) before the call starts: a step cut short is identified too.
         let summary = RequestSummary::of(&request);
-        self.append(Event::StepConfigured {
-            step,
-            model_id: step_model.model_id().to_owned(),
-            active_tools: active_tools.clone(),
-            tool_choice: request.tool_choice.clone(),
-            system: request.system.clone(),
-            message_count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
-            overrides,
-            request_hash: Some(summary.hash.clone()),
-        })?;
+        // When the provider names no time for its response, the response is dated when the
+        // call started (as the AI SDK does): this event's time, so no extra clock read.
+        let opened_at = self
+            .inner
+            .recorder
+            .append(
+                self.tid(),
+                Event::StepConfigured {
+                    step,
+                    model_id: step_model.model_id().to_owned(),
+                    active_tools: active_tools.clone(),
+                    tool_choice: request.tool_choice.clone(),
+                    system: request.system.clone(),
+                    message_count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
+                    overrides,
+                    request_hash: Some(summary.hash.clone()),
+                },
+            )?
+            .at;
         span.record(
             "otel.name",
             tracing::field::display(format!("chat {}", step_model.model_id())),
@@ -177,9 +186,6 @@ impl TurnRun<'_> {
             Ok(stream) => stream,
             Err(end) => return Ok(end),
         };
-        // When the provider names no time for its response, the response is dated when its
-        // stream opened (the injected clock), as the AI SDK does.
-        let opened_at = self.inner.recorder.clock().now();
         let mut parts = StepParts::default();
         let stall = Duration::from_millis(resolved.stall_timeout_ms);
         loop {
