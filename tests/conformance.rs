@@ -1136,19 +1136,31 @@ async fn c07_send_reasoning_false_logs_reasoning_but_does_not_send_it() {
 async fn c08_on_step_finish_receives_the_full_step_record() {
     let model = ScriptedModel::builder("scripted-1")
         .step(|s| {
-            s.reasoning("hmm")
-                .text("Answer.")
-                .source_url("s1", "https://example.com/a", None)
-                .file("image/png", "aGk=")
-                .usage_full(mull::core::Usage {
-                    input_tokens: Some(100),
-                    output_tokens: Some(20),
-                    total_tokens: Some(120),
-                    reasoning_tokens: Some(7),
-                    cached_input_tokens: Some(64),
-                })
-                .raw_finish_reason("end_turn")
-                .provider_metadata(json!({"anthropic": {"cacheReadInputTokens": 64}}))
+            s.part(StreamPart::StreamStart {
+                warnings: vec![mull::core::CallWarning::UnsupportedSetting {
+                    setting: "top_k".into(),
+                    details: None,
+                }],
+            })
+            .part(StreamPart::ResponseMetadata {
+                id: Some("resp_1".into()),
+                model_id: Some("scripted-1-2026".into()),
+                timestamp: None,
+                headers: Some([("x-request-id".to_string(), "abc".to_string())].into()),
+            })
+            .reasoning("hmm")
+            .text("Answer.")
+            .source_url("s1", "https://example.com/a", None)
+            .file("image/png", "aGk=")
+            .usage_full(mull::core::Usage {
+                input_tokens: Some(100),
+                output_tokens: Some(20),
+                total_tokens: Some(120),
+                reasoning_tokens: Some(7),
+                cached_input_tokens: Some(64),
+            })
+            .raw_finish_reason("end_turn")
+            .provider_metadata(json!({"anthropic": {"cacheReadInputTokens": 64}}))
         })
         .build();
     let seen = Arc::new(Mutex::new(None));
@@ -1182,6 +1194,24 @@ async fn c08_on_step_finish_receives_the_full_step_record() {
         model.requests()[0].canonical_hash()
     );
     assert_eq!(r.response["provider"], "scripted");
+    // What the provider said about the call and its response reaches the hook.
+    assert_eq!(
+        r.warnings,
+        [mull::core::CallWarning::UnsupportedSetting {
+            setting: "top_k".into(),
+            details: None
+        }]
+    );
+    assert_eq!(r.response["id"], "resp_1");
+    assert_eq!(r.response["model_id"], "scripted-1-2026");
+    assert_eq!(r.response["headers"]["x-request-id"], "abc");
+    // No time from the provider: dated by the step's start (the injected clock).
+    assert!(r.response["timestamp"].is_string());
+    // The call metadata is logged but is no chunk the hook or a client sees.
+    assert!(!agent
+        .calls()
+        .iter()
+        .any(|c| c.contains("stream-start") || c.contains("response-metadata")));
     assert!(r.provider_metadata.is_some());
     assert!(!ctx.response_messages.is_empty());
 }
@@ -1470,6 +1500,17 @@ async fn d14_allow_with_input_runs_substituted_input() {
         .unwrap();
     assert!(after.contains(r#"input={"q":"mull"}"#), "{after}");
     assert!(after.contains(r#"effective_input={"q":"MULL"}"#), "{after}");
+    // The step record's tool result is shaped like after_tool_call: the model's input.
+    let record = env
+        .events()
+        .await
+        .into_iter()
+        .find_map(|e| match e.event {
+            Event::StepFinished { record } if !record.tool_results.is_empty() => Some(record),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(record.tool_results[0].input, json!({"q": "mull"}));
     insta::assert_snapshot!("d14_trace", env.trace(render).await);
 }
 
