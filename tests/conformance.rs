@@ -3423,7 +3423,7 @@ async fn hook_order_matches_think_for_a_three_step_two_tool_turn() {
     }
     // The tool-call chunk reaches on_chunk after the tool's hooks and before its result, as in
     // Think's recorded trace (there: afterToolCall, onChunk(tool-call), onChunk(tool-result)).
-    for calls in [&THINK_TRACE.iter().copied().collect::<Vec<_>>(), &ours] {
+    for calls in [&THINK_TRACE.to_vec(), &ours] {
         let after = calls
             .iter()
             .position(|c| c.starts_with("afterToolCall") || c.starts_with("after_tool_call"));

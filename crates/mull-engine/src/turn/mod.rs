@@ -4,7 +4,8 @@
 //! (queue) → user_messages_saved → transcript repair → turn_started (flushed) → assemble context
 //!   → before_turn → turn_configured
 //!   → per step: step_started → before_step → step_configured → model call (retries)
-//!       → each part: chunk event → client → on_chunk
+//!       → each part: transforms → [part_transformed] → chunk event → client → on_chunk (the
+//!         seed's chunk kinds only; a tool-call's on_chunk waits until its hooks ran)
 //!       → each tool call: validate → before_tool_call → tool_decided (flushed) → execute /
 //!         block / substitute → tool_call_finished → after_tool_call → tool-result chunk
 //!     → step_finished → on_step_finish → stop conditions → (barrier before the next step)
