@@ -478,6 +478,11 @@ fn render(env: &Envelope) -> String {
             Some(o) => format!("{step} {} (original: {})", part_line(part), part_line(o)),
             None => format!("{step} {}", part_line(part)),
         },
+        Event::PartTransformed {
+            step,
+            original,
+            shown,
+        } => format!("{step} {} -> {shown} part(s)", part_line(original)),
         Event::ToolCallStarted {
             step,
             call_id,
@@ -1065,7 +1070,27 @@ async fn c07_every_part_is_a_chunk_event_and_an_on_chunk_call() {
         .filter(|c| c.starts_with("on_chunk"))
         .count();
     assert_eq!(chunk_events, 10);
-    assert_eq!(on_chunk_calls, chunk_events);
+    // on_chunk sees exactly the seed's ChunkContext kinds; the block starts and ends and the
+    // finish are still chunk events (and reach the client), but not the hook.
+    let observed: Vec<String> = agent
+        .calls()
+        .iter()
+        .filter_map(|c| {
+            c.strip_prefix("on_chunk(")
+                .map(|k| k.trim_end_matches(')').to_owned())
+        })
+        .collect();
+    assert_eq!(
+        observed,
+        [
+            "reasoning-delta",
+            "text-delta",
+            "text-delta",
+            "source",
+            "raw"
+        ]
+    );
+    assert_eq!(on_chunk_calls, observed.len());
     insta::assert_snapshot!("c07_trace", env.trace(render).await);
 }
 
@@ -1111,19 +1136,31 @@ async fn c07_send_reasoning_false_logs_reasoning_but_does_not_send_it() {
 async fn c08_on_step_finish_receives_the_full_step_record() {
     let model = ScriptedModel::builder("scripted-1")
         .step(|s| {
-            s.reasoning("hmm")
-                .text("Answer.")
-                .source_url("s1", "https://example.com/a", None)
-                .file("image/png", "aGk=")
-                .usage_full(mull::core::Usage {
-                    input_tokens: Some(100),
-                    output_tokens: Some(20),
-                    total_tokens: Some(120),
-                    reasoning_tokens: Some(7),
-                    cached_input_tokens: Some(64),
-                })
-                .raw_finish_reason("end_turn")
-                .provider_metadata(json!({"anthropic": {"cacheReadInputTokens": 64}}))
+            s.part(StreamPart::StreamStart {
+                warnings: vec![mull::core::CallWarning::UnsupportedSetting {
+                    setting: "top_k".into(),
+                    details: None,
+                }],
+            })
+            .part(StreamPart::ResponseMetadata {
+                id: Some("resp_1".into()),
+                model_id: Some("scripted-1-2026".into()),
+                timestamp: None,
+                headers: Some([("x-request-id".to_string(), "abc".to_string())].into()),
+            })
+            .reasoning("hmm")
+            .text("Answer.")
+            .source_url("s1", "https://example.com/a", None)
+            .file("image/png", "aGk=")
+            .usage_full(mull::core::Usage {
+                input_tokens: Some(100),
+                output_tokens: Some(20),
+                total_tokens: Some(120),
+                reasoning_tokens: Some(7),
+                cached_input_tokens: Some(64),
+            })
+            .raw_finish_reason("end_turn")
+            .provider_metadata(json!({"anthropic": {"cacheReadInputTokens": 64}}))
         })
         .build();
     let seen = Arc::new(Mutex::new(None));
@@ -1157,6 +1194,24 @@ async fn c08_on_step_finish_receives_the_full_step_record() {
         model.requests()[0].canonical_hash()
     );
     assert_eq!(r.response["provider"], "scripted");
+    // What the provider said about the call and its response reaches the hook.
+    assert_eq!(
+        r.warnings,
+        [mull::core::CallWarning::UnsupportedSetting {
+            setting: "top_k".into(),
+            details: None
+        }]
+    );
+    assert_eq!(r.response["id"], "resp_1");
+    assert_eq!(r.response["model_id"], "scripted-1-2026");
+    assert_eq!(r.response["headers"]["x-request-id"], "abc");
+    // No time from the provider: dated by the step's start (the injected clock).
+    assert!(r.response["timestamp"].is_string());
+    // The call metadata is logged but is no chunk the hook or a client sees.
+    assert!(!agent
+        .calls()
+        .iter()
+        .any(|c| c.contains("stream-start") || c.contains("response-metadata")));
     assert!(r.provider_metadata.is_some());
     assert!(!ctx.response_messages.is_empty());
 }
@@ -1241,6 +1296,83 @@ async fn c10_a_stream_transform_rewrites_parts_and_the_log_keeps_the_original() 
         .unwrap();
     assert_eq!(out.message.unwrap().plain_text(), "QUIET WORDS");
     insta::assert_snapshot!("c10_trace", env.trace(render).await);
+}
+
+/// The seed's example: a transform that emits source parts derived from tool results. Another
+/// one, after it, drops every tool result: the engine keeps the call paired with its outcome
+/// anyway, so the next request still carries the result.
+#[tokio::test]
+async fn c10_a_stream_transform_adds_sources_from_tool_results_and_calls_stay_paired() {
+    let model = lookup_then_answer();
+    let agent = Arc::new(
+        Rec::new(&model)
+            .tools(ToolSet::new().with(lookup_tool(ran())))
+            .before_turn(|_| {
+                Ok(Some(TurnConfig {
+                    transforms: vec![
+                        StreamTransform::flat_map("sources-from-results", |part| match &part {
+                            StreamPart::ToolResult {
+                                call_id, output, ..
+                            } => {
+                                let source = StreamPart::Source {
+                                    source: mull::core::Source::Url {
+                                        id: format!("src-{call_id}"),
+                                        url: format!("https://dict.example/{}", output["word"]),
+                                        title: None,
+                                    },
+                                };
+                                vec![part, source]
+                            }
+                            _ => vec![part],
+                        }),
+                        StreamTransform::flat_map("drop-results", |part| match part {
+                            StreamPart::ToolResult { .. } => Vec::new(),
+                            other => vec![other],
+                        }),
+                    ],
+                    ..TurnConfig::default()
+                }))
+            }),
+    );
+    let env = new_env();
+    let session = env.open(&agent).await;
+    let out = session
+        .save_messages(user("u1", "define mull"), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(out.status, OutcomeStatus::Completed);
+    // The next request carries the call's result although a transform dropped it.
+    assert_eq!(tool_result_sent(&model), json!({"word": "mull", "hits": 3}));
+    let message = out.message.unwrap();
+    assert!(message.parts.iter().any(|p| matches!(
+        p,
+        UIPart::SourceUrl { url, .. } if url == "https://dict.example/\"mull\""
+    )));
+    let events = env.events().await;
+    // The log keeps what the tool produced and what the user saw: the result, then the source.
+    let at = events
+        .iter()
+        .position(|e| {
+            matches!(
+                &e.event,
+                Event::PartTransformed {
+                    original: StreamPart::ToolResult { .. },
+                    shown: 2,
+                    ..
+                }
+            )
+        })
+        .expect("the transformed result is logged");
+    let shown: Vec<&str> = events[at + 1..at + 3]
+        .iter()
+        .map(|e| match &e.event {
+            Event::Chunk { part, .. } => part.kind(),
+            other => other.kind(),
+        })
+        .collect();
+    assert_eq!(shown, ["tool-result", "source"]);
+    // on_chunk sees the added source too.
+    assert!(agent.calls().iter().any(|c| c == "on_chunk(source)"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1368,6 +1500,17 @@ async fn d14_allow_with_input_runs_substituted_input() {
         .unwrap();
     assert!(after.contains(r#"input={"q":"mull"}"#), "{after}");
     assert!(after.contains(r#"effective_input={"q":"MULL"}"#), "{after}");
+    // The step record's tool result is shaped like after_tool_call: the model's input.
+    let record = env
+        .events()
+        .await
+        .into_iter()
+        .find_map(|e| match e.event {
+            Event::StepFinished { record } if !record.tool_results.is_empty() => Some(record),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(record.tool_results[0].input, json!({"q": "mull"}));
     insta::assert_snapshot!("d14_trace", env.trace(render).await);
 }
 
@@ -2182,6 +2325,47 @@ async fn e26_stage_persist_saving_the_messages_fails() {
     insta::assert_snapshot!("e26_persist", env.trace(render).await);
 }
 
+/// One rule for on_chat_response on failures: a failed before_turn and a failed before_step
+/// both end a started turn, and both report it once, with status error and the error text.
+#[tokio::test]
+async fn e22_on_chat_response_reports_a_failed_before_turn_like_a_failed_before_step() {
+    let mut seen = Vec::new();
+    for failing in ["before_turn", "before_step"] {
+        let model = ScriptedModel::builder("scripted-1")
+            .step(|s| s.text("never"))
+            .build();
+        let agent = Rec::new(&model);
+        let agent = if failing == "before_turn" {
+            agent.before_turn(|_| Err("quota service down".into()))
+        } else {
+            agent.before_step(|_| Err("quota service down".into()))
+        };
+        let agent = Arc::new(agent);
+        let env = new_env();
+        let session = env.open(&agent).await;
+        let out = session
+            .save_messages(user("u1", "hi"), TurnOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(out.status, OutcomeStatus::Error);
+        let responses: Vec<String> = agent
+            .calls()
+            .into_iter()
+            .filter(|c| c.starts_with("on_chat_response"))
+            .collect();
+        assert_eq!(responses.len(), 1, "{failing}: {responses:?}");
+        assert!(responses[0].contains("quota service down"), "{responses:?}");
+        seen.push(
+            responses[0]
+                .split(", error")
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    assert_eq!(seen[0], seen[1]);
+}
+
 #[tokio::test]
 async fn e26_stage_turn_before_turn_fails_or_the_model_cannot_be_resolved() {
     for case in ["fails", "panics", "unknown_model"] {
@@ -2201,10 +2385,18 @@ async fn e26_stage_turn_before_turn_fails_or_the_model_cannot_be_resolved() {
             .await
             .unwrap();
         assert_eq!(out.error.unwrap().stage, ErrorStage::Turn, "{case}");
-        assert!(!agent
+        // The same rule as a failed before_step: the turn started and ended, so
+        // on_chat_response reports it (status error, no parts).
+        let responses: Vec<String> = agent
             .calls()
-            .iter()
-            .any(|c| c.starts_with("on_chat_response")));
+            .into_iter()
+            .filter(|c| c.starts_with("on_chat_response"))
+            .collect();
+        assert_eq!(responses.len(), 1, "{case}");
+        assert!(
+            responses[0].starts_with("on_chat_response(error, parts=0"),
+            "{case}: {responses:?}"
+        );
         insta::assert_snapshot!(format!("e26_turn_{case}"), env.trace(render).await);
     }
 }
@@ -3219,12 +3411,12 @@ async fn hook_order_matches_think_for_a_three_step_two_tool_turn() {
     let mine = hook_sequence(ours.iter().copied());
     assert_eq!(without_chunks(mine.clone()), without_chunks(think.clone()));
 
-    // on_chunk runs inside each step window, as in Think. Intended differences, documented:
-    // Think runs the tool as soon as the call is parsed, concurrently with the stream, so its
-    // onChunk(text-end) lands between beforeToolCall and afterToolCall and onChunk(tool-call)
-    // after afterToolCall; mull observes the tool-call part before deciding on it. Think also
-    // emits stream-level start / start-step / finish-step / finish parts; mull's only framing
-    // part is one `finish` per step (inside the step), so no on_chunk follows the last
+    // on_chunk runs inside each step window, as in Think, and the tool-call chunk reaches it
+    // after the tool's hooks (checked below). Intended differences, documented: Think runs the
+    // tool concurrently with the stream, so its onChunk(text-end) can land between
+    // beforeToolCall and afterToolCall; and Think's recorded onChunk also saw framing parts
+    // (start, start-step, text-start/end, finish-step, finish) outside the seed's ChunkContext
+    // union — mull's on_chunk sees exactly the seed's kinds, so no on_chunk follows the last
     // on_step_finish.
     insta::assert_snapshot!("hook_order_vs_think", mine.join("\n"));
     let think_steps = think.iter().filter(|h| **h == "on_step_finish").count();
@@ -3237,8 +3429,22 @@ async fn hook_order_matches_think_for_a_three_step_two_tool_turn() {
             assert_eq!(window.get(start + 1), Some(&"on_chunk"));
         }
     }
-    // Per-step chunk counts: text (start, 3 deltas, end) + tool input (start, 2 deltas, end,
-    // call) + tool result + finish = 12 for tool steps; text + finish = 6 for the last.
+    // The tool-call chunk reaches on_chunk after the tool's hooks and before its result, as in
+    // Think's recorded trace (there: afterToolCall, onChunk(tool-call), onChunk(tool-result)).
+    for calls in [&THINK_TRACE.to_vec(), &ours] {
+        let after = calls
+            .iter()
+            .position(|c| c.starts_with("afterToolCall") || c.starts_with("after_tool_call"));
+        let call = calls.iter().position(|c| {
+            c.starts_with("onChunk(tool-call") || c.starts_with("on_chunk(tool-call")
+        });
+        let result = calls.iter().position(|c| {
+            c.starts_with("onChunk(tool-result") || c.starts_with("on_chunk(tool-result")
+        });
+        assert!(after < call && call < result, "{calls:#?}");
+    }
+    // Per-step chunk counts, only the seed's ChunkContext kinds: 3 text deltas + tool input
+    // (start, 2 deltas) + call + result = 8 for tool steps; 3 text deltas for the last.
     let mut counts = Vec::new();
     let mut n = 0;
     for line in &ours {
@@ -3249,7 +3455,7 @@ async fn hook_order_matches_think_for_a_three_step_two_tool_turn() {
             n = 0;
         }
     }
-    assert_eq!(counts, [12, 12, 6]);
+    assert_eq!(counts, [8, 8, 3]);
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::classify::ChatErrorClassification;
 use crate::message::{ToolPartState, UIMessage};
 use crate::model::{CallSettings, ModelErrorRecord, ToolChoice};
-use crate::stream::{FinishReason, Source, StreamPart, Usage};
+use crate::stream::{CallWarning, FinishReason, Source, StreamPart, Usage};
 
 /// The payload version this build writes. Readers upcast older versions on decode.
 pub const EVENT_VERSION: u16 = 1;
@@ -291,7 +291,8 @@ pub struct StepRecord {
     pub finish_reason: FinishReason,
     pub raw_finish_reason: Option<String>,
     pub usage: Usage,
-    pub warnings: Vec<String>,
+    /// What the provider warned about the call (from its `stream-start` part).
+    pub warnings: Vec<CallWarning>,
     /// What was sent, without secrets: a [`RequestSummary`](crate::RequestSummary) (hash,
     /// settings, tool names, message count, a digest per message), not the whole request.
     /// Logs written before the summary existed hold the whole redacted request here.
@@ -359,9 +360,19 @@ pub enum Event {
     Chunk {
         step: u32,
         part: StreamPart,
-        /// The part before a stream transform changed it.
+        /// The part before a stream transform changed it one for one. Written by older builds;
+        /// this one records every change as a `part_transformed` event before the chunks.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         original: Option<Box<StreamPart>>,
+    },
+    /// Stream transforms changed a part: `original` is what the model (or a tool) produced, and
+    /// the next `shown` chunk events of the step are what the transforms made of it (none when
+    /// they dropped it). Readers of what the user saw read the chunks; readers of what the model
+    /// sent (replay) read `original` and skip those chunks.
+    PartTransformed {
+        step: u32,
+        original: StreamPart,
+        shown: u32,
     },
     /// The model called a tool.
     ToolCallStarted {
@@ -560,6 +571,7 @@ impl Event {
         StepConfigured => "step_configured",
         ModelRetried => "model_retried",
         Chunk => "chunk",
+        PartTransformed => "part_transformed",
         ToolCallStarted => "tool_call_started",
         ToolDecided => "tool_decided",
         ToolCallFinished => "tool_call_finished",

@@ -30,4 +30,4 @@ pub use model::{
     ModelMessage, ModelRequest, ModelRole, ModelStream, ToolChoice, ToolSpec,
 };
 pub use price::{BilledTokens, ModelPrice, PriceError, PriceTable};
-pub use stream::{FinishReason, Source, StreamPart, Usage};
+pub use stream::{CallWarning, FinishReason, Source, StreamPart, Usage};

@@ -4,6 +4,9 @@
 //! tool input streamed before the complete call, a finish part with usage) so that a UI message
 //! stream can be built from the log without loss.
 
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -106,10 +109,55 @@ pub enum Source {
     },
 }
 
+/// What a provider warns about a call it accepted (the AI SDK's `CallWarning`): a setting or tool
+/// it does not support and ignored, or anything else worth telling.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum CallWarning {
+    /// A call setting the provider does not support was not sent (e.g. `top_k` on OpenAI).
+    UnsupportedSetting {
+        setting: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<String>,
+    },
+    /// A tool the provider cannot offer the model.
+    UnsupportedTool {
+        tool: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        details: Option<String>,
+    },
+    /// Any other warning.
+    Other { message: String },
+}
+
 /// One part of a model's stream, or of a tool's output stream, as logged in a `chunk` event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum StreamPart {
+    /// The model call was accepted; first part of a provider's stream. Carries what the provider
+    /// warned about the request. Only the step record reads it (never `on_chunk` or a client).
+    StreamStart {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<CallWarning>,
+    },
+    /// What the provider said about its response, as it became known: several parts may come,
+    /// each filling what the earlier ones lacked. Only the step record reads it (never
+    /// `on_chunk` or a client).
+    ResponseMetadata {
+        /// The provider's response id (`msg_…`, `chatcmpl-…`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The model that answered, as the provider names it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_id: Option<String>,
+        /// When the provider says it created the response.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timestamp: Option<DateTime<Utc>>,
+        /// The HTTP response headers (names lower-case; cookies left out).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        headers: Option<BTreeMap<String, String>>,
+    },
     /// A text block opens.
     TextStart { id: String },
     /// More text for an open block.
@@ -172,6 +220,8 @@ impl StreamPart {
     /// The part's kebab-case type name, as in the log and the AI SDK.
     pub fn kind(&self) -> &'static str {
         match self {
+            StreamPart::StreamStart { .. } => "stream-start",
+            StreamPart::ResponseMetadata { .. } => "response-metadata",
             StreamPart::TextStart { .. } => "text-start",
             StreamPart::TextDelta { .. } => "text-delta",
             StreamPart::TextEnd { .. } => "text-end",
@@ -190,6 +240,32 @@ impl StreamPart {
             StreamPart::Error { .. } => "error",
             StreamPart::Finish { .. } => "finish",
         }
+    }
+
+    /// Whether `on_chunk` (and an extension's `on_chunk`) sees this part: exactly the kinds of the
+    /// seed's `ChunkContext` (text-delta, reasoning-delta, source, tool-call, tool-input-start,
+    /// tool-input-delta, tool-result, raw). Every other part is still logged and streamed.
+    pub fn is_observed_chunk(&self) -> bool {
+        matches!(
+            self,
+            StreamPart::TextDelta { .. }
+                | StreamPart::ReasoningDelta { .. }
+                | StreamPart::Source { .. }
+                | StreamPart::ToolCall { .. }
+                | StreamPart::ToolInputStart { .. }
+                | StreamPart::ToolInputDelta { .. }
+                | StreamPart::ToolResult { .. }
+                | StreamPart::Raw { .. }
+        )
+    }
+
+    /// Whether the part describes the call rather than its content (`stream-start`,
+    /// `response-metadata`): it goes into the step record and the log, never to a client.
+    pub fn is_call_metadata(&self) -> bool {
+        matches!(
+            self,
+            StreamPart::StreamStart { .. } | StreamPart::ResponseMetadata { .. }
+        )
     }
 
     /// Whether the part is reasoning (hidden from clients when `send_reasoning` is off).
@@ -230,6 +306,31 @@ mod tests {
         assert!(!json.contains("preliminary"));
         let back: StreamPart = serde_json::from_str(&json).expect("round trip");
         assert_eq!(back, part);
+    }
+
+    #[test]
+    fn call_metadata_parts_round_trip_and_old_shapes_still_decode() {
+        let start = StreamPart::StreamStart {
+            warnings: vec![CallWarning::UnsupportedSetting {
+                setting: "top_k".into(),
+                details: None,
+            }],
+        };
+        let json = serde_json::to_string(&start).unwrap_or_default();
+        assert_eq!(
+            json,
+            r#"{"type":"stream-start","warnings":[{"type":"unsupported-setting","setting":"top_k"}]}"#
+        );
+        let back: StreamPart = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back, start);
+        // A metadata part with nothing known is just its type.
+        let empty: StreamPart =
+            serde_json::from_str(r#"{"type":"response-metadata"}"#).expect("decodes");
+        assert!(empty.is_call_metadata() && !empty.is_observed_chunk());
+        let finish: StreamPart =
+            serde_json::from_str(r#"{"type":"finish","finish_reason":"stop","usage":{}}"#)
+                .expect("an older finish decodes");
+        assert!(!finish.is_observed_chunk());
     }
 
     #[test]

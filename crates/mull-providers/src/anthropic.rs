@@ -41,8 +41,8 @@ use async_trait::async_trait;
 use eventsource_stream::Event as SseEvent;
 use futures::Stream;
 use mull_core::{
-    Clock, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelRequest,
-    ModelRole, ModelStream, StreamPart, SystemClock, ToolChoice, Usage,
+    CallWarning, Clock, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind,
+    ModelRequest, ModelRole, ModelStream, StreamPart, SystemClock, ToolChoice, Usage,
 };
 use serde_json::{json, Map, Value};
 
@@ -152,10 +152,9 @@ impl LanguageModel for AnthropicModel {
             builder = builder.header(name.as_str(), value.as_str());
         }
         let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
-        Ok(decode_sse(
-            self.provider.clone(),
-            http::response_bytes(response),
-        ))
+        let opening = http::opening_parts(warnings(&request), response.headers());
+        let stream = decode_sse(self.provider.clone(), http::response_bytes(response));
+        Ok(http::prepend(opening, stream))
     }
 }
 
@@ -171,6 +170,35 @@ where
 {
     let provider = provider.into();
     http::decode_sse(provider.clone(), bytes, MessagesDecoder::new(provider))
+}
+
+/// The settings of `request` the Messages API has no field for (not sent), as warnings the
+/// step record shows.
+pub fn warnings(request: &ModelRequest) -> Vec<CallWarning> {
+    let s = &request.settings;
+    let unsupported = [
+        ("presence_penalty", s.presence_penalty.is_some()),
+        ("frequency_penalty", s.frequency_penalty.is_some()),
+        ("seed", s.seed.is_some()),
+    ];
+    unsupported
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(setting, _)| CallWarning::UnsupportedSetting {
+            setting: setting.into(),
+            details: Some("the Messages API has no such field; it was not sent".into()),
+        })
+        .chain(request.output_schema.is_some().then(|| {
+            CallWarning::UnsupportedSetting {
+            setting: "output".into(),
+            details: Some(
+                "structured output is not sent to the Messages API by this build; the answer is \
+                 not constrained to the schema"
+                    .into(),
+            ),
+        }
+        }))
+        .collect()
 }
 
 /// Maps a [`ModelRequest`] to a streaming Messages body for `model`.
@@ -240,15 +268,7 @@ pub fn request_body(model: &str, request: &ModelRequest) -> Value {
     if !s.stop_sequences.is_empty() {
         body.insert("stop_sequences".into(), json!(s.stop_sequences));
     }
-    if s.presence_penalty.is_some()
-        || s.frequency_penalty.is_some()
-        || s.seed.is_some()
-        || request.output_schema.is_some()
-    {
-        tracing::debug!(
-            "anthropic: penalties, seed and output schema have no Messages API field; not sent"
-        );
-    }
+    // Penalties, seed and the output schema are not sent: `warnings` reports each one.
     body.insert("stream".into(), json!(true));
     if let Some(Value::Object(options)) = &s.provider_options {
         for (key, value) in options {
@@ -623,11 +643,14 @@ impl MessagesDecoder {
             cached_input_tokens: self.cache_read,
         };
         let mut meta = Map::new();
+        // The seed's (and the AI SDK's) names, beside the API's own that older readers use.
         if let Some(n) = self.cache_creation {
             meta.insert("cache_creation_input_tokens".into(), json!(n));
+            meta.insert("cacheCreationInputTokens".into(), json!(n));
         }
         if let Some(n) = self.cache_read {
             meta.insert("cache_read_input_tokens".into(), json!(n));
+            meta.insert("cacheReadInputTokens".into(), json!(n));
         }
         if !self.signatures.is_empty() {
             meta.insert(
@@ -679,6 +702,16 @@ impl WireDecoder for MessagesDecoder {
                 let message =
                     self.field(kind, &data, "", "message", "an object", http::as_object)?;
                 if let Some(message) = message {
+                    let id =
+                        self.field(kind, message, "message", "id", "a string", Value::as_str)?;
+                    let model =
+                        self.field(kind, message, "message", "model", "a string", Value::as_str)?;
+                    out.push(StreamPart::ResponseMetadata {
+                        id: id.map(str::to_owned),
+                        model_id: model.map(str::to_owned),
+                        timestamp: None,
+                        headers: None,
+                    });
                     let usage = self.field(
                         kind,
                         message,

@@ -492,6 +492,40 @@ pub(crate) fn in_band_error(provider: &str, error: &serde_json::Value, data: &st
     out
 }
 
+/// The parts a provider's stream opens with: what it warns about the request (`stream-start`)
+/// and the HTTP response's headers (`response-metadata`; names lower-case, cookies left out —
+/// they are credentials, and the log keeps what it is given forever).
+pub(crate) fn opening_parts(
+    warnings: Vec<mull_core::CallWarning>,
+    headers: &HeaderMap,
+) -> Vec<mull_core::StreamPart> {
+    let headers = headers
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "set-cookie" | "cookie"))
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect();
+    vec![
+        mull_core::StreamPart::StreamStart { warnings },
+        mull_core::StreamPart::ResponseMetadata {
+            id: None,
+            model_id: None,
+            timestamp: None,
+            headers: Some(headers),
+        },
+    ]
+}
+
+/// `stream` behind `first`.
+pub(crate) fn prepend(
+    first: Vec<mull_core::StreamPart>,
+    stream: mull_core::ModelStream,
+) -> mull_core::ModelStream {
+    use futures::StreamExt;
+    Box::pin(futures::stream::iter(first.into_iter().map(Ok)).chain(stream))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,8 +36,8 @@ use async_trait::async_trait;
 use eventsource_stream::Event as SseEvent;
 use futures::Stream;
 use mull_core::{
-    Clock, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelMessage,
-    ModelRequest, ModelRole, ModelStream, StreamPart, SystemClock, ToolChoice, Usage,
+    CallWarning, Clock, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind,
+    ModelMessage, ModelRequest, ModelRole, ModelStream, StreamPart, SystemClock, ToolChoice, Usage,
 };
 use serde_json::{json, Map, Value};
 
@@ -181,13 +181,15 @@ impl LanguageModel for OpenAiModel {
             .post(&body, &request)
             .header(reqwest::header::ACCEPT, "text/event-stream");
         let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
+        let opening = http::opening_parts(warnings(&self.config, &request), response.headers());
         let stream = decode_sse(self.provider.clone(), http::response_bytes(response));
         // Ended with no answer: ask once without streaming what the server objects to.
         let probe = self.post(&probe_body(&self.config, body), &request);
         let (provider, clock) = (self.provider.clone(), Arc::clone(&self.clock));
-        Ok(probe::probe_when_ended_early(stream, move || async move {
+        let stream = probe::probe_when_ended_early(stream, move || async move {
             probe::send_probe(&provider, probe, clock.as_ref()).await
-        }))
+        });
+        Ok(http::prepend(opening, stream))
     }
 }
 
@@ -231,6 +233,21 @@ where
         bytes,
         ChatCompletionsDecoder::new(provider),
     )
+}
+
+/// What the server is not sent of `request`, as warnings the step record shows.
+pub fn warnings(config: &OpenAiConfig, request: &ModelRequest) -> Vec<CallWarning> {
+    let mut out = Vec::new();
+    if !config.send_top_k && request.settings.top_k.is_some() {
+        out.push(CallWarning::UnsupportedSetting {
+            setting: "top_k".into(),
+            details: Some(format!(
+                "{} does not accept top_k; it was not sent",
+                config.provider_name
+            )),
+        });
+    }
+    out
 }
 
 /// Maps a [`ModelRequest`] to a streaming Chat Completions body.
@@ -282,7 +299,7 @@ pub fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Value {
     if config.send_top_k {
         insert_some(&mut body, "top_k", s.top_k);
     } else if s.top_k.is_some() {
-        tracing::debug!(provider = %config.provider_name, "top_k is not sent: the server rejects it");
+        // Not sent: the step record's warnings say so (see `warnings`).
     }
     insert_some(&mut body, "presence_penalty", s.presence_penalty);
     insert_some(&mut body, "frequency_penalty", s.frequency_penalty);
@@ -426,6 +443,8 @@ pub(crate) struct ChatCompletionsDecoder {
     done: bool,
     /// Whether any event arrived: a stream that ends with none was an empty 200.
     any_event: bool,
+    /// Whether the response's id, model and time were passed on (from the first chunk).
+    metadata_sent: bool,
 }
 
 impl ChatCompletionsDecoder {
@@ -441,6 +460,7 @@ impl ChatCompletionsDecoder {
             usage: Usage::default(),
             done: false,
             any_event: false,
+            metadata_sent: false,
         }
     }
 
@@ -493,6 +513,20 @@ impl ChatCompletionsDecoder {
                 CHUNK,
                 &format!("data should be an object, found {}", http::json_kind(chunk)),
             ));
+        }
+        if !self.metadata_sent {
+            let id = self.field(chunk, "", "id", "a string", Value::as_str)?;
+            let model = self.field(chunk, "", "model", "a string", Value::as_str)?;
+            let created = self.field(chunk, "", "created", "an integer", Value::as_i64)?;
+            if id.is_some() || model.is_some() || created.is_some() {
+                self.metadata_sent = true;
+                out.push(StreamPart::ResponseMetadata {
+                    id: id.map(str::to_owned),
+                    model_id: model.map(str::to_owned),
+                    timestamp: created.and_then(|secs| chrono::DateTime::from_timestamp(secs, 0)),
+                    headers: None,
+                });
+            }
         }
         if let Some(usage) = self.field(chunk, "", "usage", "an object", http::as_object)? {
             self.usage = self.usage_from(usage)?;
@@ -758,6 +792,41 @@ fn finish_reason(raw: &str) -> FinishReason {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_k_is_a_warning_where_the_server_rejects_it_and_sent_where_it_accepts_it() {
+        let mut request = ModelRequest::default();
+        request.settings.top_k = Some(40);
+        let openai = OpenAiConfig::openai("gpt-4o", Secret::new("sk-test"));
+        assert!(matches!(
+            &warnings(&openai, &request)[..],
+            [CallWarning::UnsupportedSetting { setting, .. }] if setting == "top_k"
+        ));
+        assert!(request_body(&openai, &request).get("top_k").is_none());
+        let local = OpenAiConfig::compatible("http://127.0.0.1:1/v1", "local");
+        assert!(warnings(&local, &request).is_empty());
+        assert_eq!(request_body(&local, &request)["top_k"], 40);
+    }
+
+    #[test]
+    fn the_first_chunk_names_the_response() {
+        let (parts, error) = decode(&[
+            r#"{"id":"chatcmpl-1","model":"gpt-4o-2024-08-06","created":1733097600,"choices":[{"index":0,"delta":{"content":"hi"}}]}"#,
+            r#"{"id":"chatcmpl-1","model":"gpt-4o-2024-08-06","created":1733097600,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(error, None);
+        let metadata: Vec<&StreamPart> = parts.iter().filter(|p| p.is_call_metadata()).collect();
+        assert_eq!(
+            metadata,
+            [&StreamPart::ResponseMetadata {
+                id: Some("chatcmpl-1".into()),
+                model_id: Some("gpt-4o-2024-08-06".into()),
+                timestamp: chrono::DateTime::from_timestamp(1_733_097_600, 0),
+                headers: None,
+            }]
+        );
+    }
 
     fn decode(lines: &[&str]) -> (Vec<StreamPart>, Option<ModelError>) {
         let mut decoder = ChatCompletionsDecoder::new(Arc::from("openai"));

@@ -6,8 +6,9 @@
 //! session and turn. Its request hash is the one `step_configured` recorded when the model call
 //! started (older logs: `StepRecord.request["hash"]` of its `step_finished`), the
 //! [`ModelRequest::canonical_hash`] of what was sent. Its parts are the `chunk` events in
-//! between, taking a chunk's `original` part when a stream transform changed it, and leaving
-//! out the parts the engine adds itself (`tool-result`, `tool-error`). Each `model_retried`
+//! between, taking the `original` of a `part_transformed` event (and skipping the chunks it
+//! accounts for) when a stream transform changed a part — older logs: a chunk's own
+//! `original` — and leaving out the parts the engine adds itself (`tool-result`, `tool-error`). Each `model_retried`
 //! event is a failed attempt: its parts are discarded and the attempt is kept as a retry.
 //!
 //! **How a step ended** decides what follows its parts when it is served:
@@ -122,6 +123,8 @@ struct OpenStep {
     retries: Vec<RecordedRetry>,
     parts: Vec<StreamPart>,
     last_seq: u64,
+    /// How many of the next chunk events a `part_transformed` event accounts for.
+    transformed: u32,
 }
 
 impl OpenStep {
@@ -174,6 +177,7 @@ pub fn recorded_steps(
                         retries: Vec::new(),
                         parts: Vec::new(),
                         last_seq: seq,
+                        transformed: 0,
                     },
                 );
             }
@@ -206,17 +210,33 @@ pub fn recorded_steps(
                     open_step.retries.push(RecordedRetry { error, delay_ms });
                 }
             }
+            Event::PartTransformed {
+                step,
+                original,
+                shown,
+            } => {
+                if let Some(open_step) = open.get_mut(&key).filter(|o| o.step == step) {
+                    // The chunks that follow are what transforms made of it, not the model's.
+                    open_step.transformed = shown;
+                    if is_model_part(&original) {
+                        open_step.parts.push(original);
+                    }
+                }
+            }
             Event::Chunk {
                 step,
                 part,
                 original,
             } => {
                 let emitted = original.map_or(part, |o| *o);
-                if !is_model_part(&emitted) {
-                    continue;
-                }
                 if let Some(open_step) = open.get_mut(&key).filter(|o| o.step == step) {
-                    open_step.parts.push(emitted);
+                    if open_step.transformed > 0 {
+                        open_step.transformed -= 1;
+                        continue;
+                    }
+                    if is_model_part(&emitted) {
+                        open_step.parts.push(emitted);
+                    }
                 }
             }
             Event::StepFinished { record } => {
@@ -229,6 +249,7 @@ pub fn recorded_steps(
                         retries: Vec::new(),
                         parts: Vec::new(),
                         last_seq: seq,
+                        transformed: 0,
                     },
                 };
                 let recorded_hash = record.request.get("hash").and_then(Value::as_str);

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use common::{collect, one_read, say_hi, serve_sse, stream_from_sse};
 use mull_core::{
-    CallSettings, FinishReason, LanguageModel, ModelContent, ModelError, ModelErrorKind,
-    ModelMessage, ModelRequest, ModelRole, StreamPart, ToolChoice, ToolSpec, Usage,
+    CallSettings, CallWarning, FinishReason, LanguageModel, ModelContent, ModelError,
+    ModelErrorKind, ModelMessage, ModelRequest, ModelRole, StreamPart, ToolChoice, ToolSpec, Usage,
 };
 use mull_providers::anthropic::{AnthropicConfig, AnthropicModel, DEFAULT_MAX_TOKENS};
 use mull_providers::Secret;
@@ -126,6 +126,8 @@ fn expected_full() -> Vec<StreamPart> {
             provider_metadata: Some(json!({"anthropic": {
                 "cache_creation_input_tokens": 5,
                 "cache_read_input_tokens": 100,
+                "cacheCreationInputTokens": 5,
+                "cacheReadInputTokens": 100,
                 "thinking_signatures": {"reasoning-0": "EqQBCgIYAh"}
             }})),
         },
@@ -147,6 +149,51 @@ async fn thinking_text_and_tool_use_blocks_become_parts() {
     let (parts, error) = run(full_stream(), 8192, false).await;
     assert_eq!(error, None);
     assert_eq!(parts, expected_full());
+}
+
+/// The step record's raw material: the call's warnings (settings the API has no field for),
+/// the response's headers, id and model, and the cache counts under the seed's names.
+#[tokio::test]
+async fn the_stream_opens_with_warnings_headers_and_the_responses_id_and_model() {
+    let server = serve_sse(&full_stream(), 8192, false).await;
+    let mut request = say_hi();
+    request.settings.seed = Some(7);
+    let stream = model(&server.base_url)
+        .stream(request)
+        .await
+        .expect("stream opens");
+    let (parts, error) = common::collect_all(stream).await;
+    assert_eq!(error, None);
+    let StreamPart::StreamStart { warnings } = &parts[0] else {
+        panic!("the stream opens with stream-start: {parts:#?}")
+    };
+    assert!(matches!(
+        &warnings[..],
+        [CallWarning::UnsupportedSetting { setting, .. }] if setting == "seed"
+    ));
+    let StreamPart::ResponseMetadata {
+        headers: Some(headers),
+        ..
+    } = &parts[1]
+    else {
+        panic!("then the response's headers: {parts:#?}")
+    };
+    assert!(headers
+        .get("content-type")
+        .is_some_and(|v| v.starts_with("text/event-stream")));
+    assert!(parts.iter().any(|p| matches!(
+        p,
+        StreamPart::ResponseMetadata { id: Some(id), model_id: Some(m), .. }
+            if id == "msg_1" && m == "claude-sonnet-4-5"
+    )));
+    // Neither reaches a content reader.
+    assert_eq!(
+        parts
+            .into_iter()
+            .filter(|p| !p.is_call_metadata())
+            .collect::<Vec<_>>(),
+        expected_full()
+    );
 }
 
 #[tokio::test]

@@ -43,6 +43,22 @@ async fn openais_documented_tool_call_stream_runs_a_whole_tool_turn() {
     )
     .await;
     assert_weather_turn(&run, "Paris, France");
+    let first = &step_records(&run)[0];
+    assert_eq!(
+        first.response["id"],
+        "chatcmpl-AZ3n4TQmbZNCeqDpkWmBLmpwvV9nD"
+    );
+    assert_eq!(first.response["model_id"], "gpt-4o-2024-08-06");
+    // The chunks' `created` time, not the clock's.
+    assert_eq!(
+        first.response["timestamp"]
+            .as_str()
+            .map(|t| t.starts_with("2024-")),
+        Some(true),
+        "{}",
+        first.response
+    );
+    assert!(first.response["headers"]["content-type"].is_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,6 +74,23 @@ async fn anthropics_documented_tool_use_stream_runs_a_whole_tool_turn() {
     )
     .await;
     assert_weather_turn(&run, "San Francisco, CA");
+    let records = step_records(&run);
+    assert_eq!(records[0].response["id"], "msg_014p7gG3wDgGV9EUtLvnow3U");
+    assert_eq!(records[1].response["id"], "msg_01VHbM8bsXTkGd5Q7Ma3Wbss");
+    assert_eq!(records[0].response["model_id"], "claude-3-haiku-20240307");
+    assert!(records[0].response["headers"]["content-type"].is_string());
+    assert!(records[0].warnings.is_empty());
+}
+
+/// The step records of a turn, as `on_step_finish` saw them.
+fn step_records(run: &exchanges_support::Run) -> Vec<mull_core::StepRecord> {
+    run.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepFinished { record } => Some((**record).clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The model the llama.cpp captures talked to: its OpenAI-compatible endpoint, alias `local`.

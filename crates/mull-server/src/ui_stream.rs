@@ -457,7 +457,9 @@ impl UiStreamMapper {
             StreamPart::ToolInputEnd { .. }
             | StreamPart::Raw { .. }
             | StreamPart::Error { .. }
-            | StreamPart::Finish { .. } => return,
+            | StreamPart::Finish { .. }
+            | StreamPart::StreamStart { .. }
+            | StreamPart::ResponseMetadata { .. } => return,
         };
         out.push(chunk);
     }

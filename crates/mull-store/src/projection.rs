@@ -392,6 +392,7 @@ impl SessionState {
             Event::SessionOpened { .. }
             | Event::StepConfigured { .. }
             | Event::ModelRetried { .. }
+            | Event::PartTransformed { .. }
             | Event::CancellationRequested { .. } => {}
         }
     }
@@ -615,7 +616,9 @@ impl SessionState {
             StreamPart::ToolInputEnd { .. }
             | StreamPart::Raw { .. }
             | StreamPart::Error { .. }
-            | StreamPart::Finish { .. } => {}
+            | StreamPart::Finish { .. }
+            | StreamPart::StreamStart { .. }
+            | StreamPart::ResponseMetadata { .. } => {}
         }
     }
 }

@@ -153,20 +153,14 @@ pub(super) async fn run_attempt(
 }
 
 impl TurnRun<'_> {
+    /// A turn that failed before its first step (`before_turn`, an unknown model) ends like
+    /// any other: one rule for `on_chat_response` — it fires for every turn that started and
+    /// reached its end (completed, aborted or error, with the message as persisted, possibly
+    /// without parts); it does not fire when no turn started (the user's messages could not be
+    /// saved, the transcript could not be repaired) or when overflow recovery discarded the
+    /// attempt.
     pub(super) async fn fail_setup(&mut self, error: ChatError) -> Result<Ended, EngineError> {
-        self.append(Event::TurnFinished {
-            request_id: self.spec.request_id.clone(),
-            status: TurnStatus::Error,
-            error: Some(error.message.clone()),
-            steps: 0,
-            usage: Usage::default(),
-        })?;
-        self.inner.recorder.flush().await?;
-        let shown = fail(self.inner, self.tid(), error, true).await;
-        Ok(Ended {
-            outcome: outcome(self.spec, OutcomeStatus::Error, Some(shown), None),
-            response: None,
-        })
+        self.finish(TurnStatus::Error, Some(error)).await
     }
 
     /// Persists the assistant message (when it has parts), ends the turn, and reports a

@@ -4,7 +4,8 @@
 //! (queue) → user_messages_saved → transcript repair → turn_started (flushed) → assemble context
 //!   → before_turn → turn_configured
 //!   → per step: step_started → before_step → step_configured → model call (retries)
-//!       → each part: chunk event → client → on_chunk
+//!       → each part: transforms → [part_transformed] → chunk event → client → on_chunk (the
+//!         seed's chunk kinds only; a tool-call's on_chunk waits until its hooks ran)
 //!       → each tool call: validate → before_tool_call → tool_decided (flushed) → execute /
 //!         block / substitute → tool_call_finished → after_tool_call → tool-result chunk
 //!     → step_finished → on_step_finish → stop conditions → (barrier before the next step)
@@ -25,8 +26,9 @@ mod tool_call;
 use std::sync::Arc;
 
 use mull_core::{
-    DecisionAction, EntryPath, ErrorStage, Event, FinishReason, HookName, ModelError, ModelMessage,
-    Source, StepRecord, StreamPart, ToolCallRecord, ToolResultRecord, ToolSpec, UIMessage, Usage,
+    CallWarning, DecisionAction, EntryPath, ErrorStage, Event, FinishReason, HookName, ModelError,
+    ModelMessage, Source, StepRecord, StreamPart, ToolCallRecord, ToolResultRecord, ToolSpec,
+    UIMessage, Usage,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -184,6 +186,21 @@ struct StepParts {
     usage: Usage,
     provider_metadata: Option<Value>,
     waits_for_client: bool,
+    /// What the provider warned about the call (`stream-start`).
+    warnings: Vec<CallWarning>,
+    /// The provider's response metadata, folded from its `response-metadata` parts.
+    response: ResponseMeta,
+    /// The model's tool call whose `on_chunk` waits until the call's hooks ran (Think's order).
+    deferred_call: Option<crate::hooks::context::ChunkContext>,
+}
+
+/// What the provider told about its response, each field as first known.
+#[derive(Default)]
+struct ResponseMeta {
+    id: Option<String>,
+    model_id: Option<String>,
+    timestamp: Option<chrono::DateTime<chrono::Utc>>,
+    headers: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl StepParts {
@@ -211,6 +228,19 @@ impl StepParts {
                 self.raw_finish_reason = raw_finish_reason.clone();
                 self.usage = usage.clone();
                 self.provider_metadata = provider_metadata.clone();
+            }
+            StreamPart::StreamStart { warnings } => self.warnings.extend(warnings.iter().cloned()),
+            StreamPart::ResponseMetadata {
+                id,
+                model_id,
+                timestamp,
+                headers,
+            } => {
+                let r = &mut self.response;
+                r.id = r.id.take().or_else(|| id.clone());
+                r.model_id = r.model_id.take().or_else(|| model_id.clone());
+                r.timestamp = r.timestamp.or(*timestamp);
+                r.headers = r.headers.take().or_else(|| headers.clone());
             }
             _ => {}
         }

@@ -7,13 +7,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use mull_core::{
     to_model_messages, ErrorStage, Event, HookName, LanguageModel, ModelMessage, ModelRequest,
-    ModelStream, RequestSummary, StepRecord, StreamPart, UIMessage, UIPart,
+    ModelStream, RequestSummary, StepRecord, StreamPart, ToolResultRecord, UIMessage, UIPart,
 };
 use serde_json::json;
 use tracing::Instrument;
 
 use super::assemble::resolve_model;
-use super::{Next, PendingCall, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
+use super::{Next, PendingCall, ResponseMeta, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
 use crate::config::{ResolvedTurn, StepConfig};
 use crate::error::{ChatError, EngineError};
 use crate::extension;
@@ -155,16 +155,25 @@ impl TurnRun<'_> {
         };
         // Summarised (and hashed) before the call starts: a step cut short is identified too.
         let summary = RequestSummary::of(&request);
-        self.append(Event::StepConfigured {
-            step,
-            model_id: step_model.model_id().to_owned(),
-            active_tools: active_tools.clone(),
-            tool_choice: request.tool_choice.clone(),
-            system: request.system.clone(),
-            message_count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
-            overrides,
-            request_hash: Some(summary.hash.clone()),
-        })?;
+        // When the provider names no time for its response, the response is dated when the
+        // call started (as the AI SDK does): this event's time, so no extra clock read.
+        let opened_at = self
+            .inner
+            .recorder
+            .append(
+                self.tid(),
+                Event::StepConfigured {
+                    step,
+                    model_id: step_model.model_id().to_owned(),
+                    active_tools: active_tools.clone(),
+                    tool_choice: request.tool_choice.clone(),
+                    system: request.system.clone(),
+                    message_count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
+                    overrides,
+                    request_hash: Some(summary.hash.clone()),
+                },
+            )?
+            .at;
         span.record(
             "otel.name",
             tracing::field::display(format!("chat {}", step_model.model_id())),
@@ -219,7 +228,20 @@ impl TurnRun<'_> {
                 } => {
                     let (call_id, tool_name, input) =
                         (call_id.clone(), tool_name.clone(), input.clone());
-                    self.emit(resolved, step, part, &mut parts).await?;
+                    // Think's order: the tool-call chunk is logged and sent now, and reaches
+                    // on_chunk once the call's hooks ran (before its result's on_chunk).
+                    for shown in self.show(resolved, step, part, &mut parts)? {
+                        match &shown {
+                            StreamPart::ToolCall { call_id: c, .. } if *c == call_id => {
+                                parts.deferred_call = Some(ChunkContext {
+                                    chunk: shown,
+                                    step_number: step,
+                                    request_id: self.spec.request_id.clone(),
+                                });
+                            }
+                            _ => self.observe_chunk(step, shown, &mut parts).await?,
+                        }
+                    }
                     let call = PendingCall {
                         step,
                         call_id,
@@ -228,7 +250,10 @@ impl TurnRun<'_> {
                         active: active_tools.as_deref(),
                         messages: &messages,
                     };
-                    match self.tool_call(resolved, call, &mut parts).await? {
+                    let end = self.tool_call(resolved, call, &mut parts).await?;
+                    // A call with no outcome in this step (a client tool) is observed now.
+                    self.release_deferred_call(&mut parts).await?;
+                    match end {
                         ToolEnd::Done => {}
                         ToolEnd::Aborted => return Ok(StepEnd::Aborted),
                         ToolEnd::Stalled(error) => return Ok(StepEnd::Failed(error)),
@@ -252,16 +277,13 @@ impl TurnRun<'_> {
             sources: parts.sources.clone(),
             files: parts.files.clone(),
             tool_calls: parts.tool_calls.clone(),
-            tool_results: parts.tool_results.clone(),
+            tool_results: results_as_after_tool_call(&parts),
             finish_reason: parts.finish_reason.unwrap_or_default(),
             raw_finish_reason: parts.raw_finish_reason.clone(),
             usage: parts.usage.clone(),
-            warnings: Vec::new(),
+            warnings: parts.warnings.clone(),
             request: summary.to_value(),
-            response: json!({
-                "provider": step_model.provider(),
-                "model_id": step_model.model_id(),
-            }),
+            response: response_metadata(&parts.response, step_model.as_ref(), opened_at),
             provider_metadata: parts.provider_metadata.clone(),
         };
         span.record(
@@ -382,40 +404,116 @@ impl TurnRun<'_> {
         part: StreamPart,
         parts: &mut StepParts,
     ) -> Result<(), EngineError> {
-        let (shown, original) = apply_all(&resolved.transforms, part);
-        let appended = self.inner.recorder.append(
-            self.tid(),
-            Event::Chunk {
-                step,
-                part: shown,
-                original: original.map(Box::new),
-            },
-        )?;
-        // The log hands the event back: its part is reused, not copied before the append.
-        let Event::Chunk { part: shown, .. } = appended.event else {
-            unreachable!("the log returns the chunk event it was given")
+        for shown in self.show(resolved, step, part, parts)? {
+            self.observe_chunk(step, shown, parts).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs the transforms on `part`, logs what the user sees (after a `part_transformed`
+    /// event when the transforms changed anything), folds it into the step and sends it to the
+    /// client. Returns the shown parts, for `on_chunk`: every part is logged before anything
+    /// observes it.
+    pub(super) fn show(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        part: StreamPart,
+        parts: &mut StepParts,
+    ) -> Result<Vec<StreamPart>, EngineError> {
+        // Call metadata describes the call, not its content: no transform sees it.
+        let transformed = if part.is_call_metadata() {
+            None
+        } else {
+            apply_all(&resolved.transforms, &part)
         };
-        parts.observe(&shown);
-        if let Some(client) = &self.spec.client {
-            if resolved.send_reasoning || !shown.is_reasoning() {
-                // A client that went away stops listening; the turn goes on and is logged.
-                let _ = client.send(shown.clone());
+        let to_show = match transformed {
+            None => vec![part],
+            Some(shown) => {
+                self.append(Event::PartTransformed {
+                    step,
+                    original: part,
+                    shown: u32::try_from(shown.len()).unwrap_or(u32::MAX),
+                })?;
+                shown
             }
+        };
+        let mut out = Vec::with_capacity(to_show.len());
+        for part in to_show {
+            let appended = self.inner.recorder.append(
+                self.tid(),
+                Event::Chunk {
+                    step,
+                    part,
+                    original: None,
+                },
+            )?;
+            // The log hands the event back: its part is reused, not copied before the append.
+            let Event::Chunk { part: shown, .. } = appended.event else {
+                unreachable!("the log returns the chunk event it was given")
+            };
+            parts.observe(&shown);
+            if let Some(client) = &self.spec.client {
+                if !shown.is_call_metadata() && (resolved.send_reasoning || !shown.is_reasoning()) {
+                    // A client that went away stops listening; the turn goes on and is logged.
+                    let _ = client.send(shown.clone());
+                }
+            }
+            out.push(shown);
+        }
+        Ok(out)
+    }
+
+    /// `on_chunk` (the agent's, then the extensions') for a logged part of one of the seed's
+    /// chunk kinds. A result or error of the tool call whose `on_chunk` was deferred releases
+    /// that call's first, so a call is always observed before its outcome.
+    async fn observe_chunk(
+        &mut self,
+        step: u32,
+        shown: StreamPart,
+        parts: &mut StepParts,
+    ) -> Result<(), EngineError> {
+        if let StreamPart::ToolResult { call_id, .. } | StreamPart::ToolError { call_id, .. } =
+            &shown
+        {
+            let waiting = parts.deferred_call.as_ref().is_some_and(
+                |d| matches!(&d.chunk, StreamPart::ToolCall { call_id: c, .. } if c == call_id),
+            );
+            if waiting {
+                self.release_deferred_call(parts).await?;
+            }
+        }
+        if !shown.is_observed_chunk() {
+            return Ok(());
         }
         let ctx = ChunkContext {
             chunk: shown,
             step_number: step,
             request_id: self.spec.request_id.clone(),
         };
+        self.on_chunk(&ctx).await
+    }
+
+    /// `on_chunk` for the tool call deferred until its hooks ran, if one waits.
+    pub(super) async fn release_deferred_call(
+        &mut self,
+        parts: &mut StepParts,
+    ) -> Result<(), EngineError> {
+        match parts.deferred_call.take() {
+            Some(ctx) => self.on_chunk(&ctx).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn on_chunk(&self, ctx: &ChunkContext) -> Result<(), EngineError> {
         observe(
             self.inner,
             self.tid(),
             HookName::OnChunk,
-            self.inner.agent.on_chunk(&ctx),
+            self.inner.agent.on_chunk(ctx),
         )
         .await?;
-        extension::on_chunk(self.inner, self.tid(), &ctx).await?;
-        Ok(())
+        extension::on_chunk(self.inner, self.tid(), ctx).await
     }
 }
 
@@ -451,6 +549,47 @@ fn step_overrides(config: &StepConfig) -> Vec<String> {
         if set {
             out.push(name.to_owned());
         }
+    }
+    out
+}
+
+/// The step's tool results, each with the input the model emitted — the input `after_tool_call`
+/// sees (the seed: the same shape), not the one a `before_tool_call` substituted.
+fn results_as_after_tool_call(parts: &StepParts) -> Vec<ToolResultRecord> {
+    parts
+        .tool_results
+        .iter()
+        .map(|result| {
+            let call = parts
+                .tool_calls
+                .iter()
+                .find(|c| c.call_id == result.call_id);
+            ToolResultRecord {
+                input: call.map_or_else(|| result.input.clone(), |c| c.input.clone()),
+                ..result.clone()
+            }
+        })
+        .collect()
+}
+
+/// The step record's `response`: the provider's own response metadata (id, model, time,
+/// headers) where it sent them, else what mull knows (the requested model, when the stream
+/// opened).
+fn response_metadata(
+    meta: &ResponseMeta,
+    model: &dyn LanguageModel,
+    opened_at: chrono::DateTime<chrono::Utc>,
+) -> serde_json::Value {
+    let mut out = json!({
+        "provider": model.provider(),
+        "model_id": meta.model_id.as_deref().unwrap_or(model.model_id()),
+        "timestamp": meta.timestamp.unwrap_or(opened_at),
+    });
+    if let Some(id) = &meta.id {
+        out["id"] = json!(id);
+    }
+    if let Some(headers) = &meta.headers {
+        out["headers"] = json!(headers);
     }
     out
 }

@@ -227,8 +227,17 @@ pub fn pieces(text: &str, size: usize) -> Vec<Vec<u8>> {
     text.as_bytes().chunks(size).map(<[u8]>::to_vec).collect()
 }
 
-/// Reads a model stream to its end: the parts, and the error that ended it, if any.
-pub async fn collect(mut stream: ModelStream) -> (Vec<StreamPart>, Option<ModelError>) {
+/// Reads a model stream to its end: the content parts (the call's metadata — `stream-start`,
+/// `response-metadata` — left out; [`collect_all`] keeps it), and the error that ended it, if
+/// any.
+pub async fn collect(stream: ModelStream) -> (Vec<StreamPart>, Option<ModelError>) {
+    let (mut parts, error) = collect_all(stream).await;
+    parts.retain(|p| !p.is_call_metadata());
+    (parts, error)
+}
+
+/// Reads a model stream to its end: every part, and the error that ended it, if any.
+pub async fn collect_all(mut stream: ModelStream) -> (Vec<StreamPart>, Option<ModelError>) {
     let mut parts = Vec::new();
     while let Some(item) = stream.next().await {
         match item {
