@@ -4,8 +4,8 @@
 //! here, never in timed tests.
 
 mod log;
-mod otlp;
 mod nodes;
+mod otlp;
 mod report;
 mod timetravel;
 mod turns;
