@@ -153,7 +153,13 @@ impl LanguageModel for AnthropicModel {
         }
         let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
         let opening = http::opening_parts(warnings(&request), response.headers());
-        let stream = decode_sse(self.provider.clone(), http::response_bytes(response));
+        let decoder = MessagesDecoder::new(self.provider.clone())
+            .answering_with_json_tool(request.output_schema.is_some());
+        let stream = http::decode_sse(
+            self.provider.clone(),
+            http::response_bytes(response),
+            decoder,
+        );
         Ok(http::prepend(opening, stream))
     }
 }
@@ -188,16 +194,6 @@ pub fn warnings(request: &ModelRequest) -> Vec<CallWarning> {
             setting: setting.into(),
             details: Some("the Messages API has no such field; it was not sent".into()),
         })
-        .chain(request.output_schema.is_some().then(|| {
-            CallWarning::UnsupportedSetting {
-            setting: "output".into(),
-            details: Some(
-                "structured output is not sent to the Messages API by this build; the answer is \
-                 not constrained to the schema"
-                    .into(),
-            ),
-        }
-        }))
         .collect()
 }
 
@@ -241,7 +237,23 @@ pub fn request_body(model: &str, request: &ModelRequest) -> Value {
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
     body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
+    if let Some(schema) = &request.output_schema {
+        // Structured output the way the Messages API allows it: one tool whose input schema is
+        // the output's, forced, whose input the decoder turns into the answer's text. The
+        // step's own tools are not offered on such a call (as the AI SDK does).
+        body.insert(
+            "tools".into(),
+            json!([{
+                "name": JSON_TOOL,
+                "description": "Respond with a JSON object.",
+                "input_schema": schema,
+            }]),
+        );
+        body.insert(
+            "tool_choice".into(),
+            json!({"type": "tool", "name": JSON_TOOL}),
+        );
+    } else if !request.tools.is_empty() {
         let tools: Vec<Value> = request
             .tools
             .iter()
@@ -268,7 +280,7 @@ pub fn request_body(model: &str, request: &ModelRequest) -> Value {
     if !s.stop_sequences.is_empty() {
         body.insert("stop_sequences".into(), json!(s.stop_sequences));
     }
-    // Penalties, seed and the output schema are not sent: `warnings` reports each one.
+    // Penalties and seed are not sent: `warnings` reports each one.
     body.insert("stream".into(), json!(true));
     if let Some(Value::Object(options)) = &s.provider_options {
         for (key, value) in options {
@@ -343,13 +355,23 @@ enum Block {
         tool_name: String,
         json: String,
     },
+    /// The forced [`JSON_TOOL`] of a structured-output request: its input is the answer.
+    JsonAnswer {
+        id: String,
+    },
     /// A block type this module passes over (redacted thinking, server tools …).
     Ignored,
 }
 
+/// The tool that carries a structured answer (see [`request_body`]).
+pub const JSON_TOOL: &str = "json";
+
 /// Turns Messages stream events into stream parts.
 pub(crate) struct MessagesDecoder {
     provider: Arc<str>,
+    /// The request asked for structured output: the forced [`JSON_TOOL`]'s input is the
+    /// answer's text, and its `tool_use` stop is the answer's end.
+    json_tool: bool,
     blocks: BTreeMap<u64, Block>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
@@ -366,6 +388,7 @@ impl MessagesDecoder {
     pub(crate) fn new(provider: Arc<str>) -> Self {
         Self {
             provider,
+            json_tool: false,
             blocks: BTreeMap::new(),
             input_tokens: None,
             output_tokens: None,
@@ -377,6 +400,12 @@ impl MessagesDecoder {
             started: false,
             done: false,
         }
+    }
+
+    /// Decodes the answer of a request that asked for structured output (`on`).
+    pub(crate) fn answering_with_json_tool(mut self, on: bool) -> Self {
+        self.json_tool = on;
+        self
     }
 
     fn protocol(&self, what: String) -> ModelError {
@@ -477,6 +506,13 @@ impl MessagesDecoder {
                 let tool_name = self
                     .required(EVENT, block, AT, "name", "a string", Value::as_str)?
                     .to_owned();
+                if self.json_tool && tool_name == JSON_TOOL {
+                    // The structured answer: its input streams as the answer's text.
+                    let id = format!("text-{index}");
+                    out.push(StreamPart::TextStart { id: id.clone() });
+                    self.blocks.insert(index, Block::JsonAnswer { id });
+                    return Ok(());
+                }
                 out.push(StreamPart::ToolInputStart {
                     call_id: call_id.clone(),
                     tool_name: tool_name.clone(),
@@ -571,6 +607,13 @@ impl MessagesDecoder {
                     .to_owned();
                 self.signatures.insert(id, json!(previous + &content));
             }
+            ("input_json_delta", Block::JsonAnswer { id }) if !content.is_empty() => {
+                out.push(StreamPart::TextDelta {
+                    id: id.clone(),
+                    text: content,
+                });
+            }
+            ("input_json_delta", Block::JsonAnswer { .. }) => {}
             ("input_json_delta", Block::Tool { call_id, json, .. }) => {
                 let partial = content;
                 if !partial.is_empty() {
@@ -599,7 +642,7 @@ impl MessagesDecoder {
             )));
         };
         match block {
-            Block::Text { id } => out.push(StreamPart::TextEnd { id }),
+            Block::Text { id } | Block::JsonAnswer { id } => out.push(StreamPart::TextEnd { id }),
             Block::Reasoning { id } => out.push(StreamPart::ReasoningEnd { id }),
             Block::Tool {
                 call_id,
@@ -665,8 +708,13 @@ impl MessagesDecoder {
             );
         }
         let raw = self.stop_reason.clone();
+        let finish_reason = match raw.as_deref() {
+            // The forced answer tool ends the answer, not a step that calls tools.
+            Some("tool_use") if self.json_tool => FinishReason::Stop,
+            raw => raw.map_or(FinishReason::Unknown, stop_reason),
+        };
         StreamPart::Finish {
-            finish_reason: raw.as_deref().map_or(FinishReason::Unknown, stop_reason),
+            finish_reason,
             raw_finish_reason: raw,
             usage,
             provider_metadata: (!meta.is_empty()).then(|| json!({ "anthropic": meta })),

@@ -552,3 +552,79 @@ async fn unknown_delta_types_and_extra_fields_are_not_errors() {
         text: "hi".into()
     }));
 }
+
+/// Structured output on the Messages API: the schema goes out as one forced `json` tool (the
+/// step's own tools are not offered), and that tool's streamed input comes back as the answer's
+/// text, ending the step with `stop` rather than a tool call. The stream is the documented
+/// shape of a forced `tool_use` answer.
+#[tokio::test]
+async fn structured_output_is_a_forced_json_tool_whose_input_is_the_answer() {
+    let wire = [
+        message_start(),
+        event(json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "tool_use", "id": "toolu_01", "name": "json", "input": {}}})),
+        delta(0, json!({"type": "input_json_delta", "partial_json": ""})),
+        delta(0, json!({"type": "input_json_delta", "partial_json": "{\"city\": \"Os"})),
+        delta(0, json!({"type": "input_json_delta", "partial_json": "lo\", \"high_c\": 4}"})),
+        event(json!({"type": "content_block_stop", "index": 0})),
+        event(json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 17}})),
+        event(json!({"type": "message_stop"})),
+    ]
+    .concat();
+    let server = serve_sse(&wire, 8192, false).await;
+    let schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "high_c": {"type": "number"}},
+        "required": ["city", "high_c"]
+    });
+    let mut request = say_hi();
+    request.output_schema = Some(schema.clone());
+    request.tools = vec![ToolSpec {
+        name: "weather".into(),
+        description: "Weather by city".into(),
+        input_schema: std::sync::Arc::new(json!({"type": "object"})),
+    }];
+    let stream = model(&server.base_url)
+        .stream(request)
+        .await
+        .expect("stream opens");
+    let (parts, error) = common::collect_all(stream).await;
+    assert_eq!(error, None);
+    let body = &server.received()[0].body;
+    assert_eq!(
+        body["tools"],
+        json!([{"name": "json", "description": "Respond with a JSON object.", "input_schema": schema}])
+    );
+    assert_eq!(body["tool_choice"], json!({"type": "tool", "name": "json"}));
+    // The schema is sent, so it is no longer a warning.
+    assert!(matches!(
+        parts.first(),
+        Some(StreamPart::StreamStart { warnings }) if warnings.is_empty()
+    ));
+    let content: Vec<StreamPart> = parts
+        .into_iter()
+        .filter(|p| !p.is_call_metadata())
+        .collect();
+    let text: String = content
+        .iter()
+        .filter_map(|p| match p {
+            StreamPart::TextDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let answer: Value = serde_json::from_str(&text).expect("the answer is the JSON");
+    assert_eq!(answer, json!({"city": "Oslo", "high_c": 4}));
+    assert!(matches!(
+        content.first(),
+        Some(StreamPart::TextStart { .. })
+    ));
+    assert!(!content.iter().any(|p| matches!(
+        p,
+        StreamPart::ToolCall { .. } | StreamPart::ToolInputStart { .. }
+    )));
+    assert!(matches!(
+        content.last(),
+        Some(StreamPart::Finish { finish_reason: FinishReason::Stop, raw_finish_reason: Some(raw), .. })
+            if raw == "tool_use"
+    ));
+}
