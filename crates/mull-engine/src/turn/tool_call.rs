@@ -189,7 +189,9 @@ impl TurnRun<'_> {
         // The decision is durable before anything it allows can happen.
         self.inner.recorder.flush().await?;
 
-        let (result, duration_ms) = match action {
+        // Every decided call has an outcome, recorded once below (an aborted or stalled one
+        // too: `after_tool_call` always fires once the decision resolved).
+        let (result, duration_ms, end) = match action {
             DecisionAction::Allow | DecisionAction::Rewrite => {
                 let execution = ToolExecution {
                     call_id: call_id.clone(),
@@ -227,27 +229,7 @@ impl TurnRun<'_> {
                         (Err(text), ToolEnd::Stalled(error))
                     }
                 };
-                if !matches!(end, ToolEnd::Done) {
-                    self.record_outcome(
-                        resolved,
-                        Outcome {
-                            step,
-                            call_id: &call_id,
-                            tool_name: &tool_name,
-                            model_input: &model_input,
-                            effective_input: &effective_input,
-                            decision: action,
-                            messages,
-                            result,
-                            duration_ms,
-                            run_hook: true,
-                        },
-                        parts,
-                    )
-                    .await?;
-                    return Ok(end);
-                }
-                (result, duration_ms)
+                (result, duration_ms, end)
             }
             DecisionAction::Block | DecisionAction::Substitute => {
                 let output = skip_output.unwrap_or(Value::Null);
@@ -267,10 +249,10 @@ impl TurnRun<'_> {
                     )
                     .await?;
                 }
-                (Ok(output), 0)
+                (Ok(output), 0, ToolEnd::Done)
             }
             DecisionAction::HookFailed | DecisionAction::Invalid => {
-                (Err(reason.clone().unwrap_or_default()), 0)
+                (Err(reason.clone().unwrap_or_default()), 0, ToolEnd::Done)
             }
         };
         if self.inner.options.capture_content {
@@ -295,7 +277,7 @@ impl TurnRun<'_> {
             parts,
         )
         .await?;
-        Ok(ToolEnd::Done)
+        Ok(end)
     }
 
     /// Runs execute (scalar or streaming), catching panics; preliminary values become chunks.
