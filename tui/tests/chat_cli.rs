@@ -1,42 +1,17 @@
 //! `mull chat` driven by a script through the real binary: piped lines are turns, answers go to
 //! standard output, every event goes to the log; configuration mistakes name the variable.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use mull_core::TurnStatus;
 use mull_store::LogReader;
 
+mod support;
+
 fn chat(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mull"));
-    command
-        .arg("chat")
-        .args(args)
-        .env_remove("MULL_MODEL")
-        .env_remove("RUST_LOG")
-        .env_remove("OPENAI_API_KEY")
-        .env("RUST_BACKTRACE", "0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().expect("run mull chat");
-    let written = child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes());
-    // A chat that refuses to start exits without reading its input: the pipe is then closed.
-    if let Err(err) = written {
-        assert_eq!(
-            err.kind(),
-            std::io::ErrorKind::BrokenPipe,
-            "writing input: {err}"
-        );
-    }
-    child.wait_with_output().expect("wait")
+    let args: Vec<&str> = std::iter::once("chat").chain(args.iter().copied()).collect();
+    let here = std::env::current_dir().expect("the test's directory");
+    support::run_mull(&here, &args, env, input)
 }
 
 #[test]

@@ -18,6 +18,8 @@ pub fn run_mull(cwd: &Path, args: &[&str], env: &[(&str, &str)], input: &str) ->
         .current_dir(cwd)
         .args(args)
         .env_remove("MULL_MODEL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
         .env_remove("MULL_BACKTRACE")
         .env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE")
