@@ -9,7 +9,9 @@ use mull_store::LogReader;
 mod support;
 
 fn chat(args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
-    let args: Vec<&str> = std::iter::once("chat").chain(args.iter().copied()).collect();
+    let args: Vec<&str> = std::iter::once("chat")
+        .chain(args.iter().copied())
+        .collect();
     let here = std::env::current_dir().expect("the test's directory");
     support::run_mull(&here, &args, env, input)
 }

@@ -25,7 +25,7 @@
 //! list, a `delta` that is not an object, `content` that is not a string …) is a `Protocol` error
 //! naming the field. Unknown fields are ignored. A stream that ends before any `finish_reason` or
 //! `[DONE]` (an empty 200 included) is followed by one non-streaming probe of the same request,
-//! whose answer becomes the error (see [`crate::probe`]'s docs): an overflow refused only
+//! whose answer becomes the error (the crate's `probe` module): an overflow refused only
 //! without streaming is then classified as one.
 
 use std::collections::BTreeMap;
