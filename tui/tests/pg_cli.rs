@@ -99,11 +99,7 @@ fn a_connection_lost_mid_turn_stops_the_node_and_another_recovers_the_turn() {
     };
     let url = pg.database();
     let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = support::nodes::runtime();
     runtime.block_on(async {
         let model = ModelServer::start(Pace {
             words: 40,

@@ -184,11 +184,7 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
     };
     let url = pg.database();
     let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = support::nodes::runtime();
     runtime.block_on(async {
         let model = ModelServer::start(Pace {
             words: 12,

@@ -188,3 +188,12 @@ pub async fn resume(addr: &str, chat: &str, limit: Duration) -> Reply {
     )
     .await
 }
+
+/// The runtime a multi-node test drives its clients and model server on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
