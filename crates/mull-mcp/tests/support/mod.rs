@@ -1,19 +1,15 @@
 //! What the MCP tests share: a real MCP server (tests/support/mcp_server.py, written with the
 //! official Python SDK pinned in requirements.txt) installed by the tests themselves into a
-//! project-local virtual environment, started over stdio or streamable HTTP.
-//!
-//! Without python3 the tests print why they skip — except under CI (`CI` set), where a missing
-//! python3 fails them: there they must run.
+//! project-local virtual environment (see python_env.rs), started over stdio or streamable HTTP.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// How long creating the environment and installing the SDK may take.
-const INSTALL_LIMIT: Duration = Duration::from_secs(600);
+#[path = "../../../../tests/support/python_env.rs"]
+mod python_env;
 
 fn support_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support")
@@ -27,80 +23,11 @@ pub fn server_script() -> PathBuf {
 /// The Python of the project-local environment with the MCP SDK installed, installing it the
 /// first time; `None` (after printing why) where python3 is absent outside CI.
 pub fn python() -> Option<PathBuf> {
-    static READY: OnceLock<Mutex<Option<Option<PathBuf>>>> = OnceLock::new();
-    let ready = READY.get_or_init(|| Mutex::new(None));
-    let mut ready = ready.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(known) = ready.as_ref() {
-        return known.clone();
-    }
-    let found = install();
-    *ready = Some(found.clone());
-    found
-}
-
-fn install() -> Option<PathBuf> {
-    let system = std::process::Command::new("python3")
-        .arg("--version")
-        .output();
-    if !matches!(&system, Ok(out) if out.status.success()) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 is required for the MCP tests under CI"
-        );
-        eprintln!("skipping: python3 is not installed, so no MCP test server can run");
-        return None;
-    }
-    let env_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-python");
-    let python = env_dir.join("bin/python");
-    let requirements = support_dir().join("requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements).expect("reads requirements.txt");
-    let marker = env_dir.join("mull-installed.txt");
-    if python.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(&wanted) {
-        return Some(python);
-    }
-    let started = Instant::now();
-    run_bounded(
-        std::process::Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&env_dir),
-        started,
-    );
-    run_bounded(
-        std::process::Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(&requirements),
-        started,
-    );
-    std::fs::write(&marker, wanted).expect("marks the environment installed");
-    Some(python)
-}
-
-/// Runs `command` to its end, failing the test if it fails or outlives [`INSTALL_LIMIT`]
-/// counted from `started`.
-fn run_bounded(command: &mut std::process::Command, started: Instant) {
-    let mut child = command
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starts {command:?}: {e}"));
-    loop {
-        if let Some(status) = child.try_wait().expect("waits for the installer") {
-            assert!(status.success(), "{command:?} failed: {status}");
-            return;
-        }
-        if started.elapsed() > INSTALL_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{command:?} did not finish within {INSTALL_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    python_env::python_env(
+        "mcp-python",
+        &support_dir().join("requirements.txt"),
+        "the MCP test server",
+    )
 }
 
 /// The test server over streamable HTTP on a free loopback port, stopped when dropped.

@@ -1,6 +1,7 @@
 //! A real OTLP/HTTP receiver for tests (otlp_receiver.py beside this file, which decodes with the
 //! official `opentelemetry-proto` package pinned in requirements.txt), installed by the tests
-//! themselves into a project-local virtual environment, and helpers to read what it received.
+//! themselves into a project-local virtual environment (see python_env.rs), and helpers to read
+//! what it received.
 //! Shared by this crate's tests and the binary's (which include this file by path), so it needs
 //! only std, serde_json and tempfile.
 //!
@@ -11,24 +12,16 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// How long creating the environment and installing the packages may take.
-const INSTALL_LIMIT: Duration = Duration::from_secs(600);
+#[path = "../../../../tests/support/python_env.rs"]
+mod python_env;
 
-/// The workspace's root, found from whichever crate includes this file.
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .find(|p| p.join("Cargo.lock").exists())
-        .expect("inside the workspace")
-        .to_path_buf()
-}
+use python_env::workspace;
 
 fn support_dir() -> PathBuf {
     workspace().join("crates/mull-otel/tests/support")
@@ -37,77 +30,11 @@ fn support_dir() -> PathBuf {
 /// The Python of the project-local environment with `opentelemetry-proto` installed, installing
 /// it the first time; `None` (after printing why) where python3 is absent outside CI.
 pub fn python() -> Option<PathBuf> {
-    static READY: OnceLock<Mutex<Option<Option<PathBuf>>>> = OnceLock::new();
-    let ready = READY.get_or_init(|| Mutex::new(None));
-    let mut ready = ready.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(known) = ready.as_ref() {
-        return known.clone();
-    }
-    let found = install();
-    *ready = Some(found.clone());
-    found
-}
-
-fn install() -> Option<PathBuf> {
-    let system = Command::new("python3").arg("--version").output();
-    if !matches!(&system, Ok(out) if out.status.success()) {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 is required for the OTLP receiver tests under CI"
-        );
-        eprintln!("skipping: python3 is not installed, so no OTLP receiver can run");
-        return None;
-    }
-    let env_dir = workspace().join("target/otlp-python");
-    let python = env_dir.join("bin/python");
-    let requirements = support_dir().join("requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements).expect("reads requirements.txt");
-    let marker = env_dir.join("mull-installed.txt");
-    if python.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(&wanted) {
-        return Some(python);
-    }
-    let started = Instant::now();
-    run_bounded(
-        Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&env_dir),
-        started,
-    );
-    run_bounded(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(&requirements),
-        started,
-    );
-    std::fs::write(&marker, wanted).expect("marks the environment installed");
-    Some(python)
-}
-
-/// Runs `command` to its end, failing the test if it fails or outlives [`INSTALL_LIMIT`].
-fn run_bounded(command: &mut Command, started: Instant) {
-    let mut child = command
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starts {command:?}: {e}"));
-    loop {
-        if let Some(status) = child.try_wait().expect("waits for the installer") {
-            assert!(status.success(), "{command:?} failed: {status}");
-            return;
-        }
-        if started.elapsed() > INSTALL_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{command:?} did not finish within {INSTALL_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    python_env::python_env(
+        "otlp-python",
+        &support_dir().join("requirements.txt"),
+        "the OTLP receiver tests",
+    )
 }
 
 /// The receiver on a free loopback port, killed when dropped.
