@@ -302,6 +302,15 @@ pub struct StepRecord {
     pub provider_metadata: Option<Value>,
 }
 
+/// The name a unit variant (an entry path, a stage, a reason…) is written with in the log, for
+/// readers that show or export it; empty for a value that is not written as a plain string.
+pub fn wire_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        _ => String::new(),
+    }
+}
+
 /// Everything that can happen in a mull session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

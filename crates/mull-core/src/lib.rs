@@ -18,6 +18,7 @@ pub mod stream;
 pub use classify::{default_context_overflow_classifier, ChatErrorClassification, ErrorInput};
 pub use clock::{Clock, FixedClock, IdSource, RandomIds, SequentialIds, SystemClock};
 pub use convert::{to_model_messages, truncate_for_context};
+pub use event::wire_name;
 pub use event::{
     CompactionReason, ContextBlockSource, DecisionAction, EntryPath, Envelope, ErrorStage, Event,
     EventDecodeError, EventRef, HookName, StepRecord, SubmissionStatus, ToolCallRecord,

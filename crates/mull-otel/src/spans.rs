@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use mull_core::price::cache_write_tokens;
-use mull_core::{Envelope, Event, StepRecord, TurnStatus, Usage};
+use mull_core::{wire_name, Envelope, Event, StepRecord, TurnStatus, Usage};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -179,9 +179,7 @@ impl SessionSpans {
             span.set("mull.request_id", request_id.as_str());
             span.set("mull.attempt", *attempt);
             span.set("mull.turn_id", turn_id);
-            if let Ok(Value::String(entry)) = serde_json::to_value(entry) {
-                span.set("mull.entry", entry);
-            }
+            span.set("mull.entry", wire_name(entry));
             let open = OpenTurn {
                 span,
                 provider: None,
@@ -299,9 +297,7 @@ impl SessionSpans {
                 ..
             } => {
                 if let Some((_, span)) = turn.tools.get_mut(call_id) {
-                    if let Ok(Value::String(action)) = serde_json::to_value(action) {
-                        span.set("mull.tool.decision", action);
-                    }
+                    span.set("mull.tool.decision", action.as_str());
                     if let Some(reason) = reason {
                         span.set("mull.tool.decision_reason", reason.as_str());
                     }
@@ -340,10 +336,7 @@ impl SessionSpans {
                 tokens_after,
                 ..
             } => {
-                let reason = serde_json::to_value(reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let reason = wire_name(reason);
                 turn.span.events.push(SpanEvent {
                     name: "mull.compaction",
                     at: env.at,
@@ -489,13 +482,14 @@ fn failure_type(
     stage: &mull_core::ErrorStage,
     classification: &Option<mull_core::ChatErrorClassification>,
 ) -> String {
-    let value = match classification {
-        Some(c) => serde_json::to_value(c),
-        None => serde_json::to_value(stage),
+    let name = match classification {
+        Some(c) => wire_name(c),
+        None => wire_name(stage),
     };
-    match value {
-        Ok(Value::String(s)) => s,
-        _ => "error".into(),
+    if name.is_empty() {
+        "error".into()
+    } else {
+        name
     }
 }
 

@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use mull_core::{DecisionAction, Envelope, Event, FinishReason, StreamPart, TurnStatus, Usage};
+use mull_core::{
+    wire_name, DecisionAction, Envelope, Event, FinishReason, StreamPart, TurnStatus, Usage,
+};
 use mull_store::tool_usage::{tool_usage, CallFacts, ToolUsage};
 
 /// A gap between two events at least this long is shown, and splits coalesced text.
@@ -254,10 +256,7 @@ impl TimelineBuilder {
 
         match &env.event {
             Event::TurnStarted { entry, attempt, .. } => {
-                let entry = serde_json::to_value(entry)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let entry = wire_name(entry);
                 self.new_item(
                     env,
                     gap_ms,
@@ -374,10 +373,7 @@ impl TimelineBuilder {
                 );
             }
             Event::TurnFailed { stage, error, .. } => {
-                let stage = serde_json::to_value(stage)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let stage = wire_name(stage);
                 self.new_item(
                     env,
                     gap_ms,
@@ -393,10 +389,7 @@ impl TimelineBuilder {
                 error,
                 ..
             } => {
-                let hook = serde_json::to_value(hook)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let hook = wire_name(hook);
                 self.new_item(
                     env,
                     gap_ms,
@@ -414,10 +407,7 @@ impl TimelineBuilder {
                 tokens_after,
                 ..
             } => {
-                let reason = serde_json::to_value(reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let reason = wire_name(reason);
                 self.new_item(
                     env,
                     gap_ms,
