@@ -96,8 +96,13 @@ fn write_seq<T: Serialize>(json: &mut Vec<u8>, items: &[T]) -> Vec<Range<usize>>
 
 /// The hex-encoded SHA-256 of `request` with header values redacted (see
 /// [`ModelRequest::canonical_hash`]).
-pub(crate) fn canonical_hash(request: &ModelRequest) -> String {
-    hex::encode(Sha256::digest(&Canonical::of(request).json))
+impl ModelRequest {
+    /// A stable fingerprint of what the model is asked: system, messages, tools, tool choice,
+    /// settings and output schema. Header values are left out (they may be secrets and do not
+    /// change the answer), so a recorded session matches its replay. Hex-encoded SHA-256.
+    pub fn canonical_hash(&self) -> String {
+        hex::encode(Sha256::digest(&Canonical::of(self).json))
+    }
 }
 
 fn short_hex(full: &[u8; 32]) -> String {
@@ -223,7 +228,7 @@ mod tests {
         };
         let bytes = serde_json::to_vec(&redacted).unwrap();
         assert_eq!(
-            canonical_hash(&request),
+            request.canonical_hash(),
             hex::encode(Sha256::digest(&bytes))
         );
         let plain = ModelRequest {
@@ -232,13 +237,13 @@ mod tests {
             ..request
         };
         let bytes = serde_json::to_vec(&plain).unwrap();
-        assert_eq!(canonical_hash(&plain), hex::encode(Sha256::digest(&bytes)));
+        assert_eq!(plain.canonical_hash(), hex::encode(Sha256::digest(&bytes)));
     }
 
     #[test]
     fn the_summary_keeps_digests_and_no_secret() {
         let summary = RequestSummary::of(&request());
-        assert_eq!(summary.hash, canonical_hash(&request()));
+        assert_eq!(summary.hash, request().canonical_hash());
         assert_eq!(summary.message_count, 2);
         assert_eq!(summary.messages.len(), 2);
         assert!(summary.messages[0].starts_with("user:"));

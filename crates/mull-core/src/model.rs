@@ -170,15 +170,6 @@ pub struct ModelRequest {
     pub output_schema: Option<Value>,
 }
 
-impl ModelRequest {
-    /// A stable fingerprint of what the model is asked: system, messages, tools, tool choice,
-    /// settings and output schema. Header values are left out (they may be secrets and do not
-    /// change the answer), so a recorded session matches its replay. Hex-encoded SHA-256.
-    pub fn canonical_hash(&self) -> String {
-        crate::fingerprint::canonical_hash(self)
-    }
-}
-
 /// What kind of failure a model call met; drives retries and error classification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

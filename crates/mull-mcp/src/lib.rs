@@ -23,8 +23,11 @@
 //! event says why. The connection is made at the first listing and made again when it is
 //! found closed.
 
+mod connection;
 mod server;
 mod tool;
+mod transport;
 
-pub use server::{McpError, McpServer, McpTransport, DEFAULT_CALL_TIMEOUT, DEFAULT_START_TIMEOUT};
+pub use server::{McpError, McpServer, DEFAULT_CALL_TIMEOUT, DEFAULT_START_TIMEOUT};
 pub use tool::tool_name;
+pub use transport::McpTransport;

@@ -9,7 +9,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, Tool as RemoteTool};
 use rmcp::ServiceError;
 use serde_json::Value;
 
-use crate::server::Shared;
+use crate::connection::Shared;
 
 /// The name a turn offers an MCP server's tool by: `tool_<server>_<name>`, the server's name
 /// with `-` removed (as Think names them).
