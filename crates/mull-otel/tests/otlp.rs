@@ -9,7 +9,10 @@ use mull_core::{Envelope, Event};
 use mull_otel::{export_log, LiveExport, OtelError, OtlpConfig, SpanOptions};
 use mull_store::LogReader;
 use serde_json::{json, Value};
-use support::{attr, attr_int, attr_str, named, nanos, run_agent, run_turn, Calculator, Receiver};
+use support::{
+    attr, attr_int, attr_str, named, nanos, one_test_at_a_time, run_agent, run_turn, Calculator,
+    Receiver,
+};
 use tracing_subscriber::layer::SubscriberExt;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -34,6 +37,7 @@ fn at(events: &[Envelope], pick: impl Fn(&Event) -> bool) -> i64 {
 
 #[test]
 fn a_past_session_is_re_exported_with_the_logs_times_names_tree_and_attributes() {
+    let _turn = one_test_at_a_time();
     let Some(receiver) = Receiver::start() else {
         return;
     };
@@ -160,6 +164,7 @@ fn a_past_session_is_re_exported_with_the_logs_times_names_tree_and_attributes()
 
 #[test]
 fn content_is_exported_when_asked_for_and_a_second_export_sends_the_same_ids() {
+    let _turn = one_test_at_a_time();
     let Some(receiver) = Receiver::start() else {
         return;
     };
@@ -200,6 +205,7 @@ fn content_is_exported_when_asked_for_and_a_second_export_sends_the_same_ids() {
 
 #[test]
 fn the_engines_live_spans_arrive_with_the_same_names_tree_and_attributes() {
+    let _turn = one_test_at_a_time();
     let Some(receiver) = Receiver::start() else {
         return;
     };
@@ -268,6 +274,7 @@ fn the_engines_live_spans_arrive_with_the_same_names_tree_and_attributes() {
 
 #[test]
 fn an_unreachable_collector_and_a_missing_session_are_named() {
+    let _turn = one_test_at_a_time();
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("log.db");
     runtime().block_on(run_turn(&db, "s1", false));
@@ -295,6 +302,7 @@ fn an_unreachable_collector_and_a_missing_session_are_named() {
 
 #[test]
 fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
+    let _turn = one_test_at_a_time();
     let Some(receiver) = Receiver::start() else {
         return;
     };
@@ -328,8 +336,10 @@ fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
         );
         assert_eq!(attr_str(turn, "error.type"), Some("stream"));
     }
-    // The log also knows which model call the failure cut.
-    let chat = named(logged, "chat claude-test");
-    assert_eq!(chat["status"]["code"], "STATUS_CODE_ERROR");
-    assert_eq!(attr(chat, "gen_ai.response.finish_reasons"), None);
+    // Both know which model call the failure cut.
+    for spans in [live_spans, logged] {
+        let chat = named(spans, "chat claude-test");
+        assert_eq!(chat["status"]["code"], "STATUS_CODE_ERROR", "{chat:#}");
+        assert_eq!(attr(chat, "gen_ai.response.finish_reasons"), None);
+    }
 }

@@ -3,12 +3,25 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use mull_core::{Event, HookName, ModelErrorRecord};
+use mull_core::{wire_name, Event, HookName, ModelErrorRecord};
 
 use crate::error::ChatError;
 use crate::hooks::context::ChatErrorContext;
 use crate::hooks::{panic_text, record_hook_failure};
 use crate::session::{Inner, Session};
+
+/// Marks `span` (a turn's `invoke_agent` or a step's `chat`) as failed: an error status with
+/// the message, and the failure's classification (or stage) as `error.type`.
+pub(crate) fn mark_span(span: &tracing::Span, error: &ChatError) {
+    span.record("otel.status_description", error.message.as_str());
+    let kind = match error.classification {
+        Some(c) => wire_name(&c),
+        None => wire_name(&error.stage),
+    };
+    if !kind.is_empty() {
+        span.record("error.type", kind.as_str());
+    }
+}
 
 /// Records a failure: `turn_failed` (flushed, and published on the failures channel), then
 /// `on_chat_error`, whose answer is returned. Storage errors here are logged, not raised: the
@@ -19,17 +32,8 @@ pub(crate) async fn fail(
     error: ChatError,
     messages_persisted: bool,
 ) -> ChatError {
-    // The failure on the current `invoke_agent` span: an error status, and its classification
-    // (or stage) as `error.type`.
-    let kind = match error.classification {
-        Some(c) => serde_json::to_value(c),
-        None => serde_json::to_value(error.stage),
-    };
-    let span = tracing::Span::current();
-    span.record("otel.status_description", error.message.as_str());
-    if let Ok(serde_json::Value::String(kind)) = kind {
-        span.record("error.type", kind.as_str());
-    }
+    // The failure on the current `invoke_agent` span.
+    mark_span(&tracing::Span::current(), &error);
     let appended = inner.recorder.append(
         turn_id,
         Event::TurnFailed {

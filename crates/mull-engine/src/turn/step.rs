@@ -47,6 +47,8 @@ impl TurnRun<'_> {
                 gen_ai.usage.output_tokens = tracing::field::Empty,
                 gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
                 gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                otel.status_description = tracing::field::Empty,
                 mull.step = i64::from(step),
             );
             match self
@@ -74,7 +76,10 @@ impl TurnRun<'_> {
                 }
                 StepEnd::Stop => return Ok(StepsEnd::Completed),
                 StepEnd::Aborted => return Ok(StepsEnd::Aborted),
-                StepEnd::Failed(error) => return Ok(StepsEnd::Failed(error)),
+                StepEnd::Failed(error) => {
+                    super::failure::mark_span(&span, &error);
+                    return Ok(StepsEnd::Failed(error));
+                }
             }
         }
     }

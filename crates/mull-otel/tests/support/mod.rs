@@ -16,6 +16,15 @@ use serde_json::{json, Value};
 
 pub use receiver::{attr, attr_int, attr_str, named, nanos, Receiver};
 
+/// Held by each test for its whole run: the tests take turns. `tracing` caches per span site
+/// whether any subscriber wants it; a site first reached on one test's thread while another
+/// test installs its scoped subscriber can be cached as unwanted, and that test's live export
+/// then misses spans (seen as an empty export under load).
+pub fn one_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// `add`: the sum of two integers.
 pub struct Add;
 
