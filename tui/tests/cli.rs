@@ -269,6 +269,14 @@ fn stats_prices_from_a_file_over_the_defaults_and_names_a_bad_one() {
     assert!(!output.status.success());
     assert!(stderr.contains("reading the price file"), "{stderr}");
     assert!(stderr.contains("price file is not valid"), "{stderr}");
+    // The dashboard reads the same file the same way, before it takes the terminal.
+    let output = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["dash", db, "--prices", prices_arg])
+        .output()
+        .expect("run mull");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("price file is not valid"), "{stderr}");
 }
 
 #[test]

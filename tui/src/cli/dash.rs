@@ -16,6 +16,9 @@ pub struct DashArgs {
     /// Start following the newest session.
     #[arg(long)]
     pub follow: bool,
+    /// A price file laid over the built-in prices (as `mull stats --prices`).
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
     /// Render the first frame off-screen, print the time and peak memory, and exit.
     #[arg(long, hide = true)]
     pub bench_first_frame: bool,
@@ -34,10 +37,12 @@ pub fn run(args: DashArgs) -> Result<()> {
         );
         return Ok(());
     }
+    let prices = crate::cli::stats::price_table(args.prices.as_deref())?;
     dash::run(
         &args.db,
         DashOptions {
             follow: args.follow,
+            prices,
         },
     )
 }

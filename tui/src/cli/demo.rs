@@ -71,7 +71,13 @@ pub fn run(args: DemoArgs) -> Result<()> {
         .spawn(move || run_demo(&writer, options))
         .context("starting the demo thread")?;
     wait_for_first_turn(&args.db, &session_id);
-    let shown = dashboard::run(&args.db, DashOptions { follow: true });
+    let shown = dashboard::run(
+        &args.db,
+        DashOptions {
+            follow: true,
+            ..DashOptions::default()
+        },
+    );
     let report = agent
         .join()
         .map_err(|_| anyhow::anyhow!("the demo thread panicked"))?;

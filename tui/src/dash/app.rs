@@ -357,6 +357,8 @@ pub struct App {
     pub session_tools: Option<SessionToolCalls>,
     /// What that session's model calls cost, kept current the same way.
     pub session_cost: Option<crate::dash::cost::SessionCost>,
+    /// The prices costs are shown with (`--prices` over the built-in table).
+    pub prices: mull_core::PriceTable,
     pub turn: Option<TurnView>,
     /// The event the JSON view shows.
     pub event_seq: Option<u64>,
@@ -491,6 +493,7 @@ impl App {
             turn_selected: 0,
             session_tools: None,
             session_cost: None,
+            prices: mull_core::PriceTable::defaults(),
             turn: None,
             event_seq: None,
             event_scroll: 0,

@@ -1,7 +1,7 @@
 //! What the open session's model calls cost, for the turns pane's title: the log's cost ledger
 //! folded from the session's events when it is entered, kept current from the tail, and priced
-//! with the built-in table (a model it does not know, or a call with no reported usage, shows
-//! as unknown, never as free).
+//! with the dashboard's table (a model it does not know, or a call with no reported usage,
+//! shows as unknown, never as free).
 
 use mull_core::{Envelope, PriceTable};
 use mull_store::{CostLedger, LogReader, StoreError};
@@ -34,9 +34,9 @@ impl SessionCost {
         }
     }
 
-    /// `$0.001234`, or what is unknown about it.
-    pub fn show(&self) -> String {
-        self.ledger.totals(&PriceTable::defaults()).total.show()
+    /// `$0.001234` at `prices`, or what is unknown about it.
+    pub fn show(&self, prices: &PriceTable) -> String {
+        self.ledger.totals(prices).total.show()
     }
 }
 
@@ -107,15 +107,33 @@ mod tests {
             last_seq: 0,
             ledger: CostLedger::new(),
         };
-        assert_eq!(cost.show(), "$0.000000");
+        let prices = PriceTable::defaults();
+        assert_eq!(cost.show(&prices), "$0.000000");
         for e in turn("s", 1) {
             cost.apply(&e);
         }
-        assert_eq!(cost.show(), "$0.150000");
+        assert_eq!(cost.show(&prices), "$0.150000");
         // The tail delivering what the read already folded, and another session's turn.
         for e in turn("s", 1).into_iter().chain(turn("other", 4)) {
             cost.apply(&e);
         }
-        assert_eq!(cost.show(), "$0.150000");
+        assert_eq!(cost.show(&prices), "$0.150000");
+    }
+
+    #[test]
+    fn the_cost_is_shown_at_the_prices_given_and_unknown_without_one() {
+        let mut cost = SessionCost {
+            session_id: "s".into(),
+            last_seq: 0,
+            ledger: CostLedger::new(),
+        };
+        for e in turn("s", 1) {
+            cost.apply(&e);
+        }
+        let doubled = PriceTable::defaults()
+            .parse(r#"{"models": {"gpt-4o-mini": {"input": 0.3, "output": 1.2}}}"#)
+            .expect("a price file");
+        assert_eq!(cost.show(&doubled), "$0.300000");
+        assert!(cost.show(&PriceTable::new()).contains("unknown"));
     }
 }

@@ -119,16 +119,28 @@ fn dedup(effects: Vec<Effect>) -> Vec<Effect> {
 }
 
 /// What `mull dash` starts with.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DashOptions {
     /// Start in follow mode, opening the newest session.
     pub follow: bool,
+    /// The prices costs are shown with.
+    pub prices: mull_core::PriceTable,
+}
+
+impl Default for DashOptions {
+    fn default() -> DashOptions {
+        DashOptions {
+            follow: false,
+            prices: mull_core::PriceTable::defaults(),
+        }
+    }
 }
 
 /// Runs the dashboard in the terminal until the user quits. The terminal is restored on exit
 /// and on panic.
 pub fn run(db: &Path, options: DashOptions) -> Result<()> {
     let mut dash = Dash::open(db)?;
+    dash.app.prices = options.prices;
     let follower = Follower::spawn(db.to_owned(), dash.app.max_seq)
         .with_context(|| format!("tailing {}", db.display()))?;
     if options.follow {

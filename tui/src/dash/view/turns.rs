@@ -139,7 +139,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let cost = app
         .session_cost
         .as_ref()
-        .map(|c| format!("· cost {} ", c.show()))
+        .map(|c| format!("· cost {} ", c.show(&app.prices)))
         .unwrap_or_default();
     let title = match app.session_overview().and_then(|o| o.agent.clone()) {
         Some(agent) => format!(" turns of {agent} ({}) {cost}", app.turns.len()),
