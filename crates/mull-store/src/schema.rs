@@ -240,11 +240,18 @@ pub fn open_reader(path: &Path) -> Result<Connection, StoreError> {
     }
     refuse_directory(path)?;
     let ctx = |what: &str| format!("{}: {what}", path.display());
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+    // Opened for writing where the file allows it (never created), then made query-only: so
+    // the last connection to close, reader or writer, folds the WAL back and removes the
+    // `-wal` and `-shm` files, as SQLite does for a writer. A read-only connection cannot, and
+    // `mull stats` on a closed log used to leave both behind. A write-protected file opens
+    // read-only, as before.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
     let conn =
         Connection::open_with_flags(path, flags).map_err(StoreError::sqlite(ctx("opening")))?;
+    conn.pragma_update(None, "query_only", true)
+        .map_err(StoreError::sqlite(ctx("making the connection query-only")))?;
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(StoreError::sqlite(ctx("setting busy_timeout")))?;
     let id = identify(&conn, path)?;

@@ -1,11 +1,12 @@
 //! What a writer leaves beside its log: nothing once it has closed, and nothing when its open
-//! was refused; the lock it removes on close cannot be taken twice.
+//! was refused; the lock it removes on close cannot be taken twice. Readers leave nothing
+//! either.
 
 use std::path::Path;
 
 use chrono::{TimeZone, Utc};
 use mull_core::Event;
-use mull_store::{Log, StoreError};
+use mull_store::{Log, LogReader, StoreError};
 
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -14,6 +15,37 @@ fn names(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+#[test]
+fn a_reader_of_a_closed_log_leaves_only_the_log_and_one_beside_a_writer_leaves_its_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("log.db");
+    let log = Log::open(&path).expect("opens");
+    let at = Utc.timestamp_opt(1_735_689_600, 0).single().expect("time");
+    log.append("s", None, at, Event::StepStarted { step: 0 })
+        .expect("appends");
+    log.close().expect("closes");
+    let reader = LogReader::open(&path).expect("a reader");
+    assert_eq!(reader.max_seq().expect("reads"), 1);
+    drop(reader);
+    assert_eq!(names(dir.path()), ["log.db"]);
+
+    // Beside a live writer, a reader that closes takes nothing of the writer's away, and it
+    // cannot write.
+    let log = Log::open(&path).expect("reopens");
+    let reader = LogReader::open(&path).expect("a reader");
+    log.append("s", None, at, Event::StepStarted { step: 1 })
+        .expect("appends");
+    log.flush_blocking().expect("flushes");
+    assert_eq!(reader.max_seq().expect("reads"), 2);
+    drop(reader);
+    assert!(names(dir.path()).contains(&"log.db-wal".to_owned()));
+    log.append("s", None, at, Event::StepStarted { step: 2 })
+        .expect("the writer goes on");
+    log.close().expect("closes");
+    assert_eq!(names(dir.path()), ["log.db"]);
+    assert_eq!(LogReader::open(&path).expect("reader").max_seq().expect("reads"), 3);
 }
 
 #[test]
