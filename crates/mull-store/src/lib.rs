@@ -54,8 +54,8 @@
 //! state current as it appends; [`LogReader::load_session`] rebuilds the same state from the
 //! log; [`LogReader::turns`] folds only the lifecycle events (a partial index leaves the chunk
 //! rows out), so listing turns stays cheap however long the streams were.
-//! [`LogReader::session_overviews`] folds five lifecycle kinds of every session into a
-//! [`SessionOverview`] (agent, first prompt, status mix, tokens) for session lists;
+//! [`LogReader::session_overviews`] folds six lifecycle kinds of every session into a
+//! [`SessionOverview`] (agent, first prompt, status mix, tokens, fork origin) for session lists;
 //! [`TurnPacing`] folds one turn's events into its first-chunk time, chunk gaps and stalls.
 //!
 //! # Storage

@@ -20,6 +20,7 @@ pub const OVERVIEW_KINDS: &[&str] = &[
     "turn_started",
     "turn_configured",
     "turn_finished",
+    "session_forked",
 ];
 
 /// Characters of a user's message kept as its preview.
@@ -60,6 +61,8 @@ pub struct SessionOverview {
     pub usage: Usage,
     /// The last event applied (0 before any).
     pub last_seq: u64,
+    /// The session and seq this one was forked from, when it is a fork.
+    pub forked_from: Option<(String, u64)>,
 }
 
 impl SessionOverview {
@@ -74,6 +77,7 @@ impl SessionOverview {
             status: StatusMix::default(),
             usage: Usage::default(),
             last_seq: 0,
+            forked_from: None,
         }
     }
 
@@ -91,6 +95,9 @@ impl SessionOverview {
         self.last_seq = env.seq;
         match &env.event {
             Event::SessionOpened { agent, .. } => self.agent = Some(agent.clone()),
+            Event::SessionForked {
+                origin, origin_seq, ..
+            } => self.forked_from = Some((origin.clone(), *origin_seq)),
             Event::UserMessagesSaved {
                 request_id,
                 messages,
@@ -175,6 +182,15 @@ impl SessionOverviews {
     /// The overview of one session.
     pub fn get(&self, session_id: &str) -> Option<&SessionOverview> {
         self.sessions.get(session_id)
+    }
+
+    /// The sessions forked from `session_id`, in id order.
+    pub fn forks_of(&self, session_id: &str) -> Vec<&str> {
+        self.sessions
+            .values()
+            .filter(|o| o.forked_from.as_ref().is_some_and(|(s, _)| s == session_id))
+            .map(|o| o.session_id.as_str())
+            .collect()
     }
 
     /// Turn attempts running in every session.

@@ -45,7 +45,13 @@ fn a_reader_of_a_closed_log_leaves_only_the_log_and_one_beside_a_writer_leaves_i
         .expect("the writer goes on");
     log.close().expect("closes");
     assert_eq!(names(dir.path()), ["log.db"]);
-    assert_eq!(LogReader::open(&path).expect("reader").max_seq().expect("reads"), 3);
+    assert_eq!(
+        LogReader::open(&path)
+            .expect("reader")
+            .max_seq()
+            .expect("reads"),
+        3
+    );
 }
 
 #[test]

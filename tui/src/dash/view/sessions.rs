@@ -1,5 +1,6 @@
-//! The session list: one row per session — its agent, what the user first asked, how its
-//! turns ended, tokens and last activity — and the selected session's ids and dates below.
+//! The session list: one row per session — its agent, what the user first asked (or, for a
+//! fork, where it branched off), how its turns ended, tokens and last activity — and the
+//! selected session's ids, lineage and dates below.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -43,9 +44,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         .filter_map(|&i| app.sessions.get(i))
         .map(|s| {
             let o = app.overviews.get(&s.session_id);
-            let prompt = o
-                .and_then(|o| o.first_prompt.clone())
-                .unwrap_or_else(|| "—".to_owned());
+            let prompt =
+                match o.and_then(|o| Some((o.first_prompt.clone(), o.forked_from.as_ref()?))) {
+                    Some((Some(prompt), _)) => format!("⑂ {prompt}"),
+                    Some((None, (origin, seq))) => format!("⑂ fork of {origin} @{seq}"),
+                    None => o
+                        .and_then(|o| o.first_prompt.clone())
+                        .unwrap_or_else(|| "—".to_owned()),
+                };
             vec![
                 Line::from(
                     o.and_then(|o| o.agent.clone())
@@ -110,12 +116,22 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
         return;
     };
     let o = app.overviews.get(&s.session_id);
-    let mut lines = vec![Line::from(vec![
+    let mut id_line = vec![
         Span::styled("id ", dim),
         Span::styled(s.session_id.clone(), bold),
         Span::styled(" · seqs ", dim),
         Span::raw(format!("{}–{}", s.first_seq, s.last_seq)),
-    ])];
+    ];
+    if let Some((origin, seq)) = o.and_then(|o| o.forked_from.as_ref()) {
+        id_line.push(Span::styled(" · fork of ", dim));
+        id_line.push(Span::raw(format!("{origin} @{seq}")));
+    }
+    let forks = app.overviews.forks_of(&s.session_id);
+    if !forks.is_empty() {
+        id_line.push(Span::styled(" · forks ", dim));
+        id_line.push(Span::raw(forks.join(", ")));
+    }
+    let mut lines = vec![Line::from(id_line)];
     lines.push(Line::from(vec![
         Span::styled("started ", dim),
         Span::raw(fmt_at(s.first_at)),

@@ -501,3 +501,41 @@ fn two_marked_turns_are_diffed_side_by_side() {
         "Esc goes back where the diff began"
     );
 }
+
+#[test]
+fn the_session_list_shows_where_a_fork_branched_off_and_its_origin_lists_its_forks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/demo.jsonl");
+    let db = dir.path().join("forks.db");
+    let log = mull_store::Log::open(&db).expect("open");
+    let file = std::fs::File::open(&fixture).expect("fixture exists");
+    mull_store::import_jsonl(std::io::BufReader::new(file), "demo.jsonl", &log).expect("imports");
+    let at = chrono::DateTime::parse_from_rfc3339("2025-01-02T00:00:00Z")
+        .expect("time")
+        .to_utc();
+    let fork = |session: &str, origin: &str, origin_seq: u64| {
+        let event = mull_core::Event::SessionForked {
+            origin: origin.into(),
+            origin_seq,
+            origin_turn: None,
+        };
+        log.append(session, None, at, event).expect("forks");
+    };
+    fork("sess_strict", "sess_1", 120);
+    fork("sess_stricter", "sess_strict", 349);
+    log.close().expect("commit");
+    let mut dash = Dash::open(&db).expect("open dashboard");
+    dash.app.db_label = "forks.db".into();
+    let text = format!("{}", screen(&dash).backend());
+    assert!(text.contains("⑂ fork of sess_1 @120"), "{text}");
+    assert!(text.contains("⑂ fork of sess_strict @349"), "{text}");
+    // The origin's details name its fork; the fork's name its origin and its own fork.
+    assert!(text.contains("forks sess_strict"), "{text}");
+    press(&mut dash, &[Action::Down]);
+    snap("sessions_with_forks", &dash);
+    let text = format!("{}", screen(&dash).backend());
+    assert!(
+        text.contains("fork of sess_1 @120 · forks sess_stricter"),
+        "{text}"
+    );
+}
