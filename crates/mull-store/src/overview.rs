@@ -20,6 +20,7 @@ pub const OVERVIEW_KINDS: &[&str] = &[
     "turn_started",
     "turn_configured",
     "turn_finished",
+    "subagent_finished",
 ];
 
 /// Characters of a user's message kept as its preview.
@@ -125,6 +126,8 @@ impl SessionOverview {
                 }
                 self.usage.add(usage);
             }
+            // A sub-agent's usage counts in its parent's total, as in the projection.
+            Event::SubagentFinished { usage, .. } => self.usage.add(usage),
             _ => {}
         }
     }

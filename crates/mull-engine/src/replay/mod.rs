@@ -476,11 +476,14 @@ async fn drive(
                 body,
             } => {
                 let opts = TurnOptions::with_body(body);
-                if matches!(entry, EntryPath::Chat | EntryPath::Http) {
-                    let stream = if entry == EntryPath::Http {
-                        session.chat_http(messages, opts)
-                    } else {
-                        session.chat(messages, opts)
+                if matches!(
+                    entry,
+                    EntryPath::Chat | EntryPath::Http | EntryPath::SubAgent
+                ) {
+                    let stream = match entry {
+                        EntryPath::Http => session.chat_http(messages, opts),
+                        EntryPath::SubAgent => session.chat_as_subagent(messages, opts),
+                        _ => session.chat(messages, opts),
                     };
                     let stream = stream.map_err(engine_err)?;
                     if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
@@ -492,6 +495,14 @@ async fn drive(
                 {
                     outcome.map_err(engine_err)?;
                 }
+            }
+            Input::Linked(event) => {
+                // A sub-agent's session: the link its parent's call wrote, written again.
+                session
+                    .inner
+                    .recorder
+                    .append(None, event)
+                    .map_err(engine_err)?;
             }
             Input::Submission {
                 submission_id,

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::memory::context_blocks::write as write_block;
 use crate::session::Inner;
+use crate::subagent::CallSite;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
 
 use super::{lock, Shared};
@@ -25,8 +26,18 @@ pub(super) struct RecordedRun {
     result: Result<Value, String>,
     /// The turn was cancelled while the call ran: the replayed call waits for the cancellation.
     aborted: bool,
-    /// Context blocks the call wrote (the `update_context` tool), to write again.
-    effects: Vec<BlockWrite>,
+    /// What the call wrote besides its results, to write again, each after as many
+    /// preliminary values as preceded it in the recording.
+    effects: Vec<(usize, Effect)>,
+}
+
+/// An event a tool call wrote besides its results, as recorded.
+#[derive(Debug, Clone)]
+pub(super) enum Effect {
+    /// A context block the `update_context` tool wrote.
+    Block(BlockWrite),
+    /// A sub-agent link in the calling session (`subagent_started`, `subagent_finished`).
+    Link(Box<Event>),
 }
 
 /// A context block write a tool call made, as recorded.
@@ -42,7 +53,7 @@ pub(super) struct BlockWrite {
 pub(super) struct OpenRun {
     preliminary: Vec<Value>,
     cancelled: bool,
-    effects: Vec<BlockWrite>,
+    effects: Vec<(usize, Effect)>,
 }
 
 /// The recorded runs of every executed tool call, per call id, oldest first.
@@ -71,11 +82,23 @@ impl ToolRuns {
                     call_id: Some(call_id),
                 } => {
                     if let Some(run) = open.get_mut(&(turn, call_id.clone())) {
-                        run.effects.push(BlockWrite {
-                            block: block.clone(),
-                            content: content.clone(),
-                            source: *source,
-                        });
+                        let at = run.preliminary.len();
+                        run.effects.push((
+                            at,
+                            Effect::Block(BlockWrite {
+                                block: block.clone(),
+                                content: content.clone(),
+                                source: *source,
+                            }),
+                        ));
+                    }
+                }
+                Event::SubagentStarted { call_id, .. }
+                | Event::SubagentFinished { call_id, .. } => {
+                    if let Some(run) = open.get_mut(&(turn, call_id.clone())) {
+                        let at = run.preliminary.len();
+                        run.effects
+                            .push((at, Effect::Link(Box::new(envelope.event.clone()))));
                     }
                 }
                 Event::Chunk {
@@ -208,26 +231,19 @@ impl Tool for RecordedTool {
             )
             .into());
         };
+        let writer = EffectWriter {
+            session: self.session.clone(),
+            site: call.site.clone(),
+            call_id: call.call_id.clone(),
+        };
+        // What the call wrote before its first value (a sub-agent's start) is written before a
+        // recorded cancellation is waited for, as it was before the cancellation came.
+        let (now, later): (Vec<_>, Vec<_>) = run.effects.into_iter().partition(|(at, _)| *at == 0);
+        for (_, effect) in &now {
+            writer.write(effect).await?;
+        }
         if run.aborted {
             call.cancel.cancelled().await;
-        }
-        if !run.effects.is_empty() {
-            let inner = self
-                .session
-                .as_ref()
-                .and_then(Weak::upgrade)
-                .ok_or("the session replaying this tool call is closed")?;
-            for effect in &run.effects {
-                write_block(
-                    &inner,
-                    &effect.block,
-                    &effect.content,
-                    effect.source,
-                    Some(call.call_id.clone()),
-                )
-                .await
-                .map_err(|e| format!("writing context block {:?} again: {e}", effect.block))?;
-            }
         }
         if !self.tool.is_streaming() {
             return match run.result {
@@ -240,6 +256,70 @@ impl Tool for RecordedTool {
         if let Err(error) = run.result {
             items.push(Err(error.into()));
         }
-        Ok(ToolOutput::Stream(futures::stream::iter(items).boxed()))
+        if later.is_empty() {
+            return Ok(ToolOutput::Stream(futures::stream::iter(items).boxed()));
+        }
+        // Effects recorded between preliminary values are written again between them: the
+        // one after value `at - 1` is written before value `at` is handed out (or at the end).
+        let served = futures::stream::unfold(
+            (
+                items.into_iter().enumerate(),
+                later.into_iter().peekable(),
+                writer,
+                false,
+            ),
+            |(mut items, mut later, writer, ended)| async move {
+                if ended {
+                    return None;
+                }
+                let next = items.next();
+                let position = next.as_ref().map_or(usize::MAX, |(i, _)| *i);
+                while let Some((_, effect)) = later.next_if(|(at, _)| *at <= position) {
+                    if let Err(error) = writer.write(&effect).await {
+                        return Some((Err(error), (items, later, writer, true)));
+                    }
+                }
+                let (_, item) = next?;
+                Some((item, (items, later, writer, false)))
+            },
+        );
+        Ok(ToolOutput::Stream(served.boxed()))
+    }
+}
+
+/// Writes a recorded call's effects again, into the session replaying it.
+struct EffectWriter {
+    /// The session whose own tool this is (for context block writes).
+    session: Option<Weak<Inner>>,
+    site: CallSite,
+    call_id: String,
+}
+
+impl EffectWriter {
+    async fn write(&self, effect: &Effect) -> Result<(), ToolError> {
+        match effect {
+            Effect::Block(write) => {
+                let inner = self
+                    .session
+                    .as_ref()
+                    .and_then(Weak::upgrade)
+                    .ok_or("the session replaying this tool call is closed")?;
+                write_block(
+                    &inner,
+                    &write.block,
+                    &write.content,
+                    write.source,
+                    Some(self.call_id.clone()),
+                )
+                .await
+                .map_err(|e| format!("writing context block {:?} again: {e}", write.block))?;
+            }
+            Effect::Link(event) => {
+                let recorder = &self.site.session.inner.recorder;
+                recorder.append(Some(&self.site.turn_id), (**event).clone())?;
+                recorder.flush().await?;
+            }
+        }
+        Ok(())
     }
 }
