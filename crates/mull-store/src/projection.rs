@@ -56,6 +56,7 @@ pub struct TurnSummary {
     pub usage: Usage,
     /// What the sub-agents this turn's tool calls ran used (`subagent_finished`); see
     /// [`TurnSummary::total_usage`].
+    #[serde(skip_serializing_if = "is_zero")]
     pub subagent_usage: Usage,
     pub tools: ToolStats,
     pub hook_failures: u32,
@@ -64,6 +65,11 @@ pub struct TurnSummary {
     pub duration_ms: Option<u64>,
     /// The turn's `turn_started` event.
     pub first_seq: u64,
+}
+
+/// Whether a usage counts nothing (a turn that ran no sub-agent).
+fn is_zero(usage: &Usage) -> bool {
+    *usage == Usage::default()
 }
 
 impl TurnSummary {
@@ -150,8 +156,10 @@ pub struct SessionState {
     /// `subagent_finished`, each child's total once).
     pub usage: Usage,
     /// The sub-agent turns this session's tool calls ran, in the order they started.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<SubagentRun>,
     /// Set when this session is a sub-agent's: whose tool call it runs for.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<SubagentParent>,
     /// The current value of every context block, by name, from `context_block_updated`.
     pub context_blocks: BTreeMap<String, String>,

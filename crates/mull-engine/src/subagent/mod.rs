@@ -10,11 +10,12 @@
 //!    deterministic run names it the same way every time), `subagent_linked` names the parent
 //!    session, turn and tool call, and a turn runs with entry [`EntryPath::SubAgent`]: every
 //!    hook of the child agent fires on it, as on any entry path.
-//! 4. While it runs, each finished text block and each tool call or result of the child is a
-//!    **preliminary result** of the parent's call (a snapshot: the child session, its latest
-//!    text, its tool calls so far), so a client of the parent sees progress. Text deltas are
-//!    not forwarded one by one: a snapshot per block keeps the parent's log linear in the
-//!    child's output.
+//! 4. While it runs, each tool call of the child (decided, then ended) and each of its finished
+//!    steps is a **preliminary result** of the parent's call (a snapshot: the child session,
+//!    its latest step's text, its tool calls so far), so a client of the parent sees progress.
+//!    The child waits at each report until the parent recorded it ([`report`]), so the two
+//!    sessions' events interleave the same way every run. Text deltas are not forwarded one by
+//!    one: a snapshot per step keeps the parent's log linear in the child's output.
 //! 5. When the child's turn ends (its `on_chat_response` included), `subagent_finished` is
 //!    appended to the parent with the child session's usage — the projection folds it into the
 //!    parent's totals there, once — and the child's final answer (the text of its last step)
@@ -36,17 +37,26 @@
 
 use std::sync::Arc;
 
+mod report;
+
+use std::future::Future;
+use std::pin::Pin;
+
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use mull_core::{Event, Role, StreamPart, TurnStatus, UIMessage, UIPart};
+use mull_core::{Event, Role, TurnStatus, UIMessage, UIPart};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
-use crate::session::{ChatStream, OutcomeStatus, Session, SessionOptions, TurnOptions};
+use crate::error::EngineError;
+use crate::session::{OutcomeStatus, Session, SessionOptions, TurnOptions, TurnOutcome};
 use crate::tool::{schema_of, Tool, ToolError, ToolExecution, ToolOutput};
+
+use report::{Progress, Report, Reporting};
 
 /// How deep sub-agents may nest unless a tool says otherwise: a sub-agent's sub-agent's
 /// sub-agent, and no further.
@@ -144,12 +154,12 @@ impl AgentTool {
             .with_auto_continue(false);
         child_options.capture_content = options.capture_content;
         child_options.extensions = options.extensions.clone();
-        let child = Session::open_on(
-            inner.recorder.shared_log(),
-            Arc::clone(&self.agent),
-            child_options,
-        )
-        .await?;
+        let (reports, receiver) = mpsc::channel(1);
+        let reporting = Arc::new(Reporting {
+            agent: Arc::clone(&self.agent),
+            reports,
+        });
+        let child = Session::open_on(inner.recorder.shared_log(), reporting, child_options).await?;
         child.inner.recorder.append(
             None,
             Event::SubagentLinked {
@@ -181,9 +191,11 @@ impl AgentTool {
             call_id: call.call_id.clone(),
             agent: self.agent.name().to_owned(),
             child,
-            chat: Some(chat),
+            // The parts a chat streams are not read: the child's progress comes as reports.
+            done: Box::pin(chat.finish()),
+            reports: receiver,
+            unacknowledged: None,
             text: String::new(),
-            block: String::new(),
             tools: Vec::new(),
         })
     }
@@ -237,60 +249,39 @@ struct Running {
     call_id: String,
     agent: String,
     child: Session,
-    chat: Option<ChatStream>,
-    /// The latest finished text block, and the one being streamed.
+    /// The child's turn, to its end (its `on_chat_response` included).
+    done: Pin<Box<dyn Future<Output = Result<TurnOutcome, EngineError>> + Send>>,
+    reports: mpsc::Receiver<Report>,
+    /// The last report handed out as a preliminary result: acknowledged when the parent asks
+    /// for the next value, which is after it recorded this one.
+    unacknowledged: Option<oneshot::Sender<()>>,
+    /// The text of the child's latest step.
     text: String,
-    block: String,
     /// The child's tool calls so far: `{call_id, tool, state}`.
     tools: Vec<Value>,
 }
 
 impl Running {
-    /// Folds one of the child's parts in; returns whether it is worth a progress report.
-    fn observe(&mut self, part: &StreamPart) -> bool {
-        match part {
-            StreamPart::TextStart { .. } => {
-                self.block.clear();
-                false
+    /// Folds one report in.
+    fn observe(&mut self, progress: Progress) {
+        match progress {
+            Progress::ToolStarted { call_id, tool } => self.tools.push(json!({
+                "call_id": call_id,
+                "tool": tool,
+                "state": "running",
+            })),
+            Progress::ToolEnded { call_id, success } => {
+                let found = self
+                    .tools
+                    .iter_mut()
+                    .rev()
+                    .find(|t| t["call_id"] == call_id.as_str());
+                if let Some(tool) = found {
+                    tool["state"] = json!(if success { "done" } else { "error" });
+                }
             }
-            StreamPart::TextDelta { text, .. } => {
-                self.block.push_str(text);
-                false
-            }
-            StreamPart::TextEnd { .. } => {
-                self.text = std::mem::take(&mut self.block);
-                true
-            }
-            StreamPart::ToolCall {
-                call_id, tool_name, ..
-            } => {
-                self.tools.push(json!({
-                    "call_id": call_id,
-                    "tool": tool_name,
-                    "state": "running",
-                }));
-                true
-            }
-            StreamPart::ToolResult {
-                call_id,
-                preliminary: false,
-                ..
-            } => self.set_tool_state(call_id, "done"),
-            StreamPart::ToolError { call_id, .. } => self.set_tool_state(call_id, "error"),
-            _ => false,
+            Progress::StepText(text) => self.text = text,
         }
-    }
-
-    fn set_tool_state(&mut self, call_id: &str, state: &str) -> bool {
-        let found = self
-            .tools
-            .iter_mut()
-            .rev()
-            .find(|t| t["call_id"] == call_id);
-        if let Some(tool) = found {
-            tool["state"] = json!(state);
-        }
-        true
     }
 
     /// What the parent's client sees while the child runs.
@@ -304,9 +295,37 @@ impl Running {
         })
     }
 
+    /// The next thing to hand the parent: a snapshot after the child's next report, or the
+    /// child's answer once its turn ended.
+    async fn next(&mut self) -> Next {
+        if let Some(recorded) = self.unacknowledged.take() {
+            let _ = recorded.send(());
+        }
+        tokio::select! {
+            biased;
+            report = self.reports.recv() => match report {
+                Some((progress, recorded)) => {
+                    self.observe(progress);
+                    self.unacknowledged = Some(recorded);
+                    Next::Progress(self.snapshot())
+                }
+                // The child agent is gone with its session: only its end is left.
+                None => Next::Done(self.finish().await),
+            },
+            outcome = &mut self.done => Next::Done(self.finished(outcome).await),
+        }
+    }
+
+    async fn finish(&mut self) -> Result<Value, ToolError> {
+        let outcome = (&mut self.done).await;
+        self.finished(outcome).await
+    }
+
     /// The child's turn ended: records `subagent_finished` in the parent and gives the answer.
-    async fn finish(&mut self, chat: ChatStream) -> Result<Value, ToolError> {
-        let outcome = chat.finish().await;
+    async fn finished(
+        &mut self,
+        outcome: Result<TurnOutcome, EngineError>,
+    ) -> Result<Value, ToolError> {
         self.guard.done = true;
         let outcome = outcome?;
         let status = match outcome.status {
@@ -349,25 +368,19 @@ impl Running {
     }
 }
 
-/// The parent call's stream: a snapshot per report-worthy part of the child, then its answer.
+/// What the child's turn gives its parent next.
+enum Next {
+    Progress(Value),
+    Done(Result<Value, ToolError>),
+}
+
+/// The parent call's stream: a snapshot per report of the child, then its answer.
 fn progress(running: Running) -> BoxStream<'static, Result<Value, ToolError>> {
     futures::stream::unfold(Some(running), |state| async move {
         let mut running = state?;
-        loop {
-            let chat = running.chat.as_mut()?;
-            match chat.next().await {
-                Some(part) => {
-                    if running.observe(&part) {
-                        let snapshot = running.snapshot();
-                        return Some((Ok(snapshot), Some(running)));
-                    }
-                }
-                None => {
-                    let chat = running.chat.take()?;
-                    let answer = running.finish(chat).await;
-                    return Some((answer, None));
-                }
-            }
+        match running.next().await {
+            Next::Progress(snapshot) => Some((Ok(snapshot), Some(running))),
+            Next::Done(answer) => Some((answer, None)),
         }
     })
     .boxed()
