@@ -50,7 +50,7 @@ async fn replaying_the_demo_fixture_with_the_demo_agent_is_identical() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_research_sub_agents_session_replays_identically() {
     let dir = tempfile::tempdir().unwrap();
-    let recording = session_recording(dir.path(), "agent_1");
+    let recording = session_recording(dir.path(), "sess_1.agent_1");
     assert_eq!(recording.agent(), mull::demo::RESEARCH_AGENT_NAME);
     let report = support::replay::reexecute_ok(&recording, mull::demo::research_agent()).await;
     if let Some(d) = &report.divergence {

@@ -23,7 +23,7 @@ use support::test_log::TestLog;
 
 mod support;
 
-const CHILD: &str = "agent_1";
+const CHILD: &str = "s1.agent_1";
 
 fn ask(text: &str) -> Vec<UIMessage> {
     vec![UIMessage::user("u1", text)]
@@ -328,9 +328,9 @@ async fn nesting_past_the_bound_is_the_tools_error_and_starts_nothing() {
     sessions.dedup();
     sessions.sort_unstable();
     sessions.dedup();
-    // s1 (depth 0) → agent_1 (depth 1) → agent_2 (depth 2); depth 3 is refused.
-    assert_eq!(sessions, ["agent_1", "agent_2", "s1"]);
-    let refused = of_session(&events, "agent_2")
+    // s1 (depth 0) → its agent_1 (depth 1) → its agent_2 (depth 2); depth 3 is refused.
+    assert_eq!(sessions, ["s1", "s1.agent_1", "s1.agent_1.agent_2"]);
+    let refused = of_session(&events, "s1.agent_1.agent_2")
         .into_iter()
         .find_map(|e| match &e.event {
             Event::ToolCallFinished {
@@ -347,7 +347,7 @@ async fn nesting_past_the_bound_is_the_tools_error_and_starts_nothing() {
          of 2 set on tool \"deeper\""
     );
     assert!(!calls.lines().iter().any(|l| l.starts_with("level0:")));
-    assert_eq!(load(&log, "agent_2").parent.unwrap().depth, 2);
+    assert_eq!(load(&log, "s1.agent_1.agent_2").parent.unwrap().depth, 2);
     assert_eq!(DEFAULT_MAX_DEPTH, 3);
 }
 

@@ -31,6 +31,10 @@ pub enum Action {
     FocusPrev,
     Mark,
     Diff,
+    /// Open the sub-agent a tool call ran.
+    SubagentIn,
+    /// Back from a sub-agent to its parent's tool call.
+    SubagentOut,
     Help,
 }
 
@@ -214,6 +218,18 @@ pub const KEYMAP: &[Binding] = &[
         label: "d",
         action: Action::Diff,
         description: "diff the marked turn with the selected one, side by side",
+    },
+    Binding {
+        keys: &[ch('>')],
+        label: ">",
+        action: Action::SubagentIn,
+        description: "timeline: open the sub-agent the selected tool call ran",
+    },
+    Binding {
+        keys: &[ch('<')],
+        label: "<",
+        action: Action::SubagentOut,
+        description: "back from a sub-agent to its parent's tool call (also Esc)",
     },
     Binding {
         keys: &[ch('?')],

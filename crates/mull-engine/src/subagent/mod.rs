@@ -6,8 +6,9 @@
 //!    depth) plus one may not pass the tool's limit; beyond it the call is a tool error.
 //! 2. `subagent_started` is appended to the **parent** (its tool call names the child session)
 //!    and flushed, so a child session never exists without the parent saying whose it is.
-//! 3. The child session opens on the same log (its id from the parent's id source, so a
-//!    deterministic run names it the same way every time), `subagent_linked` names the parent
+//! 3. The child session opens on the same log (its id is the parent's with a suffix from the
+//!    parent's id source — `s1.agent_1` — so a deterministic run names it the same way every
+//!    time and it is unique wherever the parent's is), `subagent_linked` names the parent
 //!    session, turn and tool call, and a turn runs with entry [`EntryPath::SubAgent`]: every
 //!    hook of the child agent fires on it, as on any entry path.
 //! 4. While it runs, each tool call of the child (decided, then ended) and each of its finished
@@ -134,7 +135,9 @@ impl AgentTool {
         let parent = &site.session;
         let inner = &parent.inner;
         let options = &inner.options;
-        let child_id = options.ids.next_id("agent");
+        // Under the parent's id, so it is unique in the log wherever the parent's is (a
+        // deterministic id source counts per session) and names its place in the nesting.
+        let child_id = format!("{}.{}", parent.id(), options.ids.next_id("agent"));
         inner.recorder.append(
             Some(&site.turn_id),
             Event::SubagentStarted {
