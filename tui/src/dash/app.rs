@@ -597,7 +597,9 @@ impl App {
         match msg {
             Msg::Action(action) => self.act(action),
             Msg::FilterEdit(edit) => self.edit_filter(edit),
-            Msg::Sessions(sessions) => {
+            Msg::Sessions(mut sessions) => {
+                // A sub-agent's session is reached from its parent's tool call (>), not listed.
+                sessions.retain(|s| !self.is_subagent_session(&s.session_id));
                 let keep = self
                     .sessions
                     .get(self.session_selected)
@@ -655,6 +657,18 @@ impl App {
             }
             Msg::Overviews(overviews) => {
                 self.overviews = *overviews;
+                let keep = self
+                    .sessions
+                    .get(self.session_selected)
+                    .map(|s| s.session_id.clone());
+                let listed: Vec<SessionSummary> = std::mem::take(&mut self.sessions)
+                    .into_iter()
+                    .filter(|s| !self.is_subagent_session(&s.session_id))
+                    .collect();
+                self.sessions = listed;
+                self.session_selected = keep
+                    .and_then(|id| self.sessions.iter().position(|s| s.session_id == id))
+                    .unwrap_or(0);
                 Vec::new()
             }
             Msg::Diff(diff) => {

@@ -311,7 +311,7 @@ mod tests {
             );
             assert!(!binding.keys.is_empty());
         }
-        assert_eq!(seen.len(), 26);
+        assert_eq!(seen.len(), 28);
     }
 
     #[test]

@@ -25,6 +25,13 @@ pub struct NestFrame {
 }
 
 impl App {
+    /// Whether `session_id` is a sub-agent's session (its overview names a parent).
+    pub(super) fn is_subagent_session(&self, session_id: &str) -> bool {
+        self.overviews
+            .get(session_id)
+            .is_some_and(|o| o.parent.is_some())
+    }
+
     /// Opens the sub-agent the selected tool call ran (timeline only).
     pub(super) fn subagent_in(&mut self) -> Vec<Effect> {
         if self.view != View::Timeline {
