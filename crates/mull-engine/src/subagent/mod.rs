@@ -9,12 +9,13 @@
 //! 3. The child session opens on the same log (its id is the parent's with a suffix from the
 //!    parent's id source — `s1.agent_1` — so a deterministic run names it the same way every
 //!    time and it is unique wherever the parent's is), `subagent_linked` names the parent
-//!    session, turn and tool call, and a turn runs with entry [`EntryPath::SubAgent`]: every
-//!    hook of the child agent fires on it, as on any entry path.
+//!    session, turn and tool call, and a turn runs with entry
+//!    [`mull_core::EntryPath::SubAgent`]: every hook of the child agent fires on it, as on any
+//!    entry path.
 //! 4. While it runs, each tool call of the child (decided, then ended) and each of its finished
 //!    steps is a **preliminary result** of the parent's call (a snapshot: the child session,
 //!    its latest step's text, its tool calls so far), so a client of the parent sees progress.
-//!    The child waits at each report until the parent recorded it ([`report`]), so the two
+//!    The child waits at each report until the parent recorded it (`report.rs`), so the two
 //!    sessions' events interleave the same way every run. Text deltas are not forwarded one by
 //!    one: a snapshot per step keeps the parent's log linear in the child's output.
 //! 5. When the child's turn ends (its `on_chat_response` included), `subagent_finished` is
@@ -36,12 +37,11 @@
 //! own, which a replay re-executes on its own (its `subagent_linked` and its sub-agent turn
 //! are re-issued as inputs), so its hooks are checked there.
 
-use std::sync::Arc;
-
 mod report;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
