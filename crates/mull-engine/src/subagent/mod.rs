@@ -348,6 +348,10 @@ impl Running {
             },
         )?;
         inner.recorder.flush().await?;
+        // Nothing runs in the child any more: on a shared log (PostgreSQL) its lease is given
+        // back now. A failure to give it back only makes it lapse at its time to live.
+        let log = self.child.inner.recorder.shared_log();
+        let _ = log.release_session(self.child.id()).await;
         match status {
             TurnStatus::Completed => Ok(Value::String(
                 outcome
