@@ -544,3 +544,130 @@ async fn replay_serves_the_child_in_the_parent_and_reexecutes_the_child_on_its_o
         "the child's lookup is now blocked"
     );
 }
+
+const KILL_DB: &str = "MULL_SUBAGENT_KILL_DB";
+const KILL_EFFECTS: &str = "MULL_SUBAGENT_KILL_EFFECTS";
+
+/// A researcher whose lookup appends a line to `effects` (the side effect the world sees)
+/// and then never finishes.
+fn effectful_researcher(calls: &HookCalls, effects: std::path::PathBuf) -> Recorded {
+    let model = ScriptedModel::builder("scripted-research")
+        .step(|s| s.tool_call("call_lookup_1", "lookup", json!({"word": "lisbon"})))
+        .step(|s| s.text("Never reached."))
+        .build();
+    let lookup = FnTool::new("lookup", "Writes, then waits.", move |_: Value, _| {
+        let effects = effects.clone();
+        async move {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&effects)?;
+            writeln!(file, "lookup ran")?;
+            file.sync_all()?;
+            std::future::pending::<()>().await;
+            Ok::<Value, ToolError>(Value::Null)
+        }
+    })
+    .with_schema(json!({"type": "object"}));
+    Recorded {
+        name: "researcher".to_owned(),
+        model,
+        tools: ToolSet::new().with(lookup.shared()),
+        calls: calls.clone(),
+        block_lookups: false,
+    }
+}
+
+/// The process the kill test starts (this test binary again): the desk asks the researcher,
+/// whose lookup never ends, until the process is killed.
+#[test]
+fn kill_child() {
+    let (Ok(db), Ok(effects)) = (std::env::var(KILL_DB), std::env::var(KILL_EFFECTS)) else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let log = mull::store::Log::open(&db).unwrap();
+        let calls = HookCalls::default();
+        let child = effectful_researcher(&calls, effects.into());
+        let parent = Arc::new(desk(&calls, research_tool(child)));
+        let options = mull::engine::SessionOptions::deterministic("s1");
+        let session = Session::open(&log, parent, options).await.unwrap();
+        let _ = session
+            .save_messages(ask("Hills?"), TurnOptions::default())
+            .await;
+    });
+}
+
+/// Kills the child process when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_process_killed_with_its_sub_agent_running_recovers_both_and_runs_no_tool_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("killed.db");
+    let effects = dir.path().join("effects.txt");
+    let process = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "kill_child", "--nocapture", "--test-threads=1"])
+        .env(KILL_DB, &db)
+        .env(KILL_EFFECTS, &effects)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut process = Killed(process);
+    // SIGKILL once the child's lookup has run (its decision was durable before it ran).
+    let ran = async {
+        while !std::fs::read_to_string(&effects).is_ok_and(|s| !s.is_empty()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), ran)
+        .await
+        .expect("the child's lookup runs");
+    process.0.kill().unwrap();
+    process.0.wait().unwrap();
+    // The next writer: recovery resolves both turns from the log.
+    let reopened = mull::store::Log::open(&db).unwrap();
+    let reader = LogReader::open(&db).unwrap();
+    for session in ["s1", CHILD] {
+        let state = reader.load_session(session).unwrap();
+        assert_eq!(state.turns.len(), 1, "{session}");
+        assert_eq!(state.turns[0].status, TurnStatus::Error, "{session}");
+        assert_eq!(
+            state.turns[0].error_stage,
+            Some(ErrorStage::Recovery),
+            "{session}"
+        );
+    }
+    // Opening both sessions again runs nothing: the lookup ran once, before the kill.
+    let calls = HookCalls::default();
+    let parent = Arc::new(desk(
+        &calls,
+        research_tool(effectful_researcher(&calls, effects.clone())),
+    ));
+    let session = Session::open(
+        &reopened,
+        parent,
+        mull::engine::SessionOptions::deterministic("s1"),
+    )
+    .await
+    .unwrap();
+    let child = Session::open(
+        &reopened,
+        Arc::new(effectful_researcher(&calls, effects.clone())),
+        mull::engine::SessionOptions::deterministic(CHILD),
+    )
+    .await
+    .unwrap();
+    assert!(!session.is_busy() && !child.is_busy());
+    assert_eq!(std::fs::read_to_string(&effects).unwrap(), "lookup ran\n");
+    assert!(calls.lines().is_empty(), "no hook ran: {:?}", calls.lines());
+}
