@@ -495,6 +495,17 @@ async fn a_crash_with_a_child_running_recovers_both_and_reruns_no_tool() {
         .map(|e| e.kind().to_owned())
         .collect();
     assert_eq!(after, ["session_opened", "session_opened"]);
+    drop((parent, child));
+    // Re-execution re-enacts the crash in both: the parent's call writes its link and parks
+    // where the process stopped; the child's lookup parks after its decision.
+    crashed.log.flush().await.unwrap();
+    let desk_agent = Arc::new(desk(&calls, research_tool(researcher(&calls, &lookups))));
+    let report = reexecute_ok(&recording_of(&crashed.path, "s1"), desk_agent).await;
+    assert!(report.divergence.is_none(), "{:?}", report.divergence);
+    let child_agent = Arc::new(researcher(&calls, &lookups));
+    let report = reexecute_ok(&recording_of(&crashed.path, CHILD), child_agent).await;
+    assert!(report.divergence.is_none(), "{:?}", report.divergence);
+    assert_eq!(lookups.load(Ordering::SeqCst), 0, "a replay runs no tool");
 }
 
 #[tokio::test]

@@ -26,6 +26,9 @@ pub(super) struct RecordedRun {
     result: Result<Value, String>,
     /// The turn was cancelled while the call ran: the replayed call waits for the cancellation.
     aborted: bool,
+    /// The recorded process stopped while the call ran (no outcome was recorded): the
+    /// replayed call writes what it had written, then parks at the stop like the process did.
+    unfinished: bool,
     /// What the call wrote besides its results, to write again, each after as many
     /// preliminary values as preceded it in the recording.
     effects: Vec<(usize, Effect)>,
@@ -138,6 +141,7 @@ impl ToolRuns {
                             .push_back(RecordedRun {
                                 preliminary: run.preliminary,
                                 aborted: run.cancelled && !success,
+                                unfinished: false,
                                 result,
                                 effects: run.effects,
                             });
@@ -145,6 +149,15 @@ impl ToolRuns {
                 }
                 _ => {}
             }
+        }
+        for ((_, call_id), run) in open {
+            runs.entry(call_id).or_default().push_back(RecordedRun {
+                preliminary: run.preliminary,
+                aborted: run.cancelled,
+                unfinished: true,
+                result: Err("the recorded process stopped while the call ran".to_owned()),
+                effects: run.effects,
+            });
         }
         ToolRuns {
             runs: Mutex::new(runs),
@@ -245,6 +258,9 @@ impl Tool for RecordedTool {
         if run.aborted {
             call.cancel.cancelled().await;
         }
+        if run.unfinished && !self.tool.is_streaming() {
+            return self.park().await;
+        }
         if !self.tool.is_streaming() {
             return match run.result {
                 Ok(value) => Ok(ToolOutput::Value(value)),
@@ -253,11 +269,22 @@ impl Tool for RecordedTool {
         }
         let mut items: Vec<Result<Value, ToolError>> =
             run.preliminary.into_iter().map(Ok).collect();
-        if let Err(error) = run.result {
+        if let (Err(error), false) = (run.result, run.unfinished) {
             items.push(Err(error.into()));
         }
+        let parking = run.unfinished.then(|| {
+            let shared = Arc::clone(&self.shared);
+            futures::stream::once(async move {
+                park(&shared).await;
+                Err::<Value, ToolError>("unreachable: a parked call never resumes".into())
+            })
+        });
         if later.is_empty() {
-            return Ok(ToolOutput::Stream(futures::stream::iter(items).boxed()));
+            let served = futures::stream::iter(items);
+            return Ok(ToolOutput::Stream(match parking {
+                Some(parking) => served.chain(parking).boxed(),
+                None => served.boxed(),
+            }));
         }
         // Effects recorded between preliminary values are written again between them: the
         // one after value `at - 1` is written before value `at` is handed out (or at the end).
@@ -283,8 +310,26 @@ impl Tool for RecordedTool {
                 Some((item, (items, later, writer, false)))
             },
         );
-        Ok(ToolOutput::Stream(served.boxed()))
+        Ok(ToolOutput::Stream(match parking {
+            Some(parking) => served.chain(parking).boxed(),
+            None => served.boxed(),
+        }))
     }
+}
+
+impl RecordedTool {
+    /// Waits where the recorded process stopped, for good.
+    async fn park(&self) -> Result<ToolOutput, ToolError> {
+        park(&self.shared).await;
+        Err("unreachable: a parked call never resumes".into())
+    }
+}
+
+/// A call the recorded process never finished: parks at the stop (the driver moves on to the
+/// next process), and never resumes in any case.
+async fn park(shared: &Shared) {
+    shared.stop_point().await;
+    std::future::pending::<()>().await
 }
 
 /// Writes a recorded call's effects again, into the session replaying it.
