@@ -11,7 +11,8 @@
 //!    time and it is unique wherever the parent's is), `subagent_linked` names the parent
 //!    session, turn and tool call, and a turn runs with entry
 //!    [`mull_core::EntryPath::SubAgent`]: every hook of the child agent fires on it, as on any
-//!    entry path.
+//!    entry path. The child shares the parent session's clock, ids and extensions (a policy
+//!    laid over a session holds for the sub-agents it starts).
 //! 4. While it runs, each tool call of the child (decided, then ended) and each of its finished
 //!    steps is a **preliminary result** of the parent's call (a snapshot: the child session,
 //!    its latest step's text, its tool calls so far), so a client of the parent sees progress.
