@@ -682,3 +682,42 @@ async fn a_process_killed_with_its_sub_agent_running_recovers_both_and_runs_no_t
     assert_eq!(std::fs::read_to_string(&effects).unwrap(), "lookup ran\n");
     assert!(calls.lines().is_empty(), "no hook ran: {:?}", calls.lines());
 }
+
+#[tokio::test]
+async fn a_failed_sub_agent_is_the_calls_error_and_the_parent_goes_on() {
+    let log = TestLog::new();
+    let calls = HookCalls::default();
+    let broken = Recorded {
+        name: "researcher".to_owned(),
+        model: ScriptedModel::builder("scripted-research")
+            .step(|s| s.error("the guides are down"))
+            .build(),
+        tools: ToolSet::new(),
+        calls: calls.clone(),
+        block_lookups: false,
+    };
+    let parent = Arc::new(desk(&calls, research_tool(broken)));
+    let session = log.open(&parent).await;
+    let outcome = session
+        .save_messages(ask("Hills?"), TurnOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, OutcomeStatus::Completed);
+    let events = all_events(&log).await;
+    let (success, error) = of_session(&events, "s1")
+        .into_iter()
+        .find_map(|e| match &e.event {
+            Event::ToolCallFinished { success, error, .. } => Some((*success, error.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert!(!success);
+    let error = error.unwrap();
+    assert!(
+        error.starts_with(r#"sub-agent "researcher" (session s1.agent_1) ended as error: "#)
+            && error.contains("the guides are down"),
+        "{error}"
+    );
+    let runs = load(&log, "s1").subagents;
+    assert_eq!(runs[0].status, Some(TurnStatus::Error));
+}
