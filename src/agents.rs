@@ -8,13 +8,18 @@ use mull_engine::Agent;
 use mull_providers::scripted::ScriptedModel;
 
 /// The names of the built-in agents.
-pub const BUILT_IN: &[&str] = &[crate::demo::AGENT_NAME, crate::tool_desk::NAME];
+pub const BUILT_IN: &[&str] = &[
+    crate::demo::AGENT_NAME,
+    crate::demo::RESEARCH_AGENT_NAME,
+    crate::tool_desk::NAME,
+];
 
 /// The built-in agent called `name`, unpaced (a replay serves its model's output from the log,
 /// so the model it is built with never answers).
 pub fn built_in(name: &str) -> Option<Arc<dyn Agent>> {
     match name {
         crate::demo::AGENT_NAME => Some(crate::demo::agent()),
+        crate::demo::RESEARCH_AGENT_NAME => Some(crate::demo::research_agent()),
         crate::tool_desk::NAME => Some(Arc::new(crate::tool_desk::ToolDesk::new(Arc::new(
             ScriptedModel::builder("scripted-1").build(),
         )))),

@@ -1,7 +1,8 @@
-//! A built-in demo: a travel-desk agent on the Scripted model that plays five turns paced like
+//! A built-in demo: a travel-desk agent on the Scripted model that plays six turns paced like
 //! a real model — a moment before the first token, then words at a few tens of tokens per
 //! second, tools that take their time (one streams its progress, one is slow enough to show
-//! as a stall), a call its `before_tool_call` policy blocks, and a pause mid-answer — with the
+//! as a stall), a call its `before_tool_call` policy blocks, a pause mid-answer, and a question
+//! it hands to a research sub-agent (a child session in the same log) — with the
 //! user "typing" between turns, so a dashboard has something live to show for about half a
 //! minute without an API key.
 //!
@@ -18,7 +19,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use futures::StreamExt;
 use mull_core::{Clock, IdSource, LanguageModel, RandomIds, SequentialIds, SystemClock, UIMessage};
 use mull_engine::{
-    Agent, EngineError, FnTool, HookResult, OutcomeStatus, Session, SessionOptions,
+    Agent, AgentTool, EngineError, FnTool, HookResult, OutcomeStatus, Session, SessionOptions,
     ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions,
 };
 use mull_providers::scripted::ScriptedModel;
@@ -155,6 +156,8 @@ struct CancelInput {
 struct TravelDesk {
     model: ScriptedModel,
     paced: bool,
+    /// The research sub-agent the `research` tool asks.
+    researcher: Arc<dyn Agent>,
 }
 
 #[async_trait]
@@ -192,36 +195,7 @@ impl Agent for TravelDesk {
             },
         )
         .shared();
-        let search = FnTool::streaming(
-            "search_guides",
-            "Searches the travel guides; reports progress while it reads.",
-            move |input: SearchInput, _| {
-                let query = input.query;
-                futures::stream::iter(0..3)
-                    .then(move |i| {
-                        let query = query.clone();
-                        async move {
-                            if paced {
-                                tokio::time::sleep(Duration::from_millis(250)).await;
-                            }
-                            Ok::<Value, ToolError>(match i {
-                                0 => json!({"status": "searching", "guides_read": 1}),
-                                1 => json!({"status": "searching", "guides_read": 4}),
-                                _ => json!({
-                                    "status": "done",
-                                    "query": query,
-                                    "results": [
-                                        {"title": "Lisbon in three days", "url": "https://guides.example/lisbon-3-days"},
-                                        {"title": "Alfama on foot", "url": "https://guides.example/alfama"}
-                                    ]
-                                }),
-                            })
-                        }
-                    })
-                    .boxed()
-            },
-        )
-        .shared();
+        let search = search_guides(paced);
         let hotels = FnTool::new(
             "find_hotels",
             "Looks up hotels with rooms free; slow, like the booking sites it asks.",
@@ -249,11 +223,18 @@ impl Agent for TravelDesk {
             },
         )
         .shared();
+        let research = AgentTool::new(
+            "research",
+            "Asks the research desk a travel question; it reads the guides and answers.",
+            Arc::clone(&self.researcher),
+        )
+        .shared();
         ToolSet::new()
             .with(weather)
             .with(search)
             .with(hotels)
             .with(cancel)
+            .with(research)
     }
 
     async fn before_tool_call(
@@ -272,6 +253,111 @@ impl Agent for TravelDesk {
     }
 }
 
+/// The guide search both agents use: streams two progress reports, then its results.
+fn search_guides(paced: bool) -> std::sync::Arc<dyn mull_engine::Tool> {
+    FnTool::streaming(
+        "search_guides",
+        "Searches the travel guides; reports progress while it reads.",
+        move |input: SearchInput, _| {
+            let query = input.query;
+            futures::stream::iter(0..3)
+                .then(move |i| {
+                    let query = query.clone();
+                    async move {
+                        if paced {
+                            tokio::time::sleep(Duration::from_millis(250)).await;
+                        }
+                        Ok::<Value, ToolError>(match i {
+                            0 => json!({"status": "searching", "guides_read": 1}),
+                            1 => json!({"status": "searching", "guides_read": 4}),
+                            _ => json!({
+                                "status": "done",
+                                "query": query,
+                                "results": [
+                                    {"title": "Lisbon in three days", "url": "https://guides.example/lisbon-3-days"},
+                                    {"title": "Alfama on foot", "url": "https://guides.example/alfama"}
+                                ]
+                            }),
+                        })
+                    }
+                })
+                .boxed()
+        },
+    )
+.shared()
+}
+
+/// The demo's research sub-agent: the travel desk's `research` tool asks it, and it reads the
+/// guides before it answers (see [`mull_engine::subagent`]).
+struct Researcher {
+    model: ScriptedModel,
+    paced: bool,
+}
+
+#[async_trait]
+impl Agent for Researcher {
+    fn name(&self) -> &str {
+        RESEARCH_AGENT_NAME
+    }
+
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::new(self.model.clone())
+    }
+
+    fn system_prompt(&self) -> String {
+        "You research one travel question in the guides and answer it in a sentence or two."
+            .to_owned()
+    }
+
+    fn tools(&self) -> ToolSet {
+        ToolSet::new().with(search_guides(self.paced))
+    }
+}
+
+/// The research sub-agent's script: one guide search, then the answer.
+fn research_script(part_delay: Duration, paced: bool) -> ScriptedModel {
+    let think = |s: mull_providers::scripted::StepScript| {
+        if paced {
+            s.pause(FIRST_TOKEN)
+        } else {
+            s
+        }
+    };
+    ScriptedModel::builder("scripted-research-1")
+        .part_delay(part_delay)
+        .by_conversation()
+        .step(|s| {
+            think(s)
+                .text("Checking the tram guides.")
+                .tool_call(
+                    "call_search_r1",
+                    "search_guides",
+                    json!({"query": "tram from Alfama to Belém"}),
+                )
+                .usage(320, 26)
+        })
+        .step(|s| {
+            think(s)
+                .text_deltas(words(
+                    "Take tram 15 from Praça da Figueira, a short walk down from Alfama: it \
+                     runs along the river to Belém every ten minutes or so.",
+                ))
+                .usage(610, 38)
+        })
+        .build()
+}
+
+/// The research sub-agent's name in the log.
+pub const RESEARCH_AGENT_NAME: &str = "travel-research";
+
+/// The research sub-agent, unpaced: what a recorded research session is re-executed against.
+pub fn research_agent() -> Arc<dyn Agent> {
+    Arc::new(Researcher {
+        model: research_script(Duration::ZERO, false),
+        paced: false,
+    })
+}
+
 /// `text` as the deltas a model streams: a word (with its trailing space) each.
 fn words(text: &str) -> Vec<String> {
     let mut out: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
@@ -281,7 +367,7 @@ fn words(text: &str) -> Vec<String> {
     out
 }
 
-/// The model's script for the five turns; `paced` adds the silences a real model leaves
+/// The model's script for the six turns; `paced` adds the silences a real model leaves
 /// (before its first token, and once mid-answer), which write no events.
 fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
     let think = |s: mull_providers::scripted::StepScript| {
@@ -393,6 +479,24 @@ fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
             ))
             .usage(1580, 66)
         })
+        // Turn 6: a question for the research sub-agent, then the answer built on its reply.
+        .step(|s| {
+            think(s)
+                .tool_call(
+                    "call_research_1",
+                    "research",
+                    json!({"prompt": "How do I get from Alfama to Belém by tram?"}),
+                )
+                .usage(1660, 29)
+        })
+        .step(|s| {
+            think(s)
+                .text_deltas(words(
+                    "My researcher says: take tram 15 from Praça da Figueira, along the river \
+                     to Belém — every ten minutes or so. Go early for the pastéis.",
+                ))
+                .usage(1750, 41)
+        })
         .build()
 }
 
@@ -404,6 +508,7 @@ pub fn agent() -> Arc<dyn Agent> {
     Arc::new(TravelDesk {
         model: script(Duration::ZERO, false),
         paced: false,
+        researcher: research_agent(),
     })
 }
 
@@ -412,7 +517,7 @@ pub fn guarded_agent(policy: ToolPolicy) -> Arc<dyn Agent> {
     Arc::new(Guarded::new(agent(), policy))
 }
 
-/// Runs the demo's three turns into `log` under `options.session_id`.
+/// Runs the demo's six turns into `log` under `options.session_id`.
 pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoError> {
     let session_id = options.session_id.clone();
     let engine_err = |source| DemoError::Engine {
@@ -428,6 +533,10 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
     let agent: Arc<dyn Agent> = Arc::new(TravelDesk {
         model: script(part_delay, paced),
         paced,
+        researcher: Arc::new(Researcher {
+            model: research_script(part_delay, paced),
+            paced,
+        }),
     });
     let agent = match options.policy {
         Some(policy) => Arc::new(Guarded::new(agent, policy)),
@@ -458,6 +567,7 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         ("u_3", "Somewhere to stay near Alfama for two nights?"),
         ("u_4", "Actually, cancel my booking LIS-2291."),
         ("u_5", "What should I pack for the rain?"),
+        ("u_6", "Can your researcher find the tram to Belém?"),
     ];
     let mut turns = Vec::new();
     for (index, (id, text)) in prompts.into_iter().enumerate() {

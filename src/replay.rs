@@ -10,7 +10,7 @@ use mull_store::{Log, LogReader};
 
 pub use mull_engine::replay::*;
 
-/// Backtests `agent` over `sessions` of `log` (all of its sessions when empty): each is
+/// Backtests `agent` over `sessions` of `log` (all of its sessions but sub-agents' when empty): each is
 /// re-executed with the model's output and the tools' results served from the recording —
 /// no model is called and no tool runs — and every tool decision that would change is
 /// reported, with where each recording stops being usable. `log` is only read; the

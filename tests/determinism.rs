@@ -21,10 +21,11 @@ async fn demo_log_bytes() -> Vec<u8> {
     )
     .await
     .unwrap();
-    assert_eq!(report.turns.len(), 5);
+    assert_eq!(report.turns.len(), 6);
     log.flush().await.unwrap();
     let mut out = Vec::new();
-    export_jsonl(&LogReader::open(&path).unwrap(), Some("det"), &mut out).unwrap();
+    // Every session: the demo's and its research sub-agent's.
+    export_jsonl(&LogReader::open(&path).unwrap(), None, &mut out).unwrap();
     out
 }
 
@@ -33,8 +34,10 @@ async fn the_same_scripted_session_writes_the_same_bytes() {
     let first = demo_log_bytes().await;
     let second = demo_log_bytes().await;
     let text = String::from_utf8(first.clone()).unwrap();
-    // A real session: tools ran, one call was blocked, a streaming tool reported progress.
+    // A real session: tools ran, one call was blocked, a streaming tool reported progress, a
+    // sub-agent answered a question in a session of its own.
     assert!(text.contains(r#""action":"block""#));
+    assert!(text.contains(r#""type":"subagent_linked""#));
     assert!(text.contains(r#""preliminary":true"#));
     assert!(text.lines().count() > 80, "{} lines", text.lines().count());
     assert_eq!(first, second, "two deterministic runs wrote different logs");

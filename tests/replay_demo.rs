@@ -15,13 +15,18 @@ use mull::engine::{Agent, HookResult, ToolCallContext, ToolCallDecision, ToolSet
 use mull::store::{import_jsonl, Log};
 
 fn demo_recording(dir: &Path) -> Recording {
+    session_recording(dir, "sess_1")
+}
+
+/// Session `session` of the demo fixture.
+fn session_recording(dir: &Path, session: &str) -> Recording {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/demo.jsonl");
     let db = dir.join("recorded.db");
     let log = Log::open(&db).unwrap();
     let file = BufReader::new(File::open(&fixture).unwrap());
     import_jsonl(file, "fixtures/demo.jsonl", &log).unwrap();
     log.close().unwrap();
-    support::replay::recording_of(&db, "sess_1")
+    support::replay::recording_of(&db, session)
 }
 
 async fn replay(agent: Arc<dyn Agent>) -> (Recording, ReplayReport) {
@@ -39,7 +44,19 @@ async fn replaying_the_demo_fixture_with_the_demo_agent_is_identical() {
     }
     assert!(report.is_identical());
     assert_eq!(report.actual.len(), recording.envelopes().len());
-    assert_eq!(report.expected_events, 348);
+    assert_eq!(report.expected_events, 405);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_research_sub_agents_session_replays_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    let recording = session_recording(dir.path(), "sess_1.agent_1");
+    assert_eq!(recording.agent(), mull::demo::RESEARCH_AGENT_NAME);
+    let report = support::replay::reexecute_ok(&recording, mull::demo::research_agent()).await;
+    if let Some(d) = &report.divergence {
+        panic!("{d}");
+    }
+    assert_eq!(report.actual.len(), recording.envelopes().len());
 }
 
 /// The demo agent with one policy changed: it blocks the forecast instead of cancellations.

@@ -168,8 +168,8 @@ async fn a_fork_point_that_does_not_exist_is_named_and_nothing_is_written() {
         ("base", ForkPoint::AtSeq(999_999), "no event at seq 999999"),
         (
             "base",
-            ForkPoint::BeforeTurn(TurnRef::Ordinal(7)),
-            "has no turn 7 (it has 5 turns)",
+            ForkPoint::BeforeTurn(TurnRef::Ordinal(8)),
+            "has no turn 8 (it has 6 turns)",
         ),
         (
             "base",

@@ -1,7 +1,8 @@
 //! What the root test files share: a log in a temporary folder with one deterministic session
 //! on it ([`test_log`]), a one-line-per-event trace for snapshots ([`trace`]), a hook-call
 //! recorder ([`hook_calls`]), readers that pick events of one kind out of a log ([`events`]),
-//! an agent whose chosen hook panics or hangs on the first turn ([`faults`]), the tools
+//! an agent whose chosen hook panics or hangs on the first turn ([`faults`]), a parent agent
+//! asking a research sub-agent ([`subagents`]), the tools
 //! test agents share ([`tools`]), and re-execution of a recorded session ([`replay`]).
 //!
 //! Every test binary compiles this whole module and uses only part of it, so what one file
@@ -13,6 +14,7 @@ pub mod events;
 pub mod faults;
 pub mod hook_calls;
 pub mod replay;
+pub mod subagents;
 pub mod test_log;
 pub mod tools;
 pub mod trace;

@@ -310,17 +310,17 @@ fn the_deterministic_headless_demo_writes_the_same_log_every_run() {
         let out =
             String::from_utf8(mull(&["demo", "--headless", "--deterministic", "--db", db]).stdout)
                 .expect("utf-8");
-        assert!(out.contains("5 turns"), "{out}");
+        assert!(out.contains("6 turns"), "{out}");
         exports.push(mull(&["export", db]).stdout);
     }
     assert!(!exports[0].is_empty());
     assert_eq!(exports[0], exports[1]);
-    // Unpaced with the real clock: the same five turns, under fresh ids.
+    // Unpaced with the real clock: the same six turns, under fresh ids.
     let db = dir.path().join("fast.db");
     let db = db.to_str().expect("utf-8 path");
     let out = String::from_utf8(mull(&["demo", "--headless", "--fast", "--db", db]).stdout)
         .expect("utf-8");
-    assert!(out.contains("5 turns"), "{out}");
+    assert!(out.contains("6 turns"), "{out}");
     assert!(
         !out.contains("demo session demo "),
         "a fresh session id: {out}"

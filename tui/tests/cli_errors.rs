@@ -45,7 +45,7 @@ fn an_unknown_session_is_an_error_listing_the_ones_there_are() {
     assert!(!output.status.success());
     assert!(stdout.is_empty(), "{stdout}");
     assert!(
-        stderr.contains(r#"d.db: no session "typo" (it holds 1: demo)"#),
+        stderr.contains(r#"d.db: no session "typo" (it holds 2: demo, demo.agent_1)"#),
         "{stderr}"
     );
 }
@@ -263,7 +263,8 @@ fn a_damaged_log_is_refused_checked_and_recovered() {
 fn a_piped_chat_that_runs_past_its_script_says_so_and_exits_non_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = "What's Lisbon like?\nWeather, and a walk?\nSomewhere to stay?\n\
-                 Please cancel LIS-2291.\nWhat should I pack?\nAnd one more thing?\n";
+                 Please cancel LIS-2291.\nWhat should I pack?\nThe tram to Belém?\n\
+                 And one more thing?\n";
     let output = run_mull(
         dir.path(),
         &["chat", "--db", "c.db", "--model", "scripted-demo"],
@@ -273,7 +274,7 @@ fn a_piped_chat_that_runs_past_its_script_says_so_and_exits_non_zero() {
     let (stdout, stderr) = texts(&output);
     assert!(!output.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains(r#"input line 6 ("And one more thing?"): the turn failed"#)
+        stderr.contains(r#"input line 7 ("And one more thing?"): the turn failed"#)
             && stderr.contains("went past its script"),
         "{stderr}"
     );

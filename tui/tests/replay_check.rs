@@ -30,7 +30,8 @@ fn the_demo_fixture_replays_identically() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(stdout.trim(), "identical: 348 events");
+    // Both sessions: the desk's and its research sub-agent's.
+    assert_eq!(stdout.trim(), "identical: 462 events");
 }
 
 #[test]
@@ -104,5 +105,8 @@ fn a_session_recorded_by_an_agent_the_binary_lacks_is_refused_naming_it() {
         stderr.contains(r#"recorded by agent "my-agent", which this binary does not have"#),
         "{stderr}"
     );
-    assert!(stderr.contains("travel-desk, tool-desk"), "{stderr}");
+    assert!(
+        stderr.contains("travel-desk, travel-research, tool-desk"),
+        "{stderr}"
+    );
 }

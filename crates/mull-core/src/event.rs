@@ -62,6 +62,7 @@ impl<'a> EventRef<'a> {
 /// How a turn was started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EntryPath {
     /// A library call that streams parts back.
     Chat,
@@ -77,6 +78,8 @@ pub enum EntryPath {
     Http,
     /// A regeneration: the answer being regenerated was retracted and a new one runs.
     Regenerate,
+    /// A sub-agent's turn: another session's tool call runs it (see [`Event::SubagentLinked`]).
+    SubAgent,
 }
 
 /// How a turn ended (or that it has not yet).
@@ -532,6 +535,36 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         origin_turn: Option<String>,
     },
+    /// A sub-agent's turn, parent side: tool call `call_id` of this turn runs agent `agent`'s
+    /// turn in the child session `child_session_id`, at nesting `depth` (1 under a session
+    /// nobody started). The child's `subagent_linked` names this session, turn and call back.
+    /// Written (and flushed) before the child session opens.
+    SubagentStarted {
+        step: u32,
+        call_id: String,
+        tool: String,
+        agent: String,
+        child_session_id: String,
+        depth: u32,
+    },
+    /// A sub-agent's turn ended, parent side. `usage` is the child session's total (its own
+    /// sub-agents included); the projection folds it into this session's and turn's totals
+    /// once, here, so nobody sums child sessions a second time.
+    SubagentFinished {
+        call_id: String,
+        child_session_id: String,
+        status: TurnStatus,
+        usage: Usage,
+    },
+    /// A sub-agent's session, child side: its turns run for the tool call `parent_call_id` of
+    /// turn `parent_turn_id` in session `parent_session_id`, at nesting `depth`. Written right
+    /// after the child's `session_opened`, before its first turn.
+    SubagentLinked {
+        parent_session_id: String,
+        parent_turn_id: String,
+        parent_call_id: String,
+        depth: u32,
+    },
     /// An event of a kind this build does not know, kept verbatim (only [`Event::decode`]
     /// produces it; serde's derive stays strict so a known kind with a bad shape is an error).
     #[serde(untagged, skip_deserializing)]
@@ -599,6 +632,9 @@ impl Event {
         HookFailed => "hook_failed",
         CancellationRequested => "cancellation_requested",
         SessionForked => "session_forked",
+        SubagentStarted => "subagent_started",
+        SubagentFinished => "subagent_finished",
+        SubagentLinked => "subagent_linked",
     }
 
     /// Decodes a stored payload of version `v`. Unknown kinds come back as [`Event::Unknown`];

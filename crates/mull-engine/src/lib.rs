@@ -20,7 +20,8 @@
 //! - [`replay`]: re-execution of a recorded session against the current agent.
 //! - The vocabulary the layers share: [`agent`] (the trait), [`config`] (TurnConfig /
 //!   StepConfig and their merge), [`tool`] (tools, schemas, validation), [`tool_source`]
-//!   (tools listed from outside the process, such as MCP servers'), [`stop`] (stop
+//!   (tools listed from outside the process, such as MCP servers'), [`subagent`] (agents as
+//!   tools: a tool call running another agent's turn as a child session), [`stop`] (stop
 //!   conditions), [`transform`] (stream transforms), [`session_config`] (what
 //!   `configure_session` sets up), [`error`].
 
@@ -37,6 +38,7 @@ pub mod replay;
 pub mod session;
 pub mod session_config;
 pub mod stop;
+pub mod subagent;
 pub mod tool;
 pub mod tool_source;
 pub mod transform;
@@ -70,6 +72,7 @@ pub use session_config::{
     Compaction, CompactionRequest, ContextOverflow, ProactiveGuard, SessionConfig,
 };
 pub use stop::{has_tool_call, step_count_is, StopCondition};
+pub use subagent::{AgentTool, DEFAULT_MAX_DEPTH};
 pub use tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
 pub use tool::{FnTool, Tool, ToolEntry, ToolError, ToolExecution, ToolOutput, ToolSet};
 pub use tool_source::{ToolListing, ToolSource};

@@ -99,6 +99,11 @@ impl Recorder {
         &*self.log
     }
 
+    /// The log, shared: what a session opened beside this one (a sub-agent's) writes to.
+    pub fn shared_log(&self) -> Arc<dyn EventLog> {
+        Arc::clone(&self.log)
+    }
+
     /// The clock events are stamped with.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock

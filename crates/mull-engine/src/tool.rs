@@ -50,6 +50,8 @@ pub struct ToolExecution {
     pub context: Value,
     /// Cancelled when the turn is aborted.
     pub cancel: CancellationToken,
+    /// The session and turn the call runs in (what a sub-agent's session is linked to).
+    pub(crate) site: crate::subagent::CallSite,
 }
 
 /// A tool with an `execute`, run by the engine.

@@ -113,8 +113,8 @@ pub use ledger::{Amount, CostLedger, CostTotals};
 pub use overview::{SessionOverview, SessionOverviews, StatusMix};
 pub use pacing::TurnPacing;
 pub use projection::{
-    PendingClientCall, SessionState, SessionToolCalls, Submission, SubmissionPhase, ToolCallRecord,
-    ToolStats, TurnSummary,
+    PendingClientCall, SessionState, SessionToolCalls, SubagentParent, SubagentRun, Submission,
+    SubmissionPhase, ToolCallRecord, ToolStats, TurnSummary,
 };
 pub use reader::{LogReader, SessionSummary};
 pub use recovery::RecoveredTurn;

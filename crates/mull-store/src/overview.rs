@@ -21,6 +21,8 @@ pub const OVERVIEW_KINDS: &[&str] = &[
     "turn_configured",
     "turn_finished",
     "session_forked",
+    "subagent_finished",
+    "subagent_linked",
 ];
 
 /// Characters of a user's message kept as its preview.
@@ -57,8 +59,10 @@ pub struct SessionOverview {
     /// Each request's user message preview, by request id (what a turn list shows).
     pub prompts: BTreeMap<String, String>,
     pub status: StatusMix,
-    /// Usage of every finished turn attempt.
+    /// Usage of every finished turn attempt, and of the sub-agents they ran.
     pub usage: Usage,
+    /// The session whose tool call this one runs for, when it is a sub-agent's.
+    pub parent: Option<String>,
     /// The last event applied (0 before any).
     pub last_seq: u64,
     /// The session and seq this one was forked from, when it is a fork.
@@ -76,6 +80,7 @@ impl SessionOverview {
             prompts: BTreeMap::new(),
             status: StatusMix::default(),
             usage: Usage::default(),
+            parent: None,
             last_seq: 0,
             forked_from: None,
         }
@@ -132,6 +137,11 @@ impl SessionOverview {
                 }
                 self.usage.add(usage);
             }
+            // A sub-agent's usage counts in its parent's total, as in the projection.
+            Event::SubagentFinished { usage, .. } => self.usage.add(usage),
+            Event::SubagentLinked {
+                parent_session_id, ..
+            } => self.parent = Some(parent_session_id.clone()),
             _ => {}
         }
     }

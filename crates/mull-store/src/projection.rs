@@ -51,8 +51,13 @@ pub struct TurnSummary {
     pub error_stage: Option<ErrorStage>,
     /// Steps counted from `step_finished`, replaced by `turn_finished`'s count.
     pub steps: u32,
-    /// Usage summed from `step_finished`, replaced by `turn_finished`'s total.
+    /// Usage summed from `step_finished`, replaced by `turn_finished`'s total: the turn's own
+    /// model calls.
     pub usage: Usage,
+    /// What the sub-agents this turn's tool calls ran used (`subagent_finished`); see
+    /// [`TurnSummary::total_usage`].
+    #[serde(skip_serializing_if = "is_zero")]
+    pub subagent_usage: Usage,
     pub tools: ToolStats,
     pub hook_failures: u32,
     pub started_at: DateTime<Utc>,
@@ -60,6 +65,47 @@ pub struct TurnSummary {
     pub duration_ms: Option<u64>,
     /// The turn's `turn_started` event.
     pub first_seq: u64,
+}
+
+/// Whether a usage counts nothing (a turn that ran no sub-agent).
+fn is_zero(usage: &Usage) -> bool {
+    *usage == Usage::default()
+}
+
+impl TurnSummary {
+    /// The turn's own usage and its sub-agents' together: what the turn cost in all.
+    pub fn total_usage(&self) -> Usage {
+        let mut total = self.usage.clone();
+        total.add(&self.subagent_usage);
+        total
+    }
+}
+
+/// A sub-agent's turn a tool call of this session ran (parent side of the link).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubagentRun {
+    /// The parent turn the call belongs to.
+    pub turn_id: Option<String>,
+    pub call_id: String,
+    pub tool: String,
+    pub agent: String,
+    pub child_session_id: String,
+    pub depth: u32,
+    /// How the child's turn ended; `None` while it runs (or when a crash cut it: the child
+    /// session's own turn says how recovery resolved it).
+    pub status: Option<TurnStatus>,
+    /// The child session's usage, once it ended.
+    pub usage: Usage,
+}
+
+/// The session and tool call a sub-agent's session runs for (child side of the link).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubagentParent {
+    pub session_id: String,
+    pub turn_id: String,
+    pub call_id: String,
+    /// 1 for the child of a session nobody started, 2 for its child, …
+    pub depth: u32,
 }
 
 /// A client-side tool call waiting for the client's result.
@@ -106,8 +152,15 @@ pub struct SessionState {
     pub turns: Vec<TurnSummary>,
     pub pending_client_calls: Vec<PendingClientCall>,
     pub submissions: Vec<Submission>,
-    /// Usage of every finished step of the session.
+    /// Usage of every finished step of the session, and of every sub-agent it ran (folded from
+    /// `subagent_finished`, each child's total once).
     pub usage: Usage,
+    /// The sub-agent turns this session's tool calls ran, in the order they started.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<SubagentRun>,
+    /// Set when this session is a sub-agent's: whose tool call it runs for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<SubagentParent>,
     /// The current value of every context block, by name, from `context_block_updated`.
     pub context_blocks: BTreeMap<String, String>,
     /// The last event applied (0 before any).
@@ -132,6 +185,8 @@ impl SessionState {
             pending_client_calls: Vec::new(),
             submissions: Vec::new(),
             usage: Usage::default(),
+            subagents: Vec::new(),
+            parent: None,
             context_blocks: BTreeMap::new(),
             last_seq: 0,
             last_at: None,
@@ -191,6 +246,7 @@ impl SessionState {
                     error_stage: None,
                     steps: 0,
                     usage: Usage::default(),
+                    subagent_usage: Usage::default(),
                     tools: ToolStats::default(),
                     hook_failures: 0,
                     started_at: e.at,
@@ -388,6 +444,57 @@ impl SessionState {
                 }
             }
             Event::SessionForked { origin_seq, .. } => self.cut_at_fork(*origin_seq, e.at),
+            Event::SubagentStarted {
+                call_id,
+                tool,
+                agent,
+                child_session_id,
+                depth,
+                ..
+            } => self.subagents.push(SubagentRun {
+                turn_id: e.turn_id.map(str::to_owned),
+                call_id: call_id.clone(),
+                tool: tool.clone(),
+                agent: agent.clone(),
+                child_session_id: child_session_id.clone(),
+                depth: *depth,
+                status: None,
+                usage: Usage::default(),
+            }),
+            Event::SubagentFinished {
+                child_session_id,
+                status,
+                usage,
+                ..
+            } => {
+                // The one place a child's usage joins its parent's totals.
+                self.usage.add(usage);
+                if let Some(turn) = self.turn_mut(e.turn_id) {
+                    turn.subagent_usage.add(usage);
+                }
+                if let Some(run) = self
+                    .subagents
+                    .iter_mut()
+                    .rev()
+                    .find(|r| &r.child_session_id == child_session_id)
+                {
+                    run.status = Some(*status);
+                    run.usage = usage.clone();
+                }
+            }
+            Event::SubagentLinked {
+                parent_session_id,
+                parent_turn_id,
+                parent_call_id,
+                depth,
+            } => {
+                self.parent = Some(SubagentParent {
+                    session_id: parent_session_id.clone(),
+                    turn_id: parent_turn_id.clone(),
+                    call_id: parent_call_id.clone(),
+                    depth: *depth,
+                })
+            }
             Event::Unknown(_) => self.unknown_events += 1,
             Event::SessionOpened { .. }
             | Event::StepConfigured { .. }

@@ -32,7 +32,7 @@ pub struct DemoArgs {
     /// `no-weather`, `demo`).
     #[arg(long)]
     pub policy: Option<String>,
-    /// No pacing (real clock and ids): the demo's five turns in a moment.
+    /// No pacing (real clock and ids): the demo's six turns in a moment.
     #[arg(long)]
     pub fast: bool,
 }

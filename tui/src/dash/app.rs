@@ -14,6 +14,10 @@ use crate::dash::rates::Rates;
 use crate::dash::replay::Replay;
 use crate::dash::timeline::{Item, TimelineBuilder};
 
+mod nest;
+
+pub use nest::NestFrame;
+
 /// Rows a page key moves.
 pub const PAGE_ROWS: usize = 10;
 /// Events read per timeline page.
@@ -385,6 +389,10 @@ pub struct App {
     /// The last failure, shown in the footer.
     pub status: Option<String>,
     pub quit: bool,
+    /// The parents of the sub-agent being shown, outermost first (see [`NestFrame`]).
+    pub nest: Vec<NestFrame>,
+    /// A sub-agent session being opened: its turn opens when its turns arrive.
+    opening_subagent: Option<String>,
 }
 
 fn is_lifecycle(event: &Event) -> bool {
@@ -511,6 +519,8 @@ impl App {
             live_events: 0,
             status: None,
             quit: false,
+            nest: Vec::new(),
+            opening_subagent: None,
         };
         (app, vec![Effect::Sessions, Effect::Overviews])
     }
@@ -590,7 +600,9 @@ impl App {
         match msg {
             Msg::Action(action) => self.act(action),
             Msg::FilterEdit(edit) => self.edit_filter(edit),
-            Msg::Sessions(sessions) => {
+            Msg::Sessions(mut sessions) => {
+                // A sub-agent's session is reached from its parent's tool call (>), not listed.
+                sessions.retain(|s| !self.is_subagent_session(&s.session_id));
                 let keep = self
                     .sessions
                     .get(self.session_selected)
@@ -648,6 +660,18 @@ impl App {
             }
             Msg::Overviews(overviews) => {
                 self.overviews = *overviews;
+                let keep = self
+                    .sessions
+                    .get(self.session_selected)
+                    .map(|s| s.session_id.clone());
+                let listed: Vec<SessionSummary> = std::mem::take(&mut self.sessions)
+                    .into_iter()
+                    .filter(|s| !self.is_subagent_session(&s.session_id))
+                    .collect();
+                self.sessions = listed;
+                self.session_selected = keep
+                    .and_then(|id| self.sessions.iter().position(|s| s.session_id == id))
+                    .unwrap_or(0);
                 Vec::new()
             }
             Msg::Diff(diff) => {
@@ -769,6 +793,9 @@ impl App {
             .unwrap_or(self.turn_selected)
             .min(self.turns.len().saturating_sub(1))
         };
+        if let Some(effects) = self.open_subagent_turn(&session_id) {
+            return effects;
+        }
         // Following a session's timeline moves on to the turn that just started.
         let newest = self.turns.last().and_then(|t| t.turn_id.clone());
         let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
@@ -1116,6 +1143,8 @@ impl App {
             Action::Last => self.move_selection(isize::MAX / 2),
             Action::Enter => self.drill_in(),
             Action::Back => self.back_out(),
+            Action::SubagentIn => self.subagent_in(),
+            Action::SubagentOut => self.subagent_out(),
             Action::Follow => {
                 self.follow = !self.follow;
                 if self.follow {
@@ -1284,6 +1313,8 @@ impl App {
             View::Turns => {
                 self.view = View::Sessions;
             }
+            // A sub-agent's timeline backs out to the parent's, where it was opened.
+            View::Timeline if !self.nest.is_empty() => return self.subagent_out(),
             View::Timeline => {
                 self.view = View::Turns;
                 self.turn = None;

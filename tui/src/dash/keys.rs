@@ -31,6 +31,10 @@ pub enum Action {
     FocusPrev,
     Mark,
     Diff,
+    /// Open the sub-agent a tool call ran.
+    SubagentIn,
+    /// Back from a sub-agent to its parent's tool call.
+    SubagentOut,
     Help,
 }
 
@@ -216,6 +220,18 @@ pub const KEYMAP: &[Binding] = &[
         description: "diff the marked turn with the selected one, side by side",
     },
     Binding {
+        keys: &[ch('>')],
+        label: ">",
+        action: Action::SubagentIn,
+        description: "timeline: open the sub-agent the selected tool call ran",
+    },
+    Binding {
+        keys: &[ch('<')],
+        label: "<",
+        action: Action::SubagentOut,
+        description: "back from a sub-agent to its parent's tool call (also Esc)",
+    },
+    Binding {
         keys: &[ch('?')],
         label: "?",
         action: Action::Help,
@@ -295,7 +311,7 @@ mod tests {
             );
             assert!(!binding.keys.is_empty());
         }
-        assert_eq!(seen.len(), 26);
+        assert_eq!(seen.len(), 28);
     }
 
     #[test]

@@ -100,6 +100,8 @@ pub struct ToolRow {
     pub output: Option<String>,
     /// A client tool waiting for the client.
     pub client: bool,
+    /// The sub-agent session the call runs (an agent tool's call), to drill into.
+    pub subagent: Option<String>,
 }
 
 impl Item {
@@ -315,6 +317,17 @@ impl TimelineBuilder {
                 if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
                     row.decision = Some(*action);
                     row.reason.clone_from(reason);
+                }
+            }
+            Event::SubagentStarted {
+                call_id,
+                tool,
+                child_session_id,
+                ..
+            } => {
+                let index = self.tool_row(env, gap_ms, call_id, tool);
+                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
+                    row.subagent = Some(child_session_id.clone());
                 }
             }
             Event::ToolCallFinished {

@@ -51,6 +51,8 @@ pub(super) enum Input {
         call_id: String,
         outcome: ClientToolOutcome,
     },
+    /// A sub-agent's session was linked to its parent's tool call (`subagent_linked`).
+    Linked(Event),
 }
 
 /// Where the recorded process stopped with work in flight — a request whose messages were in
@@ -257,7 +259,10 @@ pub(super) fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, Repla
                     started(request).unwrap_or((EntryPath::SaveMessages, Value::Null));
                 if !matches!(
                     entry,
-                    EntryPath::SaveMessages | EntryPath::Chat | EntryPath::Http
+                    EntryPath::SaveMessages
+                        | EntryPath::Chat
+                        | EntryPath::Http
+                        | EntryPath::SubAgent
                 ) {
                     return Err(ReplayError::Unsupported {
                         seq: envelope.seq,
@@ -308,6 +313,7 @@ pub(super) fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, Repla
                     _ => ClientToolOutcome::Error(error.clone()),
                 },
             },
+            Event::SubagentLinked { .. } => Input::Linked(envelope.event.clone()),
             _ => continue,
         };
         out.push((i, input));

@@ -27,7 +27,10 @@
 //!   test, but never calls one): they do not run
 //!   again; the context block writes a recorded call made are written again, once, as part of
 //!   serving it, so they are compared like every other event (and a block is never written
-//!   twice).
+//!   twice). A sub-agent's link events (`subagent_started`, `subagent_finished`) are written
+//!   again the same way, each at its place among the call's preliminary values; the child
+//!   session is not re-run (it is re-executed from its own recording). A call the recorded
+//!   process never finished writes what it had written and parks at the stop.
 //! - **Time** comes from a [`RecordedClock`] that replays the recorded `at` values in order,
 //!   plus the two readings the engine takes around each executed tool (chosen so the recorded
 //!   `duration_ms` comes out again).
@@ -476,11 +479,14 @@ async fn drive(
                 body,
             } => {
                 let opts = TurnOptions::with_body(body);
-                if matches!(entry, EntryPath::Chat | EntryPath::Http) {
-                    let stream = if entry == EntryPath::Http {
-                        session.chat_http(messages, opts)
-                    } else {
-                        session.chat(messages, opts)
+                if matches!(
+                    entry,
+                    EntryPath::Chat | EntryPath::Http | EntryPath::SubAgent
+                ) {
+                    let stream = match entry {
+                        EntryPath::Http => session.chat_http(messages, opts),
+                        EntryPath::SubAgent => session.chat_as_subagent(messages, opts),
+                        _ => session.chat(messages, opts),
                     };
                     let stream = stream.map_err(engine_err)?;
                     if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
@@ -492,6 +498,14 @@ async fn drive(
                 {
                     outcome.map_err(engine_err)?;
                 }
+            }
+            Input::Linked(event) => {
+                // A sub-agent's session: the link its parent's call wrote, written again.
+                session
+                    .inner
+                    .recorder
+                    .append(None, event)
+                    .map_err(engine_err)?;
             }
             Input::Submission {
                 submission_id,

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::memory::context_blocks::write as write_block;
 use crate::session::Inner;
+use crate::subagent::CallSite;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
 
 use super::{lock, Shared};
@@ -25,8 +26,21 @@ pub(super) struct RecordedRun {
     result: Result<Value, String>,
     /// The turn was cancelled while the call ran: the replayed call waits for the cancellation.
     aborted: bool,
-    /// Context blocks the call wrote (the `update_context` tool), to write again.
-    effects: Vec<BlockWrite>,
+    /// The recorded process stopped while the call ran (no outcome was recorded): the
+    /// replayed call writes what it had written, then parks at the stop like the process did.
+    unfinished: bool,
+    /// What the call wrote besides its results, to write again, each after as many
+    /// preliminary values as preceded it in the recording.
+    effects: Vec<(usize, Effect)>,
+}
+
+/// An event a tool call wrote besides its results, as recorded.
+#[derive(Debug, Clone)]
+pub(super) enum Effect {
+    /// A context block the `update_context` tool wrote.
+    Block(BlockWrite),
+    /// A sub-agent link in the calling session (`subagent_started`, `subagent_finished`).
+    Link(Box<Event>),
 }
 
 /// A context block write a tool call made, as recorded.
@@ -42,7 +56,7 @@ pub(super) struct BlockWrite {
 pub(super) struct OpenRun {
     preliminary: Vec<Value>,
     cancelled: bool,
-    effects: Vec<BlockWrite>,
+    effects: Vec<(usize, Effect)>,
 }
 
 /// The recorded runs of every executed tool call, per call id, oldest first.
@@ -71,11 +85,23 @@ impl ToolRuns {
                     call_id: Some(call_id),
                 } => {
                     if let Some(run) = open.get_mut(&(turn, call_id.clone())) {
-                        run.effects.push(BlockWrite {
-                            block: block.clone(),
-                            content: content.clone(),
-                            source: *source,
-                        });
+                        let at = run.preliminary.len();
+                        run.effects.push((
+                            at,
+                            Effect::Block(BlockWrite {
+                                block: block.clone(),
+                                content: content.clone(),
+                                source: *source,
+                            }),
+                        ));
+                    }
+                }
+                Event::SubagentStarted { call_id, .. }
+                | Event::SubagentFinished { call_id, .. } => {
+                    if let Some(run) = open.get_mut(&(turn, call_id.clone())) {
+                        let at = run.preliminary.len();
+                        run.effects
+                            .push((at, Effect::Link(Box::new(envelope.event.clone()))));
                     }
                 }
                 Event::Chunk {
@@ -115,6 +141,7 @@ impl ToolRuns {
                             .push_back(RecordedRun {
                                 preliminary: run.preliminary,
                                 aborted: run.cancelled && !success,
+                                unfinished: false,
                                 result,
                                 effects: run.effects,
                             });
@@ -122,6 +149,15 @@ impl ToolRuns {
                 }
                 _ => {}
             }
+        }
+        for ((_, call_id), run) in open {
+            runs.entry(call_id).or_default().push_back(RecordedRun {
+                preliminary: run.preliminary,
+                aborted: run.cancelled,
+                unfinished: true,
+                result: Err("the recorded process stopped while the call ran".to_owned()),
+                effects: run.effects,
+            });
         }
         ToolRuns {
             runs: Mutex::new(runs),
@@ -208,26 +244,22 @@ impl Tool for RecordedTool {
             )
             .into());
         };
+        let writer = EffectWriter {
+            session: self.session.clone(),
+            site: call.site.clone(),
+            call_id: call.call_id.clone(),
+        };
+        // What the call wrote before its first value (a sub-agent's start) is written before a
+        // recorded cancellation is waited for, as it was before the cancellation came.
+        let (now, later): (Vec<_>, Vec<_>) = run.effects.into_iter().partition(|(at, _)| *at == 0);
+        for (_, effect) in &now {
+            writer.write(effect).await?;
+        }
         if run.aborted {
             call.cancel.cancelled().await;
         }
-        if !run.effects.is_empty() {
-            let inner = self
-                .session
-                .as_ref()
-                .and_then(Weak::upgrade)
-                .ok_or("the session replaying this tool call is closed")?;
-            for effect in &run.effects {
-                write_block(
-                    &inner,
-                    &effect.block,
-                    &effect.content,
-                    effect.source,
-                    Some(call.call_id.clone()),
-                )
-                .await
-                .map_err(|e| format!("writing context block {:?} again: {e}", effect.block))?;
-            }
+        if run.unfinished && !self.tool.is_streaming() {
+            return self.park().await;
         }
         if !self.tool.is_streaming() {
             return match run.result {
@@ -237,9 +269,102 @@ impl Tool for RecordedTool {
         }
         let mut items: Vec<Result<Value, ToolError>> =
             run.preliminary.into_iter().map(Ok).collect();
-        if let Err(error) = run.result {
+        if let (Err(error), false) = (run.result, run.unfinished) {
             items.push(Err(error.into()));
         }
-        Ok(ToolOutput::Stream(futures::stream::iter(items).boxed()))
+        let parking = run.unfinished.then(|| {
+            let shared = Arc::clone(&self.shared);
+            futures::stream::once(async move {
+                park(&shared).await;
+                Err::<Value, ToolError>("unreachable: a parked call never resumes".into())
+            })
+        });
+        if later.is_empty() {
+            let served = futures::stream::iter(items);
+            return Ok(ToolOutput::Stream(match parking {
+                Some(parking) => served.chain(parking).boxed(),
+                None => served.boxed(),
+            }));
+        }
+        // Effects recorded between preliminary values are written again between them: the
+        // one after value `at - 1` is written before value `at` is handed out (or at the end).
+        let served = futures::stream::unfold(
+            (
+                items.into_iter().enumerate(),
+                later.into_iter().peekable(),
+                writer,
+                false,
+            ),
+            |(mut items, mut later, writer, ended)| async move {
+                if ended {
+                    return None;
+                }
+                let next = items.next();
+                let position = next.as_ref().map_or(usize::MAX, |(i, _)| *i);
+                while let Some((_, effect)) = later.next_if(|(at, _)| *at <= position) {
+                    if let Err(error) = writer.write(&effect).await {
+                        return Some((Err(error), (items, later, writer, true)));
+                    }
+                }
+                let (_, item) = next?;
+                Some((item, (items, later, writer, false)))
+            },
+        );
+        Ok(ToolOutput::Stream(match parking {
+            Some(parking) => served.chain(parking).boxed(),
+            None => served.boxed(),
+        }))
+    }
+}
+
+impl RecordedTool {
+    /// Waits where the recorded process stopped, for good.
+    async fn park(&self) -> Result<ToolOutput, ToolError> {
+        park(&self.shared).await;
+        Err("unreachable: a parked call never resumes".into())
+    }
+}
+
+/// A call the recorded process never finished: parks at the stop (the driver moves on to the
+/// next process), and never resumes in any case.
+async fn park(shared: &Shared) {
+    shared.stop_point().await;
+    std::future::pending::<()>().await
+}
+
+/// Writes a recorded call's effects again, into the session replaying it.
+struct EffectWriter {
+    /// The session whose own tool this is (for context block writes).
+    session: Option<Weak<Inner>>,
+    site: CallSite,
+    call_id: String,
+}
+
+impl EffectWriter {
+    async fn write(&self, effect: &Effect) -> Result<(), ToolError> {
+        match effect {
+            Effect::Block(write) => {
+                let inner = self
+                    .session
+                    .as_ref()
+                    .and_then(Weak::upgrade)
+                    .ok_or("the session replaying this tool call is closed")?;
+                write_block(
+                    &inner,
+                    &write.block,
+                    &write.content,
+                    write.source,
+                    Some(self.call_id.clone()),
+                )
+                .await
+                .map_err(|e| format!("writing context block {:?} again: {e}", write.block))?;
+            }
+            Effect::Link(event) => {
+                let recorder = &self.site.session.inner.recorder;
+                recorder.append(Some(&self.site.turn_id), (**event).clone())?;
+                recorder.flush().await?;
+            }
+        }
+        Ok(())
     }
 }

@@ -87,6 +87,16 @@ impl Session {
         self.stream_turn(EntryPath::Http, "chat_http", messages, opts)
     }
 
+    /// [`Session::chat`] for a sub-agent's turn, which another session's tool call runs: the
+    /// same turn, recorded with entry `sub_agent` (see [`crate::subagent`]).
+    pub(crate) fn chat_as_subagent(
+        &self,
+        messages: Vec<UIMessage>,
+        opts: TurnOptions,
+    ) -> Result<ChatStream, EngineError> {
+        self.stream_turn(EntryPath::SubAgent, "chat_as_subagent", messages, opts)
+    }
+
     pub(super) fn stream_turn(
         &self,
         entry: EntryPath,

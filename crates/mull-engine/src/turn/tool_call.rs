@@ -2,6 +2,7 @@
 //! anything it allows), executed or skipped, its outcome recorded and observed.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
 use mull_core::{
@@ -200,6 +201,12 @@ impl TurnRun<'_> {
                     messages: messages.to_vec(),
                     context: self.tool_context.clone(),
                     cancel: self.spec.signal.clone(),
+                    site: crate::subagent::CallSite {
+                        session: crate::session::Session {
+                            inner: Arc::clone(self.inner),
+                        },
+                        turn_id: self.turn_id.clone(),
+                    },
                 };
                 let started = self.inner.recorder.clock().now();
                 let run = self

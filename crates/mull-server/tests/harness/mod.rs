@@ -60,22 +60,34 @@ pub async fn server_with_limits(
     limits: ConnectionLimits,
     configure: impl FnOnce(ServerState) -> ServerState,
 ) -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path().join("chat.db")).expect("log");
     // One agent per chat for the server's life: a chat's script goes on where it stopped
     // when its session is evicted and re-opened, as a stateless model would.
     let agents = std::sync::Mutex::new(std::collections::HashMap::new());
-    let state = configure(ServerState::with_agents(
-        log.clone(),
-        std::sync::Arc::new(move |chat_id: &str| {
-            let mut agents = agents.lock().expect("agents");
-            std::sync::Arc::clone(
-                agents
-                    .entry(chat_id.to_owned())
-                    .or_insert_with(|| agent::ScriptAgent::for_chat(chat_id)),
-            )
-        }),
-    ));
+    let agents: mull_server::AgentSource = std::sync::Arc::new(move |chat_id: &str| {
+        let mut agents = agents.lock().expect("agents");
+        std::sync::Arc::clone(
+            agents
+                .entry(chat_id.to_owned())
+                .or_insert_with(|| agent::ScriptAgent::for_chat(chat_id)),
+        )
+    });
+    start(token, limits, agents, configure).await
+}
+
+/// A server whose chats all run the agent `agents` picks for them.
+pub async fn server_for(agents: mull_server::AgentSource) -> Server {
+    start(None, ConnectionLimits::default(), agents, |s| s).await
+}
+
+async fn start(
+    token: Option<&str>,
+    limits: ConnectionLimits,
+    agents: mull_server::AgentSource,
+    configure: impl FnOnce(ServerState) -> ServerState,
+) -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("chat.db")).expect("log");
+    let state = configure(ServerState::with_agents(log.clone(), agents));
     let config = ServerConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         token: token.map(str::to_owned),

@@ -14,6 +14,11 @@ use crate::dash::app::{App, View};
 fn breadcrumbs(app: &App) -> Vec<Vec<String>> {
     let mut full = vec!["mull".to_owned(), app.db_label.clone()];
     let mut short = vec!["mull".to_owned()];
+    // Inside a sub-agent: the parents' tool calls it was opened from.
+    for frame in &app.nest {
+        full.push(frame.label.clone());
+        short.push("…".to_owned());
+    }
     if app.view != View::Sessions {
         if let Some(session) = &app.session_id {
             let agent = app.overviews.get(session).and_then(|o| o.agent.clone());

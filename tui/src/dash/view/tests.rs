@@ -522,13 +522,18 @@ fn the_session_list_shows_where_a_fork_branched_off_and_its_origin_lists_its_for
         log.append(session, None, at, event).expect("forks");
     };
     fork("sess_strict", "sess_1", 120);
-    fork("sess_stricter", "sess_strict", 349);
+    // The fork of the fork branches off at the fork's one event.
+    let strict_seq = log.last_seq();
+    fork("sess_stricter", "sess_strict", strict_seq);
     log.close().expect("commit");
     let mut dash = Dash::open(&db).expect("open dashboard");
     dash.app.db_label = "forks.db".into();
     let text = format!("{}", screen(&dash).backend());
     assert!(text.contains("⑂ fork of sess_1 @120"), "{text}");
-    assert!(text.contains("⑂ fork of sess_strict @349"), "{text}");
+    assert!(
+        text.contains(&format!("⑂ fork of sess_strict @{strict_seq}")),
+        "{text}"
+    );
     // The origin's details name its fork; the fork's name its origin and its own fork.
     assert!(text.contains("forks sess_strict"), "{text}");
     press(&mut dash, &[Action::Down]);
@@ -538,4 +543,61 @@ fn the_session_list_shows_where_a_fork_branched_off_and_its_origin_lists_its_for
         text.contains("fork of sess_1 @120 · forks sess_stricter"),
         "{text}"
     );
+}
+
+/// The demo's recorded log: its sixth turn asks the research sub-agent.
+fn demo_log() -> Vec<mull_core::Envelope> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/demo.jsonl");
+    std::fs::read_to_string(path)
+        .expect("the demo fixture")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an envelope"))
+        .collect()
+}
+
+fn selected_subagent(dash: &Dash) -> Option<String> {
+    match dash.app.turn.as_ref()?.selected_item().map(|i| &i.kind) {
+        Some(crate::dash::timeline::ItemKind::Tool(tool)) => tool.subagent.clone(),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_sub_agents_turn_opens_from_its_parents_tool_call_and_backs_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_db(dir.path(), &demo_log());
+    let mut dash = Dash::open(&path).expect("open dashboard");
+    dash.app.db_label = "test.db".into();
+    // The sub-agent's session is not listed: it is reached from its parent's call.
+    let listed: Vec<&str> = dash
+        .app
+        .sessions
+        .iter()
+        .map(|s| s.session_id.as_str())
+        .collect();
+    assert_eq!(listed, ["sess_1"]);
+    open_turn(&mut dash, 5);
+    press(&mut dash, &[Action::First]);
+    for _ in 0..200 {
+        if selected_subagent(&dash).is_some() {
+            break;
+        }
+        press(&mut dash, &[Action::Down]);
+    }
+    assert_eq!(selected_subagent(&dash).as_deref(), Some("sess_1.agent_1"));
+    snap("subagent_parent_call", &dash);
+    press(&mut dash, &[Action::SubagentIn]);
+    assert_eq!(dash.app.view, View::Timeline);
+    assert_eq!(dash.app.session_id.as_deref(), Some("sess_1.agent_1"));
+    assert_eq!(dash.app.nest.len(), 1);
+    snap("subagent_child_turn", &dash);
+    // Back out: the parent's timeline as it was left, the call still selected.
+    press(&mut dash, &[Action::SubagentOut]);
+    assert_eq!(dash.app.session_id.as_deref(), Some("sess_1"));
+    assert!(dash.app.nest.is_empty());
+    assert_eq!(selected_subagent(&dash).as_deref(), Some("sess_1.agent_1"));
+    // Esc on the child's timeline comes back the same way.
+    press(&mut dash, &[Action::SubagentIn, Action::Back]);
+    assert_eq!(dash.app.session_id.as_deref(), Some("sess_1"));
+    assert_eq!(dash.app.view, View::Timeline);
 }

@@ -491,6 +491,12 @@ fn item_lines(
                 Some(false) => head.push(Span::styled(" ✗", red)),
                 None => head.push(Span::styled(" running", dim)),
             }
+            if let Some(child) = &tool.subagent {
+                head.push(Span::styled(
+                    format!(" ↳ sub-agent {child} (>)"),
+                    Style::new().fg(Color::Magenta),
+                ));
+            }
             let input: String = tool
                 .input
                 .chars()

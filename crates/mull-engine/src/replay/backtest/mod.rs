@@ -82,7 +82,7 @@ pub enum BacktestError {
 }
 
 /// Backtests `agent` (with `options.replay.extensions`) over `sessions` of the recorded log
-/// (all of its sessions when empty), re-executing each into `scratch` — a log that holds none
+/// (all of its sessions but sub-agents' when empty), re-executing each into `scratch` — a log that holds none
 /// of them, which the caller throws away — with model output from `serve`.
 ///
 /// The recorded log is only read. See the module docs for what the report holds.
@@ -95,10 +95,14 @@ pub async fn backtest(
     options: BacktestOptions,
 ) -> Result<BacktestReport, BacktestError> {
     let ids: Vec<String> = if sessions.is_empty() {
+        // A sub-agent's session is left out: its parent's re-execution serves what it did from
+        // the recording, and its own policy is backtested by naming it with its own agent.
+        let overviews = recorded.session_overviews()?;
         let all: Vec<String> = recorded
             .sessions()?
             .into_iter()
             .map(|s| s.session_id)
+            .filter(|id| overviews.get(id).is_none_or(|o| o.parent.is_none()))
             .collect();
         if all.is_empty() {
             return Err(BacktestError::NoSessions);
