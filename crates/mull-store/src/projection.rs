@@ -14,6 +14,8 @@ use mull_core::{
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::approvals::{ApprovalAnswer, PendingApproval};
+
 /// The error a tool call without a result gets in a fork cut before the result came.
 pub const FORKED_TOOL_CALL: &str = "the session was forked before this call finished";
 
@@ -27,6 +29,8 @@ pub struct ToolStats {
     pub substituted: u32,
     pub invalid: u32,
     pub hook_failed: u32,
+    /// Calls a person denied (or whose approval request expired).
+    pub denied: u32,
     /// Outcomes, from `tool_call_finished`.
     pub calls: u32,
     pub failures: u32,
@@ -105,6 +109,11 @@ pub struct SessionState {
     pub draft: Option<UIMessage>,
     pub turns: Vec<TurnSummary>,
     pub pending_client_calls: Vec<PendingClientCall>,
+    /// Tool calls parked on a person's approval (see [`crate::approvals`]).
+    pub pending_approvals: Vec<PendingApproval>,
+    /// Approval requests whose calls have an outcome (kept so a late answer is told apart
+    /// from an unknown id).
+    pub closed_approvals: Vec<PendingApproval>,
     pub submissions: Vec<Submission>,
     /// Usage of every finished step of the session.
     pub usage: Usage,
@@ -130,6 +139,8 @@ impl SessionState {
             draft: None,
             turns: Vec::new(),
             pending_client_calls: Vec::new(),
+            pending_approvals: Vec::new(),
+            closed_approvals: Vec::new(),
             submissions: Vec::new(),
             usage: Usage::default(),
             context_blocks: BTreeMap::new(),
@@ -233,7 +244,10 @@ impl SessionState {
                     });
                 }
             }
-            Event::ToolDecided { action, .. } => {
+            Event::ToolDecided {
+                action, call_id, ..
+            } => {
+                self.approval_decided(call_id);
                 if let Some(turn) = self.turn_mut(e.turn_id) {
                     let stats = &mut turn.tools;
                     match action {
@@ -243,14 +257,19 @@ impl SessionState {
                         DecisionAction::Substitute => stats.substituted += 1,
                         DecisionAction::Invalid => stats.invalid += 1,
                         DecisionAction::HookFailed => stats.hook_failed += 1,
+                        DecisionAction::Denied => stats.denied += 1,
                     }
                 }
             }
             Event::ToolCallFinished {
+                call_id,
                 success,
                 duration_ms,
+                output,
+                error,
                 ..
             } => {
+                self.approval_finished(call_id, None, output.as_ref(), error.as_ref());
                 if let Some(turn) = self.turn_mut(e.turn_id) {
                     let stats = &mut turn.tools;
                     stats.calls += 1;
@@ -294,7 +313,24 @@ impl SessionState {
                     part.preliminary = false;
                 }
                 self.pending_client_calls.retain(|c| c.call_id != *call_id);
+                self.approval_repaired(call_id);
             }
+            Event::ToolApprovalRequested { .. } => self.approval_requested(&e),
+            Event::ToolApprovalAnswered {
+                approval_id,
+                approved,
+                reason,
+                expired,
+                ..
+            } => self.approval_answered(
+                approval_id,
+                ApprovalAnswer {
+                    approved: *approved,
+                    reason: reason.clone(),
+                    expired: *expired,
+                    at: e.at,
+                },
+            ),
             Event::StepFinished { record } => {
                 self.usage.add(&record.usage);
                 if let Some(turn) = self.turn_mut(e.turn_id) {
@@ -304,6 +340,7 @@ impl SessionState {
             }
             Event::AssistantMessageSaved { message, .. } => {
                 upsert(&mut self.messages, message);
+                self.approval_parts_after_save(&message.id);
                 self.draft = None;
                 self.open_blocks.clear();
             }
@@ -443,6 +480,7 @@ impl SessionState {
             }
         }
         self.pending_client_calls.clear();
+        self.pending_approvals.clear();
     }
 
     /// The turn an event belongs to: the latest with the envelope's turn id, else the latest.
@@ -479,6 +517,8 @@ impl SessionState {
             .collect();
         self.pending_client_calls
             .retain(|c| !retracted_calls.contains(&c.call_id));
+        self.pending_approvals
+            .retain(|p| !retracted_calls.contains(&p.call_id));
         self.messages.retain(|m| !message_ids.contains(&m.id));
     }
 
@@ -662,7 +702,7 @@ fn tool_part_or_new<'a>(
 
 /// The tool part for `call_id` in `messages`, newest message first; limited to `message_id`
 /// when given and present.
-fn find_tool_part<'a>(
+pub(crate) fn find_tool_part<'a>(
     messages: &'a mut [UIMessage],
     message_id: Option<&str>,
     call_id: &str,

@@ -297,9 +297,10 @@ pub fn decision_style(action: DecisionAction) -> Style {
         DecisionAction::Allow => Style::new().fg(Color::Green),
         DecisionAction::Rewrite => Style::new().fg(Color::Yellow),
         DecisionAction::Substitute => Style::new().fg(Color::Magenta),
-        DecisionAction::Block | DecisionAction::Invalid | DecisionAction::HookFailed => {
-            Style::new().fg(Color::Red)
-        }
+        DecisionAction::Block
+        | DecisionAction::Invalid
+        | DecisionAction::HookFailed
+        | DecisionAction::Denied => Style::new().fg(Color::Red),
     }
 }
 
