@@ -18,8 +18,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use futures::StreamExt;
 use mull_core::{Clock, IdSource, LanguageModel, RandomIds, SequentialIds, SystemClock, UIMessage};
 use mull_engine::{
-    Agent, EngineError, FnTool, HookResult, OutcomeStatus, Session, SessionOptions,
-    ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions,
+    Agent, Approval, EngineError, FnTool, HookResult, OutcomeStatus, Session, SessionOptions,
+    ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions, TurnOutcome,
 };
 use mull_providers::scripted::ScriptedModel;
 use mull_store::Log;
@@ -41,6 +41,10 @@ pub struct DemoOptions {
     pub policy: Option<ToolPolicy>,
     /// No pacing (real clock and ids): the whole demo in a moment.
     pub fast: bool,
+    /// A sixth turn books the hotel: `book_hotel` waits for a person's approval, which the
+    /// demo gives itself (at once when unpaced, after the user's "typing" pause when paced, so
+    /// a dashboard shows the request waiting). Off by default: the five turns' log is unchanged.
+    pub book: bool,
 }
 
 /// How long the model "thinks" before its first part, when paced.
@@ -56,6 +60,7 @@ impl Default for DemoOptions {
             part_delay: Duration::from_millis(35),
             policy: None,
             fast: false,
+            book: false,
         }
     }
 }
@@ -140,6 +145,14 @@ struct HotelInput {
     city: String,
     /// A neighbourhood to be close to.
     near: String,
+    /// How many nights.
+    nights: u32,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct BookInput {
+    /// The hotel to book.
+    hotel: String,
     /// How many nights.
     nights: u32,
 }
@@ -272,6 +285,25 @@ impl Agent for TravelDesk {
     }
 }
 
+/// The booking tool of the sixth turn: every call waits for a person's approval. Offered to
+/// that turn alone, so the other turns' requests stay as recorded.
+fn book_hotel() -> ToolSet {
+    let book = FnTool::new(
+        "book_hotel",
+        "Books a hotel room; a person approves every booking.",
+        |input: BookInput, _| async move {
+            Ok::<Value, ToolError>(json!({
+                "booked": input.hotel,
+                "nights": input.nights,
+                "reference": "LIS-3107"
+            }))
+        },
+    )
+    .needs_approval(true)
+    .shared();
+    ToolSet::new().with(book)
+}
+
 /// `text` as the deltas a model streams: a word (with its trailing space) each.
 fn words(text: &str) -> Vec<String> {
     let mut out: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
@@ -393,6 +425,24 @@ fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
             ))
             .usage(1580, 66)
         })
+        // Turn 6 (with `book`): a booking that waits for approval, then the confirmation.
+        .step(|s| {
+            think(s)
+                .text("Booking it; you will be asked to approve.")
+                .tool_call(
+                    "call_book_1",
+                    "book_hotel",
+                    json!({"hotel": "Casa do Largo", "nights": 2}),
+                )
+                .usage(1650, 30)
+        })
+        .step(|s| {
+            think(s)
+                .text_deltas(words(
+                    "Booked: Casa do Largo for two nights, reference LIS-3107.",
+                ))
+                .usage(1720, 22)
+        })
         .build()
 }
 
@@ -460,7 +510,9 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         ("u_5", "What should I pack for the rain?"),
     ];
     let mut turns = Vec::new();
-    for (index, (id, text)) in prompts.into_iter().enumerate() {
+    let booking = ("u_6", "Book Casa do Largo for the two nights.");
+    let prompts = prompts.into_iter().chain(options.book.then_some(booking));
+    for (index, (id, text)) in prompts.enumerate() {
         if paced && index > 0 {
             tokio::time::sleep(TYPING).await;
         }
@@ -469,30 +521,53 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         } else {
             RandomIds.next_id("msg")
         };
+        let opts = TurnOptions {
+            tools: if id == booking.0 {
+                book_hotel()
+            } else {
+                ToolSet::new()
+            },
+            ..TurnOptions::default()
+        };
         let outcome = session
-            .save_messages(
-                vec![UIMessage::user(message_id, text)],
-                TurnOptions::default(),
-            )
+            .save_messages(vec![UIMessage::user(message_id, text)], opts)
             .await
             .map_err(engine_err)?;
-        if outcome.status != OutcomeStatus::Completed {
-            return Err(DemoError::Turn {
-                request_id: outcome.request_id,
-                status: outcome.status,
-                error: outcome.error.map(|e| e.message).unwrap_or_default(),
-            });
+        turns.push(completed(outcome)?);
+        // The demo is the person who approves the booking.
+        for pending in session.pending_approvals() {
+            if paced {
+                tokio::time::sleep(TYPING).await;
+            }
+            let answered = session
+                .answer_approval(&pending.approval_id, Approval::approve())
+                .await
+                .map_err(engine_err)?;
+            if let Some(outcome) = answered {
+                turns.push(completed(outcome)?);
+            }
         }
-        turns.push(DemoTurn {
-            request_id: outcome.request_id,
-            status: outcome.status,
-        });
     }
     let events = session.read_state(|s| s.last_seq);
     Ok(DemoReport {
         session_id,
         turns,
         events,
+    })
+}
+
+/// The turn as the report lists it, or the error of a turn that did not complete.
+fn completed(outcome: TurnOutcome) -> Result<DemoTurn, DemoError> {
+    if outcome.status != OutcomeStatus::Completed {
+        return Err(DemoError::Turn {
+            request_id: outcome.request_id,
+            status: outcome.status,
+            error: outcome.error.map(|e| e.message).unwrap_or_default(),
+        });
+    }
+    Ok(DemoTurn {
+        request_id: outcome.request_id,
+        status: outcome.status,
     })
 }
 
