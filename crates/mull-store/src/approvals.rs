@@ -93,47 +93,20 @@ impl SessionState {
     }
 
     pub(crate) fn approval_requested(&mut self, e: &EventRef<'_>) {
-        let mull_core::Event::ToolApprovalRequested {
-            step,
-            call_id,
-            tool,
-            approval_id,
-            input,
-            reason,
-            expires_at,
-        } = e.event
-        else {
+        let mull_core::Event::ToolApprovalRequested { call_id, .. } = e.event else {
             return;
         };
         let message_id = self.draft.as_ref().map(|d| d.id.clone());
         if let Some(part) = self.draft.as_mut().and_then(|d| d.tool_part_mut(call_id)) {
             part.state = ToolPartState::ApprovalRequested;
         }
-        self.pending_approvals.push(PendingApproval {
-            approval_id: approval_id.clone(),
-            call_id: call_id.clone(),
-            tool: tool.clone(),
-            input: input.clone(),
-            reason: reason.clone(),
-            step: *step,
-            turn_id: e.turn_id.map(str::to_owned),
-            message_id,
-            requested_at: e.at,
-            expires_at: *expires_at,
-            answer: None,
-            decided: false,
-        });
+        push_request(&mut self.pending_approvals, e, message_id);
     }
 
     pub(crate) fn approval_answered(&mut self, approval_id: &str, answer: ApprovalAnswer) {
-        let Some(pending) = self
-            .pending_approvals
-            .iter_mut()
-            .find(|p| p.approval_id == approval_id && p.answer.is_none())
-        else {
+        let Some(pending) = answer_request(&mut self.pending_approvals, approval_id, answer) else {
             return;
         };
-        pending.answer = Some(answer);
         let (call_id, message_id) = (pending.call_id.clone(), pending.message_id.clone());
         self.set_part_state(
             &call_id,
@@ -144,13 +117,7 @@ impl SessionState {
 
     /// A `tool_decided` for a parked call: the turn acting on its answer decided it.
     pub(crate) fn approval_decided(&mut self, call_id: &str) {
-        if let Some(pending) = self
-            .pending_approvals
-            .iter_mut()
-            .find(|p| p.call_id == call_id && p.answer.is_some())
-        {
-            pending.decided = true;
-        }
+        mark_decided(&mut self.pending_approvals, call_id);
     }
 
     /// A `tool_call_finished` for a parked call: its outcome goes onto the tool part of the
@@ -163,14 +130,9 @@ impl SessionState {
         output: Option<&Value>,
         error: Option<&String>,
     ) {
-        let Some(index) = self
-            .pending_approvals
-            .iter()
-            .position(|p| p.call_id == call_id && p.decided)
-        else {
+        let Some(pending) = take_closed(&mut self.pending_approvals, call_id, true) else {
             return;
         };
-        let pending = self.pending_approvals.remove(index);
         self.closed_approvals.push(pending.clone());
         let denied = decision == Some(DecisionAction::Denied)
             || pending.answer.as_ref().is_some_and(|a| !a.approved);
@@ -190,12 +152,7 @@ impl SessionState {
 
     /// A repaired call is no longer pending.
     pub(crate) fn approval_repaired(&mut self, call_id: &str) {
-        if let Some(index) = self
-            .pending_approvals
-            .iter()
-            .position(|p| p.call_id == call_id)
-        {
-            let closed = self.pending_approvals.remove(index);
+        if let Some(closed) = take_closed(&mut self.pending_approvals, call_id, false) {
             self.closed_approvals.push(closed);
         }
     }
@@ -227,4 +184,77 @@ impl SessionState {
             part.state = state;
         }
     }
+}
+
+// The fold's steps over a list of pending approvals, shared by the session's projection and
+// the session-wide tool table a dashboard keeps (one rule for both).
+
+/// A `tool_approval_requested`: the call is pending, asked in `message_id`.
+pub(crate) fn push_request(
+    pending: &mut Vec<PendingApproval>,
+    e: &EventRef<'_>,
+    message_id: Option<String>,
+) {
+    let mull_core::Event::ToolApprovalRequested {
+        step,
+        call_id,
+        tool,
+        approval_id,
+        input,
+        reason,
+        expires_at,
+    } = e.event
+    else {
+        return;
+    };
+    pending.push(PendingApproval {
+        approval_id: approval_id.clone(),
+        call_id: call_id.clone(),
+        tool: tool.clone(),
+        input: input.clone(),
+        reason: reason.clone(),
+        step: *step,
+        turn_id: e.turn_id.map(str::to_owned),
+        message_id,
+        requested_at: e.at,
+        expires_at: *expires_at,
+        answer: None,
+        decided: false,
+    });
+}
+
+/// A `tool_approval_answered`: the first answer counts.
+pub(crate) fn answer_request<'a>(
+    pending: &'a mut [PendingApproval],
+    approval_id: &str,
+    answer: ApprovalAnswer,
+) -> Option<&'a PendingApproval> {
+    let request = pending
+        .iter_mut()
+        .find(|p| p.approval_id == approval_id && p.answer.is_none())?;
+    request.answer = Some(answer);
+    Some(request)
+}
+
+/// A `tool_decided` for an answered call.
+pub(crate) fn mark_decided(pending: &mut [PendingApproval], call_id: &str) {
+    if let Some(request) = pending
+        .iter_mut()
+        .find(|p| p.call_id == call_id && p.answer.is_some())
+    {
+        request.decided = true;
+    }
+}
+
+/// The call's outcome (`decided_only`: a `tool_call_finished`, which closes only a decided
+/// call) or repair: it is no longer pending.
+pub(crate) fn take_closed(
+    pending: &mut Vec<PendingApproval>,
+    call_id: &str,
+    decided_only: bool,
+) -> Option<PendingApproval> {
+    let index = pending
+        .iter()
+        .position(|p| p.call_id == call_id && (p.decided || !decided_only))?;
+    Some(pending.remove(index))
 }

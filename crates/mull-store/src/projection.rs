@@ -14,7 +14,9 @@ use mull_core::{
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::approvals::{ApprovalAnswer, PendingApproval};
+use crate::approvals::{
+    answer_request, mark_decided, push_request, take_closed, ApprovalAnswer, PendingApproval,
+};
 
 /// The error a tool call without a result gets in a fork cut before the result came.
 pub const FORKED_TOOL_CALL: &str = "the session was forked before this call finished";
@@ -750,6 +752,8 @@ pub struct SessionToolCalls {
     pub turns: u64,
     /// Every call, in the order it began.
     pub calls: Vec<ToolCallRecord>,
+    /// Calls waiting on a person's approval, or answered and not yet run or denied.
+    pub approvals: Vec<PendingApproval>,
     /// The last event applied (0 before any); older or repeated events are ignored.
     pub last_seq: u64,
     /// Call id → index of its newest call: a model may reuse ids across turns.
@@ -764,6 +768,7 @@ impl SessionToolCalls {
             session_id: session_id.into(),
             turns: 0,
             calls: Vec::new(),
+            approvals: Vec::new(),
             last_seq: 0,
             by_call_id: std::collections::HashMap::new(),
         }
@@ -788,6 +793,7 @@ impl SessionToolCalls {
                 ..
             } => {
                 self.call(env, call_id, tool).decision = Some(*action);
+                mark_decided(&mut self.approvals, call_id);
             }
             Event::ToolCallFinished {
                 call_id,
@@ -799,6 +805,7 @@ impl SessionToolCalls {
                 let call = self.call(env, call_id, tool);
                 call.success = Some(*success);
                 call.duration_ms = Some(*duration_ms);
+                take_closed(&mut self.approvals, call_id, true);
             }
             Event::ClientToolResult {
                 call_id,
@@ -810,6 +817,25 @@ impl SessionToolCalls {
             }
             Event::ToolCallRepaired { call_id, tool, .. } => {
                 self.call(env, call_id, tool).success = Some(false);
+                take_closed(&mut self.approvals, call_id, false);
+            }
+            Event::ToolApprovalRequested { .. } => {
+                push_request(&mut self.approvals, &EventRef::of(env), None);
+            }
+            Event::ToolApprovalAnswered {
+                approval_id,
+                approved,
+                reason,
+                expired,
+                ..
+            } => {
+                let answer = ApprovalAnswer {
+                    approved: *approved,
+                    reason: reason.clone(),
+                    expired: *expired,
+                    at: env.at,
+                };
+                answer_request(&mut self.approvals, approval_id, answer);
             }
             _ => {}
         }
