@@ -5,6 +5,7 @@
 //! columns by priority for the width they get ([`fit_columns`]): a narrow terminal drops whole
 //! columns, never cuts a value, and keeps the key hints.
 
+mod approvals;
 mod columns;
 mod diff;
 mod event;
