@@ -533,7 +533,7 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
             .save_messages(vec![UIMessage::user(message_id, text)], opts)
             .await
             .map_err(engine_err)?;
-        turns.push(completed(outcome)?);
+        turns.push(completed(outcome).map_err(|e| *e)?);
         // The demo is the person who approves the booking.
         for pending in session.pending_approvals() {
             if paced {
@@ -544,7 +544,7 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
                 .await
                 .map_err(engine_err)?;
             if let Some(outcome) = answered {
-                turns.push(completed(outcome)?);
+                turns.push(completed(outcome).map_err(|e| *e)?);
             }
         }
     }
@@ -556,14 +556,15 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
     })
 }
 
-/// The turn as the report lists it, or the error of a turn that did not complete.
-fn completed(outcome: TurnOutcome) -> Result<DemoTurn, DemoError> {
+/// The turn as the report lists it, or (boxed: it is large) the error of a turn that did not
+/// complete.
+fn completed(outcome: TurnOutcome) -> Result<DemoTurn, Box<DemoError>> {
     if outcome.status != OutcomeStatus::Completed {
-        return Err(DemoError::Turn {
+        return Err(Box::new(DemoError::Turn {
             request_id: outcome.request_id,
             status: outcome.status,
             error: outcome.error.map(|e| e.message).unwrap_or_default(),
-        });
+        }));
     }
     Ok(DemoTurn {
         request_id: outcome.request_id,

@@ -8,7 +8,7 @@
 //! [`Session::answer_approval`](crate::Session::answer_approval) (the server's AI SDK protocol,
 //! the CLI and embedders all use it), which appends one `tool_approval_answered` event. What
 //! acts on the answer is here and in the turn (`turn/approval.rs`), apart from the entry:
-//! the answer is checked and recorded ([`record_answer`]); when it completes its step, a
+//! the answer is checked and recorded (`record_answer`); when it completes its step, a
 //! continuation turn runs the approved calls once and shows the denials to the model.
 //!
 //! Expiry ([`SessionOptions::approval_expiry`](crate::SessionOptions)) is read with the
