@@ -619,3 +619,33 @@ async fn a_crash_between_the_answer_and_the_decision_runs_the_call_in_the_next_t
     assert_eq!(agent.booked(), 1);
     assert_eq!(part(&session, "c1").state, ToolPartState::OutputAvailable);
 }
+
+#[tokio::test]
+async fn a_session_with_approvals_re_executes_without_divergence() {
+    let model = booking_model(true);
+    let agent = Desk::new(&model);
+    let log = TestLog::new();
+    let session = log.open(&agent).await;
+    session
+        .save_messages(user("u1", "Book and pay."), TurnOptions::default())
+        .await
+        .unwrap();
+    let pending = session.pending_approvals();
+    session
+        .answer_approval(&pending[0].approval_id, Approval::approve())
+        .await
+        .unwrap();
+    session
+        .answer_approval(&pending[1].approval_id, Approval::deny(Some("No.".into())))
+        .await
+        .unwrap();
+    drop(session);
+    log.log.flush().await.unwrap();
+    let recording = support::replay::recording_of(&log.path, "s1");
+    let again = Desk::new(&booking_model(true));
+    let report = support::replay::reexecute_ok(&recording, again.clone()).await;
+    assert!(report.divergence.is_none(), "{:?}", report.divergence);
+    assert!(report.is_identical());
+    // The answers were re-issued as inputs; the booking's output was served from the log.
+    assert_eq!((again.booked(), again.transferred()), (0, 0));
+}

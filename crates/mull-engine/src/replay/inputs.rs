@@ -51,6 +51,12 @@ pub(super) enum Input {
         call_id: String,
         outcome: ClientToolOutcome,
     },
+    /// A person's answer to an approval request (an expiry is the session's own doing, not
+    /// an input).
+    ApprovalAnswer {
+        approval_id: String,
+        approval: crate::Approval,
+    },
 }
 
 /// Where the recorded process stopped with work in flight — a request whose messages were in
@@ -306,6 +312,19 @@ pub(super) fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, Repla
                         ClientToolOutcome::Output(output.clone().unwrap_or(Value::Null))
                     }
                     _ => ClientToolOutcome::Error(error.clone()),
+                },
+            },
+            Event::ToolApprovalAnswered {
+                approval_id,
+                approved,
+                reason,
+                expired: false,
+                ..
+            } => Input::ApprovalAnswer {
+                approval_id: approval_id.clone(),
+                approval: crate::Approval {
+                    approved: *approved,
+                    reason: reason.clone(),
                 },
             },
             _ => continue,
