@@ -313,9 +313,10 @@ fn words(text: &str) -> Vec<String> {
     out
 }
 
-/// The model's script for the five turns; `paced` adds the silences a real model leaves
-/// (before its first token, and once mid-answer), which write no events.
-fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
+/// The model's script for the five turns (and the booking's two steps with `book`); `paced`
+/// adds the silences a real model leaves (before its first token, and once mid-answer), which
+/// write no events.
+fn script(part_delay: Duration, paced: bool, book: bool) -> ScriptedModel {
     let think = |s: mull_providers::scripted::StepScript| {
         if paced {
             s.pause(FIRST_TOKEN)
@@ -323,7 +324,7 @@ fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
             s
         }
     };
-    ScriptedModel::builder("scripted-travel-1")
+    let builder = ScriptedModel::builder("scripted-travel-1")
         .part_delay(part_delay)
         // A session reopened with a fresh agent (a new process, a server that evicted it)
         // carries on with the turn its conversation has reached.
@@ -424,7 +425,11 @@ fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
                  pastéis to take home.",
             ))
             .usage(1580, 66)
-        })
+        });
+    if !book {
+        return builder.build();
+    }
+    builder
         // Turn 6 (with `book`): a booking that waits for approval, then the confirmation.
         .step(|s| {
             think(s)
@@ -452,7 +457,7 @@ pub const AGENT_NAME: &str = "travel-desk";
 /// The demo's agent, unpaced: what a recorded demo session is re-executed against.
 pub fn agent() -> Arc<dyn Agent> {
     Arc::new(TravelDesk {
-        model: script(Duration::ZERO, false),
+        model: script(Duration::ZERO, false, false),
         paced: false,
     })
 }
@@ -476,7 +481,7 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         Duration::ZERO
     };
     let agent: Arc<dyn Agent> = Arc::new(TravelDesk {
-        model: script(part_delay, paced),
+        model: script(part_delay, paced, options.book),
         paced,
     });
     let agent = match options.policy {
