@@ -11,6 +11,7 @@ import {
   WebSocketChatTransport,
   readUIMessageStream,
   lastAssistantMessageIsCompleteWithToolCalls,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
 } from 'ai';
 import WebSocket from 'ws';
 
@@ -104,6 +105,55 @@ async function send(transport, chatId, messages, abortSignal) {
   });
 }
 
+/** Two bookings that need approval: one approved, one denied, with addToolApprovalResponse. */
+async function approveAndDeny(transport, chatId) {
+  const chat = new PlainChat({
+    id: chatId,
+    transport,
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+  });
+  await chat.sendMessage({ text: 'book both' });
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  const asked = chat.messages[1].parts.filter((p) => p.type === 'tool-book');
+  assert.deepEqual(
+    asked.map((p) => [p.toolCallId, p.state]),
+    [
+      ['call_ritz', 'approval-requested'],
+      ['call_savoy', 'approval-requested'],
+    ],
+  );
+  assert.ok(asked.every((p) => typeof p.approval?.id === 'string'));
+  assert.notEqual(asked[0].approval.id, asked[1].approval.id);
+  await chat.addToolApprovalResponse({ id: asked[0].approval.id, approved: true });
+  // One answer of two: nothing is sent yet.
+  assert.equal(chat.messages.length, 2);
+  assert.equal(textOf(chat.messages[1]), '');
+  await chat.addToolApprovalResponse({
+    id: asked[1].approval.id,
+    approved: false,
+    reason: 'Too pricey.',
+  });
+  for (let i = 0; i < 200 && chat.status !== 'ready'; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.equal(chat.status, 'ready', chat.error?.message);
+  assert.equal(chat.messages.length, 2, 'the continuation extends the same message');
+  const done = chat.messages[1];
+  const ritz = done.parts.find((p) => p.toolCallId === 'call_ritz');
+  const savoy = done.parts.find((p) => p.toolCallId === 'call_savoy');
+  assert.equal(ritz.state, 'output-available');
+  assert.deepEqual(ritz.output, { booked: 'Ritz' });
+  assert.equal(savoy.state, 'output-denied');
+  assert.equal(textOf(done), 'Done.');
+  // Answering again is refused: the server holds no such pending request.
+  const again = await fetch(`${base}/api/chat`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ id: chatId, trigger: 'submit-message', messages: chat.messages }),
+  });
+  assert.equal(again.status, 400);
+}
+
 const scenarios = {
   async 'sse: text and reasoning'() {
     const { chunks, stream } = tee(await send(sse, 'text-e2e', [user('text-e2e', 'hi')]));
@@ -149,6 +199,16 @@ const scenarios = {
     assert.equal(textOf(second), 'You are in Berlin.');
     const tool = second.parts.find((p) => p.type === 'tool-get_location');
     assert.deepEqual(tool.output, { city: 'Berlin' });
+  },
+
+  async 'sse: tool approvals answered with addToolApprovalResponse'() {
+    await approveAndDeny(sse, 'approve-e2e');
+  },
+
+  async 'ws: tool approvals answered with addToolApprovalResponse'() {
+    const ws = new WebSocketChatTransport({ url: `${base}/api/chat/ws`, webSocket: WebSocket });
+    await approveAndDeny(ws, 'approve-ws-e2e');
+    ws.close();
   },
 
   async 'sse: regenerate() replaces the last answer'() {

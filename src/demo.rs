@@ -19,8 +19,9 @@ use chrono::{DateTime, TimeZone, Utc};
 use futures::StreamExt;
 use mull_core::{Clock, IdSource, LanguageModel, RandomIds, SequentialIds, SystemClock, UIMessage};
 use mull_engine::{
-    Agent, AgentTool, EngineError, FnTool, HookResult, OutcomeStatus, Session, SessionOptions,
-    ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions,
+    Agent, AgentTool, Approval, EngineError, FnTool, HookResult, OutcomeStatus, Session,
+    SessionOptions, ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions,
+    TurnOutcome,
 };
 use mull_providers::scripted::ScriptedModel;
 use mull_store::Log;
@@ -42,6 +43,10 @@ pub struct DemoOptions {
     pub policy: Option<ToolPolicy>,
     /// No pacing (real clock and ids): the whole demo in a moment.
     pub fast: bool,
+    /// A seventh turn books the hotel: `book_hotel` waits for a person's approval, which the
+    /// demo gives itself (at once when unpaced, after the user's "typing" pause when paced, so
+    /// a dashboard shows the request waiting). Off by default: the six turns' log is unchanged.
+    pub book: bool,
 }
 
 /// How long the model "thinks" before its first part, when paced.
@@ -57,6 +62,7 @@ impl Default for DemoOptions {
             part_delay: Duration::from_millis(35),
             policy: None,
             fast: false,
+            book: false,
         }
     }
 }
@@ -141,6 +147,14 @@ struct HotelInput {
     city: String,
     /// A neighbourhood to be close to.
     near: String,
+    /// How many nights.
+    nights: u32,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct BookInput {
+    /// The hotel to book.
+    hotel: String,
     /// How many nights.
     nights: u32,
 }
@@ -358,6 +372,25 @@ pub fn research_agent() -> Arc<dyn Agent> {
     })
 }
 
+/// The booking tool of the seventh turn: every call waits for a person's approval. Offered to
+/// that turn alone, so the other turns' requests stay as recorded.
+fn book_hotel() -> ToolSet {
+    let book = FnTool::new(
+        "book_hotel",
+        "Books a hotel room; a person approves every booking.",
+        |input: BookInput, _| async move {
+            Ok::<Value, ToolError>(json!({
+                "booked": input.hotel,
+                "nights": input.nights,
+                "reference": "LIS-3107"
+            }))
+        },
+    )
+    .needs_approval(true)
+    .shared();
+    ToolSet::new().with(book)
+}
+
 /// `text` as the deltas a model streams: a word (with its trailing space) each.
 fn words(text: &str) -> Vec<String> {
     let mut out: Vec<String> = text.split_inclusive(' ').map(str::to_owned).collect();
@@ -367,9 +400,10 @@ fn words(text: &str) -> Vec<String> {
     out
 }
 
-/// The model's script for the six turns; `paced` adds the silences a real model leaves
-/// (before its first token, and once mid-answer), which write no events.
-fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
+/// The model's script for the six turns (and the booking's two steps with `book`); `paced`
+/// adds the silences a real model leaves (before its first token, and once mid-answer), which
+/// write no events.
+fn script(part_delay: Duration, paced: bool, book: bool) -> ScriptedModel {
     let think = |s: mull_providers::scripted::StepScript| {
         if paced {
             s.pause(FIRST_TOKEN)
@@ -377,7 +411,7 @@ fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
             s
         }
     };
-    ScriptedModel::builder("scripted-travel-1")
+    let builder = ScriptedModel::builder("scripted-travel-1")
         .part_delay(part_delay)
         // A session reopened with a fresh agent (a new process, a server that evicted it)
         // carries on with the turn its conversation has reached.
@@ -496,6 +530,28 @@ fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
                      to Belém — every ten minutes or so. Go early for the pastéis.",
                 ))
                 .usage(1750, 41)
+        });
+    if !book {
+        return builder.build();
+    }
+    builder
+        // Turn 7 (with `book`): a booking that waits for approval, then the confirmation.
+        .step(|s| {
+            think(s)
+                .text("Booking it; you will be asked to approve.")
+                .tool_call(
+                    "call_book_1",
+                    "book_hotel",
+                    json!({"hotel": "Casa do Largo", "nights": 2}),
+                )
+                .usage(1650, 30)
+        })
+        .step(|s| {
+            think(s)
+                .text_deltas(words(
+                    "Booked: Casa do Largo for two nights, reference LIS-3107.",
+                ))
+                .usage(1720, 22)
         })
         .build()
 }
@@ -506,7 +562,7 @@ pub const AGENT_NAME: &str = "travel-desk";
 /// The demo's agent, unpaced: what a recorded demo session is re-executed against.
 pub fn agent() -> Arc<dyn Agent> {
     Arc::new(TravelDesk {
-        model: script(Duration::ZERO, false),
+        model: script(Duration::ZERO, false, false),
         paced: false,
         researcher: research_agent(),
     })
@@ -531,7 +587,7 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         Duration::ZERO
     };
     let agent: Arc<dyn Agent> = Arc::new(TravelDesk {
-        model: script(part_delay, paced),
+        model: script(part_delay, paced, options.book),
         paced,
         researcher: Arc::new(Researcher {
             model: research_script(part_delay, paced),
@@ -570,7 +626,9 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         ("u_6", "Can your researcher find the tram to Belém?"),
     ];
     let mut turns = Vec::new();
-    for (index, (id, text)) in prompts.into_iter().enumerate() {
+    let booking = ("u_7", "Book Casa do Largo for the two nights.");
+    let prompts = prompts.into_iter().chain(options.book.then_some(booking));
+    for (index, (id, text)) in prompts.enumerate() {
         if paced && index > 0 {
             tokio::time::sleep(TYPING).await;
         }
@@ -579,30 +637,54 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         } else {
             RandomIds.next_id("msg")
         };
+        let opts = TurnOptions {
+            tools: if id == booking.0 {
+                book_hotel()
+            } else {
+                ToolSet::new()
+            },
+            ..TurnOptions::default()
+        };
         let outcome = session
-            .save_messages(
-                vec![UIMessage::user(message_id, text)],
-                TurnOptions::default(),
-            )
+            .save_messages(vec![UIMessage::user(message_id, text)], opts)
             .await
             .map_err(engine_err)?;
-        if outcome.status != OutcomeStatus::Completed {
-            return Err(DemoError::Turn {
-                request_id: outcome.request_id,
-                status: outcome.status,
-                error: outcome.error.map(|e| e.message).unwrap_or_default(),
-            });
+        turns.push(completed(outcome).map_err(|e| *e)?);
+        // The demo is the person who approves the booking.
+        for pending in session.pending_approvals() {
+            if paced {
+                tokio::time::sleep(TYPING).await;
+            }
+            let answered = session
+                .answer_approval(&pending.approval_id, Approval::approve())
+                .await
+                .map_err(engine_err)?;
+            if let Some(outcome) = answered {
+                turns.push(completed(outcome).map_err(|e| *e)?);
+            }
         }
-        turns.push(DemoTurn {
-            request_id: outcome.request_id,
-            status: outcome.status,
-        });
     }
     let events = session.read_state(|s| s.last_seq);
     Ok(DemoReport {
         session_id,
         turns,
         events,
+    })
+}
+
+/// The turn as the report lists it, or (boxed: it is large) the error of a turn that did not
+/// complete.
+fn completed(outcome: TurnOutcome) -> Result<DemoTurn, Box<DemoError>> {
+    if outcome.status != OutcomeStatus::Completed {
+        return Err(Box::new(DemoError::Turn {
+            request_id: outcome.request_id,
+            status: outcome.status,
+            error: outcome.error.map(|e| e.message).unwrap_or_default(),
+        }));
+    }
+    Ok(DemoTurn {
+        request_id: outcome.request_id,
+        status: outcome.status,
     })
 }
 

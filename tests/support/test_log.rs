@@ -90,6 +90,13 @@ impl TestLog {
         }
     }
 
+    /// [`TestLog::options`] for a second process on the same log: its counting ids carry a
+    /// `_p2` mark, so they never repeat the first process's ids.
+    pub fn second_process_options(&self) -> SessionOptions {
+        self.options()
+            .with_ids(Arc::new(SecondProcessIds(SequentialIds::new())))
+    }
+
     /// Opens the session for `agent` with [`TestLog::options`].
     pub async fn open<A: Agent>(&self, agent: &Arc<A>) -> Session {
         self.open_with(agent, self.options()).await
@@ -143,5 +150,14 @@ impl TestLog {
             .unwrap()
             .load_session(&self.session_id)
             .unwrap()
+    }
+}
+
+/// Counting ids of a second process (`msg_p2_1`, …).
+struct SecondProcessIds(SequentialIds);
+
+impl mull::core::IdSource for SecondProcessIds {
+    fn next_id(&self, prefix: &str) -> String {
+        self.0.next_id(&format!("{prefix}_p2"))
     }
 }

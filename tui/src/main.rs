@@ -61,6 +61,9 @@ enum Command {
     /// Compare two runs of a conversation turn by turn: decisions, tool calls, text, errors,
     /// usage, timing; the first divergence named exactly. Exits 1 when they diverge.
     Diff(cli::diff::DiffArgs),
+    /// Approve (or --deny) a tool call waiting for a person; the continuation runs with the
+    /// agent --model names.
+    Approve(cli::approve::ApproveArgs),
     /// Fork a session at a turn, a seq or a chunk into a new session that goes on with the
     /// demo agent (optionally under a stricter policy); the original is never changed.
     Fork(cli::fork::ForkArgs),
@@ -133,6 +136,7 @@ fn run() -> Result<()> {
             }
             Ok(())
         }
+        Command::Approve(args) => cli::approve::run(args),
         Command::Fork(args) => cli::fork::run(args),
         Command::Backtest(args) => {
             if cli::backtest::run(args)? {

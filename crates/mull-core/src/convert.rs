@@ -86,6 +86,11 @@ fn push_assistant(msg: &UIMessage, out: &mut Vec<ModelMessage>) {
                     ToolPartState::OutputAvailable => {
                         Some((tool.output.clone().unwrap_or(Value::Null), false))
                     }
+                    // A denied approval follows the seed's block semantics: the model sees
+                    // the reason as the tool's output.
+                    ToolPartState::OutputDenied if tool.output.is_some() => {
+                        Some((tool.output.clone().unwrap_or(Value::Null), false))
+                    }
                     ToolPartState::OutputError | ToolPartState::OutputDenied => Some((
                         Value::String(tool.error_text.clone().unwrap_or_default()),
                         true,

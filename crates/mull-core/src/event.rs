@@ -162,6 +162,9 @@ pub enum DecisionAction {
     Invalid,
     /// `before_tool_call` itself failed; the call counts as a failed execution.
     HookFailed,
+    /// A person denied the approval the call waited for (or the request expired): the
+    /// seed's block semantics, the model sees the reason as the tool's output.
+    Denied,
 }
 
 impl DecisionAction {
@@ -179,6 +182,7 @@ impl DecisionAction {
             DecisionAction::Substitute => "substitute",
             DecisionAction::Invalid => "invalid",
             DecisionAction::HookFailed => "hook_failed",
+            DecisionAction::Denied => "denied",
         }
     }
 }
@@ -427,6 +431,40 @@ pub enum Event {
         output: Option<Value>,
         error: Option<String>,
     },
+    /// A tool call waits for a person's approval: `before_tool_call` or the tool's
+    /// `needs_approval` rule asked for it. Written (and flushed) instead of a `tool_decided`;
+    /// the step ends and the turn finishes parked. Nothing waits in memory: the answer is a
+    /// [`Event::ToolApprovalAnswered`] input, and the turn that follows it runs or denies the
+    /// call.
+    ToolApprovalRequested {
+        step: u32,
+        call_id: String,
+        tool: String,
+        /// The id the answer names (from the injected id source).
+        approval_id: String,
+        /// The input the call runs with once approved (a hook's rewrite applied).
+        input: Value,
+        /// Why approval was asked, when the hook said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// When an unanswered request turns into a denial (none: it waits forever).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_at: Option<DateTime<Utc>>,
+    },
+    /// The answer to a [`Event::ToolApprovalRequested`]: an input event, appended (and
+    /// flushed) before anything acts on it. An expired request is answered by the session
+    /// itself, as a denial with `expired` set.
+    ToolApprovalAnswered {
+        approval_id: String,
+        call_id: String,
+        tool: String,
+        approved: bool,
+        /// The person's reason (for a denial, what the model sees).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        expired: bool,
+    },
     /// A tool call left without a result by an interrupted turn was closed with an error.
     ToolCallRepaired {
         message_id: String,
@@ -618,6 +656,8 @@ impl Event {
         ToolDecided => "tool_decided",
         ToolCallFinished => "tool_call_finished",
         ClientToolResult => "client_tool_result",
+        ToolApprovalRequested => "tool_approval_requested",
+        ToolApprovalAnswered => "tool_approval_answered",
         ToolCallRepaired => "tool_call_repaired",
         StepFinished => "step_finished",
         AssistantMessageSaved => "assistant_message_saved",

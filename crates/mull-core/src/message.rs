@@ -80,6 +80,10 @@ pub enum ToolPartState {
     OutputError,
     /// The user or client denied the call.
     OutputDenied,
+    /// The call waits for a person's approval before it may run.
+    ApprovalRequested,
+    /// A person answered the approval; the call runs (or is denied) in the next turn.
+    ApprovalResponded,
 }
 
 /// A tool call and, once known, its result.

@@ -50,6 +50,23 @@ pub enum EngineError {
         #[source]
         source: mull_store::ForkError,
     },
+    /// An approval answer named a request this session never made.
+    #[error("session {session_id}: no approval request {approval_id}")]
+    UnknownApproval {
+        session_id: String,
+        approval_id: String,
+    },
+    /// An approval answer came for a request that already has one (an expired request is
+    /// answered by its expiry); nothing was written.
+    #[error(
+        "session {session_id}: approval request {approval_id} was already answered ({answer})"
+    )]
+    ApprovalAlreadyAnswered {
+        session_id: String,
+        approval_id: String,
+        /// `approved`, `denied` or `expired`.
+        answer: &'static str,
+    },
     /// The task running a turn ended without reporting (it was cancelled by the runtime).
     #[error(
         "session {session_id}: the task running request {request_id} ended without an outcome"

@@ -26,6 +26,7 @@
 //!   `configure_session` sets up), [`error`].
 
 pub mod agent;
+pub mod approval;
 mod broadcast;
 pub mod config;
 pub mod error;
@@ -48,6 +49,7 @@ pub use hooks::context;
 pub use memory::{compaction, context_blocks, search, tokens};
 
 pub use agent::Agent;
+pub use approval::Approval;
 pub use compaction::{
     compact_function, model_summarizer, summarizer, CompactOptions, Summarizer, SUMMARY_PREFIX,
 };

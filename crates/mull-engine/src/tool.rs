@@ -74,6 +74,14 @@ pub trait Tool: Send + Sync {
     fn is_dynamic(&self) -> bool {
         false
     }
+    /// Whether a call with this (validated, possibly rewritten) input must wait for a person's
+    /// approval before it runs: the AI SDK's `needsApproval`, a bool or a function of the
+    /// input. Asked only for a call `before_tool_call` lets run; the hook can ask for approval
+    /// itself with [`ToolCallDecision::RequireApproval`](crate::context::ToolCallDecision).
+    fn needs_approval(&self, input: &Value) -> bool {
+        let _ = input;
+        false
+    }
     /// Runs the tool.
     async fn execute(&self, input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError>;
 }
@@ -243,6 +251,9 @@ pub fn schema_of<I: JsonSchema + 'static>() -> Arc<Value> {
     })
 }
 
+/// A tool's approval rule: does a call with this input need a person's approval?
+type ApprovalRule = dyn Fn(&Value) -> bool + Send + Sync;
+
 type ScalarFn = dyn Fn(Value, ToolExecution) -> futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>
     + Send
     + Sync;
@@ -253,6 +264,7 @@ pub struct FnTool {
     description: String,
     schema: Arc<Value>,
     streaming: bool,
+    approval: Option<Box<ApprovalRule>>,
     run: Box<ScalarFn>,
 }
 
@@ -270,6 +282,7 @@ impl FnTool {
             description: description.to_owned(),
             schema: schema_of::<I>(),
             streaming: false,
+            approval: None,
             run: Box::new(move |input, call| {
                 let f = Arc::clone(&f);
                 Box::pin(async move {
@@ -295,6 +308,7 @@ impl FnTool {
             description: description.to_owned(),
             schema: schema_of::<I>(),
             streaming: true,
+            approval: None,
             run: Box::new(move |input, call| {
                 let f = Arc::clone(&f);
                 Box::pin(async move {
@@ -308,6 +322,20 @@ impl FnTool {
     /// Replaces the derived schema (for inputs described by hand).
     pub fn with_schema(mut self, schema: Value) -> FnTool {
         self.schema = Arc::new(schema);
+        self
+    }
+
+    /// Every call waits for a person's approval (`true`), or none does (`false`).
+    pub fn needs_approval(self, always: bool) -> FnTool {
+        self.needs_approval_when(move |_| always)
+    }
+
+    /// A call waits for a person's approval when `rule` says so of its input.
+    pub fn needs_approval_when(
+        mut self,
+        rule: impl Fn(&Value) -> bool + Send + Sync + 'static,
+    ) -> FnTool {
+        self.approval = Some(Box::new(rule));
         self
     }
 
@@ -330,6 +358,9 @@ impl Tool for FnTool {
     }
     fn is_streaming(&self) -> bool {
         self.streaming
+    }
+    fn needs_approval(&self, input: &Value) -> bool {
+        self.approval.as_ref().is_some_and(|rule| rule(input))
     }
     async fn execute(&self, input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
         (self.run)(input, call.clone()).await

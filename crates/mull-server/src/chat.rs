@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mull_core::{Role, ToolPartState, UIMessage, UIPart};
-use mull_engine::{ChatStream, ClientToolOutcome, EngineError, Session, TurnOptions};
+use mull_engine::{Approval, ChatStream, ClientToolOutcome, EngineError, Session, TurnOptions};
 use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::follow::{FollowError, TurnFollower};
 use crate::state::{ChatSession, Local, ServerState};
 use crate::ui_stream::{UiChunk, UiStreamMapper};
-use crate::wire::{ChatRequest, Trigger};
+use crate::wire::{ApprovalResponse, ChatRequest, Trigger};
 
 /// A client tool's answer found in a request.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +34,8 @@ pub struct Plan {
     pub new_messages: Vec<UIMessage>,
     /// Answers to client tool calls the session is waiting for.
     pub tool_results: Vec<ClientResult>,
+    /// Answers to approval requests the session is waiting for.
+    pub approvals: Vec<ApprovalResponse>,
 }
 
 /// Compares a request with the session: the client resends the whole conversation, the log
@@ -41,6 +43,27 @@ pub struct Plan {
 /// calls become tool results. Assistant messages are the server's own and are never taken from
 /// the client.
 pub fn plan(request: &ChatRequest, known_ids: &HashSet<String>, pending: &[String]) -> Plan {
+    plan_with_approvals(request, known_ids, pending, &[])
+}
+
+/// [`plan`], with the approval requests the session waits on: answers to them become approval
+/// answers; answers to anything else (one the log already holds) are the client's history.
+pub fn plan_with_approvals(
+    request: &ChatRequest,
+    known_ids: &HashSet<String>,
+    pending: &[String],
+    awaiting_approval: &[String],
+) -> Plan {
+    let mut approvals: Vec<ApprovalResponse> = Vec::new();
+    for answer in &request.approvals {
+        if awaiting_approval.contains(&answer.approval_id)
+            && !approvals
+                .iter()
+                .any(|a| a.approval_id == answer.approval_id)
+        {
+            approvals.push(answer.clone());
+        }
+    }
     let new_messages = request
         .messages
         .iter()
@@ -69,7 +92,10 @@ pub fn plan(request: &ChatRequest, known_ids: &HashSet<String>, pending: &[Strin
                 ToolPartState::OutputError | ToolPartState::OutputDenied => {
                     ClientToolOutcome::Error(tool.error_text.clone())
                 }
-                ToolPartState::InputStreaming | ToolPartState::InputAvailable => continue,
+                ToolPartState::InputStreaming
+                | ToolPartState::InputAvailable
+                | ToolPartState::ApprovalRequested
+                | ToolPartState::ApprovalResponded => continue,
             };
             tool_results.push(ClientResult {
                 call_id: tool.call_id.clone(),
@@ -80,6 +106,7 @@ pub fn plan(request: &ChatRequest, known_ids: &HashSet<String>, pending: &[Strin
     Plan {
         new_messages,
         tool_results,
+        approvals,
     }
 }
 
@@ -236,7 +263,9 @@ fn run_to_end(chat: ChatStream, lease: ChatSession) {
 
 fn engine_error(chat_id: &str, error: EngineError) -> ApiError {
     match error {
-        EngineError::UnknownMessage { .. } => {
+        EngineError::UnknownMessage { .. }
+        | EngineError::UnknownApproval { .. }
+        | EngineError::ApprovalAlreadyAnswered { .. } => {
             ApiError::BadRequest(format!("chat {chat_id:?}: {error}"))
         }
         other => ApiError::Internal(format!("chat {chat_id:?}: {other}")),
@@ -289,24 +318,43 @@ async fn submit(
     body: Value,
 ) -> Result<Option<ChatStream>, ApiError> {
     let chat_id = &request.chat_id;
-    let (known, pending) = session.read_state(|s| {
+    let (known, pending, awaiting) = session.read_state(|s| {
         let known: HashSet<String> = s.messages.iter().map(|m| m.id.clone()).collect();
         let pending: Vec<String> = s
             .pending_client_calls
             .iter()
             .map(|p| p.call_id.clone())
             .collect();
-        (known, pending)
+        let awaiting: Vec<String> = s
+            .unanswered_approvals()
+            .map(|p| p.approval_id.clone())
+            .collect();
+        (known, pending, awaiting)
     });
-    let plan = plan(request, &known, &pending);
-    if plan.new_messages.is_empty() && plan.tool_results.is_empty() {
+    let plan = plan_with_approvals(request, &known, &pending, &awaiting);
+    if plan.new_messages.is_empty() && plan.tool_results.is_empty() && plan.approvals.is_empty() {
         return Err(ApiError::BadRequest(format!(
-            "chat {chat_id:?}: the request has no new user message and no result for a pending \
-             client tool call; nothing to run"
+            "chat {chat_id:?}: the request has no new user message, no result for a pending \
+             client tool call and no answer to a pending approval; nothing to run"
         )));
     }
+    // Each answer is one input event; the one completing its step starts the continuation.
+    let mut continuation = None;
+    for answer in plan.approvals {
+        let approval = Approval {
+            approved: answer.approved,
+            reason: answer.reason,
+        };
+        match session
+            .answer_approval_streaming(&answer.approval_id, approval)
+            .await
+        {
+            Ok(Some(chat)) => continuation = Some(chat),
+            Ok(None) => {}
+            Err(error) => return Err(engine_error(chat_id, error)),
+        }
+    }
     if plan.new_messages.is_empty() {
-        let mut continuation = None;
         for result in plan.tool_results {
             match session
                 .add_tool_result_streaming(&result.call_id, result.outcome)
@@ -463,6 +511,7 @@ mod tests {
             trigger: Trigger::SubmitMessage,
             message_id: None,
             body: Map::new(),
+            approvals: Vec::new(),
         }
     }
 

@@ -17,7 +17,9 @@
 
 use std::collections::HashSet;
 
-use mull_core::{Envelope, Event, FinishReason, Source, StreamPart, ToolPartState, TurnStatus};
+use mull_core::{
+    DecisionAction, Envelope, Event, FinishReason, Source, StreamPart, ToolPartState, TurnStatus,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -82,6 +84,16 @@ pub enum UiChunk {
     ToolOutputError {
         tool_call_id: String,
         error_text: String,
+    },
+    /// The call waits for a person's approval (the AI SDK's `needsApproval`); the client
+    /// answers with `addToolApprovalResponse`, naming `approval_id`.
+    ToolApprovalRequest {
+        approval_id: String,
+        tool_call_id: String,
+    },
+    /// A person denied the call; it did not run.
+    ToolOutputDenied {
+        tool_call_id: String,
     },
     SourceUrl {
         source_id: String,
@@ -152,6 +164,8 @@ pub struct UiStreamMapper {
     inputs_sent: HashSet<String>,
     /// Calls whose final output (or error) reached the client.
     outputs_sent: HashSet<String>,
+    /// Calls a person denied: their outcome reaches the client as `tool-output-denied`.
+    denied: HashSet<String>,
     /// The finish reason of the latest step.
     finish_reason: FinishReason,
     /// A failure already reported as an `error` chunk.
@@ -177,6 +191,7 @@ impl UiStreamMapper {
             send_reasoning: true,
             inputs_sent: HashSet::new(),
             outputs_sent: HashSet::new(),
+            denied: HashSet::new(),
             finish_reason: FinishReason::Unknown,
             errored: false,
             pending_error: None,
@@ -253,6 +268,28 @@ impl UiStreamMapper {
                     tool_name: tool.clone(),
                     input: input.clone(),
                 });
+            }
+            Event::ToolApprovalRequested {
+                call_id,
+                approval_id,
+                ..
+            } => out.push(UiChunk::ToolApprovalRequest {
+                approval_id: approval_id.clone(),
+                tool_call_id: call_id.clone(),
+            }),
+            Event::ToolDecided {
+                call_id,
+                action: DecisionAction::Denied,
+                ..
+            } => {
+                self.denied.insert(call_id.clone());
+            }
+            Event::ToolCallFinished { call_id, .. }
+                if self.denied.contains(call_id) && self.outputs_sent.insert(call_id.clone()) =>
+            {
+                out.push(UiChunk::ToolOutputDenied {
+                    tool_call_id: call_id.clone(),
+                })
             }
             Event::ToolCallFinished {
                 call_id,

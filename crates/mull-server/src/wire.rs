@@ -47,6 +47,46 @@ pub struct ChatRequest {
     pub message_id: Option<String>,
     /// Every other top-level field, passed to hooks as the turn's body.
     pub body: Map<String, Value>,
+    /// Approval answers the client's tool parts carry (`addToolApprovalResponse`).
+    pub approvals: Vec<ApprovalResponse>,
+}
+
+/// A person's answer on a tool part in the `approval-responded` state: the AI SDK's
+/// `approval: { id, approved, reason }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalResponse {
+    pub approval_id: String,
+    pub call_id: String,
+    pub approved: bool,
+    pub reason: Option<String>,
+}
+
+impl ChatRequest {
+    /// A request from its parts, the approval answers gathered from its messages.
+    pub fn new(
+        chat_id: String,
+        messages: Vec<WireMessage>,
+        trigger: Trigger,
+        message_id: Option<String>,
+        body: Map<String, Value>,
+    ) -> ChatRequest {
+        let mut approvals = Vec::new();
+        let mut plain = Vec::with_capacity(messages.len());
+        for WireMessage(message, answers) in messages {
+            if message.role == Role::Assistant {
+                approvals.extend(answers);
+            }
+            plain.push(message);
+        }
+        ChatRequest {
+            chat_id,
+            messages: plain,
+            trigger,
+            message_id,
+            body,
+            approvals,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -76,13 +116,13 @@ impl ChatRequest {
     /// Decodes an already parsed JSON body.
     pub fn from_value(value: Value) -> Result<ChatRequest, WireError> {
         let wire: ChatRequestWire = decode_at_path(value)?;
-        Ok(ChatRequest {
-            chat_id: wire.id,
-            messages: wire.messages.into_iter().map(|m| m.0).collect(),
-            trigger: wire.trigger,
-            message_id: wire.message_id,
-            body: wire.rest,
-        })
+        Ok(ChatRequest::new(
+            wire.id,
+            wire.messages,
+            wire.trigger,
+            wire.message_id,
+            wire.rest,
+        ))
     }
 }
 
@@ -97,9 +137,47 @@ pub fn decode_at_path<T: serde::de::DeserializeOwned>(value: Value) -> Result<T,
     })
 }
 
-/// A [`UIMessage`] in the AI SDK's wire shape.
+/// A [`UIMessage`] in the AI SDK's wire shape, with the approval answers its tool parts carry
+/// (decoded only; mull keeps approvals in the log, not on the part).
 #[derive(Debug, Clone, PartialEq)]
-pub struct WireMessage(pub UIMessage);
+pub struct WireMessage(pub UIMessage, pub Vec<ApprovalResponse>);
+
+/// A message as decoded: its parts keep what they say about approvals.
+#[derive(Deserialize)]
+struct WireMessageIn {
+    id: String,
+    role: Role,
+    #[serde(default)]
+    metadata: Option<Value>,
+    parts: Vec<WirePartIn>,
+}
+
+/// A part as decoded, with the approval answer a tool part carries.
+struct WirePartIn(UIPart, Option<ApprovalResponse>);
+
+impl<'de> Deserialize<'de> for WirePartIn {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        let approval = approval_of(&value);
+        WirePart::from_value(value)
+            .map(|part| WirePartIn(part, approval))
+            .map_err(D::Error::custom)
+    }
+}
+
+/// The answer on a tool part: `approval.approved` set (an `approval-responded` or later part).
+fn approval_of(part: &Value) -> Option<ApprovalResponse> {
+    let approval = part.get("approval")?;
+    Some(ApprovalResponse {
+        approval_id: approval.get("id")?.as_str()?.to_owned(),
+        call_id: part.get("toolCallId")?.as_str()?.to_owned(),
+        approved: approval.get("approved")?.as_bool()?,
+        reason: approval
+            .get("reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    })
+}
 
 #[derive(Serialize, Deserialize)]
 struct WireMessageShape {
@@ -124,13 +202,22 @@ impl Serialize for WireMessage {
 
 impl<'de> Deserialize<'de> for WireMessage {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let shape = WireMessageShape::deserialize(deserializer)?;
-        Ok(WireMessage(UIMessage {
-            id: shape.id,
-            role: shape.role,
-            metadata: shape.metadata,
-            parts: shape.parts.into_iter().map(|p| p.0).collect(),
-        }))
+        let shape = WireMessageIn::deserialize(deserializer)?;
+        let mut parts = Vec::with_capacity(shape.parts.len());
+        let mut approvals = Vec::new();
+        for WirePartIn(part, approval) in shape.parts {
+            parts.push(part);
+            approvals.extend(approval);
+        }
+        Ok(WireMessage(
+            UIMessage {
+                id: shape.id,
+                role: shape.role,
+                metadata: shape.metadata,
+                parts,
+            },
+            approvals,
+        ))
     }
 }
 
@@ -411,7 +498,9 @@ pub fn messages_to_wire(messages: &[UIMessage]) -> Value {
     Value::Array(
         messages
             .iter()
-            .map(|m| serde_json::to_value(WireMessage(m.clone())).unwrap_or(Value::Null))
+            .map(|m| {
+                serde_json::to_value(WireMessage(m.clone(), Vec::new())).unwrap_or(Value::Null)
+            })
             .collect(),
     )
 }
@@ -522,7 +611,7 @@ mod tests {
                 },
             ],
         };
-        let wire = serde_json::to_value(WireMessage(message.clone())).expect("encodes");
+        let wire = serde_json::to_value(WireMessage(message.clone(), Vec::new())).expect("encodes");
         assert_eq!(
             wire["parts"][2],
             json!({"type": "text", "text": "hello", "state": "streaming"})
@@ -584,9 +673,38 @@ mod tests {
     #[test]
     fn a_tool_part_in_an_unknown_state_is_refused() {
         let err = serde_json::from_value::<WirePart>(json!({
-            "type": "tool-x", "toolCallId": "c", "state": "approval-requested", "input": {}
+            "type": "tool-x", "toolCallId": "c", "state": "cooking", "input": {}
         }))
-        .expect_err("approval states are not supported");
-        assert!(err.to_string().contains("approval-requested"), "{err}");
+        .expect_err("an unknown state is refused");
+        assert!(err.to_string().contains("cooking"), "{err}");
+    }
+
+    #[test]
+    fn approval_answers_are_read_from_assistant_tool_parts() {
+        let req = request(json!({"id": "c", "messages": [
+            {"id": "u", "role": "user", "parts": [{"type": "text", "text": "book it"}]},
+            {"id": "a", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "tool-book", "toolCallId": "call_1", "state": "approval-responded",
+                 "input": {"hotel": "H"},
+                 "approval": {"id": "approval_1", "approved": false, "reason": "too pricey"}},
+                {"type": "tool-book", "toolCallId": "call_2", "state": "approval-requested",
+                 "input": {"hotel": "I"}, "approval": {"id": "approval_2"}}
+            ]}
+        ]}))
+        .expect("decodes");
+        assert_eq!(
+            req.approvals,
+            vec![ApprovalResponse {
+                approval_id: "approval_1".into(),
+                call_id: "call_1".into(),
+                approved: false,
+                reason: Some("too pricey".into()),
+            }]
+        );
+        let UIPart::Tool(tool) = &req.messages[1].parts[2] else {
+            panic!("a tool part")
+        };
+        assert_eq!(tool.state, ToolPartState::ApprovalRequested);
     }
 }

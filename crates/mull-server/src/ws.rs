@@ -155,13 +155,7 @@ async fn handle_frame(
             messages,
             body,
         } => {
-            let request = ChatRequest {
-                chat_id: id.clone(),
-                messages: messages.into_iter().map(|m| m.0).collect(),
-                trigger,
-                message_id,
-                body,
-            };
+            let request = ChatRequest::new(id.clone(), messages, trigger, message_id, body);
             let started = chat::start(state, request).await;
             spawn_request(out, requests, request_id, id, started.map(Some), None);
         }

@@ -1,5 +1,6 @@
 //! End-to-end: the AI SDK's own client (npm `ai`, pinned in e2e/package-lock.json) drives the
 //! server over SSE and WebSocket from Node: a text turn, server tools, a client tool round trip,
+//! tool approvals answered with `addToolApprovalResponse` (over SSE and over WebSocket),
 //! a regenerated answer (the chat's own `regenerate()`), a dropped-and-resumed stream on each
 //! transport, a cancel and a stop.
 //!
@@ -89,7 +90,7 @@ async fn the_ai_sdk_client_drives_the_server() {
     assert!(status.success(), "the AI SDK client failed:\n{out}\n{err}");
     assert_eq!(
         out.lines().filter(|l| l.starts_with("ok ")).count(),
-        8,
+        10,
         "{out}"
     );
 }

@@ -84,6 +84,7 @@
 //! transaction (all of it or nothing), holding one batch of rows in memory at a time; appends
 //! wait until it is done.
 
+pub mod approvals;
 pub mod backend;
 pub mod decode;
 pub mod diff;
@@ -104,6 +105,7 @@ pub mod timestamp;
 pub mod tool_usage;
 pub mod writer;
 
+pub use approvals::{ApprovalAnswer, PendingApproval};
 pub use backend::{EventLog, LogFuture};
 pub use error::StoreError;
 pub use fork::{ForkError, ForkPoint, ResolvedFork, TurnRef};

@@ -14,6 +14,10 @@ use mull_core::{
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::approvals::{
+    answer_request, mark_decided, push_request, take_closed, ApprovalAnswer, PendingApproval,
+};
+
 /// The error a tool call without a result gets in a fork cut before the result came.
 pub const FORKED_TOOL_CALL: &str = "the session was forked before this call finished";
 
@@ -27,6 +31,8 @@ pub struct ToolStats {
     pub substituted: u32,
     pub invalid: u32,
     pub hook_failed: u32,
+    /// Calls a person denied (or whose approval request expired).
+    pub denied: u32,
     /// Outcomes, from `tool_call_finished`.
     pub calls: u32,
     pub failures: u32,
@@ -151,6 +157,11 @@ pub struct SessionState {
     pub draft: Option<UIMessage>,
     pub turns: Vec<TurnSummary>,
     pub pending_client_calls: Vec<PendingClientCall>,
+    /// Tool calls parked on a person's approval (see [`crate::approvals`]).
+    pub pending_approvals: Vec<PendingApproval>,
+    /// Approval requests whose calls have an outcome (kept so a late answer is told apart
+    /// from an unknown id).
+    pub closed_approvals: Vec<PendingApproval>,
     pub submissions: Vec<Submission>,
     /// Usage of every finished step of the session, and of every sub-agent it ran (folded from
     /// `subagent_finished`, each child's total once).
@@ -183,6 +194,8 @@ impl SessionState {
             draft: None,
             turns: Vec::new(),
             pending_client_calls: Vec::new(),
+            pending_approvals: Vec::new(),
+            closed_approvals: Vec::new(),
             submissions: Vec::new(),
             usage: Usage::default(),
             subagents: Vec::new(),
@@ -289,7 +302,10 @@ impl SessionState {
                     });
                 }
             }
-            Event::ToolDecided { action, .. } => {
+            Event::ToolDecided {
+                action, call_id, ..
+            } => {
+                self.approval_decided(call_id);
                 if let Some(turn) = self.turn_mut(e.turn_id) {
                     let stats = &mut turn.tools;
                     match action {
@@ -299,14 +315,19 @@ impl SessionState {
                         DecisionAction::Substitute => stats.substituted += 1,
                         DecisionAction::Invalid => stats.invalid += 1,
                         DecisionAction::HookFailed => stats.hook_failed += 1,
+                        DecisionAction::Denied => stats.denied += 1,
                     }
                 }
             }
             Event::ToolCallFinished {
+                call_id,
                 success,
                 duration_ms,
+                output,
+                error,
                 ..
             } => {
+                self.approval_finished(call_id, None, output.as_ref(), error.as_ref());
                 if let Some(turn) = self.turn_mut(e.turn_id) {
                     let stats = &mut turn.tools;
                     stats.calls += 1;
@@ -350,7 +371,24 @@ impl SessionState {
                     part.preliminary = false;
                 }
                 self.pending_client_calls.retain(|c| c.call_id != *call_id);
+                self.approval_repaired(call_id);
             }
+            Event::ToolApprovalRequested { .. } => self.approval_requested(&e),
+            Event::ToolApprovalAnswered {
+                approval_id,
+                approved,
+                reason,
+                expired,
+                ..
+            } => self.approval_answered(
+                approval_id,
+                ApprovalAnswer {
+                    approved: *approved,
+                    reason: reason.clone(),
+                    expired: *expired,
+                    at: e.at,
+                },
+            ),
             Event::StepFinished { record } => {
                 self.usage.add(&record.usage);
                 if let Some(turn) = self.turn_mut(e.turn_id) {
@@ -360,6 +398,7 @@ impl SessionState {
             }
             Event::AssistantMessageSaved { message, .. } => {
                 upsert(&mut self.messages, message);
+                self.approval_parts_after_save(&message.id);
                 self.draft = None;
                 self.open_blocks.clear();
             }
@@ -550,6 +589,7 @@ impl SessionState {
             }
         }
         self.pending_client_calls.clear();
+        self.pending_approvals.clear();
     }
 
     /// The turn an event belongs to: the latest with the envelope's turn id, else the latest.
@@ -586,6 +626,8 @@ impl SessionState {
             .collect();
         self.pending_client_calls
             .retain(|c| !retracted_calls.contains(&c.call_id));
+        self.pending_approvals
+            .retain(|p| !retracted_calls.contains(&p.call_id));
         self.messages.retain(|m| !message_ids.contains(&m.id));
     }
 
@@ -769,7 +811,7 @@ fn tool_part_or_new<'a>(
 
 /// The tool part for `call_id` in `messages`, newest message first; limited to `message_id`
 /// when given and present.
-fn find_tool_part<'a>(
+pub(crate) fn find_tool_part<'a>(
     messages: &'a mut [UIMessage],
     message_id: Option<&str>,
     call_id: &str,
@@ -817,6 +859,8 @@ pub struct SessionToolCalls {
     pub turns: u64,
     /// Every call, in the order it began.
     pub calls: Vec<ToolCallRecord>,
+    /// Calls waiting on a person's approval, or answered and not yet run or denied.
+    pub approvals: Vec<PendingApproval>,
     /// The last event applied (0 before any); older or repeated events are ignored.
     pub last_seq: u64,
     /// Call id → index of its newest call: a model may reuse ids across turns.
@@ -831,6 +875,7 @@ impl SessionToolCalls {
             session_id: session_id.into(),
             turns: 0,
             calls: Vec::new(),
+            approvals: Vec::new(),
             last_seq: 0,
             by_call_id: std::collections::HashMap::new(),
         }
@@ -855,6 +900,7 @@ impl SessionToolCalls {
                 ..
             } => {
                 self.call(env, call_id, tool).decision = Some(*action);
+                mark_decided(&mut self.approvals, call_id);
             }
             Event::ToolCallFinished {
                 call_id,
@@ -866,6 +912,7 @@ impl SessionToolCalls {
                 let call = self.call(env, call_id, tool);
                 call.success = Some(*success);
                 call.duration_ms = Some(*duration_ms);
+                take_closed(&mut self.approvals, call_id, true);
             }
             Event::ClientToolResult {
                 call_id,
@@ -877,6 +924,25 @@ impl SessionToolCalls {
             }
             Event::ToolCallRepaired { call_id, tool, .. } => {
                 self.call(env, call_id, tool).success = Some(false);
+                take_closed(&mut self.approvals, call_id, false);
+            }
+            Event::ToolApprovalRequested { .. } => {
+                push_request(&mut self.approvals, &EventRef::of(env), None);
+            }
+            Event::ToolApprovalAnswered {
+                approval_id,
+                approved,
+                reason,
+                expired,
+                ..
+            } => {
+                let answer = ApprovalAnswer {
+                    approved: *approved,
+                    reason: reason.clone(),
+                    expired: *expired,
+                    at: env.at,
+                };
+                answer_request(&mut self.approvals, approval_id, answer);
             }
             _ => {}
         }

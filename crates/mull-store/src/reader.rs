@@ -680,7 +680,8 @@ fn tool_calls_sql() -> String {
     format!(
         "SELECT {COLUMNS} FROM events WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} \
          AND kind IN ('turn_started', 'tool_call_started', 'tool_decided', \
-         'tool_call_finished', 'client_tool_result', 'tool_call_repaired') ORDER BY seq"
+         'tool_call_finished', 'client_tool_result', 'tool_call_repaired', \
+         'tool_approval_requested', 'tool_approval_answered') ORDER BY seq"
     )
 }
 

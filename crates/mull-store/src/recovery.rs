@@ -103,6 +103,16 @@ pub fn resolve_turn(state: &SessionState, turn: &TurnSummary) -> Vec<Event> {
         });
         events.extend(repairs);
     }
+    // A parked call whose answer the turn had decided may have run: interrupted, never run
+    // again (one without a decision never ran, and the next turn acts on its answer).
+    for pending in state.pending_approvals.iter().filter(|p| p.decided) {
+        events.push(Event::ToolCallRepaired {
+            message_id: pending.message_id.clone().unwrap_or_default(),
+            call_id: pending.call_id.clone(),
+            tool: pending.tool.clone(),
+            error_text: INTERRUPTED_TOOL_CALL.to_owned(),
+        });
+    }
     events.push(Event::TurnFinished {
         request_id: turn.request_id.clone(),
         status: TurnStatus::Error,

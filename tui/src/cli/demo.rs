@@ -35,6 +35,10 @@ pub struct DemoArgs {
     /// No pacing (real clock and ids): the demo's six turns in a moment.
     #[arg(long)]
     pub fast: bool,
+    /// A sixth turn books the hotel with a tool that waits for approval; the demo approves
+    /// it itself (under the dashboard, after a pause that shows it waiting).
+    #[arg(long)]
+    pub book: bool,
 }
 
 /// How long the dashboard waits for the demo's first turn before opening anyway.
@@ -48,6 +52,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         deterministic: args.deterministic,
         policy,
         fast: args.fast,
+        book: args.book,
         ..DemoOptions::default()
     };
     if let Some(session) = &args.session {

@@ -1,6 +1,7 @@
 //! One module per subcommand; each is thin wiring over `mull-store` and the dashboard.
 
 pub mod agent;
+pub mod approve;
 pub mod backtest;
 pub mod chat;
 pub mod chat_view;

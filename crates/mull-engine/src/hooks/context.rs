@@ -82,6 +82,10 @@ pub enum ToolCallDecision {
     Block { reason: Option<String> },
     /// Do not run; the model sees `output`. `input` records what the call is taken to have been.
     Substitute { output: Value, input: Option<Value> },
+    /// Ask a person first: the call parks (a `tool_approval_requested` event) and the turn
+    /// ends; an approval runs it with the model's input in the turn that follows, a denial
+    /// answers it like a block. `reason` tells the person why.
+    RequireApproval { reason: Option<String> },
 }
 
 /// What `before_tool_call` sees.

@@ -53,6 +53,12 @@ pub(super) enum Input {
     },
     /// A sub-agent's session was linked to its parent's tool call (`subagent_linked`).
     Linked(Event),
+    /// A person's answer to an approval request (an expiry is the session's own doing, not
+    /// an input).
+    ApprovalAnswer {
+        approval_id: String,
+        approval: crate::Approval,
+    },
 }
 
 /// Where the recorded process stopped with work in flight — a request whose messages were in
@@ -314,6 +320,19 @@ pub(super) fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, Repla
                 },
             },
             Event::SubagentLinked { .. } => Input::Linked(envelope.event.clone()),
+            Event::ToolApprovalAnswered {
+                approval_id,
+                approved,
+                reason,
+                expired: false,
+                ..
+            } => Input::ApprovalAnswer {
+                approval_id: approval_id.clone(),
+                approval: crate::Approval {
+                    approved: *approved,
+                    reason: reason.clone(),
+                },
+            },
             _ => continue,
         };
         out.push((i, input));

@@ -585,6 +585,17 @@ async fn drive(
                     result.map_err(engine_err)?;
                 }
             }
+            Input::ApprovalAnswer {
+                approval_id,
+                approval,
+            } => {
+                if let Some(result) = shared
+                    .unless_stopped(session.answer_approval(&approval_id, approval))
+                    .await
+                {
+                    result.map_err(engine_err)?;
+                }
+            }
         }
     }
     Ok(())

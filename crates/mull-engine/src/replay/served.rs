@@ -174,6 +174,7 @@ impl RecordedIds {
                     ..
                 } => push("req", id),
                 Event::SubmissionAccepted { submission_id, .. } => push("sub", submission_id),
+                Event::ToolApprovalRequested { approval_id, .. } => push("approval", approval_id),
                 _ => {}
             }
         }

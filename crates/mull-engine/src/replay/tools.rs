@@ -235,6 +235,10 @@ impl Tool for RecordedTool {
         self.tool.is_dynamic()
     }
 
+    fn needs_approval(&self, input: &Value) -> bool {
+        self.tool.needs_approval(input)
+    }
+
     async fn execute(&self, _input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
         self.shared.checkpoint().await;
         let Some(run) = self.shared.tools.take(&call.call_id) else {

@@ -309,6 +309,7 @@ impl Session {
             !s.pending_client_calls
                 .iter()
                 .any(|p| p.turn_id == pending.turn_id && p.step == pending.step)
+                && s.approvals_answered_in_step(pending.turn_id.as_deref(), pending.step)
         });
         Ok(self.inner.options.auto_continue && step_done)
     }

@@ -18,6 +18,7 @@
 //! (`LogReader::range`), which holds everything. Failed turns are also sent on
 //! [`Session::failures`] (Think's `chat:request:failed`).
 
+mod approval;
 mod entry;
 mod options;
 mod outcome;

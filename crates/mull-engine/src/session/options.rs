@@ -35,6 +35,10 @@ pub struct SessionOptions {
     pub extensions: Extensions,
     /// MCP servers (or other outside tool sources) of this session, merged after the agent's.
     pub mcp_servers: Vec<Arc<dyn crate::tool_source::ToolSource>>,
+    /// How long an approval request waits before it turns into a denial (none: forever).
+    /// Checked with the session's clock whenever the session is next touched — an answer, a
+    /// turn's start — or swept by [`Session::expire_approvals`](crate::Session::expire_approvals).
+    pub approval_expiry: Option<Duration>,
     /// Stands in for the tools from outside the agent's code each turn — the session's own
     /// (`update_context`, `search_messages`) and the MCP servers' —:
     /// re-execution replay serves their results from the recording.
@@ -59,6 +63,7 @@ impl SessionOptions {
             capture_content: false,
             extensions: Extensions::new(),
             mcp_servers: Vec::new(),
+            approval_expiry: None,
             serve_session_tools: None,
         }
     }
@@ -70,6 +75,12 @@ impl SessionOptions {
             ids: Arc::new(SequentialIds::new()),
             ..SessionOptions::new(session_id)
         }
+    }
+
+    /// Unanswered approval requests turn into denials after `expiry`.
+    pub fn with_approval_expiry(mut self, expiry: Duration) -> SessionOptions {
+        self.approval_expiry = Some(expiry);
+        self
     }
 
     /// Adds an MCP server (or another outside tool source) to the session's turns.

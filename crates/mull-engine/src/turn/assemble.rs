@@ -35,6 +35,8 @@ impl TurnRun<'_> {
             tools.insert(ToolEntry::Client(spec.clone()));
         }
         tools.merge(&self.spec.caller_tools);
+        // Calls parked on a person's answer run (or are denied) before the context is read.
+        self.act_on_approvals(&tools).await?;
         crate::memory::compaction::compact_if_over_threshold(inner, self.tid()).await?;
         let mut messages = inner.recorder.read(|s| to_model_messages(&s.messages));
         truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);

@@ -8,6 +8,8 @@
 //!         seed's chunk kinds only; a tool-call's on_chunk waits until its hooks ran)
 //!       → each tool call: validate → before_tool_call → tool_decided (flushed) → execute /
 //!         block / substitute → tool_call_finished → after_tool_call → tool-result chunk
+//!         (or, when approval is asked: tool_approval_requested (flushed), the turn parks —
+//!         the next turn acts on the answer before it assembles its context: approval.rs)
 //!     → step_finished → on_step_finish → stop conditions → (barrier before the next step)
 //!   → assistant_message_saved → turn_finished (flushed) → [turn_failed → on_chat_error]
 //! (lock released) → on_chat_response, while the next queued turn may already run
@@ -16,6 +18,7 @@
 //! Every fact is appended through the session's recorder, which keeps the projection current;
 //! the turn reads the draft message and the conversation from that projection.
 
+mod approval;
 mod assemble;
 mod attempt;
 mod failure;

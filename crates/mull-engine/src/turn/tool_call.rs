@@ -1,5 +1,6 @@
 //! One tool call: validated, decided by `before_tool_call` (the decision flushed before
-//! anything it allows), executed or skipped, its outcome recorded and observed.
+//! anything it allows), executed or skipped, its outcome recorded and observed — or parked for
+//! a person's approval (see [`super::approval`]).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use mull_core::{
 use serde_json::Value;
 use tracing::Instrument;
 
+use super::approval::ApprovalAsk;
 use super::{
     Executed, ExecutionRef, Outcome, PendingCall, StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL,
 };
@@ -146,10 +148,36 @@ impl TurnRun<'_> {
         )
         .await?;
         extension::before_tool_call(self.inner, self.tid(), &ctx).await?;
-        let (action, effective_input, reason, skip_output) = match decided {
-            Ok(None | Some(ToolCallDecision::Allow)) => {
-                (DecisionAction::Allow, model_input.clone(), None, None)
+        // A call that would run waits for a person when the hook or the tool's rule asks.
+        let ask = match &decided {
+            Ok(Some(ToolCallDecision::RequireApproval { reason })) => {
+                Some((model_input.clone(), reason.clone()))
             }
+            Ok(None | Some(ToolCallDecision::Allow)) if tool.needs_approval(&model_input) => {
+                Some((model_input.clone(), None))
+            }
+            Ok(Some(ToolCallDecision::AllowWithInput(input))) if tool.needs_approval(input) => {
+                Some((input.clone(), None))
+            }
+            _ => None,
+        };
+        if let Some((input, reason)) = ask {
+            let ask = ApprovalAsk {
+                step,
+                call_id: &call_id,
+                tool_name: &tool_name,
+                input,
+                reason,
+            };
+            return self.park_for_approval(ask, parts).await;
+        }
+        let (action, effective_input, reason, skip_output) = match decided {
+            // (An approval request was parked above.)
+            Ok(
+                None
+                | Some(ToolCallDecision::Allow)
+                | Some(ToolCallDecision::RequireApproval { .. }),
+            ) => (DecisionAction::Allow, model_input.clone(), None, None),
             Ok(Some(ToolCallDecision::AllowWithInput(input))) => {
                 (DecisionAction::Rewrite, input, None, None)
             }
@@ -258,7 +286,7 @@ impl TurnRun<'_> {
                 }
                 (Ok(output), 0, ToolEnd::Done)
             }
-            DecisionAction::HookFailed | DecisionAction::Invalid => {
+            DecisionAction::HookFailed | DecisionAction::Invalid | DecisionAction::Denied => {
                 (Err(reason.clone().unwrap_or_default()), 0, ToolEnd::Done)
             }
         };

@@ -1,6 +1,7 @@
 //! A scripted agent for the server's tests, end-to-end run and load bench: the Scripted model
 //! plays a script chosen by the chat id's prefix, with one server tool (`weather`), one
-//! streaming server tool (`progress`) and one client tool (`get_location`). `overflow-` chats
+//! streaming server tool (`progress`) and one client tool (`get_location`) — and, in
+//! `approve-` chats, `book`, which waits for a person's approval. `overflow-` chats
 //! also recover from context overflow (compact the middle of the history, then retry).
 
 use std::sync::Arc;
@@ -22,6 +23,13 @@ use serde_json::{json, Value};
 pub struct ScriptAgent {
     model: ScriptedModel,
     recover_overflow: bool,
+    /// `approve-` chats also have `book`, a tool whose every call waits for approval.
+    bookings: bool,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Hotel {
+    hotel: String,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -40,6 +48,7 @@ impl ScriptAgent {
         Arc::new(ScriptAgent {
             model: script_for(chat_id),
             recover_overflow: chat_id.starts_with("overflow-"),
+            bookings: chat_id.starts_with("approve-"),
         })
     }
 }
@@ -89,14 +98,22 @@ impl Agent for ScriptAgent {
         let progress = FnTool::streaming("progress", "Reports progress", |input: Steps, _| {
             futures::stream::iter((1..=input.steps).map(|i| Ok(json!({"done": i})))).boxed()
         });
-        ToolSet::new()
+        let tools = ToolSet::new()
             .with(Arc::new(weather))
             .with(Arc::new(progress))
             .with_client(ToolSpec {
                 name: "get_location".to_owned(),
                 description: "The user's location, answered by the client".to_owned(),
                 input_schema: json!({"type": "object", "properties": {}}).into(),
-            })
+            });
+        if !self.bookings {
+            return tools;
+        }
+        let book = FnTool::new("book", "Books a hotel", |input: Hotel, _| async move {
+            Ok::<Value, mull_engine::ToolError>(json!({"booked": input.hotel}))
+        })
+        .needs_approval(true);
+        tools.with(Arc::new(book))
     }
 }
 
@@ -120,6 +137,8 @@ pub const RACE_PAUSE: Duration = Duration::from_millis(1500);
 ///   (the retry after compaction).
 /// - `race-`: a `get_location` call; then a turn that pauses [`RACE_PAUSE`] before "Slow.";
 ///   then "Unrelated."; then "You are in Berlin.".
+/// - `approve-`: two `book` calls (each waits for approval), then "Done." once both are
+///   answered.
 /// - anything else: one text "ok".
 pub fn script_for(chat_id: &str) -> ScriptedModel {
     let builder = ScriptedModel::builder("scripted-1");
@@ -164,6 +183,13 @@ pub fn script_for(chat_id: &str) -> ScriptedModel {
             .step(|s| s.pause(RACE_PAUSE).text("Slow."))
             .step(|s| s.text("Unrelated."))
             .step(|s| s.text("You are in Berlin."))
+            .build(),
+        "approve" => builder
+            .step(|s| {
+                s.tool_call("call_ritz", "book", json!({"hotel": "Ritz"}))
+                    .tool_call("call_savoy", "book", json!({"hotel": "Savoy"}))
+            })
+            .step(|s| s.text("Done."))
             .build(),
         _ => builder.step(|s| s.text("ok")).build(),
     }

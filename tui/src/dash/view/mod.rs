@@ -5,6 +5,7 @@
 //! columns by priority for the width they get ([`fit_columns`]): a narrow terminal drops whole
 //! columns, never cuts a value, and keeps the key hints.
 
+mod approvals;
 mod columns;
 mod diff;
 mod event;
@@ -297,9 +298,10 @@ pub fn decision_style(action: DecisionAction) -> Style {
         DecisionAction::Allow => Style::new().fg(Color::Green),
         DecisionAction::Rewrite => Style::new().fg(Color::Yellow),
         DecisionAction::Substitute => Style::new().fg(Color::Magenta),
-        DecisionAction::Block | DecisionAction::Invalid | DecisionAction::HookFailed => {
-            Style::new().fg(Color::Red)
-        }
+        DecisionAction::Block
+        | DecisionAction::Invalid
+        | DecisionAction::HookFailed
+        | DecisionAction::Denied => Style::new().fg(Color::Red),
     }
 }
 

@@ -716,6 +716,8 @@ fn message_lines(
                     (_, ToolPartState::OutputAvailable) => "done",
                     (_, ToolPartState::OutputError) => "failed",
                     (_, ToolPartState::OutputDenied) => "denied",
+                    (_, ToolPartState::ApprovalRequested) => "waiting for approval",
+                    (_, ToolPartState::ApprovalResponded) => "answered, runs next turn",
                 };
                 let style = match (decision, tool.state) {
                     (Some(action), _) if !action.executes() => decision_style(action),

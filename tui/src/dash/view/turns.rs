@@ -10,6 +10,7 @@ use ratatui::widgets::{Bar, BarChart, BarGroup, Block, Paragraph, Table, TableSt
 use ratatui::Frame;
 
 use crate::dash::app::App;
+use crate::dash::view::approvals;
 use crate::dash::view::columns::{fitted_rows, Column};
 use crate::dash::view::{
     fmt_at, fmt_clock, fmt_duration, fmt_tokens, fmt_usage, selected_style, status_style,
@@ -79,6 +80,10 @@ fn tools_cell(t: &TurnSummary) -> String {
 /// Draws one row per turn, the tokens chart, the selected turn's detail and the totals.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let [list, bottom, totals] = layout(area);
+    let (list, waiting) = approvals::split(list, app);
+    if let Some(section) = waiting {
+        approvals::render(frame, section, app);
+    }
     let visible = app.visible_rows();
     let matching = !app.filter.query.is_empty();
     let cells: Vec<Vec<Line>> = visible

@@ -1,0 +1,162 @@
+//! Approvals: a person's answer to a tool call that waits for one, as an input event.
+//!
+//! A call parks when `before_tool_call` returns
+//! [`ToolCallDecision::RequireApproval`](crate::context::ToolCallDecision) or its tool's
+//! [`needs_approval`](crate::Tool::needs_approval) rule says so (the AI SDK's `needsApproval`).
+//! The request is a `tool_approval_requested` event; its turn finishes parked, and nothing
+//! waits in memory. An answer arrives through one entry,
+//! [`Session::answer_approval`](crate::Session::answer_approval) (the server's AI SDK protocol,
+//! the CLI and embedders all use it), which appends one `tool_approval_answered` event. What
+//! acts on the answer is here and in the turn (`turn/approval.rs`), apart from the entry:
+//! the answer is checked and recorded (`record_answer`); when it completes its step, a
+//! continuation turn runs the approved calls once and shows the denials to the model.
+//!
+//! Expiry ([`SessionOptions::approval_expiry`](crate::SessionOptions)) is read with the
+//! session's clock whenever the session is next touched — an answer, any turn's start — or
+//! when [`Session::expire_approvals`](crate::Session::expire_approvals) sweeps; an expired
+//! request is answered as a denial by an event like any other answer.
+
+use std::sync::Arc;
+
+use mull_core::Event;
+use mull_store::PendingApproval;
+
+use crate::error::EngineError;
+use crate::session::Inner;
+
+/// A person's answer to an approval request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    pub approved: bool,
+    /// For a denial, what the model sees in place of the tool's output (a default sentence
+    /// when `None`); for an approval, kept in the log.
+    pub reason: Option<String>,
+}
+
+impl Approval {
+    /// Run the call.
+    pub fn approve() -> Approval {
+        Approval {
+            approved: true,
+            reason: None,
+        }
+    }
+
+    /// Do not run the call; the model sees `reason` (or a default sentence) as its output.
+    pub fn deny(reason: Option<String>) -> Approval {
+        Approval {
+            approved: false,
+            reason,
+        }
+    }
+}
+
+/// The step an answer (or an expiry) completed: every approval asked in it is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CompletedStep {
+    pub turn_id: Option<String>,
+    pub step: u32,
+}
+
+/// Checks and records `approval` for `approval_id` (after expiring what is due): one
+/// `tool_approval_answered` event, flushed. A request this session never made, or one already
+/// answered (or expired), is refused and nothing is written for it. Returns the step the answer
+/// completed, if it did (no approval nor client call of that step still waits).
+pub(crate) async fn record_answer(
+    inner: &Arc<Inner>,
+    approval_id: &str,
+    approval: Approval,
+) -> Result<Option<CompletedStep>, EngineError> {
+    expire_due(inner).await?;
+    let pending = inner.recorder.read(|s| s.approval(approval_id).cloned());
+    let Some(pending) = pending else {
+        return Err(EngineError::UnknownApproval {
+            session_id: inner.session_id.clone(),
+            approval_id: approval_id.to_owned(),
+        });
+    };
+    if let Some(answer) = &pending.answer {
+        return Err(EngineError::ApprovalAlreadyAnswered {
+            session_id: inner.session_id.clone(),
+            approval_id: approval_id.to_owned(),
+            answer: match (answer.expired, answer.approved) {
+                (true, _) => "expired",
+                (false, true) => "approved",
+                (false, false) => "denied",
+            },
+        });
+    }
+    append_answer(inner, &pending, approval.approved, approval.reason, false)?;
+    inner.recorder.flush().await?;
+    Ok(completed(inner, &pending))
+}
+
+/// Answers every unanswered request whose expiry has passed (by the session's clock) with a
+/// denial. Returns the steps those answers completed.
+pub(crate) async fn expire_due(inner: &Arc<Inner>) -> Result<Vec<CompletedStep>, EngineError> {
+    if inner.options.approval_expiry.is_none() {
+        return Ok(Vec::new());
+    }
+    let now = inner.recorder.clock().now();
+    let due: Vec<PendingApproval> = inner.recorder.read(|s| {
+        s.pending_approvals
+            .iter()
+            .filter(|p| p.expired_at(now))
+            .cloned()
+            .collect()
+    });
+    if due.is_empty() {
+        return Ok(Vec::new());
+    }
+    for pending in &due {
+        append_answer(inner, pending, false, None, true)?;
+    }
+    inner.recorder.flush().await?;
+    let mut steps: Vec<CompletedStep> = Vec::new();
+    for pending in &due {
+        if let Some(step) = completed(inner, pending) {
+            if !steps.contains(&step) {
+                steps.push(step);
+            }
+        }
+    }
+    Ok(steps)
+}
+
+/// The one event an answer is. Filed under the turn that asked, as a client tool's result is.
+fn append_answer(
+    inner: &Inner,
+    pending: &PendingApproval,
+    approved: bool,
+    reason: Option<String>,
+    expired: bool,
+) -> Result<(), EngineError> {
+    inner.recorder.append(
+        pending.turn_id.as_deref(),
+        Event::ToolApprovalAnswered {
+            approval_id: pending.approval_id.clone(),
+            call_id: pending.call_id.clone(),
+            tool: pending.tool.clone(),
+            approved,
+            reason,
+            expired,
+        },
+    )?;
+    Ok(())
+}
+
+/// Whether nothing of `pending`'s step still waits (no approval, no client tool call).
+fn completed(inner: &Inner, pending: &PendingApproval) -> Option<CompletedStep> {
+    let turn_id = pending.turn_id.as_deref();
+    let done = inner.recorder.read(|s| {
+        s.approvals_answered_in_step(turn_id, pending.step)
+            && !s
+                .pending_client_calls
+                .iter()
+                .any(|c| c.turn_id.as_deref() == turn_id && c.step == pending.step)
+    });
+    done.then(|| CompletedStep {
+        turn_id: pending.turn_id.clone(),
+        step: pending.step,
+    })
+}

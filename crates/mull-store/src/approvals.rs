@@ -1,0 +1,260 @@
+//! Tool calls parked on a person's approval, as a fold.
+//!
+//! A call whose approval was asked (`tool_approval_requested`) is pending until its outcome is
+//! recorded (`tool_call_finished`) or it is repaired (`tool_call_repaired`). In between it is
+//! *unanswered* (its tool part is `approval-requested`), then *answered*
+//! (`tool_approval_answered`; the part is `approval-responded`), then *decided* (the turn that
+//! acts on the answer wrote its `tool_decided`). The engine, the server and the dashboard read
+//! this list; nothing computes it twice.
+//!
+//! **Architecture invariant:** a tool runs only after its decision is durable, so an answered
+//! call that is not yet decided never ran (the next turn may run it), and a decided call without
+//! an outcome may have run (recovery repairs it as interrupted; it never runs again).
+
+use chrono::{DateTime, Utc};
+use mull_core::{DecisionAction, EventRef, ToolPartState};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::projection::{find_tool_part, SessionState};
+
+/// One tool call waiting on (or acting on) a person's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingApproval {
+    pub approval_id: String,
+    pub call_id: String,
+    pub tool: String,
+    /// The input the call runs with once approved.
+    pub input: Value,
+    /// Why approval was asked, when the hook said.
+    pub reason: Option<String>,
+    pub step: u32,
+    /// The turn that asked.
+    pub turn_id: Option<String>,
+    /// The assistant message holding the call's tool part.
+    pub message_id: Option<String>,
+    pub requested_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The answer, once given.
+    pub answer: Option<ApprovalAnswer>,
+    /// Whether the turn acting on the answer recorded its decision.
+    pub decided: bool,
+}
+
+/// A person's answer (or an expiry) to an approval request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovalAnswer {
+    pub approved: bool,
+    pub reason: Option<String>,
+    /// The request expired unanswered (a denial the session wrote itself).
+    pub expired: bool,
+    pub at: DateTime<Utc>,
+}
+
+impl PendingApproval {
+    /// Whether the request still waits for an answer.
+    pub fn is_unanswered(&self) -> bool {
+        self.answer.is_none()
+    }
+
+    /// Whether an unanswered request has expired at `now`.
+    pub fn expired_at(&self, now: DateTime<Utc>) -> bool {
+        self.is_unanswered() && self.expires_at.is_some_and(|at| at <= now)
+    }
+}
+
+impl SessionState {
+    /// The approval request `approval_id`, pending or closed, if the session made it.
+    pub fn approval(&self, approval_id: &str) -> Option<&PendingApproval> {
+        self.pending_approvals
+            .iter()
+            .chain(self.closed_approvals.iter())
+            .find(|p| p.approval_id == approval_id)
+    }
+
+    /// Approvals still waiting for a person.
+    pub fn unanswered_approvals(&self) -> impl Iterator<Item = &PendingApproval> {
+        self.pending_approvals.iter().filter(|p| p.is_unanswered())
+    }
+
+    /// Answered approvals whose calls the next turn runs or denies (no decision yet).
+    pub fn approvals_to_act_on(&self) -> impl Iterator<Item = &PendingApproval> {
+        self.pending_approvals
+            .iter()
+            .filter(|p| p.answer.is_some() && !p.decided)
+    }
+
+    /// Whether every approval asked in `turn_id`'s `step` has an answer.
+    pub fn approvals_answered_in_step(&self, turn_id: Option<&str>, step: u32) -> bool {
+        !self
+            .pending_approvals
+            .iter()
+            .any(|p| p.turn_id.as_deref() == turn_id && p.step == step && p.is_unanswered())
+    }
+
+    pub(crate) fn approval_requested(&mut self, e: &EventRef<'_>) {
+        let mull_core::Event::ToolApprovalRequested { call_id, .. } = e.event else {
+            return;
+        };
+        let message_id = self.draft.as_ref().map(|d| d.id.clone());
+        if let Some(part) = self.draft.as_mut().and_then(|d| d.tool_part_mut(call_id)) {
+            part.state = ToolPartState::ApprovalRequested;
+        }
+        push_request(&mut self.pending_approvals, e, message_id);
+    }
+
+    pub(crate) fn approval_answered(&mut self, approval_id: &str, answer: ApprovalAnswer) {
+        let Some(pending) = answer_request(&mut self.pending_approvals, approval_id, answer) else {
+            return;
+        };
+        let (call_id, message_id) = (pending.call_id.clone(), pending.message_id.clone());
+        self.set_part_state(
+            &call_id,
+            message_id.as_deref(),
+            ToolPartState::ApprovalResponded,
+        );
+    }
+
+    /// A `tool_decided` for a parked call: the turn acting on its answer decided it.
+    pub(crate) fn approval_decided(&mut self, call_id: &str) {
+        mark_decided(&mut self.pending_approvals, call_id);
+    }
+
+    /// A `tool_call_finished` for a parked call: its outcome goes onto the tool part of the
+    /// message that asked (a continuation turn writes a message of its own), and the call is
+    /// no longer pending.
+    pub(crate) fn approval_finished(
+        &mut self,
+        call_id: &str,
+        decision: Option<DecisionAction>,
+        output: Option<&Value>,
+        error: Option<&String>,
+    ) {
+        let Some(pending) = take_closed(&mut self.pending_approvals, call_id, true) else {
+            return;
+        };
+        self.closed_approvals.push(pending.clone());
+        let denied = decision == Some(DecisionAction::Denied)
+            || pending.answer.as_ref().is_some_and(|a| !a.approved);
+        if let Some(part) =
+            find_tool_part(&mut self.messages, pending.message_id.as_deref(), call_id)
+        {
+            part.state = match (denied, error) {
+                (true, _) => ToolPartState::OutputDenied,
+                (false, None) => ToolPartState::OutputAvailable,
+                (false, Some(_)) => ToolPartState::OutputError,
+            };
+            part.output = output.cloned();
+            part.error_text = error.cloned();
+            part.preliminary = false;
+        }
+    }
+
+    /// A repaired call is no longer pending.
+    pub(crate) fn approval_repaired(&mut self, call_id: &str) {
+        if let Some(closed) = take_closed(&mut self.pending_approvals, call_id, false) {
+            self.closed_approvals.push(closed);
+        }
+    }
+
+    /// A saved assistant message shows the answers given while its turn was still running.
+    pub(crate) fn approval_parts_after_save(&mut self, message_id: &str) {
+        let answered: Vec<String> = self
+            .pending_approvals
+            .iter()
+            .filter(|p| p.answer.is_some() && p.message_id.as_deref() == Some(message_id))
+            .map(|p| p.call_id.clone())
+            .collect();
+        for call_id in answered {
+            self.set_part_state(&call_id, Some(message_id), ToolPartState::ApprovalResponded);
+        }
+    }
+
+    fn set_part_state(&mut self, call_id: &str, message_id: Option<&str>, state: ToolPartState) {
+        let in_draft = self
+            .draft
+            .as_mut()
+            .filter(|d| message_id.is_none_or(|id| d.id == id))
+            .and_then(|d| d.tool_part_mut(call_id));
+        if let Some(part) = in_draft {
+            part.state = state;
+            return;
+        }
+        if let Some(part) = find_tool_part(&mut self.messages, message_id, call_id) {
+            part.state = state;
+        }
+    }
+}
+
+// The fold's steps over a list of pending approvals, shared by the session's projection and
+// the session-wide tool table a dashboard keeps (one rule for both).
+
+/// A `tool_approval_requested`: the call is pending, asked in `message_id`.
+pub(crate) fn push_request(
+    pending: &mut Vec<PendingApproval>,
+    e: &EventRef<'_>,
+    message_id: Option<String>,
+) {
+    let mull_core::Event::ToolApprovalRequested {
+        step,
+        call_id,
+        tool,
+        approval_id,
+        input,
+        reason,
+        expires_at,
+    } = e.event
+    else {
+        return;
+    };
+    pending.push(PendingApproval {
+        approval_id: approval_id.clone(),
+        call_id: call_id.clone(),
+        tool: tool.clone(),
+        input: input.clone(),
+        reason: reason.clone(),
+        step: *step,
+        turn_id: e.turn_id.map(str::to_owned),
+        message_id,
+        requested_at: e.at,
+        expires_at: *expires_at,
+        answer: None,
+        decided: false,
+    });
+}
+
+/// A `tool_approval_answered`: the first answer counts.
+pub(crate) fn answer_request<'a>(
+    pending: &'a mut [PendingApproval],
+    approval_id: &str,
+    answer: ApprovalAnswer,
+) -> Option<&'a PendingApproval> {
+    let request = pending
+        .iter_mut()
+        .find(|p| p.approval_id == approval_id && p.answer.is_none())?;
+    request.answer = Some(answer);
+    Some(request)
+}
+
+/// A `tool_decided` for an answered call.
+pub(crate) fn mark_decided(pending: &mut [PendingApproval], call_id: &str) {
+    if let Some(request) = pending
+        .iter_mut()
+        .find(|p| p.call_id == call_id && p.answer.is_some())
+    {
+        request.decided = true;
+    }
+}
+
+/// The call's outcome (`decided_only`: a `tool_call_finished`, which closes only a decided
+/// call) or repair: it is no longer pending.
+pub(crate) fn take_closed(
+    pending: &mut Vec<PendingApproval>,
+    call_id: &str,
+    decided_only: bool,
+) -> Option<PendingApproval> {
+    let index = pending
+        .iter()
+        .position(|p| p.call_id == call_id && (p.decided || !decided_only))?;
+    Some(pending.remove(index))
+}

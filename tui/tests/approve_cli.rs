@@ -1,0 +1,166 @@
+//! `mull approve`: a person answers a parked tool call from the terminal. The log is prepared
+//! through the library (a travel-desk call to `find_hotels` whose `before_tool_call` asks for
+//! approval); the binary then denies it, the continuation runs with the demo's scripted agent,
+//! and a second answer or an unknown id is refused without writing anything.
+
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use mull::core::{LanguageModel, UIMessage};
+use mull::engine::{
+    Agent, HookResult, Session, SessionOptions, ToolCallContext, ToolCallDecision, TurnOptions,
+};
+use mull::providers::scripted::ScriptedModel;
+use mull_store::{Log, LogReader};
+use serde_json::json;
+
+/// Asks before every `find_hotels` call.
+struct Careful(ScriptedModel);
+
+#[async_trait]
+impl Agent for Careful {
+    fn name(&self) -> &str {
+        "careful"
+    }
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::new(self.0.clone())
+    }
+    async fn before_tool_call(
+        &self,
+        ctx: &ToolCallContext,
+    ) -> HookResult<Option<ToolCallDecision>> {
+        Ok(
+            (ctx.tool_name == "find_hotels").then_some(ToolCallDecision::RequireApproval {
+                reason: Some("Hotel searches cost money.".into()),
+            }),
+        )
+    }
+    fn tools(&self) -> mull::engine::ToolSet {
+        mull::engine::ToolSet::new().with(
+            mull::engine::FnTool::new(
+                "find_hotels",
+                "Finds hotels.",
+                |_: serde_json::Value, _| async { Ok(json!(["Casa do Largo"])) },
+            )
+            .with_schema(json!({"type": "object"}))
+            .shared(),
+        )
+    }
+}
+
+/// A log whose session `s` waits for approval `approval_1`.
+fn parked(db: &std::path::Path) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let log = Log::open(db).expect("log");
+        let model = ScriptedModel::builder("scripted-1")
+            .step(|s| s.tool_call("call_1", "find_hotels", json!({"near": "Alfama"})))
+            .build();
+        let session = Session::open(
+            &log,
+            Arc::new(Careful(model)),
+            SessionOptions::deterministic("s"),
+        )
+        .await
+        .expect("session");
+        session
+            .save_messages(
+                vec![UIMessage::user("u1", "Hotels near Alfama?")],
+                TurnOptions::default(),
+            )
+            .await
+            .expect("turn");
+        assert_eq!(session.pending_approvals()[0].approval_id, "approval_1");
+        drop(session);
+        log.close().expect("close");
+    });
+}
+
+fn mull(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(args)
+        .env_remove("MULL_MODEL")
+        .output()
+        .expect("runs mull")
+}
+
+fn events(db: &std::path::Path) -> Vec<mull::core::Envelope> {
+    LogReader::open(db)
+        .expect("reader")
+        .session_events("s", 0)
+        .expect("events")
+}
+
+#[test]
+fn a_denial_from_the_terminal_is_an_event_and_the_conversation_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("approve.db");
+    parked(&db);
+    let path = db.to_str().expect("utf-8 path");
+    let args = [
+        "approve",
+        path,
+        "--session",
+        "s",
+        "approval_1",
+        "--deny",
+        "--reason",
+        "Not today.",
+        "--model",
+        "scripted-demo",
+    ];
+    let out = mull(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("denied approval_1 · continuation"),
+        "{stdout}"
+    );
+    let log = events(&db);
+    assert!(log.iter().any(|e| matches!(
+        &e.event,
+        mull::core::Event::ToolApprovalAnswered { approved: false, reason: Some(r), .. }
+            if r == "Not today."
+    )));
+    assert!(log.iter().any(|e| matches!(
+        &e.event,
+        mull::core::Event::ToolCallFinished { call_id, output: Some(o), .. }
+            if call_id == "call_1" && o == &json!("Not today.")
+    )));
+
+    // Again, and an id that was never asked: refused, nothing written.
+    let before = events(&db).len();
+    let again = mull(&args);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already answered"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let unknown = mull(&[
+        "approve",
+        path,
+        "--session",
+        "s",
+        "approval_9",
+        "--model",
+        "scripted-demo",
+    ]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no approval request approval_9"));
+    // Each refused run opened the session (one `session_opened`) and answered nothing.
+    let after = events(&db);
+    assert_eq!(
+        after
+            .iter()
+            .skip(before)
+            .map(|e| e.kind().to_owned())
+            .collect::<Vec<_>>(),
+        ["session_opened", "session_opened"]
+    );
+}
