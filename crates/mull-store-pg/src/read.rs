@@ -467,6 +467,35 @@ impl Reads {
         Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
     }
 
+    /// Records that `by` asks the holder of `session_id` to cancel its running turn.
+    pub async fn request_cancel(&self, session_id: &str, by: &str) -> Result<bool, StoreError> {
+        self.client
+            .execute(
+                "INSERT INTO mull_cancels (session_id, requested_by) VALUES ($1, $2)
+                 ON CONFLICT (session_id) DO UPDATE
+                     SET requested_by = EXCLUDED.requested_by, requested_at = now()",
+                &[&session_id, &by],
+            )
+            .await
+            .map_err(server_error(self.ctx(&format!(
+                "requesting the cancellation of session {session_id}"
+            ))))?;
+        Ok(true)
+    }
+
+    /// Takes (deletes) the cancellation requests of `held` sessions; returns their sessions.
+    pub(crate) async fn take_cancels(&self, held: &[&str]) -> Result<Vec<String>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "DELETE FROM mull_cancels WHERE session_id = ANY($1::text[]) RETURNING session_id",
+                &[&held],
+            )
+            .await
+            .map_err(server_error(self.ctx("taking cancellation requests")))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// The epoch each event of a session was written under, in seq order.
     pub async fn epochs(&self, session_id: &str) -> Result<Vec<(u64, i64)>, StoreError> {
         let rows = self
