@@ -45,12 +45,12 @@ enum Command {
     Import {
         /// The JSONL file.
         file: PathBuf,
-        /// The database.
+        /// The database: a SQLite file or a `postgres://` URL.
         db: PathBuf,
     },
     /// Fold JSONL logs and print each session's conversation and a per-turn summary.
     Replay {
-        /// The JSONL files (each one a log of its own).
+        /// The JSONL files (each one a log of its own), or `postgres://` URLs.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Re-execute the demo agent over the log instead, and exit 1 at the first event that
@@ -83,7 +83,7 @@ enum Command {
     /// Check a log fully: every damaged stretch of seqs and the sessions it costs. Exits 1
     /// when the log is damaged.
     Check {
-        /// The database.
+        /// The database: a SQLite file or a `postgres://` URL.
         db: PathBuf,
     },
     /// Copy every readable event of a damaged log into a new log, and say what was lost.
@@ -149,12 +149,24 @@ fn run() -> Result<()> {
             None => cli::stats::run(&db, prices.as_deref()),
         },
         Command::Check { db } => {
-            if !cli::integrity::check(&db)? {
+            let sound = match cli::pg::url(&db) {
+                Some(url) => cli::pg::check(url)?,
+                None => cli::integrity::check(&db)?,
+            };
+            if !sound {
                 std::process::exit(1);
             }
             Ok(())
         }
-        Command::Recover { db, out } => cli::integrity::recover(&db, &out),
+        Command::Recover { db, out } => match cli::pg::url(&db) {
+            Some(_) => anyhow::bail!(
+                "{}: mull recover copies the readable events out of a damaged SQLite file; a \
+                 PostgreSQL database is restored from its own backups or replicas \
+                 (`mull check` reads every event back, `mull export` writes them as JSONL)",
+                db.display()
+            ),
+            None => cli::integrity::recover(&db, &out),
+        },
         Command::GenBenchLog(args) => cli::gen_bench_log::run(args),
     }
 }

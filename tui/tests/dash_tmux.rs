@@ -1,64 +1,16 @@
 //! End to end: the real `mull dash` runs in a tmux pane while this test process appends events
 //! to the same database; the new tool call must show on screen.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeZone, Utc};
 use mull_core::{DecisionAction, EntryPath, Event, StreamPart, UIMessage};
 use mull_store::Log;
 use serde_json::json;
-
-/// A tmux server of our own (its own socket), killed when the test ends.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("running tmux")
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "dash"]).stdout)
-            .into_owned()
-    }
-
-    fn wait_for(&self, needle: &str, timeout: Duration) -> String {
-        let start = Instant::now();
-        loop {
-            let screen = self.screen();
-            if screen.contains(needle) {
-                return screen;
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "{needle:?} did not appear within {timeout:?}; the screen was:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.run(&["kill-server"]);
-    }
-}
-
-fn tmux_available() -> bool {
-    Command::new("tmux")
-        .arg("-V")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
+use support::tmux::Tmux;
 
 fn append(log: &Log, turn: Option<&str>, ms: i64, event: Event) {
     append_to(log, "sess_e2e", turn, ms, event);
@@ -120,32 +72,12 @@ fn open_session(log: &Log, session: &str, agent: &str, question: &str) {
 
 /// Starts `mull dash ARGS` in a detached 160×40 tmux pane of its own server.
 fn start_dash(args: &str) -> Tmux {
-    let tmux = Tmux {
-        socket: format!("mull-e2e-{}-{}", std::process::id(), args.len()),
-    };
-    let command = format!("{} dash {args}", env!("CARGO_BIN_EXE_mull"));
-    let started = tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "dash",
-        "-x",
-        "160",
-        "-y",
-        "40",
-        &command,
-    ]);
-    assert!(
-        started.status.success(),
-        "tmux new-session failed: {}",
-        String::from_utf8_lossy(&started.stderr)
-    );
-    tmux
+    Tmux::start_mull(&args.len().to_string(), &format!("dash {args}"))
 }
 
 #[test]
 fn follow_jumps_to_a_session_that_starts_after_the_dashboard_opened() {
-    if !tmux_available() {
+    if !support::tmux::available() {
         eprintln!("SKIPPED: tmux is not installed; the live dashboard test needs it");
         return;
     }
@@ -198,7 +130,7 @@ fn follow_jumps_to_a_session_that_starts_after_the_dashboard_opened() {
 
 #[test]
 fn a_tool_call_committed_by_another_process_shows_up_live() {
-    if !tmux_available() {
+    if !support::tmux::available() {
         eprintln!("SKIPPED: tmux is not installed; the live dashboard test needs it");
         return;
     }

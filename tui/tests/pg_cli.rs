@@ -187,6 +187,78 @@ fn a_connection_lost_mid_turn_stops_the_node_and_another_recovers_the_turn() {
     });
 }
 
+#[test]
+fn a_cancel_asked_on_another_node_cancels_the_turn_where_it_runs() {
+    let Some(pg) = TestPg::start("a_cancel_asked_on_another_node_cancels_the_turn") else {
+        return;
+    };
+    let url = pg.database();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = support::nodes::runtime();
+    runtime.block_on(async {
+        let model = ModelServer::start(Pace {
+            words: 200,
+            word_delay: Duration::from_millis(50),
+        })
+        .await;
+        let extra = ["--model", &model.spec];
+        let n0 = Node::start(&url, "n0", dir.path(), &extra);
+        let n1 = Node::start(&url, "n1", dir.path(), &extra);
+        let addr = n0.addr.clone();
+        let client = tokio::spawn(async move {
+            post_message(&addr, "chat-1", "u1", Duration::from_secs(30)).await
+        });
+        let started = Instant::now();
+        while model.answering() == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no answer started"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // n1 does not run the chat: it records the request and says so.
+        let asked = Instant::now();
+        let reply = support::nodes::request(
+            &n1.addr,
+            "POST",
+            "/api/chat/chat-1/cancel",
+            None,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(reply.status, 202, "{reply:?}");
+        assert!(reply.body.contains(r#""requested":true"#), "{reply:?}");
+        assert!(reply.body.contains(r#""owner":"n0""#), "{reply:?}");
+
+        // n0 cancels the turn: the stream it serves ends aborted, long before the answer's
+        // 10 s, and the log says so.
+        let streamed = client.await.expect("the client task");
+        assert!(
+            streamed.body.contains(r#""type":"abort""#),
+            "the stream ends aborted: {streamed:?}"
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "cancelled after {:?}",
+            asked.elapsed()
+        );
+        let reads = Reads::open(&url).await.expect("opens the log");
+        let events = reads
+            .session_page("chat-1", 0, 10_000)
+            .await
+            .expect("reads");
+        let finished: Vec<TurnStatus> = events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::TurnFinished { status, .. } => Some(*status),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(finished, vec![TurnStatus::Aborted]);
+        drop((n0, n1));
+    });
+}
+
 /// Runs the binary with `args`; returns its standard output, failing on a non-zero exit.
 fn mull(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_mull"))

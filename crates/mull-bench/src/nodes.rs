@@ -30,6 +30,9 @@ pub struct NodesArgs {
     /// Chats at once per node-count run.
     #[arg(long, default_value_t = 200)]
     pub chats: usize,
+    /// Failover trials (each kills a node mid-turn and waits out its lease).
+    #[arg(long, default_value_t = 5)]
+    pub failover_trials: usize,
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -52,6 +55,8 @@ pub fn run(args: &NodesArgs) -> anyhow::Result<()> {
             results.push(chats(&pg, nodes, args.chats).await?);
         }
         results.push(resume_latency(&pg).await?);
+        results.extend(shapes(&pg, dir.path()).await?);
+        results.extend(failover(&pg, args.failover_trials).await?);
         anyhow::Ok(())
     })?;
     print(&results, args.json)
@@ -144,7 +149,11 @@ struct Node {
 
 impl Node {
     async fn start(url: &str, name: &str, agent: AgentSource) -> anyhow::Result<Node> {
-        let log = PgLog::connect(url, PgOptions::new(name)).await?;
+        Node::start_with(url, PgOptions::new(name), agent).await
+    }
+
+    async fn start_with(url: &str, options: PgOptions, agent: AgentSource) -> anyhow::Result<Node> {
+        let log = PgLog::connect(url, options).await?;
         let state = ServerState::on(Arc::new(log), agent);
         let config = ServerConfig {
             addr: "127.0.0.1:0".parse()?,
@@ -306,4 +315,161 @@ async fn resume_latency(pg: &TestPg) -> anyhow::Result<Measurement> {
         met: None,
         note: "GET /stream on node B while node A runs the turn: to the first byte (median of 9); B reads the log every 50 ms".into(),
     })
+}
+
+/// The turn bench's shapes (a), (b), (c) on SQLite and on PostgreSQL, one after the other in
+/// this process: the engine's cost per streamed text chunk with every chunk logged.
+async fn shapes(pg: &TestPg, dir: &std::path::Path) -> anyhow::Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    for shape in crate::turns::SHAPES {
+        for backend in ["sqlite", "postgres"] {
+            let log: Arc<dyn EventLog> = match backend {
+                "sqlite" => Arc::new(Log::open(dir.join(format!("shape-{}.db", shape.name)))?),
+                _ => Arc::new(PgLog::connect(&pg.database(), PgOptions::new("bench")).await?),
+            };
+            let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let texts = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let start = Instant::now();
+            crate::turns::run_shape(&log, &shape, &calls, &texts).await?;
+            let wall = start.elapsed();
+            let chunks = shape.text_chunks();
+            anyhow::ensure!(
+                texts.load(std::sync::atomic::Ordering::Relaxed) as usize == chunks,
+                "shape {} on {backend}: not every text chunk was seen",
+                shape.name
+            );
+            out.push(Measurement {
+                bench: "nodes",
+                metric: format!("turn_{}_{backend}", shape.name),
+                value: wall.as_secs_f64() * 1e6 / chunks as f64,
+                unit: "us/chunk",
+                goal: None,
+                met: None,
+                note: format!(
+                    "shape ({}) {}; every chunk logged",
+                    shape.name,
+                    shape.describe()
+                ),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Reads an answer until `needle` arrives; returns the status line's code and when.
+async fn first(addr: &str, head: String, needle: &str) -> anyhow::Result<(u16, Option<Instant>)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.write_all(head.as_bytes()).await?;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        text.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&text).contains(needle) {
+            let status = status_of(&text);
+            return Ok((status, Some(Instant::now())));
+        }
+    }
+    Ok((status_of(&text), None))
+}
+
+fn status_of(text: &[u8]) -> u16 {
+    String::from_utf8_lossy(text)
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The lease time to live of the failover trials.
+const FAILOVER_TTL: Duration = Duration::from_secs(2);
+
+/// A node killed mid-turn (its runtime shut down: no lease given back, nothing more written),
+/// and a client posting to the chat on another node until that node serves it: the time from
+/// the kill to the first text chunk of the new answer, over `trials`: median and max.
+async fn failover(pg: &TestPg, trials: usize) -> anyhow::Result<Vec<Measurement>> {
+    let url = pg.database();
+    let agent: AgentSource = Arc::new(|_: &str| Arc::new(Slow) as Arc<dyn Agent>);
+    let mut options = PgOptions::new("survivor");
+    options.lease_ttl = FAILOVER_TTL;
+    let survivor = Node::start_with(&url, options, Arc::clone(&agent)).await?;
+    let mut samples = Vec::new();
+    for trial in 0..trials.max(1) {
+        let victim_runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let mut options = PgOptions::new(format!("victim-{trial}"));
+        options.lease_ttl = FAILOVER_TTL;
+        let victim = {
+            let (url, agent) = (url.clone(), Arc::clone(&agent));
+            victim_runtime
+                .spawn(async move { Node::start_with(&url, options, agent).await })
+                .await??
+        };
+        let chat = format!("failover-{trial}");
+        let (addr, posted_chat) = (victim.addr.clone(), chat.clone());
+        let posted = tokio::spawn(async move { post(&addr, &posted_chat).await });
+        // Mid-turn: the slow answer takes a second.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let killed = Instant::now();
+        victim_runtime.shutdown_background();
+        drop(victim);
+        let _ = posted.await;
+        let body = json!({
+            "id": chat, "trigger": "submit-message",
+            "messages": [{"id": "u2", "role": "user", "parts": [{"type": "text", "text": "Again"}]}]
+        })
+        .to_string();
+        let served = loop {
+            anyhow::ensure!(
+                killed.elapsed() < FAILOVER_TTL * 10,
+                "trial {trial}: the chat was never served again"
+            );
+            let head = format!(
+                "POST /api/chat HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                survivor.addr,
+                body.len()
+            );
+            match first(&survivor.addr, head, "text-delta").await? {
+                (200, Some(at)) => break at,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        samples.push(served - killed);
+    }
+    survivor.stop().await;
+    samples.sort();
+    let median = samples[samples.len() / 2];
+    let max = samples[samples.len() - 1];
+    let note = format!(
+        "node killed mid-turn, {} s leases: lease expiry + take-over + first text chunk on the \
+         other node ({} trials)",
+        FAILOVER_TTL.as_secs(),
+        samples.len()
+    );
+    Ok(vec![
+        Measurement {
+            bench: "nodes",
+            metric: "failover_median".into(),
+            value: median.as_secs_f64() * 1000.0,
+            unit: "ms",
+            goal: None,
+            met: None,
+            note: note.clone(),
+        },
+        Measurement {
+            bench: "nodes",
+            metric: "failover_max".into(),
+            value: max.as_secs_f64() * 1000.0,
+            unit: "ms",
+            goal: None,
+            met: None,
+            note,
+        },
+    ])
 }

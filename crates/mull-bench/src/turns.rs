@@ -24,7 +24,7 @@ use mull_engine::{
     ToolSet, TurnOptions,
 };
 use mull_providers::scripted::{ScriptedModel, StepScript};
-use mull_store::Log;
+use mull_store::{EventLog, Log};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -66,7 +66,7 @@ pub(crate) struct Shape {
     chunks_per_step: usize,
 }
 
-const SHAPES: [Shape; 3] = [
+pub(crate) const SHAPES: [Shape; 3] = [
     Shape {
         name: "a",
         turns: 1,
@@ -222,9 +222,9 @@ fn scripted_turn(shape: &Shape) -> ScriptedModel {
     builder.build()
 }
 
-/// Runs every turn of `shape` on `log` and checks each completed.
-async fn run_shape(
-    log: &Log,
+/// Runs every turn of `shape` on `log` (either backend) and checks each completed.
+pub(crate) async fn run_shape(
+    log: &Arc<dyn EventLog>,
     shape: &Shape,
     on_chunk_calls: &Arc<AtomicU64>,
     text_chunks: &Arc<AtomicU64>,
@@ -236,7 +236,8 @@ async fn run_shape(
             text_chunks: Arc::clone(text_chunks),
         });
         // Each turn is its own conversation, as in the peer (prompt = one user message).
-        let session = Session::open(log, agent, SessionOptions::new(format!("sess_{turn}")))
+        let options = SessionOptions::new(format!("sess_{turn}"));
+        let session = Session::open_on(Arc::clone(log), agent, options)
             .await
             .with_context(|| format!("opening session {turn}"))?;
         let mut chat = session.chat(
@@ -325,7 +326,9 @@ pub fn cell(args: &CellArgs) -> anyhow::Result<()> {
     let load = load1();
     let cpu_start = process_cpu_ms();
     let start = Instant::now();
-    runtime.block_on(run_shape(&log, &shape, &on_chunk_calls, &text_chunks))?;
+    let shared: Arc<dyn EventLog> = Arc::new(log.clone());
+    runtime.block_on(run_shape(&shared, &shape, &on_chunk_calls, &text_chunks))?;
+    drop(shared);
     let wall = start.elapsed();
     let cpu_ms = process_cpu_ms() - cpu_start;
     drop(subscriber);

@@ -463,17 +463,40 @@ async fn resume_remote(
     }))
 }
 
-/// Cancels the active requests of a chat. Returns the request ids cancelled.
-pub async fn cancel(state: &ServerState, chat_id: &str) -> Result<Vec<String>, ApiError> {
-    // A turn runs where its chat is held; another node's turn cannot be reached from here.
-    let session = match state.existing_or_holder(chat_id).await? {
-        Local::Here(session) => session,
+/// What a cancel did.
+#[derive(Debug)]
+pub enum Cancel {
+    /// The chat runs here: these requests were cancelled (none when nothing ran).
+    Here(Vec<String>),
+    /// Another node holds the chat: the cancellation was recorded in the log for it, and it
+    /// cancels the turn when it next looks (within [`crate::TAKE_OVER_PERIOD`]).
+    Requested { owner: String },
+}
+
+/// Cancels the active requests of a chat, or asks the node that runs it to.
+pub async fn cancel(state: &ServerState, chat_id: &str) -> Result<Cancel, ApiError> {
+    // A turn runs where its chat is held; another node's turn is reached through the log.
+    match state.existing_or_holder(chat_id).await? {
+        Local::Here(_) => Ok(Cancel::Here(cancel_here(state, chat_id).await?)),
         Local::Elsewhere(owner) => {
-            return Err(ApiError::Busy {
-                chat_id: chat_id.to_owned(),
-                owner,
-            })
+            let recorded = state.log().request_cancel(chat_id).await.map_err(|e| {
+                ApiError::Internal(format!("requesting the cancellation of {chat_id:?}: {e}"))
+            })?;
+            if !recorded {
+                return Err(ApiError::Busy {
+                    chat_id: chat_id.to_owned(),
+                    owner,
+                });
+            }
+            Ok(Cancel::Requested { owner })
         }
+    }
+}
+
+/// Cancels the active requests of a chat this node holds; returns their ids.
+pub async fn cancel_here(state: &ServerState, chat_id: &str) -> Result<Vec<String>, ApiError> {
+    let Some(session) = state.open_session(chat_id) else {
+        return Ok(Vec::new());
     };
     let mut active: Vec<String> = session.read_state(|s| {
         s.turns

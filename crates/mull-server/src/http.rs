@@ -180,8 +180,18 @@ pub(crate) async fn cancel_chat(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let chat_id = chat_id(path)?;
-    let cancelled = chat::cancel(&state, &chat_id).await?;
-    Ok(Json(json!({"cancelled": !cancelled.is_empty(), "requestIds": cancelled})).into_response())
+    Ok(match chat::cancel(&state, &chat_id).await? {
+        chat::Cancel::Here(cancelled) => {
+            Json(json!({"cancelled": !cancelled.is_empty(), "requestIds": cancelled}))
+                .into_response()
+        }
+        // Accepted: the node running the chat cancels it when it next looks.
+        chat::Cancel::Requested { owner } => (
+            axum::http::StatusCode::ACCEPTED,
+            Json(json!({"cancelled": false, "requested": true, "owner": owner})),
+        )
+            .into_response(),
+    })
 }
 
 /// Streams a turn as SSE: one `data:` event per chunk, then `data: [DONE]`.

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `POST /api/chat` | the AI SDK chat request; answers with the UI message stream (SSE) |
 //! | `GET /api/chat/{id}/stream` | resume: the running turn from its first chunk, then live; 204 when none runs |
-//! | `POST /api/chat/{id}/cancel` | abort the running turn (its partial message is kept) |
+//! | `POST /api/chat/{id}/cancel` | abort the running turn (its partial message is kept); on another node's chat, 202: the cancellation is recorded for that node |
 //! | `GET /api/chat/ws` | WebSocket: `WebSocketChatTransport` frames, several chats per socket |
 //!
 //! Where things are:
@@ -168,6 +168,18 @@ impl Bound {
                     ticks.tick().await;
                     if let Err(e) = state.take_over_abandoned(64).await {
                         tracing::warn!("{e}");
+                    }
+                    // Cancellations other nodes recorded for chats held here.
+                    match state.log().take_cancel_requests().await {
+                        Ok(chats) => {
+                            for chat_id in chats {
+                                match chat::cancel_here(&state, &chat_id).await {
+                                    Ok(ids) => tracing::info!(chat = %chat_id, ?ids, "cancelled at another node's request"),
+                                    Err(e) => tracing::warn!(chat = %chat_id, "cancelling: {e}"),
+                                }
+                            }
+                        }
+                        Err(e) => tracing::warn!("taking cancellation requests: {e}"),
                     }
                 }
             })

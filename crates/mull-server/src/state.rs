@@ -410,7 +410,7 @@ impl ServerState {
         }
     }
 
-    fn open_session(&self, chat_id: &str) -> Option<ChatSession> {
+    pub(crate) fn open_session(&self, chat_id: &str) -> Option<ChatSession> {
         let slot = Arc::clone(lock(&self.inner.sessions.map).get(chat_id)?);
         let session = slot.session.get()?.clone();
         if !self.inner.log.holds(chat_id) {

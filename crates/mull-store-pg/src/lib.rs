@@ -9,6 +9,9 @@
 //!   lease's epoch, so a node that lost a session can never write to it again (see [`log`]).
 //! - [`Reads`] reads the whole log or one session on any node, for streaming a session another
 //!   node owns, export and stats.
+//! - [`copy`] copies a SQLite log into PostgreSQL ([`import`]) and keeps a local SQLite
+//!   [`Mirror`] of a PostgreSQL log, which the SQLite log's readers (dashboard, replay, diff,
+//!   backtest) read.
 //! - [`testing`] starts a throwaway server for tests and benches.
 //!
 //! # Storage
@@ -28,12 +31,14 @@
 //! and its turns fail with [`mull_store::StoreError::Fenced`]. Durability of a commit is
 //! PostgreSQL's (`synchronous_commit`, replication), not mull's.
 
+pub mod copy;
 pub mod error;
 pub mod log;
 pub mod read;
 pub mod schema;
 pub mod testing;
 
+pub use copy::{import, Mirror};
 pub use error::is_postgres_url;
 pub use log::{PgLog, PgOptions};
 pub use read::Reads;

@@ -473,6 +473,31 @@ impl EventLog for PgLog {
     fn abandoned(&self, limit: usize) -> LogFuture<'_, Vec<String>> {
         Box::pin(self.inner.reads.abandoned(limit))
     }
+
+    fn request_cancel<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, bool> {
+        Box::pin(
+            self.inner
+                .reads
+                .request_cancel(session_id, &self.inner.options.node),
+        )
+    }
+
+    /// One statement, and none at all while this node holds no session.
+    fn take_cancel_requests(&self) -> LogFuture<'_, Vec<String>> {
+        let held: Vec<String> = lock(&self.inner.state)
+            .sessions
+            .iter()
+            .filter(|(_, h)| h.fenced.is_none())
+            .map(|(s, _)| s.clone())
+            .collect();
+        Box::pin(async move {
+            if held.is_empty() {
+                return Ok(Vec::new());
+            }
+            let held: Vec<&str> = held.iter().map(String::as_str).collect();
+            self.inner.reads.take_cancels(&held).await
+        })
+    }
 }
 
 /// The writer task: takes batches off the queue and commits them until every handle is gone or

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use mull_core::Envelope;
+use mull_core::{Envelope, Event};
 use mull_store::{timestamp, SessionState, SessionSummary, StoreError};
 use tokio_postgres::{Client, Config, Row};
 
@@ -19,6 +19,9 @@ const COLUMNS: &str = "seq, session_id, turn_id, at, v, payload";
 
 /// How many rows a long read takes per statement.
 const PAGE: i64 = 4096;
+
+/// The longest chain of forks a log may hold (as in the SQLite log).
+const MAX_FORK_DEPTH: usize = 256;
 
 /// Reads of one PostgreSQL log (and the lease changes a writer makes next to them).
 pub struct Reads {
@@ -54,6 +57,11 @@ impl Reads {
         Ok(reads)
     }
 
+    /// The database, as errors name it (never with a password).
+    pub fn database(&self) -> String {
+        self.target.to_string()
+    }
+
     fn ctx(&self, what: &str) -> String {
         format!("{}: {what}", self.target)
     }
@@ -72,21 +80,93 @@ impl Reads {
         rows.iter().map(envelope).collect()
     }
 
-    /// Rebuilds a session's state by folding all its events; also gives its last seq.
+    /// Rebuilds a session's state by folding all its events; also gives its last seq. A fork
+    /// folds its origin's events up to the fork point first (recursively, as the SQLite log
+    /// resolves forks), then its own.
     pub async fn load_session(&self, session_id: &str) -> Result<(SessionState, u64), StoreError> {
         let mut state = SessionState::new(session_id);
-        let mut after = 0u64;
-        loop {
-            let page = self.session_page(session_id, after, PAGE as usize).await?;
-            for env in &page {
-                state.apply(env);
-            }
-            match page.last() {
-                Some(last) if page.len() == PAGE as usize => after = last.seq,
-                Some(last) => return Ok((state, last.seq)),
-                None => return Ok((state, after)),
+        let mut last_seq = 0;
+        for (session, upto) in self.fork_chain(session_id).await? {
+            let own = session == session_id;
+            let mut after = 0u64;
+            loop {
+                let page = self.session_page(&session, after, PAGE as usize).await?;
+                let full = page.len() == PAGE as usize;
+                let past = page.last().is_some_and(|e| e.seq > upto);
+                for env in page.iter().take_while(|e| e.seq <= upto) {
+                    state.apply_own(mull_core::EventRef::of(env));
+                    after = env.seq;
+                }
+                if own {
+                    last_seq = after;
+                }
+                if !full || past {
+                    break;
+                }
             }
         }
+        Ok((state, last_seq))
+    }
+
+    /// The session a fork was made from and the seq its history ends at there (a seq of the
+    /// origin session: seqs count per session here), or `None` for a session that is no fork.
+    pub async fn fork_origin(&self, session_id: &str) -> Result<Option<(String, u64)>, StoreError> {
+        let first = self
+            .envelopes(
+                &format!(
+                    "SELECT {COLUMNS} FROM mull_events WHERE session_id = $1 AND seq = 1 \
+                     AND kind = 'session_forked'"
+                ),
+                &[&session_id],
+                "reading a fork origin",
+            )
+            .await?;
+        Ok(first.into_iter().find_map(|env| match env.event {
+            Event::SessionForked {
+                origin, origin_seq, ..
+            } => Some((origin, origin_seq)),
+            _ => None,
+        }))
+    }
+
+    /// (session, last seq of its part of the history), from the root origin to `session_id`.
+    async fn fork_chain(&self, session_id: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut chain = vec![(session_id.to_owned(), u64::MAX)];
+        let mut current = session_id.to_owned();
+        while let Some((origin, seq)) = self.fork_origin(&current).await? {
+            let broken = |why: String| StoreError::ForkChain {
+                session_id: session_id.to_owned(),
+                why,
+            };
+            if chain.iter().any(|(s, _)| *s == origin) {
+                return Err(broken(format!("loops back to {origin}")));
+            }
+            if chain.len() > MAX_FORK_DEPTH {
+                return Err(broken(format!("is deeper than {MAX_FORK_DEPTH}")));
+            }
+            chain.push((origin.clone(), seq));
+            current = origin;
+        }
+        chain.reverse();
+        Ok(chain)
+    }
+
+    /// Every session with its last seq, oldest first: what a reader catching up compares with
+    /// what it has read (one index scan; no event is read).
+    pub async fn heads(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT session_id, max(seq) FROM mull_events GROUP BY session_id \
+                 ORDER BY min(at), session_id",
+                &[],
+            )
+            .await
+            .map_err(server_error(self.ctx("listing sessions")))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get::<_, i64>(1).max(0) as u64))
+            .collect())
     }
 
     /// Up to `limit` events of a session after `after_seq`, in seq order: what a node that
@@ -385,6 +465,35 @@ impl Reads {
             .await
             .map_err(server_error(self.ctx("reading a lease")))?;
         Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+    }
+
+    /// Records that `by` asks the holder of `session_id` to cancel its running turn.
+    pub async fn request_cancel(&self, session_id: &str, by: &str) -> Result<bool, StoreError> {
+        self.client
+            .execute(
+                "INSERT INTO mull_cancels (session_id, requested_by) VALUES ($1, $2)
+                 ON CONFLICT (session_id) DO UPDATE
+                     SET requested_by = EXCLUDED.requested_by, requested_at = now()",
+                &[&session_id, &by],
+            )
+            .await
+            .map_err(server_error(self.ctx(&format!(
+                "requesting the cancellation of session {session_id}"
+            ))))?;
+        Ok(true)
+    }
+
+    /// Takes (deletes) the cancellation requests of `held` sessions; returns their sessions.
+    pub(crate) async fn take_cancels(&self, held: &[&str]) -> Result<Vec<String>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "DELETE FROM mull_cancels WHERE session_id = ANY($1::text[]) RETURNING session_id",
+                &[&held],
+            )
+            .await
+            .map_err(server_error(self.ctx("taking cancellation requests")))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// The epoch each event of a session was written under, in seq order.

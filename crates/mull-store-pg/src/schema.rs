@@ -42,6 +42,13 @@ const MIGRATIONS: &[&str] = &[
     // recover, and any node sweeping for such leases takes it over.
     "ALTER TABLE mull_leases ADD COLUMN released boolean NOT NULL DEFAULT false;
      CREATE INDEX mull_leases_unreleased ON mull_leases (expires_at) WHERE NOT released;",
+    // 3: a cancellation asked on a node that does not hold the session: a row the holder
+    // takes (deletes) when it next looks, and acts on. One row per session at most.
+    "CREATE TABLE mull_cancels (
+         session_id   text        PRIMARY KEY,
+         requested_by text        NOT NULL,
+         requested_at timestamptz NOT NULL DEFAULT now()
+     );",
 ];
 
 /// The schema version this build writes and reads.

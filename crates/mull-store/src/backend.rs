@@ -97,6 +97,21 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
         let _ = limit;
         Box::pin(async { Ok(Vec::new()) })
     }
+
+    /// Asks the writer that holds `session_id` (another node) to cancel its running turn: the
+    /// request is recorded in the log, and that writer acts on it when it next looks
+    /// ([`EventLog::take_cancel_requests`]). Returns whether it was recorded. SQLite: one
+    /// writer, nothing to ask (false).
+    fn request_cancel<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, bool> {
+        let _ = session_id;
+        Box::pin(async { Ok(false) })
+    }
+
+    /// The sessions this handle holds whose cancellation another writer requested since it
+    /// last looked; each request is handed out once. SQLite: none.
+    fn take_cancel_requests(&self) -> LogFuture<'_, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 impl EventLog for Log {
@@ -198,5 +213,13 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
 
     fn abandoned(&self, limit: usize) -> LogFuture<'_, Vec<String>> {
         (**self).abandoned(limit)
+    }
+
+    fn request_cancel<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, bool> {
+        (**self).request_cancel(session_id)
+    }
+
+    fn take_cancel_requests(&self) -> LogFuture<'_, Vec<String>> {
+        (**self).take_cancel_requests()
     }
 }

@@ -26,7 +26,8 @@ use crate::cli::demo::builtin_policy;
 /// What `mull backtest` takes.
 #[derive(Debug, Args)]
 pub struct BacktestArgs {
-    /// The database of recorded demo sessions (only read).
+    /// The database of recorded demo sessions (only read): a SQLite file or a `postgres://`
+    /// URL.
     pub db: PathBuf,
     /// The new hook code: a built-in tool policy laid over the demo agent (`guides-only`,
     /// `no-weather`, `demo`), or the path of an extension manifest (.toml) run beside it.
@@ -54,21 +55,33 @@ struct Policy {
 
 /// Runs the backtest and prints the report; returns whether a decision would change.
 pub fn run(args: BacktestArgs) -> Result<bool> {
-    if !args.db.exists() {
+    let postgres = super::pg::url(&args.db).is_some();
+    if !postgres && !args.db.exists() {
         bail!("{}: no such log", args.db.display());
     }
+    if postgres && args.continue_with.is_some() {
+        bail!(
+            "--continue-with writes its forks into a SQLite log; on {} fork each session \
+             with `mull fork {} --session S --turn T --continue` instead",
+            args.db.display(),
+            args.db.display()
+        );
+    }
+    // A PostgreSQL log is read through a mirror, as every reader of the SQLite log reads it.
+    let local = super::pg::Local::open(&args.db)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting a runtime")?;
-    runtime.block_on(backtest(args))
+    let changed = runtime.block_on(backtest(args, local.path()));
+    drop(runtime);
+    changed
 }
 
-async fn backtest(args: BacktestArgs) -> Result<bool> {
+async fn backtest(args: BacktestArgs, db: &Path) -> Result<bool> {
     let policy = load_policy(&args.policy).await?;
-    let reader =
-        LogReader::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let reader = LogReader::open(db).with_context(|| format!("opening {}", args.db.display()))?;
     let options = BacktestOptions {
         replay: ReplayOptions {
             extensions: policy.extensions.clone(),

@@ -1,4 +1,5 @@
-//! `mull replay --check FILE`: re-executes every session of a recorded JSONL log with the
+//! `mull replay --check FILE`: re-executes every session of a recorded JSONL log (or of a
+//! PostgreSQL log given by its `postgres://` URL) with the
 //! built-in agent that recorded it (named in its `session_opened`), with model output, tool
 //! results, time and ids served from the log, and says whether today's code writes the same
 //! events. A session recorded by an agent this binary does not have is refused before anything
@@ -33,12 +34,23 @@ pub fn run(file: &Path) -> Result<bool> {
         .enable_all()
         .build()
         .context("starting the replay's runtime")?;
-    runtime.block_on(check(file))
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let (reader, mirror) = recorded(file, dir.path())?;
+    let identical = runtime.block_on(check(file, &reader, dir.path()));
+    drop(mirror);
+    identical
 }
 
-async fn check(file: &Path) -> Result<bool> {
-    let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let recorded_db = dir.path().join("recorded.db");
+/// The recorded log as a SQLite log: a JSONL file imported into `dir`, or a PostgreSQL log's
+/// mirror (kept in the returned value).
+fn recorded(file: &Path, dir: &Path) -> Result<(LogReader, Option<super::pg::Local>)> {
+    if super::pg::url(file).is_some() {
+        let local = super::pg::Local::open(file)?;
+        let reader = LogReader::open(local.path())
+            .with_context(|| format!("opening the mirror of {}", file.display()))?;
+        return Ok((reader, Some(local)));
+    }
+    let recorded_db = dir.join("recorded.db");
     let recorded =
         Log::open(&recorded_db).with_context(|| format!("opening {}", recorded_db.display()))?;
     let input =
@@ -47,17 +59,20 @@ async fn check(file: &Path) -> Result<bool> {
     recorded
         .close()
         .with_context(|| format!("committing {}", recorded_db.display()))?;
-    let reader = LogReader::open(&recorded_db)?;
+    Ok((LogReader::open(&recorded_db)?, None))
+}
+
+async fn check(file: &Path, reader: &LogReader, dir: &Path) -> Result<bool> {
     let sessions = reader.sessions()?;
     if sessions.is_empty() {
         anyhow::bail!("{}: the log holds no session to replay", file.display());
     }
-    let replayed_db = dir.path().join("replayed.db");
+    let replayed_db = dir.join("replayed.db");
     let replayed =
         Log::open(&replayed_db).with_context(|| format!("opening {}", replayed_db.display()))?;
     let mut recordings = Vec::new();
     for session in sessions {
-        let recording = Recording::read(&reader, &session.session_id)
+        let recording = Recording::read(reader, &session.session_id)
             .with_context(|| format!("{}: session {}", file.display(), session.session_id))?;
         let Some(agent) = mull::agents::built_in(recording.agent()) else {
             anyhow::bail!(

@@ -5,12 +5,17 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
+use crate::cli::pg::Local;
 use crate::dash::{self, DashOptions};
+
+/// How often the mirror of a PostgreSQL log catches up (bounds how late the dashboard shows
+/// another node's events; each catch-up is one index scan and a read per changed session).
+const MIRROR_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Arguments of `mull dash`.
 #[derive(Debug, Args)]
 pub struct DashArgs {
-    /// The database (opened read-only).
+    /// The database (opened read-only): a SQLite file or a `postgres://` URL.
     #[arg(default_value = "mull.db")]
     pub db: PathBuf,
     /// Start following the newest session.
@@ -38,8 +43,11 @@ pub fn run(args: DashArgs) -> Result<()> {
         return Ok(());
     }
     let prices = crate::cli::stats::price_table(args.prices.as_deref())?;
-    dash::run(
-        &args.db,
+    // A PostgreSQL log is read through a local mirror kept caught up (see `cli::pg::Local`).
+    let local = Local::follow(&args.db, MIRROR_PERIOD)?;
+    dash::run_named(
+        local.path(),
+        &args.db.display().to_string(),
         DashOptions {
             follow: args.follow,
             prices,

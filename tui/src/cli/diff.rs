@@ -1,6 +1,7 @@
 //! `mull diff A B`: two runs of a conversation compared turn by turn (see `mull_store::diff`).
 //!
-//! A and B are each `PATH` or `PATH@SESSION`, where PATH is a database or a JSONL file; the
+//! A and B are each `PATH` or `PATH@SESSION`, where PATH is a database (a SQLite file or a
+//! `postgres://` URL) or a JSONL file; the
 //! session may be left out when the log holds only one. Prints a table (or JSON with
 //! `--json`) and exits 1 when the runs diverge, like diff(1).
 
@@ -16,7 +17,8 @@ use crate::cli::import::import_into;
 /// What `mull diff` takes.
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The first run: PATH or PATH@SESSION (PATH a database or a .jsonl file).
+    /// The first run: PATH or PATH@SESSION (PATH a database, a `postgres://` URL or a .jsonl
+    /// file).
     pub a: String,
     /// The second run, the same way.
     pub b: String,
@@ -67,14 +69,23 @@ fn only_turn(run: &Run, turn: usize) -> Result<Run> {
     }
 }
 
-/// Reads `PATH[@SESSION]`; a JSONL file is imported into a scratch database first.
+/// Reads `PATH[@SESSION]`; a JSONL file is imported into a scratch database first, a
+/// PostgreSQL log is read through a mirror.
 fn load(spec: &str, scratch: &Path, side: &str) -> Result<Run> {
     let (path, session) = split_spec(spec);
     let path = PathBuf::from(path);
-    if !path.exists() {
+    let postgres = super::pg::url(&path).is_some();
+    if !postgres && !path.exists() {
         bail!("{}: no such file", path.display());
     }
-    let db = if path.extension().is_some_and(|e| e == "jsonl") {
+    let mirror = if postgres {
+        Some(super::pg::Local::open(&path)?)
+    } else {
+        None
+    };
+    let db = if let Some(mirror) = &mirror {
+        mirror.path().to_owned()
+    } else if path.extension().is_some_and(|e| e == "jsonl") {
         let db = scratch.join(format!("{side}.db"));
         import_into(&path, &db)?;
         db

@@ -10,14 +10,15 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use mull::core::{IdSource, RandomIds, SystemClock, UIMessage};
 use mull::engine::{Agent, Session, SessionOptions, TurnOptions};
-use mull_store::{ForkPoint, Log, TurnRef};
+use mull_store::{EventLog, ForkError, ForkPoint, Log, LogReader, ResolvedFork, TurnRef};
+use mull_store_pg::{PgLog, PgOptions};
 
 use crate::cli::demo::builtin_policy;
 
 /// What `mull fork` takes.
 #[derive(Debug, Args)]
 pub struct ForkArgs {
-    /// The database (it must exist).
+    /// The database (it must exist): a SQLite file or a `postgres://` URL.
     pub db: PathBuf,
     /// The session to fork.
     #[arg(long)]
@@ -66,9 +67,6 @@ pub fn run(args: ForkArgs) -> Result<()> {
     if args.rerun && !matches!(point, ForkPoint::BeforeTurn(_)) {
         bail!("--rerun runs a turn again from its start: fork with --turn T alone");
     }
-    if !args.db.exists() {
-        bail!("{}: no such log", args.db.display());
-    }
     let agent: Arc<dyn Agent> = match &args.policy {
         Some(name) => mull::demo::guarded_agent(builtin_policy(name)?),
         None => mull::demo::agent(),
@@ -77,56 +75,117 @@ pub fn run(args: ForkArgs) -> Result<()> {
         .into
         .clone()
         .unwrap_or_else(|| RandomIds.next_id("fork"));
-    let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting a runtime")?;
-    let result = runtime.block_on(async {
-        let options = SessionOptions::new(into.clone())
-            .with_clock(Arc::new(SystemClock))
-            .with_ids(Arc::new(RandomIds));
-        let (session, fork) = Session::fork(&log, agent, &args.session, &point, options).await?;
-        println!(
-            "forked {} at seq {}{} into {into}",
-            fork.origin,
-            fork.origin_seq,
-            fork.origin_turn
-                .as_deref()
-                .map(|t| format!(" (inside {t})"))
-                .unwrap_or_default()
-        );
-        let outcome = if args.rerun {
-            Some(
-                session
-                    .save_messages(fork.turn_messages.clone(), TurnOptions::default())
-                    .await?,
-            )
-        } else if let Some(text) = &args.message {
-            let message = UIMessage::user(RandomIds.next_id("msg"), text.clone());
-            Some(
-                session
-                    .save_messages(vec![message], TurnOptions::default())
-                    .await?,
-            )
-        } else if args.continue_turn {
-            Some(session.continue_last_turn(TurnOptions::default()).await?)
-        } else {
-            None
-        };
-        if let Some(outcome) = outcome {
-            println!("  {} {:?}", outcome.request_id, outcome.status);
+    let options = SessionOptions::new(into.clone())
+        .with_clock(Arc::new(SystemClock))
+        .with_ids(Arc::new(RandomIds));
+    if let Some(url) = super::pg::url(&args.db) {
+        fork_on_postgres(&runtime, url, &args, &point, agent, options)?;
+    } else {
+        if !args.db.exists() {
+            bail!("{}: no such log", args.db.display());
         }
-        anyhow::Ok(())
-    });
-    log.close()
-        .with_context(|| format!("committing {}", args.db.display()))?;
-    result?;
+        let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+        let result = runtime.block_on(async {
+            let (session, fork) =
+                Session::fork(&log, agent, &args.session, &point, options).await?;
+            go_on(session, &fork, &args, &into).await
+        });
+        log.close()
+            .with_context(|| format!("committing {}", args.db.display()))?;
+        result?;
+    }
     println!(
         "compare: mull diff {db}@{} {db}@{into}",
         args.session,
         db = args.db.display()
     );
     Ok(())
+}
+
+/// Prints the fork and goes on in it as asked (`--rerun`, `--message`, `--continue`).
+async fn go_on(session: Session, fork: &ResolvedFork, args: &ForkArgs, into: &str) -> Result<()> {
+    println!(
+        "forked {} at seq {}{} into {into}",
+        fork.origin,
+        fork.origin_seq,
+        fork.origin_turn
+            .as_deref()
+            .map(|t| format!(" (inside {t})"))
+            .unwrap_or_default()
+    );
+    let outcome = if args.rerun {
+        Some(
+            session
+                .save_messages(fork.turn_messages.clone(), TurnOptions::default())
+                .await?,
+        )
+    } else if let Some(text) = &args.message {
+        let message = UIMessage::user(RandomIds.next_id("msg"), text.clone());
+        Some(
+            session
+                .save_messages(vec![message], TurnOptions::default())
+                .await?,
+        )
+    } else if args.continue_turn {
+        Some(session.continue_last_turn(TurnOptions::default()).await?)
+    } else {
+        None
+    };
+    if let Some(outcome) = outcome {
+        println!("  {} {:?}", outcome.request_id, outcome.status);
+    }
+    Ok(())
+}
+
+/// The fork on a PostgreSQL log: the fork point is found in a mirror of the log (the same
+/// resolution as on a SQLite file) and mapped back to the origin's seq in the database; the
+/// fork's first event is written under a lease of its own, and the session opened on it.
+fn fork_on_postgres(
+    runtime: &tokio::runtime::Runtime,
+    url: &str,
+    args: &ForkArgs,
+    point: &ForkPoint,
+    agent: Arc<dyn Agent>,
+    options: SessionOptions,
+) -> Result<()> {
+    let into = options.session_id.clone();
+    let local = super::pg::Local::open(&args.db)?;
+    let mut fork = {
+        let reader = LogReader::open(local.path())
+            .with_context(|| format!("opening the mirror of {}", args.db.display()))?;
+        reader
+            .fork_point(&args.session, point)
+            .with_context(|| format!("forking {} into {into}", args.session))?
+    };
+    let mirror = local.mirror().context("the mirror of the PostgreSQL log")?;
+    fork.origin_seq = mirror
+        .log_seq(&fork.origin, fork.origin_seq)
+        .with_context(|| format!("seq {} is not in the mirror", fork.origin_seq))?;
+    drop(local);
+    runtime.block_on(async {
+        let node = format!("fork-{}", std::process::id());
+        let log = PgLog::connect(url, PgOptions::new(node))
+            .await
+            .context("opening the PostgreSQL log")?;
+        if log.reads().last_seq(&into).await? > 0 {
+            bail!(
+                "forking {} into {into}: {}",
+                args.session,
+                ForkError::Exists(into.clone())
+            );
+        }
+        log.open_session(&into).await?;
+        log.append_event(&into, None, options.clock.now(), fork.event())?;
+        EventLog::flush(&log, &into).await?;
+        let session = Session::open_on(Arc::new(log.clone()), agent, options).await?;
+        let result = go_on(session, &fork, args, &into).await;
+        log.release_session(&into).await?;
+        log.flush_all().await?;
+        result
+    })
 }

@@ -1,15 +1,19 @@
-//! `mull import FILE DB`: append a JSONL log to a database.
+//! `mull import FILE DB`: append a JSONL log to a database (a SQLite file or a `postgres://`
+//! URL).
 
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use mull_store::{import_jsonl, Log};
+use mull_store::{import_jsonl, Log, LogReader};
 
 /// Imports `file` into `db` and reports how many events went in.
 pub fn run(file: &Path, db: &Path) -> Result<()> {
-    let count = import_into(file, db)?;
+    let count = match super::pg::url(db) {
+        Some(url) => import_into_postgres(file, url)?,
+        None => import_into(file, db)?,
+    };
     eprintln!(
         "imported {count} events from {} into {}",
         file.display(),
@@ -35,6 +39,20 @@ pub fn import_into(file: &Path, db: &Path) -> Result<u64> {
         mull_store::integrity::remove_log_files(db);
     }
     imported
+}
+
+/// Imports `file` into the PostgreSQL log at `url`: the file is checked line by line into a
+/// scratch SQLite log first (the same rules as an import into a file), then copied into the
+/// database in one transaction, each session's seqs counted from 1 there.
+fn import_into_postgres(file: &Path, url: &str) -> Result<u64> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let scratch = dir.path().join("import.db");
+    import_into(file, &scratch)?;
+    let reader =
+        LogReader::open(&scratch).with_context(|| format!("reading {} back", file.display()))?;
+    super::pg::runtime()?
+        .block_on(mull_store_pg::import(url, &reader))
+        .with_context(|| format!("importing {}", file.display()))
 }
 
 /// The first bytes of every SQLite database file.

@@ -1,4 +1,5 @@
-//! `mull replay FILE`: fold a JSONL log and print what it amounts to.
+//! `mull replay FILE`: fold a JSONL log (or a PostgreSQL log given by its `postgres://` URL)
+//! and print what it amounts to.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,8 +29,16 @@ pub fn run(files: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// Imports `file` into a temporary database and prints every session.
+/// Imports `file` into a temporary database (or mirrors a PostgreSQL log) and prints every
+/// session.
 fn run_one(file: &Path) -> Result<()> {
+    if super::pg::url(file).is_some() {
+        let local = super::pg::Local::open(file)?;
+        let reader = LogReader::open(local.path())
+            .with_context(|| format!("opening the mirror of {}", file.display()))?;
+        print!("{}", report(&reader)?);
+        return Ok(());
+    }
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let db = dir.path().join("replay.db");
     import_into(file, &db)?;

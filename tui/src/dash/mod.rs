@@ -42,9 +42,15 @@ pub struct Dash {
 
 impl Dash {
     /// Opens `db` read-only and loads the session list.
+    #[cfg(test)]
     pub fn open(db: &Path) -> Result<Self> {
-        let source = Source::open(db).with_context(|| format!("opening {}", db.display()))?;
-        let (mut app, effects) = App::new(db.display().to_string());
+        Self::open_named(db, &db.display().to_string())
+    }
+
+    /// Opens `db` read-only, shown as `name` (a PostgreSQL log's URL, read through a mirror).
+    pub fn open_named(db: &Path, name: &str) -> Result<Self> {
+        let source = Source::open(db).with_context(|| format!("opening {name}"))?;
+        let (mut app, effects) = App::new(name.to_owned());
         app.max_seq = source.max_seq()?;
         let mut dash = Self { app, source };
         dash.run_effects(effects);
@@ -139,7 +145,12 @@ impl Default for DashOptions {
 /// Runs the dashboard in the terminal until the user quits. The terminal is restored on exit
 /// and on panic.
 pub fn run(db: &Path, options: DashOptions) -> Result<()> {
-    let mut dash = Dash::open(db)?;
+    run_named(db, &db.display().to_string(), options)
+}
+
+/// [`run`], the log shown as `name`.
+pub fn run_named(db: &Path, name: &str, options: DashOptions) -> Result<()> {
+    let mut dash = Dash::open_named(db, name)?;
     dash.app.prices = options.prices;
     let follower = Follower::spawn(db.to_owned(), dash.app.max_seq)
         .with_context(|| format!("tailing {}", db.display()))?;
@@ -229,7 +240,8 @@ pub struct BenchTimes {
 /// takes first (newest session, newest turn) and scrolls each list, timing it all.
 pub fn bench_first_frame(db: &Path, width: u16, height: u16) -> Result<BenchTimes> {
     let start = Instant::now();
-    let mut dash = Dash::open(db)?;
+    let local = crate::cli::pg::Local::open(db)?;
+    let mut dash = Dash::open_named(local.path(), &db.display().to_string())?;
     let mut terminal = Terminal::new(TestBackend::new(width, height))
         .map_err(|e| anyhow::anyhow!("creating the off-screen terminal: {e}"))?;
     dash.draw(&mut terminal)?;
