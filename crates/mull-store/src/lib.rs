@@ -28,12 +28,13 @@
 //! keeps it. Commits are in seq order, so an event is durable once any later one is.
 //!
 //! The engine follows one rule (Durable Objects' output gate): **nothing leaves the process
-//! before the events it depends on are durable**. What leaves is a tool run, a client tool
-//! request or an approval request (after its `tool_decided`), a turn's end reported to its
-//! caller (after its `turn_finished`), an acknowledged submission (after its
-//! `submission_accepted`). [`Log::append_event`] hands back the event's seq, a durability ticket, and the gate
-//! awaits [`Log::durable`]`(seq)` ([`EventLog::durable`]) just before the thing leaves; it costs
-//! nothing when that seq is committed already. Work that leaves nothing — starting a model call,
+//! before the events it depends on are durable**. What leaves is a tool run (after its
+//! `tool_decided`), a turn's end reported to its caller (after its `turn_finished`; a client
+//! tool request or an approval request reaches a caller that is not streaming this way), an
+//! acknowledged submission (after its `submission_accepted`). [`Log::append_event`] hands back
+//! the event's seq, a durability ticket, and the gate awaits [`Log::durable`]`(seq)`
+//! ([`EventLog::durable`]) just before the thing leaves; it costs nothing when that seq is
+//! committed already. A new way out of the process goes through the same gate. Work that leaves nothing — starting a model call,
 //! folding, running the next step — does not wait: the events commit with the batch
 //! ([`LogOptions::batch_max_delay`] at most) or with the next gate, whichever comes first.
 //! [`Log::flush`] is the barrier over everything appended, for callers that want all of it.

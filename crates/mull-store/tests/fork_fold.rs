@@ -19,7 +19,7 @@ fn turn(log: &Log, session: &str, n: u64, chunks: usize, finish: bool) {
     let turn_id = format!("turn_{session}_{n}");
     let tid = Some(turn_id.as_str());
     let msg = format!("msg_{session}_{n}");
-    let mut append = |turn: Option<&str>, s: &str, event: Event| {
+    let append = |turn: Option<&str>, s: &str, event: Event| {
         log.append(s, turn, at(n), event).expect("append");
     };
     append(

@@ -186,9 +186,9 @@ impl TurnRun<'_> {
             reason: reason.clone(),
             output: skip_output.clone(),
         })?;
-        // The gate: a call that will run (here, or at a client) does so only once its decision
-        // is durable, so a crash can never leave an effect without the decision that allowed it.
-        // A blocked or substituted call runs nothing.
+        // The gate: a call that will run does so only once its decision is durable, so a crash
+        // can never leave an effect without the decision that allowed it. A blocked or
+        // substituted call runs nothing.
         if matches!(action, DecisionAction::Allow | DecisionAction::Rewrite) {
             self.inner.recorder.durable(decided).await?;
         }
