@@ -49,4 +49,8 @@ fn sigkill_at_seeded_moments_loses_nothing_flushed_and_runs_no_tool_twice() {
     );
     assert_eq!(summary.passed, TRIALS);
     assert!(summary.effects > 0, "no trial got as far as a side effect");
+    assert!(
+        summary.reports > 0,
+        "no turn end was reported before a kill"
+    );
 }

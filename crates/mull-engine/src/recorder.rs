@@ -76,6 +76,15 @@ impl Recorder {
         appended.into_envelope(&self.session_id, turn_id)
     }
 
+    /// The output gate: waits until the event appended at `seq` (and every event before it) is
+    /// durable. Awaited only before something that depends on it leaves the process.
+    pub async fn durable(&self, seq: u64) -> Result<(), EngineError> {
+        self.log
+            .durable(&self.session_id, seq)
+            .await
+            .map_err(|e| self.store_error(e))
+    }
+
     /// Waits until every event appended so far is committed.
     pub async fn flush(&self) -> Result<(), EngineError> {
         self.log

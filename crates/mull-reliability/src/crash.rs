@@ -4,12 +4,17 @@
 //!
 //! The child ([`child_main`]) runs turns forever, alternating `save_messages` and durable
 //! `submit_messages`. Each turn streams text, calls the `effect` tool (which appends
-//! `<call_id>` to the effects file) and answers. After each turn it takes a flush barrier and
-//! prints `BARRIER <seq>`: every event up to that seq is committed.
+//! `<call_id>` to the effects file) and answers. It prints what left it — `ACKED <submission>`
+//! once a submission is acknowledged, `REPORTED <request>` once a turn's end is reported to it —
+//! with no barrier of its own: the output gate alone must have made those durable. Every
+//! fourth turn it also takes a flush barrier and prints `BARRIER <seq>`: every event up to that
+//! seq is committed.
 //!
 //! The checker ([`check_trial`]) reopens the log after the kill and asserts:
 //! - the log opens, every event decodes, seqs are contiguous, and every event up to the last
 //!   barrier the child printed is present;
+//! - every submission the child saw acknowledged is in the log, and every turn whose end was
+//!   reported to it has its `turn_finished` there (the output gate);
 //! - every side effect has a committed `tool_decided` that allowed it (durability before side
 //!   effects);
 //! - reopening through the engine resolves what was in flight (G.34): no turn stays running,
@@ -40,6 +45,10 @@ use mull_store::{Log, LogReader, SubmissionPhase};
 pub const SESSION: &str = "sess_crash";
 /// What the child prints after each completed barrier.
 pub const BARRIER: &str = "BARRIER ";
+/// What the child prints once a submission is acknowledged to it: `ACKED <submission_id>`.
+pub const ACKED: &str = "ACKED ";
+/// What the child prints once a turn's end is reported to it: `REPORTED <request_id>`.
+pub const REPORTED: &str = "REPORTED ";
 /// What the child prints once its first turn can start.
 pub const READY: &str = "READY";
 
@@ -210,18 +219,25 @@ pub fn child_main(db: &Path, effects: &Path) -> anyhow::Result<()> {
         for turn in 0u64.. {
             let message = UIMessage::user(format!("u_{}_{turn}", std::process::id()), "go on");
             if turn % 2 == 0 {
-                session
+                let outcome = session
                     .save_messages(vec![message], TurnOptions::default())
                     .await?;
+                println!("{REPORTED}{}", outcome.request_id);
             } else {
                 let receipt = session
                     .submit_messages(vec![message], SubmitOptions::default())
                     .await?;
-                session.wait_submission(&receipt.submission_id).await?;
+                println!("{ACKED}{}", receipt.submission_id);
+                let result = session.wait_submission(&receipt.submission_id).await?;
+                if let Some(request_id) = result.request_id {
+                    println!("{REPORTED}{request_id}");
+                }
             }
-            let seq = log.last_seq();
-            log.flush().await?;
-            println!("{BARRIER}{seq}");
+            if turn % 4 == 3 {
+                let seq = log.last_seq();
+                log.flush().await?;
+                println!("{BARRIER}{seq}");
+            }
         }
         Ok(())
     })
@@ -233,6 +249,8 @@ pub struct TrialReport {
     pub seed: u64,
     pub kill_after_ms: u64,
     pub last_barrier: u64,
+    /// Turn ends reported to the child and submissions acknowledged to it, all found durable.
+    pub reports: u64,
     pub max_seq: u64,
     /// Events between the last barrier and the end of the log (committed without a barrier).
     pub unbarriered_events: u64,
@@ -264,16 +282,24 @@ pub fn run_trial(
     std::thread::sleep(Duration::from_millis(kill_after_ms));
     child.kill().context("SIGKILL")?;
     child.wait().context("reaping the child")?;
-    let last_barrier = lines
-        .recv_all()
+    let printed = lines.recv_all();
+    let after = |tag: &str| -> Vec<String> {
+        printed
+            .iter()
+            .filter_map(|l| Some(l[l.find(tag)? + tag.len()..].trim().to_owned()))
+            .collect()
+    };
+    let last_barrier = after(BARRIER)
         .iter()
-        .filter_map(|l| {
-            let at = l.find(BARRIER)?;
-            l[at + BARRIER.len()..].trim().parse().ok()
-        })
+        .filter_map(|s| s.parse().ok())
         .max()
         .unwrap_or(0);
-    let mut report = check_trial(&db, &effects, last_barrier)
+    let left = Left {
+        last_barrier,
+        reported: after(REPORTED),
+        acked: after(ACKED),
+    };
+    let mut report = check_trial(&db, &effects, &left)
         .with_context(|| format!("trial seed {seed} killed after {kill_after_ms} ms"))?;
     report.seed = seed;
     report.kill_after_ms = kill_after_ms;
@@ -337,8 +363,20 @@ fn wait_ready(lines: &Lines, limit: Duration) -> anyhow::Result<()> {
     }
 }
 
+/// What the child printed before it was killed: what left it, so must be in the log.
+#[derive(Debug, Default, Clone)]
+pub struct Left {
+    /// The last seq a flush barrier covered.
+    pub last_barrier: u64,
+    /// Request ids of turns whose end was reported.
+    pub reported: Vec<String>,
+    /// Submission ids acknowledged.
+    pub acked: Vec<String>,
+}
+
 /// Reopens the log after a kill and checks every promise (see the module docs).
-pub fn check_trial(db: &Path, effects: &Path, last_barrier: u64) -> anyhow::Result<TrialReport> {
+pub fn check_trial(db: &Path, effects: &Path, left: &Left) -> anyhow::Result<TrialReport> {
+    let last_barrier = left.last_barrier;
     let mut report = TrialReport {
         last_barrier,
         ..TrialReport::default()
@@ -358,6 +396,34 @@ pub fn check_trial(db: &Path, effects: &Path, last_barrier: u64) -> anyhow::Resu
         "seqs are not contiguous: {} rows up to {max}",
         before.len()
     );
+    // The output gate: what left the child is durable, with no barrier of the child's own.
+    let finished_requests: BTreeSet<&str> = before
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TurnFinished { request_id, .. } => Some(request_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    for request_id in &left.reported {
+        ensure!(
+            finished_requests.contains(request_id.as_str()),
+            "the end of turn {request_id} was reported but its turn_finished is not in the log"
+        );
+    }
+    let accepted: BTreeSet<&str> = before
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::SubmissionAccepted { submission_id, .. } => Some(submission_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    for submission_id in &left.acked {
+        ensure!(
+            accepted.contains(submission_id.as_str()),
+            "submission {submission_id} was acknowledged but is not in the log"
+        );
+    }
+    report.reports = (left.reported.len() + left.acked.len()) as u64;
     let effects_before = read_effects(effects)?;
     report.effects = effects_before.values().sum();
     let allowed: BTreeSet<&str> = before
@@ -391,7 +457,9 @@ pub fn check_trial(db: &Path, effects: &Path, last_barrier: u64) -> anyhow::Resu
     report.turns_interrupted = reader
         .turns(SESSION)?
         .iter()
-        .filter(|t| t.status == TurnStatus::Running)
+        // A reader shows a turn whose writer is gone as interrupted before any writer reopens
+        // the log: either way it was cut by the kill.
+        .filter(|t| matches!(t.status, TurnStatus::Running | TurnStatus::Interrupted))
         .count() as u64;
 
     // 2. Reopen through the engine (a new process would do the same) and run one more turn.
@@ -543,6 +611,8 @@ pub struct Summary {
     pub failures: Vec<String>,
     pub killed_mid_turn: u64,
     pub unbarriered_events: u64,
+    /// Turn ends reported and submissions acknowledged before the kills, all found durable.
+    pub reports: u64,
     pub calls_repaired: u64,
     pub effects: u64,
     pub effects_unfinished: u64,
@@ -567,6 +637,7 @@ pub fn run_trials(
                 summary.passed += 1;
                 summary.killed_mid_turn += u64::from(report.turns_interrupted > 0);
                 summary.unbarriered_events += report.unbarriered_events;
+                summary.reports += report.reports;
                 summary.calls_repaired += report.calls_repaired;
                 summary.effects += report.effects;
                 summary.effects_unfinished += report.effects_unfinished;

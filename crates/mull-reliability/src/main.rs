@@ -109,6 +109,7 @@ fn crash_trials(trials: u64, seed: u64, max_kill_ms: u64) -> anyhow::Result<()> 
         "events committed after barrier  {}",
         summary.unbarriered_events
     );
+    println!("reports checked durable         {}", summary.reports);
     println!("side effects                    {}", summary.effects);
     println!(
         "  started, not finished         {}",

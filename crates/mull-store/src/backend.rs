@@ -44,6 +44,17 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     /// committed, or with the error that kept them out of the log.
     fn flush<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()>;
 
+    /// The output gate: resolves once the event `seq` of `session_id` that this handle
+    /// appended (the seq [`EventLog::append_event`] handed back: a durability ticket) is
+    /// durable, with every event of the session appended before it. Await it only before
+    /// something that depends on the event leaves the process; see the crate docs, "The output
+    /// gate". A backend without tickets waits for everything appended ([`EventLog::flush`]),
+    /// which is never less.
+    fn durable<'a>(&'a self, session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
+        let _ = seq;
+        self.flush(session_id)
+    }
+
     /// The events of one turn of a session, in seq order.
     fn turn_events<'a>(
         &'a self,
@@ -141,6 +152,10 @@ impl EventLog for Log {
         Box::pin(Log::flush(self))
     }
 
+    fn durable<'a>(&'a self, _session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
+        Box::pin(Log::durable(self, seq))
+    }
+
     fn turn_events<'a>(
         &'a self,
         session_id: &'a str,
@@ -176,6 +191,10 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
 
     fn flush<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, ()> {
         (**self).flush(session_id)
+    }
+
+    fn durable<'a>(&'a self, session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
+        (**self).durable(session_id, seq)
     }
 
     fn turn_events<'a>(

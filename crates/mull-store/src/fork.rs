@@ -22,8 +22,17 @@ use mull_core::{Envelope, Event, UIMessage};
 use rusqlite::{params, OptionalExtension};
 
 use crate::error::StoreError;
-use crate::reader::{decode_row, LogReader, RowError};
+use crate::reader::{decode_row, Chunks, LogReader, RowError};
 use crate::schema::LIFECYCLE_PREDICATE;
+
+/// What a walk over a session's history is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fold {
+    /// Every event, as stored.
+    Everything,
+    /// A fold into the session's projection: only what it can see.
+    Projection,
+}
 
 /// The longest chain of forks a log may hold.
 const MAX_FORK_DEPTH: usize = 256;
@@ -196,18 +205,31 @@ impl LogReader {
     }
 
     /// Hands `f` every row of a session's history in order: for a fork, its origin's rows up
-    /// to the fork point (recursively), then its own.
+    /// to the fork point (recursively), then its own. With [`Fold::Projection`], only the rows
+    /// a fold into a [`SessionState`](crate::SessionState) can see: the chunks of turns closed
+    /// before the end of a part of the history are never read (see [`Chunks::ForFoldUpTo`]),
+    /// which is what makes opening a fork of a long session cheap.
     pub(crate) fn each_history_row(
         &self,
         session_id: &str,
+        fold: Fold,
         mut f: impl FnMut(&rusqlite::Row<'_>) -> Result<(), RowError>,
     ) -> Result<(), StoreError> {
         for (session, upto) in self.fork_chain(session_id)? {
+            let chunks = match fold {
+                Fold::Everything => Chunks::All,
+                Fold::Projection => Chunks::ForFoldUpTo(upto),
+            };
             let mut after = 0;
             loop {
                 let mut past = false;
-                let rows =
-                    self.visit_session(&session, after, PAGE_ROWS, "reading a history", |row| {
+                let rows = self.walk_session(
+                    &session,
+                    after,
+                    PAGE_ROWS,
+                    chunks,
+                    "reading a history",
+                    |row| {
                         let seq: u64 = row.get(0)?;
                         if seq > upto {
                             past = true;
@@ -216,7 +238,8 @@ impl LogReader {
                         }
                         after = seq;
                         Ok(())
-                    })?;
+                    },
+                )?;
                 if past || rows < PAGE_ROWS {
                     break;
                 }
@@ -229,7 +252,7 @@ impl LogReader {
     /// (each with its own session id), then the fork's own.
     pub fn session_history(&self, session_id: &str) -> Result<Vec<Envelope>, StoreError> {
         let mut out = Vec::new();
-        self.each_history_row(session_id, |row| {
+        self.each_history_row(session_id, Fold::Everything, |row| {
             out.push(decode_row(row)?);
             Ok(())
         })?;

@@ -23,21 +23,39 @@
 //! own while commits go on, and only the last few frames, with their two fsyncs, with the
 //! write connection held.
 //!
-//! # Barriers and what a crash can lose
-//! [`Log::flush`] is a barrier: it resolves once every event appended before it is committed.
-//! The engine awaits one after events that must be durable before it proceeds (turn start with
-//! the user's messages, a tool decision before the tool runs, a finished step before the next
-//! step begins, turn end); chunks do not wait.
-//! - A killed process (SIGKILL, panic, OOM) loses only events appended after the last
-//!   completed commit: at most one batch, i.e. the last few milliseconds of chunks. Everything
-//!   before a completed barrier is in the log, and the seqs in the log stay contiguous.
+//! # The output gate and what a crash can lose
+//! Durable means committed: a commit is in the WAL, and a killed process (SIGKILL, panic, OOM)
+//! keeps it. Commits are in seq order, so an event is durable once any later one is.
+//!
+//! The engine follows one rule (Durable Objects' output gate): **nothing leaves the process
+//! before the events it depends on are durable**. What leaves is a tool run (after its
+//! `tool_decided`), a turn's end reported to its caller (after its `turn_finished`; a client
+//! tool request or an approval request reaches a caller that is not streaming this way), an
+//! acknowledged submission (after its `submission_accepted`). [`Log::append_event`] hands back
+//! the event's seq, a durability ticket, and the gate awaits [`Log::durable`]`(seq)`
+//! ([`EventLog::durable`]) just before the thing leaves; it costs nothing when that seq is
+//! committed already. A new way out of the process goes through the same gate. Work that leaves nothing — starting a model call,
+//! folding, running the next step — does not wait: the events commit with the batch
+//! ([`LogOptions::batch_max_delay`] at most) or with the next gate, whichever comes first.
+//! [`Log::flush`] is the barrier over everything appended, for callers that want all of it.
+//!
+//! So a killed process loses exactly the events appended after the last completed commit: at
+//! most [`LogOptions::batch_max_delay`] (5 ms) of them, and **only events whose effects nobody
+//! outside saw** — a turn's start and user message, streamed chunks, a finished step, a
+//! blocked or substituted decision, whatever followed the last gate. One exception, on
+//! purpose: parts streamed to a live client (and to `on_chunk` subscribers) are not gated, so
+//! a client may have seen a few milliseconds of a turn a crash then loses; its stream is cut,
+//! and the turn is either in the log (recovered as interrupted, with what was committed of its
+//! message) or absent as a whole. Never lost: a decision whose tool ran, a reported turn end,
+//! an acknowledged submission, anything before a completed [`Log::flush`]. The seqs in the log
+//! stay contiguous either way.
 //! - The log runs in WAL mode with `synchronous=NORMAL`: a commit is written to the WAL but not
 //!   fsynced. A process crash loses nothing committed; a power loss or OS crash may lose the
-//!   last commits before the next checkpoint (never corrupting the file). Durability across
-//!   power loss would cost an fsync per commit.
+//!   last commits before the next checkpoint (never corrupting the file), the gate's included.
+//!   Durability across power loss would cost an fsync per commit.
 //! - If a commit fails (disk full …), that batch is not in the log; the writer stops and every
-//!   later `append` and `flush` returns [`StoreError::WriterFailed`]. Commits before it stay.
-//!   Reopen the log to go on.
+//!   later `append`, `durable` and `flush` returns [`StoreError::WriterFailed`], so nothing that
+//!   depends on the lost batch leaves. Commits before it stay. Reopen the log to go on.
 //!
 //! Dropping the last `Log` handle (or [`Log::close`]) commits what is queued and joins the
 //! writer thread.

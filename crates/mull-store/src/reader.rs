@@ -13,6 +13,7 @@ use rusqlite::{params, Connection, OptionalExtension, Params};
 use serde::Serialize;
 
 use crate::error::StoreError;
+use crate::fork::Fold;
 use crate::integrity;
 use crate::overview::{SessionOverviews, OVERVIEW_KINDS};
 use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
@@ -30,6 +31,32 @@ const TURN_BOUNDARY: &str = "kind IN ('turn_started', 'turn_finished')";
 
 /// A seq past every seq: the end of a turn that has not finished.
 const OPEN_END: i64 = i64::MAX;
+
+/// Which chunks a walk over a session hands over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Chunks {
+    /// Every one: the session's rows as stored.
+    All,
+    /// Only those a fold of the session's rows up to this seq can see (the rest are never
+    /// read): the chunks of the turn still running there. A chunk changes nothing but the
+    /// running turn's draft (and the last seq, which any later event sets again), and the next
+    /// turn boundary — that turn's `turn_finished`, or the next `turn_started` after a writer
+    /// stopped — clears the draft; so a turn closed by a boundary at or before this seq folds
+    /// to the same state from its other events alone. A chunk outside any turn is in the
+    /// index and always handed over.
+    ForFoldUpTo(u64),
+}
+
+impl Chunks {
+    /// Whether the chunks before the boundary at `boundary` (none: the turn runs on) are
+    /// left out.
+    fn skips_before(self, boundary: Option<i64>) -> bool {
+        match (self, boundary) {
+            (Chunks::ForFoldUpTo(upto), Some(seq)) => u64::try_from(seq).is_ok_and(|s| s <= upto),
+            _ => false,
+        }
+    }
+}
 
 /// A session as the session list shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -301,14 +328,17 @@ impl LogReader {
         Ok(all)
     }
 
-    /// Rebuilds a session's state by folding all its events, page by page. A fork's history
-    /// is resolved: its origin's events up to the fork point come first (see
-    /// [`LogReader::session_history`]).
+    /// Rebuilds a session's state by folding its events, page by page. A fork's history is
+    /// resolved: its origin's events up to the fork point come first (see
+    /// [`LogReader::session_history`]). The chunks of turns that ended are not read: they
+    /// only ever built the draft their turn's end cleared, so the state is exactly what
+    /// folding every event gives (`SessionState::apply` over the history), at the cost of the
+    /// lifecycle events and the chunks of a turn still running.
     pub fn load_session(&self, session_id: &str) -> Result<SessionState, StoreError> {
         let mut state = SessionState::new(session_id);
         if self.has_session(session_id)? {
             // Folded from each row's parts: the ids are read in place, not copied per event.
-            self.each_history_row(session_id, |row| {
+            self.each_history_row(session_id, Fold::Projection, |row| {
                 let parts = decode_parts(row)?;
                 state.apply_own(parts.event_ref());
                 Ok(())
@@ -394,6 +424,19 @@ impl LogReader {
         after_seq: u64,
         limit: usize,
         what: &str,
+        f: impl FnMut(&rusqlite::Row<'_>) -> Result<(), RowError>,
+    ) -> Result<usize, StoreError> {
+        self.walk_session(session_id, after_seq, limit, Chunks::All, what, f)
+    }
+
+    /// [`LogReader::visit_session`], handing over only the chunks `chunks` asks for.
+    pub(crate) fn walk_session(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        limit: usize,
+        chunks: Chunks,
+        what: &str,
         mut f: impl FnMut(&rusqlite::Row<'_>) -> Result<(), RowError>,
     ) -> Result<usize, StoreError> {
         let sqlite = |source| self.sqlite_error(what, source);
@@ -428,6 +471,7 @@ impl LogReader {
             // through the index from where its writer stopped.
             let to = boundary.map_or(OPEN_END, |(seq, _)| seq);
             let chunks_end = match running {
+                Some(_) if chunks.skips_before(boundary.map(|(seq, _)| seq)) => from,
                 Some(started) => self.chunks_end(started).map_err(sqlite)?.clamp(from, to),
                 None => from,
             };

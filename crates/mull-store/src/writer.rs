@@ -459,6 +459,28 @@ impl Log {
         shared.failure.check()
     }
 
+    /// Whether the event appended at `seq` is durable (committed, so a killed process keeps
+    /// it). Commits are in seq order: then so is every event before it.
+    pub fn is_durable(&self, seq: u64) -> bool {
+        self.inner.shared.committed.load(Ordering::Acquire) >= seq
+    }
+
+    /// The output gate: resolves once the event appended at `seq` — the seq
+    /// [`Log::append_event`] handed back, a durability ticket — and every event before it are
+    /// durable, or with the error of a failed commit.
+    ///
+    /// Await it only where something is about to leave the process that depends on that event
+    /// (a tool run, a reply to a caller); work that leaves nothing goes on while the batch
+    /// commits on its own (within [`LogOptions::batch_max_delay`]) or with the next gate.
+    /// Costs nothing when the seq is committed already; otherwise it commits like
+    /// [`Log::flush`], on the caller's thread.
+    pub async fn durable(&self, seq: u64) -> Result<(), StoreError> {
+        if self.is_durable(seq) {
+            return self.inner.shared.failure.check();
+        }
+        self.flush().await
+    }
+
     /// [`Log::flush`] for synchronous code: blocks the calling thread. Do not call it on an
     /// async runtime's worker thread.
     pub fn flush_blocking(&self) -> Result<(), StoreError> {

@@ -73,7 +73,8 @@ pub(super) fn persist_events(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<(), 
             },
         )?;
     }
-    // The turn's start is the barrier that makes these durable, before any model call.
+    // Nothing waits for these here: the turn's first gate (a tool about to run, the turn's end
+    // reported) makes them durable, since commits are in seq order.
     Ok(())
 }
 
@@ -104,7 +105,8 @@ pub(super) async fn run_attempt(
             body: spec.body.clone(),
         },
     )?;
-    inner.recorder.flush().await?;
+    // No gate here: a model call leaves nothing behind that a lost turn start would contradict,
+    // so it overlaps the commit (the batch's deadline or the turn's first gate commits it).
     let mut run = TurnRun {
         inner,
         spec,
@@ -193,14 +195,15 @@ impl TurnRun<'_> {
                 message: message.clone(),
             })?;
         }
-        self.append(Event::TurnFinished {
+        let finished = self.append(Event::TurnFinished {
             request_id: self.spec.request_id.clone(),
             status,
             error: error.as_ref().map(|e| e.message.clone()),
             steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
             usage: self.usage.clone(),
         })?;
-        self.inner.recorder.flush().await?;
+        // The gate: the turn's end is reported (outcome, hooks) only once it is durable.
+        self.inner.recorder.durable(finished).await?;
         let original_error = error.as_ref().map(|e| e.message.clone());
         let shown = match error {
             Some(error) => Some(fail(self.inner, self.tid(), error, true).await),
@@ -267,14 +270,15 @@ impl TurnRun<'_> {
                 .map(|e| Attempt::Done(Box::new(e)));
         }
         // The partial of an overflowed attempt is discarded: the retry starts afresh.
-        self.append(Event::TurnFinished {
+        let finished = self.append(Event::TurnFinished {
             request_id: self.spec.request_id.clone(),
             status: TurnStatus::Error,
             error: Some(error.message.clone()),
             steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
             usage: self.usage.clone(),
         })?;
-        self.inner.recorder.flush().await?;
+        // The gate: a retry or the failure's report follows.
+        self.inner.recorder.durable(finished).await?;
         if !self.spec.signal.is_cancelled()
             && attempt < overflow.max_retries
             && self.compact(attempt + 1).await?

@@ -274,8 +274,10 @@ impl TurnRun<'_> {
         Some(&self.turn_id)
     }
 
-    fn append(&self, event: Event) -> Result<(), EngineError> {
-        self.inner.recorder.append(self.tid(), event).map(|_| ())
+    /// Appends an event of this turn; hands back its seq, the ticket the output gate waits on
+    /// ([`Recorder::durable`](crate::recorder::Recorder::durable)).
+    fn append(&self, event: Event) -> Result<u64, EngineError> {
+        self.inner.recorder.append(self.tid(), event).map(|a| a.seq)
     }
 
     fn error(&self, stage: ErrorStage, message: impl Into<String>) -> ChatError {

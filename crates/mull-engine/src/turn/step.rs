@@ -57,8 +57,8 @@ impl TurnRun<'_> {
                 .await?
             {
                 StepEnd::Continue => {
-                    // The finished step is durable before the model is called again.
-                    self.inner.recorder.flush().await?;
+                    // No gate: calling the model again leaves nothing behind; the step's
+                    // events commit with the batch or the next gate.
                     step += 1;
                     let last = self.steps.last();
                     let tid = Some(self.turn_id.as_str());

@@ -108,7 +108,7 @@ impl TurnRun<'_> {
                     reason: Some(reason.clone()),
                     output: None,
                 })?;
-                self.inner.recorder.flush().await?;
+                // No gate: an invalid call runs nothing.
                 self.record_outcome(
                     resolved,
                     Outcome {
@@ -205,7 +205,7 @@ impl TurnRun<'_> {
                 None,
             ),
         };
-        self.append(Event::ToolDecided {
+        let decided = self.append(Event::ToolDecided {
             step,
             call_id: call_id.clone(),
             tool: tool_name.clone(),
@@ -215,8 +215,12 @@ impl TurnRun<'_> {
             reason: reason.clone(),
             output: skip_output.clone(),
         })?;
-        // The decision is durable before anything it allows can happen.
-        self.inner.recorder.flush().await?;
+        // The gate: a call that will run does so only once its decision is durable, so a crash
+        // can never leave an effect without the decision that allowed it. A blocked or
+        // substituted call runs nothing.
+        if matches!(action, DecisionAction::Allow | DecisionAction::Rewrite) {
+            self.inner.recorder.durable(decided).await?;
+        }
 
         // Every decided call has an outcome, recorded once below (an aborted or stalled one
         // too: `after_tool_call` always fires once the decision resolved).
