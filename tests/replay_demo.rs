@@ -39,7 +39,7 @@ async fn replaying_the_demo_fixture_with_the_demo_agent_is_identical() {
     }
     assert!(report.is_identical());
     assert_eq!(report.actual.len(), recording.envelopes().len());
-    assert_eq!(report.expected_events, 348);
+    assert_eq!(report.expected_events, 353);
 }
 
 /// The demo agent with one policy changed: it blocks the forecast instead of cancellations.

@@ -389,7 +389,10 @@ impl SessionState {
             }
             Event::SessionForked { origin_seq, .. } => self.cut_at_fork(*origin_seq, e.at),
             Event::Unknown(_) => self.unknown_events += 1,
+            // An input records what was asked; what it changes is folded from the events it
+            // causes (the conversation from `user_messages_saved`).
             Event::SessionOpened { .. }
+            | Event::TurnRequested { .. }
             | Event::StepConfigured { .. }
             | Event::ModelRetried { .. }
             | Event::PartTransformed { .. }

@@ -74,8 +74,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures::StreamExt;
-use mull_core::{EntryPath, Event, LanguageModel};
+use futures::{FutureExt, StreamExt};
+use mull_core::{EntryPath, Event, Input, LanguageModel};
 use mull_store::{Log, StoreError};
 use serde_json::Value;
 
@@ -84,13 +84,13 @@ use crate::config::ModelChoice;
 use crate::error::EngineError;
 use crate::extension::Extensions;
 use crate::session::{
-    ChatStream, Inner, Session, SessionOptions, SubmitOptions, TurnOptions, TurnOutcome,
+    ChatStream, CommandOptions, Inner, Reply, Session, SessionOptions, TurnOutcome,
 };
 use crate::tool::{ToolEntry, ToolSet};
 
 use agent::ReplayAgent;
 use divergence::first_divergence;
-use inputs::{cancellations, inputs, regeneration_target, stops, Input};
+use inputs::{cancellations, steps, stops, Step};
 use recording::read_session;
 use tools::{PresentedModel, RecordedTool, ToolRuns};
 
@@ -132,9 +132,19 @@ pub enum ReplayError {
     /// The log to replay into already holds events of the session.
     #[error("the log already holds events of session {session_id}; replay into a fresh log")]
     SessionNotEmpty { session_id: String },
-    /// The recording received an input this replay cannot re-issue.
-    #[error("seq {seq}: {what} cannot be re-issued by a replay")]
-    Unsupported { seq: u64, what: String },
+    /// The recording was written before inputs were recorded as events: it holds a turn that
+    /// no input event requested. Readers (projection, dashboard, export) read it as ever;
+    /// re-executing it needs its inputs, which it does not hold.
+    #[error("session {session_id} was written in the event format v{v} before inputs were recorded as events (seq {seq}, {kind}, has no turn_requested before it); it stays readable, but it cannot be re-executed: record it again with this build")]
+    NoInputEvents {
+        session_id: String,
+        seq: u64,
+        kind: String,
+        v: u16,
+    },
+    /// An input event cannot be acted on, or a turn comes before the input that requests it.
+    #[error("seq {seq}: bad input: {what}")]
+    BadInput { seq: u64, what: String },
     /// The recorded process stopped between two events the engine writes one right after the
     /// other: a replay can stop the work in flight only where it waits (a hook, a model part,
     /// a tool call), so it cannot leave the log where that process did.
@@ -164,8 +174,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, Clone)]
 struct PendingCancel {
     before: usize,
-    request_id: Option<String>,
-    reason: String,
+    input: mull_core::Input,
 }
 
 /// What the replay's agent, tools and driver share.
@@ -240,10 +249,10 @@ impl Shared {
             };
             let Some(cancel) = due else { return };
             // A replay that already diverged may find nothing to cancel; the comparison says so.
-            let _ = match &cancel.request_id {
-                Some(id) => session.cancel_chat(id).map(|_| ()),
-                None => session.abort_all(&cancel.reason).map(|_| ()),
-            };
+            // A cancellation acts without waiting, so polling it once runs it to its end.
+            let _ = session
+                .command(cancel.input, CommandOptions::default())
+                .now_or_never();
         }
     }
 
@@ -324,7 +333,7 @@ pub async fn reexecute(
     {
         return Err(ReplayError::SessionNotEmpty { session_id });
     }
-    let inputs = inputs(recording)?;
+    let steps = steps(recording)?;
     let clock = Arc::new(recording.clock());
     let shared = Arc::new(Shared {
         clock: Arc::clone(&clock),
@@ -367,7 +376,7 @@ pub async fn reexecute(
         log,
         &reader,
         recording,
-        inputs,
+        steps,
         &shared,
         replay_agent,
         session_options,
@@ -407,7 +416,7 @@ async fn drive(
     log: &Log,
     reader: &mull_store::LogReader,
     recording: &Recording,
-    inputs: Vec<(usize, Input)>,
+    steps: Vec<(usize, Step)>,
     shared: &Arc<Shared>,
     agent: Arc<dyn Agent>,
     options: SessionOptions,
@@ -427,7 +436,7 @@ async fn drive(
     };
     let mut session = open().await?;
 
-    for (before, input) in inputs {
+    for (before, step) in steps {
         log.flush().await.map_err(store_err)?;
         let so_far = read_session(reader, session_id).map_err(store_err)?;
         if let Some(divergence) = first_divergence(&recording.envelopes, &so_far, false) {
@@ -438,8 +447,8 @@ async fn drive(
             continue;
         }
         shared.cancel_due();
-        match input {
-            Input::Recover => {
+        match step {
+            Step::Recover => {
                 // The process before this one is over; the next writer's recovery resolves
                 // the turn it left running, writing exactly what the log's recovery wrote.
                 session.abort_background_turns();
@@ -457,7 +466,7 @@ async fn drive(
                         .map_err(engine_err)?;
                 }
             }
-            Input::Reopen { reruns } => {
+            Step::Reopen { reruns } => {
                 // The process before this one is over, and whatever it left parked with it.
                 session.abort_background_turns();
                 shared.restart(before);
@@ -470,39 +479,19 @@ async fn drive(
                     }
                 }
             }
-            Input::Messages {
-                entry,
-                messages,
-                body,
-            } => {
-                let opts = TurnOptions::with_body(body);
-                if matches!(entry, EntryPath::Chat | EntryPath::Http) {
-                    let stream = if entry == EntryPath::Http {
-                        session.chat_http(messages, opts)
-                    } else {
-                        session.chat(messages, opts)
-                    };
-                    let stream = stream.map_err(engine_err)?;
-                    if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
-                        outcome.map_err(engine_err)?;
-                    }
-                } else if let Some(outcome) = shared
-                    .unless_stopped(session.save_messages(messages, opts))
-                    .await
-                {
-                    outcome.map_err(engine_err)?;
-                }
-            }
-            Input::Submission {
-                submission_id,
-                idempotency_key,
-                messages,
-                body,
-                accept_only: true,
-            } => {
+            Step::AcceptOnly(input) => {
                 // The recorded process stopped before this submission's run wrote anything (it
                 // waited for the turn lock, or had not got to it): the acceptance is all there
-                // is to write, exactly as `submit_messages` writes it.
+                // is to write, exactly as the session's command writes it.
+                let Input::Submit {
+                    submission_id,
+                    idempotency_key,
+                    messages,
+                    body,
+                } = input
+                else {
+                    continue;
+                };
                 let inner = &session.inner;
                 inner
                     .recorder
@@ -518,57 +507,27 @@ async fn drive(
                     .map_err(engine_err)?;
                 inner.recorder.flush().await.map_err(engine_err)?;
             }
-            Input::Submission {
-                submission_id,
-                idempotency_key,
-                messages,
-                body,
-                accept_only: false,
-            } => {
-                let receipt = session
-                    .submit_messages(
-                        messages,
-                        SubmitOptions {
-                            submission_id: Some(submission_id),
-                            idempotency_key,
-                            body,
-                        },
-                    )
-                    .await
-                    .map_err(engine_err)?;
-                let waited = shared.unless_stopped(session.wait_submission(&receipt.submission_id));
-                if let Some(result) = waited.await {
-                    result.map_err(engine_err)?;
-                }
-            }
-            Input::ContinueLastTurn { body } => {
-                let opts = TurnOptions::with_body(body);
-                if let Some(outcome) = shared
-                    .unless_stopped(session.continue_last_turn(opts))
-                    .await
-                {
-                    outcome.map_err(engine_err)?;
-                }
-            }
-            Input::Regenerate { retracted, body } => {
-                let Some(target) = regeneration_target(&session, &retracted) else {
-                    // The replayed conversation no longer holds what the recording retracted:
-                    // it has diverged, and the comparison says where.
-                    break;
+            Step::Issue(input) => {
+                let reply = shared
+                    .unless_stopped(session.command(input, CommandOptions::default()))
+                    .await;
+                let reply = match reply {
+                    Some(reply) => reply.map_err(engine_err)?,
+                    None => continue,
                 };
-                let stream = session
-                    .regenerate(target.as_deref(), TurnOptions::with_body(body))
-                    .map_err(engine_err)?;
-                if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
+                let finished = match reply {
+                    Reply::Stream(stream) => shared
+                        .unless_stopped(drain(stream))
+                        .await
+                        .map(|r| r.map(|_| ())),
+                    Reply::Submitted(receipt) => shared
+                        .unless_stopped(session.wait_submission(&receipt.submission_id))
+                        .await
+                        .map(|r| r.map(|_| ())),
+                    _ => None,
+                };
+                if let Some(outcome) = finished {
                     outcome.map_err(engine_err)?;
-                }
-            }
-            Input::ClientToolResult { call_id, outcome } => {
-                if let Some(result) = shared
-                    .unless_stopped(session.add_tool_result(&call_id, outcome))
-                    .await
-                {
-                    result.map_err(engine_err)?;
                 }
             }
         }

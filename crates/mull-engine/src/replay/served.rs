@@ -129,6 +129,9 @@ impl Clock for RecordedClock {
 /// `req` (request ids), `turn` (turn ids), `msg` (assistant message ids), `sub` (submission
 /// ids). Once a prefix's recorded ids run out, or for a prefix the recording shows none of, it
 /// counts: `{prefix}_replay_1`, `{prefix}_replay_2` …
+///
+/// A request an input event names (`turn_requested`) is not handed out: the replay re-issues
+/// that input with its recorded id.
 #[derive(Debug)]
 pub struct RecordedIds {
     queues: Mutex<HashMap<String, VecDeque<String>>>,
@@ -138,7 +141,13 @@ pub struct RecordedIds {
 impl RecordedIds {
     pub(super) fn new(envelopes: &[Envelope]) -> RecordedIds {
         let mut queues: HashMap<String, VecDeque<String>> = HashMap::new();
-        let mut seen: std::collections::HashSet<(&str, String)> = Default::default();
+        let mut seen: std::collections::HashSet<(&str, String)> = envelopes
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::TurnRequested { request_id, .. } => Some(("req", request_id.clone())),
+                _ => None,
+            })
+            .collect();
         let mut push = |prefix: &'static str, id: &str| {
             if seen.insert((prefix, id.to_owned())) {
                 queues
