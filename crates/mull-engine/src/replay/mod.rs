@@ -33,15 +33,16 @@
 //!   `duration_ms` comes out again).
 //! - **Ids** come from [`RecordedIds`], which hands out the recorded request, turn and message
 //!   ids in order (a deterministic recording's counting ids are simply replayed as recorded).
-//! - **Inputs** (user messages and their entry path — `save_messages`, `chat`, or `http` for a
-//!   chat request that came in over the network — submissions, client tool results,
-//!   continuations, regenerations, reopening the session) are re-issued through the session's
-//!   entry paths at the point where the recording received them. A regeneration is re-issued
-//!   from its `messages_retracted` event (or, when it retracted nothing, its `turn_started`),
-//!   naming the message that makes `Session::regenerate` retract the same messages again, so
-//!   the retraction is compared like every other event. A recorded cancellation is re-issued
-//!   as soon as the replay has written every event that preceded it (from the next hook or
-//!   tool call).
+//! - **Inputs** are the recording's input events (`turn_requested`, `submission_accepted`,
+//!   `client_tool_result`, `cancellation_requested`: see `mull_core::input`), re-issued through
+//!   [`Session::command`] at the point where the recording appended them, so the session
+//!   appends them again and acts on them exactly as it did. Nothing is inferred from what
+//!   followed. A recorded cancellation lands inside a running turn, so it is re-issued as soon
+//!   as the replay has written every event that preceded it (from the next hook or tool call).
+//!   Before anything runs, the inputs are checked: a turn that no input requested before it
+//!   is refused naming its seq ([`ReplayError::BadInput`]), as is an input no caller can make;
+//!   a log written before inputs were events is refused naming its format
+//!   ([`ReplayError::NoInputEvents`]) — it stays readable by every reader.
 //! - **Crashes.** Where the recording shows a process that stopped with work in flight (a
 //!   reopen finds a turn running, a submission unfinished, or a request whose turn never
 //!   started), the replay re-enacts the stop: once it has written every event that process

@@ -62,7 +62,11 @@ impl std::fmt::Debug for Reply {
 }
 
 impl Session {
-    /// Appends `input` as its input event and acts on it: see the [module docs](self).
+    /// Appends `input` as its input event, then acts on it: the one entry point every
+    /// convenience method wraps and re-execution replay re-issues recorded inputs through. An
+    /// input refused before it acts (a blocking call from inside a turn, a regeneration naming
+    /// a message the conversation does not hold, a continuation with nothing to continue, a
+    /// duplicate submission, a cancellation with nothing to cancel) records nothing.
     pub async fn command(&self, input: Input, opts: CommandOptions) -> Result<Reply, EngineError> {
         match input {
             Input::Turn(request) => self.request_turn(request, opts).await,
