@@ -30,7 +30,7 @@ fn the_demo_fixture_replays_identically() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(stdout.trim(), "identical: 348 events");
+    assert_eq!(stdout.trim(), "identical: 353 events");
 }
 
 #[test]
@@ -105,4 +105,18 @@ fn a_session_recorded_by_an_agent_the_binary_lacks_is_refused_naming_it() {
         "{stderr}"
     );
     assert!(stderr.contains("travel-desk, tool-desk"), "{stderr}");
+}
+
+#[test]
+fn a_log_from_before_input_events_is_refused_naming_its_format() {
+    let old = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/legacy/two-tools-before-input-events.jsonl");
+    let output = check(&old);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("event format v1 before inputs were recorded as events")
+            && stderr.contains("seq 3"),
+        "{stderr}"
+    );
 }

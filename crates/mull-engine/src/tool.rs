@@ -50,6 +50,9 @@ pub struct ToolExecution {
     pub context: Value,
     /// Cancelled when the turn is aborted.
     pub cancel: CancellationToken,
+    /// How long the call took, when it is served from a recording rather than timed (a
+    /// replayed call answers with the recorded outcome, its duration included).
+    pub(crate) served_duration_ms: std::sync::OnceLock<u64>,
 }
 
 /// A tool with an `execute`, run by the engine.

@@ -28,9 +28,9 @@
 //!   again; the context block writes a recorded call made are written again, once, as part of
 //!   serving it, so they are compared like every other event (and a block is never written
 //!   twice).
-//! - **Time** comes from a [`RecordedClock`] that replays the recorded `at` values in order,
-//!   plus the two readings the engine takes around each executed tool (chosen so the recorded
-//!   `duration_ms` comes out again).
+//! - **Time** comes from a [`RecordedClock`] that serves the recorded `at` values in order, one
+//!   per event. An executed tool's `duration_ms` is served with its recorded outcome (timing
+//!   the replayed call uses up no stamp), so nothing imitates how the engine reads the clock.
 //! - **Ids** come from [`RecordedIds`], which hands out the recorded request, turn and message
 //!   ids in order (a deterministic recording's counting ids are simply replayed as recorded).
 //! - **Inputs** are the recording's input events (`turn_requested`, `submission_accepted`,

@@ -27,6 +27,8 @@ pub(super) struct RecordedRun {
     aborted: bool,
     /// Context blocks the call wrote (the `update_context` tool), to write again.
     effects: Vec<BlockWrite>,
+    /// How long it took, as recorded: served as the call's duration.
+    duration_ms: u64,
 }
 
 /// A context block write a tool call made, as recorded.
@@ -102,6 +104,7 @@ impl ToolRuns {
                     success,
                     output,
                     error,
+                    duration_ms,
                     ..
                 } => {
                     if let Some(run) = open.remove(&(turn, call_id.clone())) {
@@ -117,6 +120,7 @@ impl ToolRuns {
                                 aborted: run.cancelled && !success,
                                 result,
                                 effects: run.effects,
+                                duration_ms: *duration_ms,
                             });
                     }
                 }
@@ -208,6 +212,7 @@ impl Tool for RecordedTool {
             )
             .into());
         };
+        let _ = call.served_duration_ms.set(run.duration_ms);
         if run.aborted {
             call.cancel.cancelled().await;
         }

@@ -200,8 +200,9 @@ impl TurnRun<'_> {
                     messages: messages.to_vec(),
                     context: self.tool_context.clone(),
                     cancel: self.spec.signal.clone(),
+                    served_duration_ms: std::sync::OnceLock::new(),
                 };
-                let started = self.inner.recorder.clock().now();
+                let started = self.inner.recorder.clock().timer();
                 let run = self
                     .execute(
                         resolved,
@@ -213,8 +214,11 @@ impl TurnRun<'_> {
                     )
                     .instrument(exec_span.clone())
                     .await?;
-                let elapsed = self.inner.recorder.clock().now() - started;
-                let duration_ms = u64::try_from(elapsed.num_milliseconds()).unwrap_or(0);
+                let elapsed = self.inner.recorder.clock().timer() - started;
+                let duration_ms = match execution.served_duration_ms.get() {
+                    Some(served) => *served,
+                    None => u64::try_from(elapsed.num_milliseconds()).unwrap_or(0),
+                };
                 let (result, end) = match run {
                     Executed::Done(result) => (result, ToolEnd::Done),
                     // A call cut off still has an outcome, and `after_tool_call` always fires
