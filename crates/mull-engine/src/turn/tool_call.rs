@@ -16,8 +16,8 @@ use super::{
 use crate::config::ResolvedTurn;
 use crate::error::EngineError;
 use crate::extension;
-use crate::hooks::context::{ToolCallContext, ToolCallDecision, ToolCallResultContext};
-use crate::hooks::{guard_hook, observe, panic_text};
+use crate::hooks::context::{ToolCallContext, ToolCallDecision};
+use crate::hooks::{dispatch, guard_hook, panic_text, CallFacts, Observed};
 use crate::tool::{validate_input, ToolEntry, ToolExecution, ToolOutput};
 
 impl TurnRun<'_> {
@@ -378,7 +378,7 @@ impl TurnRun<'_> {
             Ok(v) => (true, Some(v.clone()), None),
             Err(e) => (false, None, Some(e.clone())),
         };
-        self.append(Event::ToolCallFinished {
+        let finished = Event::ToolCallFinished {
             step: outcome.step,
             call_id: outcome.call_id.to_owned(),
             tool: outcome.tool_name.to_owned(),
@@ -386,42 +386,31 @@ impl TurnRun<'_> {
             output: output.clone(),
             error: error.clone(),
             duration_ms: outcome.duration_ms,
-        })?;
+        };
+        let appended = self.inner.recorder.append(self.tid(), finished)?;
         parts.tool_results.push(ToolResultRecord {
             call_id: outcome.call_id.to_owned(),
             tool_name: outcome.tool_name.to_owned(),
             input: outcome.effective_input.clone(),
             success,
-            output: output.clone(),
-            error: error.clone(),
+            output,
+            error,
         });
         if outcome.run_hook {
             let dynamic = parts
                 .tool_calls
                 .iter()
                 .any(|c| c.call_id == outcome.call_id && c.dynamic);
-            let ctx = ToolCallResultContext {
-                tool_call_id: outcome.call_id.to_owned(),
-                tool_name: outcome.tool_name.to_owned(),
-                input: outcome.model_input.clone(),
-                effective_input: outcome.effective_input.clone(),
+            let facts = CallFacts {
+                model_input: outcome.model_input,
+                effective_input: outcome.effective_input,
                 decision: outcome.decision,
                 dynamic,
-                step_number: outcome.step,
-                messages: outcome.messages.to_vec(),
-                duration_ms: outcome.duration_ms,
-                success,
-                output: output.clone(),
-                error: error.clone(),
+                messages: outcome.messages,
             };
-            observe(
-                self.inner,
-                self.tid(),
-                HookName::AfterToolCall,
-                self.inner.agent.after_tool_call(&ctx),
-            )
-            .await?;
-            extension::after_tool_call(self.inner, self.tid(), &ctx).await?;
+            if let Some(observed) = Observed::tool_result(&appended.event, facts) {
+                dispatch(self.inner, self.tid(), &observed).await?;
+            }
         }
         let part = match outcome.result {
             Ok(output) => StreamPart::ToolResult {
