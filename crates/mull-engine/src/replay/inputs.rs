@@ -171,24 +171,24 @@ pub(super) fn check(recording: &Recording) -> Result<(), ReplayError> {
     let has_requests = envelopes
         .iter()
         .any(|e| matches!(e.event, Event::TurnRequested { .. }));
-    let mut requested: HashMap<&str, EntryPath> = HashMap::new();
+    let mut requested: HashMap<String, EntryPath> = HashMap::new();
     for envelope in envelopes {
         let seq = envelope.seq;
         let cause = match &envelope.event {
-            Event::TurnRequested { request_id, .. } => {
-                if let Some(Input::Turn(request)) = Input::from_event(&envelope.event) {
-                    request
-                        .check()
-                        .map_err(|what| ReplayError::BadInput { seq, what })?;
-                }
-                let entry = match &envelope.event {
-                    Event::TurnRequested { entry, .. } => *entry,
-                    _ => continue,
+            Event::TurnRequested { .. } => {
+                let Some(Input::Turn(request)) = Input::from_event(&envelope.event) else {
+                    continue;
                 };
-                if requested.insert(request_id, entry).is_some() {
+                request
+                    .check()
+                    .map_err(|what| ReplayError::BadInput { seq, what })?;
+                if requested
+                    .insert(request.request_id.clone(), request.entry)
+                    .is_some()
+                {
                     return Err(ReplayError::BadInput {
                         seq,
-                        what: format!("request {request_id:?} was requested twice"),
+                        what: format!("request {:?} was requested twice", request.request_id),
                     });
                 }
                 continue;
