@@ -428,6 +428,17 @@ fn parts_summary(message: &UIMessage) -> String {
 fn render(env: &Envelope) -> String {
     let body = match &env.event {
         Event::SessionOpened { agent, .. } => format!("agent={agent}"),
+        Event::TurnRequested {
+            request_id,
+            entry,
+            messages,
+            body,
+            target,
+            ..
+        } => format!(
+            "{request_id} entry={entry:?} n={} body={body} target={target:?}",
+            messages.len()
+        ),
         Event::UserMessagesSaved {
             request_id,
             messages,
@@ -2937,8 +2948,10 @@ async fn e27_failures_are_events_and_broadcast() {
         }
         other => panic!("unexpected {other:?}"),
     }
+    // The input comes first, then the messages it brought.
     let first = all.recv().await.unwrap();
-    assert_eq!(first.kind(), "user_messages_saved");
+    assert_eq!(first.kind(), "turn_requested");
+    assert_eq!(all.recv().await.unwrap().kind(), "user_messages_saved");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -347,6 +347,7 @@ fn malformed_jsonl_is_refused_naming_source_line_and_cause_and_writes_nothing() 
         ("seq_goes_back.jsonl", 2, "seq"),
         ("bad_timestamp.jsonl", 1, "RFC 3339"),
         ("known_kind_bad_shape.jsonl", 1, "turn_started"),
+        ("input_bad_shape.jsonl", 2, "turn_requested"),
         ("empty_line.jsonl", 2, "empty line"),
     ];
     for (file, line, cause) in cases {

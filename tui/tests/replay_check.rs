@@ -30,8 +30,12 @@ fn the_demo_fixture_replays_identically() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    // Both sessions: the desk's and its research sub-agent's.
-    assert_eq!(stdout.trim(), "identical: 462 events");
+    // Both sessions: the desk's and its research sub-agent's, every event of the file.
+    let events = std::fs::read_to_string(demo_fixture())
+        .expect("the demo fixture")
+        .lines()
+        .count();
+    assert_eq!(stdout.trim(), format!("identical: {events} events"));
 }
 
 #[test]
@@ -107,6 +111,20 @@ fn a_session_recorded_by_an_agent_the_binary_lacks_is_refused_naming_it() {
     );
     assert!(
         stderr.contains("travel-desk, travel-research, tool-desk"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_log_from_before_input_events_is_refused_naming_its_format() {
+    let old = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/legacy/two-tools-before-input-events.jsonl");
+    let output = check(&old);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("event format v1 before inputs were recorded as events")
+            && stderr.contains("seq 3"),
         "{stderr}"
     );
 }

@@ -12,8 +12,14 @@ use chrono::{DateTime, TimeZone, Utc};
 
 /// A source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {
-    /// The current instant.
+    /// The current instant: what an event is stamped with.
     fn now(&self) -> DateTime<Utc>;
+
+    /// A reading that only times work (a tool's run) and stamps nothing. A clock that serves a
+    /// recording's stamps answers it without using one up; every other clock reads `now`.
+    fn timer(&self) -> DateTime<Utc> {
+        self.now()
+    }
 }
 
 /// The real clock.

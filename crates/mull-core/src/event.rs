@@ -328,6 +328,25 @@ pub enum Event {
         #[serde(default)]
         metadata: Value,
     },
+    /// A caller asked for a turn (an input: see [`Input`](crate::input::Input)). Appended
+    /// before the session acts on it, with everything needed to act on it again; the turn's
+    /// own events follow once it takes the turn lock.
+    TurnRequested {
+        request_id: String,
+        entry: EntryPath,
+        /// The messages to add (`chat`, `http`, `save_messages`); they enter the conversation
+        /// with the turn's `user_messages_saved`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        messages: Vec<UIMessage>,
+        #[serde(default)]
+        body: Value,
+        /// A regeneration's named message (`None`: the last one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
+        /// Tools the client answers itself.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        client_tools: Vec<crate::model::ToolSpec>,
+    },
     /// User (or application) messages were appended to the conversation.
     UserMessagesSaved {
         request_id: Option<String>,
@@ -644,6 +663,7 @@ macro_rules! kinds {
 impl Event {
     kinds! {
         SessionOpened => "session_opened",
+        TurnRequested => "turn_requested",
         UserMessagesSaved => "user_messages_saved",
         TurnStarted => "turn_started",
         TurnConfigured => "turn_configured",

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod convert;
 pub mod event;
 pub mod fingerprint;
+pub mod input;
 pub mod message;
 pub mod model;
 pub mod price;
@@ -25,6 +26,7 @@ pub use event::{
     ToolResultRecord, TurnConfigRecord, TurnStatus, EVENT_VERSION,
 };
 pub use fingerprint::RequestSummary;
+pub use input::{Input, TurnRequest};
 pub use message::{Role, ToolPart, ToolPartState, UIMessage, UIPart};
 pub use model::{
     CallSettings, LanguageModel, ModelContent, ModelError, ModelErrorKind, ModelErrorRecord,

@@ -67,6 +67,9 @@ pub enum EngineError {
         /// `approved`, `denied` or `expired`.
         answer: &'static str,
     },
+    /// An input that cannot be acted on (see `mull_core::input`); nothing was recorded.
+    #[error("session {session_id}: invalid input: {reason}")]
+    InvalidInput { session_id: String, reason: String },
     /// The task running a turn ended without reporting (it was cancelled by the runtime).
     #[error(
         "session {session_id}: the task running request {request_id} ended without an outcome"

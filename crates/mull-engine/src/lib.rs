@@ -67,8 +67,8 @@ pub use extension::{
 pub use replay::{reexecute, Divergence, Recording, ReplayError, ReplayOptions, ReplayReport};
 pub use search::{SearchError, SearchHit, SEARCH_TOOL};
 pub use session::{
-    ChatStream, ClientToolOutcome, OutcomeStatus, Session, SessionOptions, SubmissionResult,
-    SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,
+    ChatStream, ClientToolOutcome, CommandOptions, OutcomeStatus, Reply, Session, SessionOptions,
+    SubmissionResult, SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,
 };
 pub use session_config::{
     Compaction, CompactionRequest, ContextOverflow, ProactiveGuard, SessionConfig,

@@ -52,6 +52,9 @@ pub struct ToolExecution {
     pub cancel: CancellationToken,
     /// The session and turn the call runs in (what a sub-agent's session is linked to).
     pub(crate) site: crate::subagent::CallSite,
+    /// How long the call took, when it is served from a recording rather than timed (a
+    /// replayed call answers with the recorded outcome, its duration included).
+    pub(crate) served_duration_ms: std::sync::OnceLock<u64>,
 }
 
 /// A tool with an `execute`, run by the engine.

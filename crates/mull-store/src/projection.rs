@@ -535,7 +535,10 @@ impl SessionState {
                 })
             }
             Event::Unknown(_) => self.unknown_events += 1,
+            // An input records what was asked; what it changes is folded from the events it
+            // causes (the conversation from `user_messages_saved`).
             Event::SessionOpened { .. }
+            | Event::TurnRequested { .. }
             | Event::StepConfigured { .. }
             | Event::ModelRetried { .. }
             | Event::PartTransformed { .. }

@@ -1,64 +1,31 @@
-//! The inputs a recording received from outside the engine, found in its events, and where its
-//! processes stopped.
+//! The inputs a recording received, read from its input events (checked first: a turn no
+//! input requested is refused, naming its seq), and where its processes stopped.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
-use mull_core::{EntryPath, Event, Role, ToolPartState, TurnStatus, UIMessage};
+use mull_core::{EntryPath, Event, Input, TurnStatus};
 use mull_store::{SessionState, SubmissionPhase};
-use serde_json::Value;
-
-use crate::session::{ClientToolOutcome, Session};
 
 use super::recording::Recording;
 use super::{PendingCancel, ReplayError};
 
-/// An input the recording received from outside the engine, to re-issue at its place.
+/// What the driver does at one place of the recording.
 #[derive(Debug, Clone)]
-pub(super) enum Input {
+pub(super) enum Step {
     /// The process that ran the session stopped, and the next writer to open the log resolved
     /// the turn it left running (`mull_store::recovery`), before any session opened.
     Recover,
     /// The session was opened again (after the first time); its recovery re-ran the
     /// submissions `reruns` (accepted, never applied) in the background.
-    Reopen {
-        reruns: Vec<String>,
-    },
-    /// Messages through an entry path that saves them and runs a turn.
-    Messages {
-        entry: EntryPath,
-        messages: Vec<UIMessage>,
-        body: Value,
-    },
-    Submission {
-        submission_id: String,
-        idempotency_key: Option<String>,
-        messages: Vec<UIMessage>,
-        body: Value,
-        /// The recorded process stopped before the submission was applied: only its
-        /// acceptance is recorded again (a reopen's recovery runs it).
-        accept_only: bool,
-    },
-    ContinueLastTurn {
-        body: Value,
-    },
-    /// A regeneration that retracted `retracted` (in conversation order; empty when it
-    /// retracted nothing) before its turn ran.
-    Regenerate {
-        retracted: Vec<String>,
-        body: Value,
-    },
-    ClientToolResult {
-        call_id: String,
-        outcome: ClientToolOutcome,
-    },
-    /// A sub-agent's session was linked to its parent's tool call (`subagent_linked`).
-    Linked(Event),
-    /// A person's answer to an approval request (an expiry is the session's own doing, not
-    /// an input).
-    ApprovalAnswer {
-        approval_id: String,
-        approval: crate::Approval,
-    },
+    Reopen { reruns: Vec<String> },
+    /// A recorded input, re-issued through `Session::command`.
+    Issue(Input),
+    /// A submission the recorded process accepted and stopped before applying: only its
+    /// acceptance is recorded again (a reopen's recovery runs it).
+    AcceptOnly(Input),
+    /// A sub-agent's session was linked to its parent's tool call (`subagent_linked`, written
+    /// by the parent's call before the child's turn was requested): written again.
+    Linked(Box<Event>),
 }
 
 /// Where the recorded process stopped with work in flight — a request whose messages were in
@@ -88,7 +55,8 @@ pub(super) fn stops(recording: &Recording) -> Vec<usize> {
             awaiting_turn = None;
         }
         match &envelope.event {
-            Event::UserMessagesSaved {
+            Event::TurnRequested { request_id: id, .. }
+            | Event::UserMessagesSaved {
                 request_id: Some(id),
                 ..
             }
@@ -184,8 +152,104 @@ pub(super) fn accepted_at(recording: &Recording, at: usize) -> Vec<String> {
         .collect()
 }
 
-/// The recording's inputs, each with the number of events that preceded it.
-pub(super) fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, ReplayError> {
+/// Whether a turn of this entry is started by a `turn_requested` input (the others follow a
+/// submission or a client tool result).
+fn requested_entry(entry: EntryPath) -> bool {
+    matches!(
+        entry,
+        EntryPath::Chat
+            | EntryPath::Http
+            | EntryPath::SaveMessages
+            | EntryPath::SubAgent
+            | EntryPath::ContinueLastTurn
+            | EntryPath::Regenerate
+    )
+}
+
+/// Checks that every turn the recording shows was requested by an input event before it,
+/// and that every input event can be acted on. A log written before inputs were recorded as
+/// events (it holds turns but no `turn_requested`) is refused naming its format, as is a
+/// malformed or out-of-order input, naming its seq.
+pub(super) fn check(recording: &Recording) -> Result<(), ReplayError> {
+    let envelopes = &recording.envelopes;
+    let has_requests = envelopes
+        .iter()
+        .any(|e| matches!(e.event, Event::TurnRequested { .. }));
+    let mut requested: HashMap<String, EntryPath> = HashMap::new();
+    for envelope in envelopes {
+        let seq = envelope.seq;
+        let cause = match &envelope.event {
+            Event::TurnRequested { .. } => {
+                let Some(Input::Turn(request)) = Input::from_event(&envelope.event) else {
+                    continue;
+                };
+                request
+                    .check()
+                    .map_err(|what| ReplayError::BadInput { seq, what })?;
+                if requested
+                    .insert(request.request_id.clone(), request.entry)
+                    .is_some()
+                {
+                    return Err(ReplayError::BadInput {
+                        seq,
+                        what: format!("request {:?} was requested twice", request.request_id),
+                    });
+                }
+                continue;
+            }
+            Event::TurnStarted {
+                request_id,
+                entry,
+                attempt: 0,
+                ..
+            } if requested_entry(*entry) => Some((request_id.as_str(), Some(*entry))),
+            Event::MessagesRetracted {
+                request_id: Some(id),
+                ..
+            } => Some((id.as_str(), Some(EntryPath::Regenerate))),
+            _ => None,
+        };
+        let Some((request_id, entry)) = cause else {
+            continue;
+        };
+        if !has_requests {
+            return Err(ReplayError::NoInputEvents {
+                session_id: recording.session_id.clone(),
+                seq,
+                kind: envelope.kind().to_owned(),
+                v: envelope.v,
+            });
+        }
+        match requested.get(request_id) {
+            None => {
+                return Err(ReplayError::BadInput {
+                    seq,
+                    what: format!(
+                        "{} of request {request_id:?} comes before any turn_requested of it",
+                        envelope.kind()
+                    ),
+                })
+            }
+            Some(asked) if entry.is_some_and(|e| e != *asked) => {
+                return Err(ReplayError::BadInput {
+                    seq,
+                    what: format!(
+                        "{} of request {request_id:?} has entry {:?}, but it was requested as {asked:?}",
+                        envelope.kind(),
+                        entry.unwrap_or(*asked)
+                    ),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// What the driver does, each with the number of events that preceded it: the recording's
+/// input events (cancellations apart: see [`cancellations`]) and its processes' stops.
+pub(super) fn steps(recording: &Recording) -> Result<Vec<(usize, Step)>, ReplayError> {
+    check(recording)?;
     let envelopes = &recording.envelopes;
     let stops = stops(recording);
     let applied_at = |submission: &str| {
@@ -193,186 +257,66 @@ pub(super) fn inputs(recording: &Recording) -> Result<Vec<(usize, Input)>, Repla
             matches!(&e.event, Event::SubmissionApplied { submission_id, .. } if submission_id == submission)
         })
     };
-    let started = |request: &str| {
-        envelopes.iter().find_map(|e| match &e.event {
-            Event::TurnStarted {
-                request_id,
-                entry,
-                body,
-                ..
-            } if request_id == request => Some((*entry, body.clone())),
-            _ => None,
-        })
-    };
-    let submitted: std::collections::HashSet<&str> = envelopes
+    let recovered = recoveries(recording);
+    let requested: std::collections::HashSet<&str> = envelopes
         .iter()
         .filter_map(|e| match &e.event {
-            Event::SubmissionApplied { request_id, .. } => Some(request_id.as_str()),
+            Event::TurnRequested { request_id, .. } => Some(request_id.as_str()),
             _ => None,
         })
         .collect();
-    let recovered = recoveries(recording);
     let mut out = Vec::new();
-    let mut saved: std::collections::HashSet<&str> = Default::default();
-    let mut retracted_by: std::collections::HashSet<&str> = Default::default();
     for (i, envelope) in envelopes.iter().enumerate() {
-        let input = match &envelope.event {
-            _ if recovered.contains(&i) => Input::Recover,
-            Event::MessagesRetracted {
-                request_id,
-                message_ids,
-            } => {
-                let request = request_id.as_deref().unwrap_or_default();
-                let Some((EntryPath::Regenerate, body)) = started(request) else {
-                    return Err(ReplayError::Unsupported {
-                        seq: envelope.seq,
-                        what: "a retraction no regeneration's turn followed".to_owned(),
-                    });
-                };
-                retracted_by.insert(request);
-                Input::Regenerate {
-                    retracted: message_ids.clone(),
-                    body,
-                }
-            }
-            Event::TurnStarted {
-                request_id,
-                entry: EntryPath::Regenerate,
-                attempt: 0,
-                body,
-                ..
-            } if !retracted_by.contains(request_id.as_str()) => Input::Regenerate {
-                retracted: Vec::new(),
-                body: body.clone(),
-            },
-            Event::SessionOpened { .. } if i > 0 => Input::Reopen {
+        let step = match &envelope.event {
+            _ if recovered.contains(&i) => Step::Recover,
+            Event::SessionOpened { .. } if i > 0 => Step::Reopen {
                 reruns: if stops.contains(&i) {
                     accepted_at(recording, i)
                 } else {
                     Vec::new()
                 },
             },
-            Event::UserMessagesSaved {
-                request_id,
-                messages,
-            } => {
-                let request = request_id.as_deref().unwrap_or_default();
-                if submitted.contains(request) {
+            Event::CancellationRequested { .. } => continue,
+            Event::SubagentLinked { .. } => Step::Linked(Box::new(envelope.event.clone())),
+            Event::SubmissionAccepted { submission_id, .. } => {
+                let Some(input) = Input::from_event(&envelope.event) else {
                     continue;
-                }
-                saved.insert(request);
-                let (entry, body) =
-                    started(request).unwrap_or((EntryPath::SaveMessages, Value::Null));
-                if !matches!(
-                    entry,
-                    EntryPath::SaveMessages
-                        | EntryPath::Chat
-                        | EntryPath::Http
-                        | EntryPath::SubAgent
-                ) {
-                    return Err(ReplayError::Unsupported {
-                        seq: envelope.seq,
-                        what: format!("a turn entered through {entry:?}"),
-                    });
-                }
-                Input::Messages {
-                    entry,
-                    messages: messages.clone(),
-                    body,
-                }
-            }
-            Event::SubmissionAccepted {
-                submission_id,
-                idempotency_key,
-                messages,
-                body,
-            } => Input::Submission {
-                submission_id: submission_id.clone(),
-                idempotency_key: idempotency_key.clone(),
-                messages: messages.clone(),
-                body: body.clone(),
-                accept_only: stops.iter().find(|at| **at > i).is_some_and(|stop| {
+                };
+                // The recorded process stopped before this submission's run wrote anything: its
+                // run's first event (`user_messages_saved` under a request no input names,
+                // then `submission_applied`) is not before the stop.
+                let stopped_first = stops.iter().find(|at| **at > i).is_some_and(|stop| {
                     applied_at(submission_id).is_none_or(|applied| applied > *stop)
-                }),
-            },
-            Event::TurnStarted {
-                request_id,
-                entry: EntryPath::ContinueLastTurn,
-                attempt: 0,
-                body,
-                ..
-            } if !saved.contains(request_id.as_str()) => {
-                Input::ContinueLastTurn { body: body.clone() }
+                        && !envelopes[i..*stop].iter().any(|e| {
+                            matches!(&e.event, Event::UserMessagesSaved { request_id: Some(r), .. }
+                                if !requested.contains(r.as_str()))
+                        })
+                });
+                if stopped_first {
+                    Step::AcceptOnly(input)
+                } else {
+                    Step::Issue(input)
+                }
             }
-            Event::ClientToolResult {
-                call_id,
-                state,
-                output,
-                error,
-                ..
-            } => Input::ClientToolResult {
-                call_id: call_id.clone(),
-                outcome: match state {
-                    ToolPartState::OutputAvailable => {
-                        ClientToolOutcome::Output(output.clone().unwrap_or(Value::Null))
-                    }
-                    _ => ClientToolOutcome::Error(error.clone()),
-                },
+            event => match Input::from_event(event) {
+                Some(input) => Step::Issue(input),
+                None => continue,
             },
-            Event::SubagentLinked { .. } => Input::Linked(envelope.event.clone()),
-            Event::ToolApprovalAnswered {
-                approval_id,
-                approved,
-                reason,
-                expired: false,
-                ..
-            } => Input::ApprovalAnswer {
-                approval_id: approval_id.clone(),
-                approval: crate::Approval {
-                    approved: *approved,
-                    reason: reason.clone(),
-                },
-            },
-            _ => continue,
         };
-        out.push((i, input));
+        out.push((i, step));
     }
     Ok(out)
 }
 
-/// The message to name in `Session::regenerate` so that it retracts `retracted` from the
-/// session's conversation as it stands: the first retracted message when it is an answer (it
-/// and what follows go), else the user message right before it (what follows that goes).
-/// `Some(None)` when nothing was retracted (the last message was a question); `None` when the
-/// conversation does not hold the first retracted message.
-pub(super) fn regeneration_target(
-    session: &Session,
-    retracted: &[String],
-) -> Option<Option<String>> {
-    let Some(first) = retracted.first() else {
-        return Some(None);
-    };
-    session.read_state(|s| {
-        let at = s.messages.iter().position(|m| &m.id == first)?;
-        if s.messages[at].role == Role::Assistant {
-            return Some(Some(first.clone()));
-        }
-        let before = at.checked_sub(1)?;
-        Some(Some(s.messages[before].id.clone()))
-    })
-}
-
+/// The recording's cancellations, each re-issued once the replay has written every event that
+/// preceded it (they land inside a running turn, so the replay's waiting points issue them).
 pub(super) fn cancellations(recording: &Recording) -> VecDeque<PendingCancel> {
     recording
         .envelopes
         .iter()
         .enumerate()
-        .filter_map(|(i, e)| match &e.event {
-            Event::CancellationRequested { request_id, reason } => Some(PendingCancel {
-                before: i,
-                request_id: request_id.clone(),
-                reason: reason.clone(),
-            }),
+        .filter_map(|(i, e)| match Input::from_event(&e.event) {
+            Some(input @ Input::Cancel { .. }) => Some(PendingCancel { before: i, input }),
             _ => None,
         })
         .collect()

@@ -29,22 +29,24 @@
 //!   serving it, so they are compared like every other event (and a block is never written
 //!   twice). A sub-agent's link events (`subagent_started`, `subagent_finished`) are written
 //!   again the same way, each at its place among the call's preliminary values; the child
-//!   session is not re-run (it is re-executed from its own recording). A call the recorded
+//!   session is not re-run (it is re-executed from its own recording, where its
+//!   `subagent_linked` is written again before its requested turn). A call the recorded
 //!   process never finished writes what it had written and parks at the stop.
-//! - **Time** comes from a [`RecordedClock`] that replays the recorded `at` values in order,
-//!   plus the two readings the engine takes around each executed tool (chosen so the recorded
-//!   `duration_ms` comes out again).
+//! - **Time** comes from a [`RecordedClock`] that serves the recorded `at` values in order, one
+//!   per event. An executed tool's `duration_ms` is served with its recorded outcome (timing
+//!   the replayed call uses up no stamp), so nothing imitates how the engine reads the clock.
 //! - **Ids** come from [`RecordedIds`], which hands out the recorded request, turn and message
 //!   ids in order (a deterministic recording's counting ids are simply replayed as recorded).
-//! - **Inputs** (user messages and their entry path — `save_messages`, `chat`, or `http` for a
-//!   chat request that came in over the network — submissions, client tool results,
-//!   continuations, regenerations, reopening the session) are re-issued through the session's
-//!   entry paths at the point where the recording received them. A regeneration is re-issued
-//!   from its `messages_retracted` event (or, when it retracted nothing, its `turn_started`),
-//!   naming the message that makes `Session::regenerate` retract the same messages again, so
-//!   the retraction is compared like every other event. A recorded cancellation is re-issued
-//!   as soon as the replay has written every event that preceded it (from the next hook or
-//!   tool call).
+//! - **Inputs** are the recording's input events (`turn_requested`, `submission_accepted`,
+//!   `client_tool_result`, `cancellation_requested`: see `mull_core::input`), re-issued through
+//!   [`Session::command`] at the point where the recording appended them, so the session
+//!   appends them again and acts on them exactly as it did. Nothing is inferred from what
+//!   followed. A recorded cancellation lands inside a running turn, so it is re-issued as soon
+//!   as the replay has written every event that preceded it (from the next hook or tool call).
+//!   Before anything runs, the inputs are checked: a turn that no input requested before it
+//!   is refused naming its seq ([`ReplayError::BadInput`]), as is an input no caller can make;
+//!   a log written before inputs were events is refused naming its format
+//!   ([`ReplayError::NoInputEvents`]) — it stays readable by every reader.
 //! - **Crashes.** Where the recording shows a process that stopped with work in flight (a
 //!   reopen finds a turn running, a submission unfinished, or a request whose turn never
 //!   started), the replay re-enacts the stop: once it has written every event that process
@@ -77,8 +79,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures::StreamExt;
-use mull_core::{EntryPath, Event, LanguageModel};
+use futures::{FutureExt, StreamExt};
+use mull_core::{EntryPath, Event, Input, LanguageModel};
 use mull_store::{Log, StoreError};
 use serde_json::Value;
 
@@ -87,13 +89,13 @@ use crate::config::ModelChoice;
 use crate::error::EngineError;
 use crate::extension::Extensions;
 use crate::session::{
-    ChatStream, Inner, Session, SessionOptions, SubmitOptions, TurnOptions, TurnOutcome,
+    ChatStream, CommandOptions, Inner, Reply, Session, SessionOptions, TurnOutcome,
 };
 use crate::tool::{ToolEntry, ToolSet};
 
 use agent::ReplayAgent;
 use divergence::first_divergence;
-use inputs::{cancellations, inputs, regeneration_target, stops, Input};
+use inputs::{cancellations, steps, stops, Step};
 use recording::read_session;
 use tools::{PresentedModel, RecordedTool, ToolRuns};
 
@@ -135,9 +137,19 @@ pub enum ReplayError {
     /// The log to replay into already holds events of the session.
     #[error("the log already holds events of session {session_id}; replay into a fresh log")]
     SessionNotEmpty { session_id: String },
-    /// The recording received an input this replay cannot re-issue.
-    #[error("seq {seq}: {what} cannot be re-issued by a replay")]
-    Unsupported { seq: u64, what: String },
+    /// The recording was written before inputs were recorded as events: it holds a turn that
+    /// no input event requested. Readers (projection, dashboard, export) read it as ever;
+    /// re-executing it needs its inputs, which it does not hold.
+    #[error("session {session_id} was written in the event format v{v} before inputs were recorded as events (seq {seq}, {kind}, has no turn_requested before it); it stays readable, but it cannot be re-executed: record it again with this build")]
+    NoInputEvents {
+        session_id: String,
+        seq: u64,
+        kind: String,
+        v: u16,
+    },
+    /// An input event cannot be acted on, or a turn comes before the input that requests it.
+    #[error("seq {seq}: bad input: {what}")]
+    BadInput { seq: u64, what: String },
     /// The recorded process stopped between two events the engine writes one right after the
     /// other: a replay can stop the work in flight only where it waits (a hook, a model part,
     /// a tool call), so it cannot leave the log where that process did.
@@ -167,8 +179,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, Clone)]
 struct PendingCancel {
     before: usize,
-    request_id: Option<String>,
-    reason: String,
+    input: mull_core::Input,
 }
 
 /// What the replay's agent, tools and driver share.
@@ -243,10 +254,10 @@ impl Shared {
             };
             let Some(cancel) = due else { return };
             // A replay that already diverged may find nothing to cancel; the comparison says so.
-            let _ = match &cancel.request_id {
-                Some(id) => session.cancel_chat(id).map(|_| ()),
-                None => session.abort_all(&cancel.reason).map(|_| ()),
-            };
+            // A cancellation acts without waiting, so polling it once runs it to its end.
+            let _ = session
+                .command(cancel.input, CommandOptions::default())
+                .now_or_never();
         }
     }
 
@@ -327,7 +338,7 @@ pub async fn reexecute(
     {
         return Err(ReplayError::SessionNotEmpty { session_id });
     }
-    let inputs = inputs(recording)?;
+    let steps = steps(recording)?;
     let clock = Arc::new(recording.clock());
     let shared = Arc::new(Shared {
         clock: Arc::clone(&clock),
@@ -370,7 +381,7 @@ pub async fn reexecute(
         log,
         &reader,
         recording,
-        inputs,
+        steps,
         &shared,
         replay_agent,
         session_options,
@@ -410,7 +421,7 @@ async fn drive(
     log: &Log,
     reader: &mull_store::LogReader,
     recording: &Recording,
-    inputs: Vec<(usize, Input)>,
+    steps: Vec<(usize, Step)>,
     shared: &Arc<Shared>,
     agent: Arc<dyn Agent>,
     options: SessionOptions,
@@ -430,7 +441,7 @@ async fn drive(
     };
     let mut session = open().await?;
 
-    for (before, input) in inputs {
+    for (before, step) in steps {
         log.flush().await.map_err(store_err)?;
         let so_far = read_session(reader, session_id).map_err(store_err)?;
         if let Some(divergence) = first_divergence(&recording.envelopes, &so_far, false) {
@@ -441,8 +452,8 @@ async fn drive(
             continue;
         }
         shared.cancel_due();
-        match input {
-            Input::Recover => {
+        match step {
+            Step::Recover => {
                 // The process before this one is over; the next writer's recovery resolves
                 // the turn it left running, writing exactly what the log's recovery wrote.
                 session.abort_background_turns();
@@ -460,7 +471,7 @@ async fn drive(
                         .map_err(engine_err)?;
                 }
             }
-            Input::Reopen { reruns } => {
+            Step::Reopen { reruns } => {
                 // The process before this one is over, and whatever it left parked with it.
                 session.abort_background_turns();
                 shared.restart(before);
@@ -473,50 +484,27 @@ async fn drive(
                     }
                 }
             }
-            Input::Messages {
-                entry,
-                messages,
-                body,
-            } => {
-                let opts = TurnOptions::with_body(body);
-                if matches!(
-                    entry,
-                    EntryPath::Chat | EntryPath::Http | EntryPath::SubAgent
-                ) {
-                    let stream = match entry {
-                        EntryPath::Http => session.chat_http(messages, opts),
-                        EntryPath::SubAgent => session.chat_as_subagent(messages, opts),
-                        _ => session.chat(messages, opts),
-                    };
-                    let stream = stream.map_err(engine_err)?;
-                    if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
-                        outcome.map_err(engine_err)?;
-                    }
-                } else if let Some(outcome) = shared
-                    .unless_stopped(session.save_messages(messages, opts))
-                    .await
-                {
-                    outcome.map_err(engine_err)?;
-                }
-            }
-            Input::Linked(event) => {
+            Step::Linked(event) => {
                 // A sub-agent's session: the link its parent's call wrote, written again.
                 session
                     .inner
                     .recorder
-                    .append(None, event)
+                    .append(None, *event)
                     .map_err(engine_err)?;
             }
-            Input::Submission {
-                submission_id,
-                idempotency_key,
-                messages,
-                body,
-                accept_only: true,
-            } => {
+            Step::AcceptOnly(input) => {
                 // The recorded process stopped before this submission's run wrote anything (it
                 // waited for the turn lock, or had not got to it): the acceptance is all there
-                // is to write, exactly as `submit_messages` writes it.
+                // is to write, exactly as the session's command writes it.
+                let Input::Submit {
+                    submission_id,
+                    idempotency_key,
+                    messages,
+                    body,
+                } = input
+                else {
+                    continue;
+                };
                 let inner = &session.inner;
                 inner
                     .recorder
@@ -532,68 +520,27 @@ async fn drive(
                     .map_err(engine_err)?;
                 inner.recorder.flush().await.map_err(engine_err)?;
             }
-            Input::Submission {
-                submission_id,
-                idempotency_key,
-                messages,
-                body,
-                accept_only: false,
-            } => {
-                let receipt = session
-                    .submit_messages(
-                        messages,
-                        SubmitOptions {
-                            submission_id: Some(submission_id),
-                            idempotency_key,
-                            body,
-                        },
-                    )
-                    .await
-                    .map_err(engine_err)?;
-                let waited = shared.unless_stopped(session.wait_submission(&receipt.submission_id));
-                if let Some(result) = waited.await {
-                    result.map_err(engine_err)?;
-                }
-            }
-            Input::ContinueLastTurn { body } => {
-                let opts = TurnOptions::with_body(body);
-                if let Some(outcome) = shared
-                    .unless_stopped(session.continue_last_turn(opts))
-                    .await
-                {
-                    outcome.map_err(engine_err)?;
-                }
-            }
-            Input::Regenerate { retracted, body } => {
-                let Some(target) = regeneration_target(&session, &retracted) else {
-                    // The replayed conversation no longer holds what the recording retracted:
-                    // it has diverged, and the comparison says where.
-                    break;
+            Step::Issue(input) => {
+                let reply = shared
+                    .unless_stopped(session.command(input, CommandOptions::default()))
+                    .await;
+                let reply = match reply {
+                    Some(reply) => reply.map_err(engine_err)?,
+                    None => continue,
                 };
-                let stream = session
-                    .regenerate(target.as_deref(), TurnOptions::with_body(body))
-                    .map_err(engine_err)?;
-                if let Some(outcome) = shared.unless_stopped(drain(stream)).await {
+                let finished = match reply {
+                    Reply::Stream(stream) => shared
+                        .unless_stopped(drain(stream))
+                        .await
+                        .map(|r| r.map(|_| ())),
+                    Reply::Submitted(receipt) => shared
+                        .unless_stopped(session.wait_submission(&receipt.submission_id))
+                        .await
+                        .map(|r| r.map(|_| ())),
+                    _ => None,
+                };
+                if let Some(outcome) = finished {
                     outcome.map_err(engine_err)?;
-                }
-            }
-            Input::ClientToolResult { call_id, outcome } => {
-                if let Some(result) = shared
-                    .unless_stopped(session.add_tool_result(&call_id, outcome))
-                    .await
-                {
-                    result.map_err(engine_err)?;
-                }
-            }
-            Input::ApprovalAnswer {
-                approval_id,
-                approval,
-            } => {
-                if let Some(result) = shared
-                    .unless_stopped(session.answer_approval(&approval_id, approval))
-                    .await
-                {
-                    result.map_err(engine_err)?;
                 }
             }
         }

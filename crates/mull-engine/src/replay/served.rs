@@ -4,124 +4,52 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use chrono::{DateTime, Duration as TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use mull_core::{Clock, Envelope, Event, IdSource};
 
 use super::lock;
 
-/// One reading the engine will take of the clock.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Reading {
-    at: DateTime<Utc>,
-    /// Whether the reading stamps an appended event (else it times a tool).
-    stamps_event: bool,
-}
-
-/// A clock that replays a recording's readings in order: one per recorded event (its `at`),
-/// and, around each executed tool call, a start and an end reading `duration_ms` apart. Past
-/// the end it keeps answering the last reading.
+/// A clock that serves a recording's stamps in order, one per recorded event (its `at`). Past
+/// the end it keeps answering the last one. A [`Clock::timer`] reading (timing a tool's run)
+/// uses up no stamp: a replayed call's duration is served from its recorded outcome instead.
 ///
-/// It also counts how many event stamps it has handed out, which is how many events the
-/// replay has appended: the replay uses that to re-issue inputs at the recorded point.
+/// It also counts how many stamps it has handed out, which is how many events the replay has
+/// appended: the replay uses that to re-issue inputs at the recorded point.
 #[derive(Debug)]
 pub struct RecordedClock {
-    readings: Vec<Reading>,
-    /// `stamped[i]`: event stamps among the first `i` readings.
-    stamped: Vec<usize>,
+    stamps: Vec<DateTime<Utc>>,
     next: AtomicUsize,
 }
 
 impl RecordedClock {
     pub(super) fn new(envelopes: &[Envelope]) -> RecordedClock {
-        let mut readings = Vec::with_capacity(envelopes.len());
-        let stamp = |at| Reading {
-            at,
-            stamps_event: true,
-        };
-        let timing = |at| Reading {
-            at,
-            stamps_event: false,
-        };
-        // Executed calls whose end reading is still to come, by (turn, call id).
-        let mut running: HashMap<(Option<&str>, &str), usize> = HashMap::new();
-        for (i, envelope) in envelopes.iter().enumerate() {
-            match &envelope.event {
-                Event::ToolDecided {
-                    call_id, action, ..
-                } if action.executes() => {
-                    readings.push(stamp(envelope.at));
-                    let finished =
-                        finished_after(envelopes, i, envelope.turn_id.as_deref(), call_id);
-                    let started = finished
-                        .map(|(at, duration_ms)| {
-                            at - TimeDelta::milliseconds(i64::try_from(duration_ms).unwrap_or(0))
-                        })
-                        .unwrap_or(envelope.at);
-                    readings.push(timing(started));
-                    running.insert((envelope.turn_id.as_deref(), call_id), i);
-                }
-                Event::ToolCallFinished { call_id, .. } => {
-                    if running
-                        .remove(&(envelope.turn_id.as_deref(), call_id.as_str()))
-                        .is_some()
-                    {
-                        readings.push(timing(envelope.at));
-                    }
-                    readings.push(stamp(envelope.at));
-                }
-                _ => readings.push(stamp(envelope.at)),
-            }
-        }
-        let mut stamped = Vec::with_capacity(readings.len() + 1);
-        let mut count = 0;
-        stamped.push(0);
-        for reading in &readings {
-            count += usize::from(reading.stamps_event);
-            stamped.push(count);
-        }
         RecordedClock {
-            readings,
-            stamped,
+            stamps: envelopes.iter().map(|e| e.at).collect(),
             next: AtomicUsize::new(0),
         }
     }
 
-    /// How many events have been stamped so far (readings past the recording count as events).
+    /// How many events have been stamped so far.
     pub fn events_stamped(&self) -> usize {
-        let taken = self.next.load(Ordering::SeqCst);
-        match self.stamped.get(taken) {
-            Some(n) => *n,
-            None => self.stamped.last().copied().unwrap_or(0) + (taken - self.readings.len()),
-        }
+        self.next.load(Ordering::SeqCst)
     }
-}
 
-/// The `at` and `duration_ms` of the first `tool_call_finished` of `call_id` in `turn` after
-/// position `from`.
-pub(super) fn finished_after(
-    envelopes: &[Envelope],
-    from: usize,
-    turn: Option<&str>,
-    call: &str,
-) -> Option<(DateTime<Utc>, u64)> {
-    envelopes[from..].iter().find_map(|e| match &e.event {
-        Event::ToolCallFinished {
-            call_id,
-            duration_ms,
-            ..
-        } if call_id == call && e.turn_id.as_deref() == turn => Some((e.at, *duration_ms)),
-        _ => None,
-    })
+    fn stamp(&self, i: usize) -> DateTime<Utc> {
+        self.stamps
+            .get(i)
+            .or(self.stamps.last())
+            .copied()
+            .unwrap_or_default()
+    }
 }
 
 impl Clock for RecordedClock {
     fn now(&self) -> DateTime<Utc> {
-        let i = self.next.fetch_add(1, Ordering::SeqCst);
-        self.readings
-            .get(i)
-            .or(self.readings.last())
-            .map(|r| r.at)
-            .unwrap_or_default()
+        self.stamp(self.next.fetch_add(1, Ordering::SeqCst))
+    }
+
+    fn timer(&self) -> DateTime<Utc> {
+        self.stamp(self.next.load(Ordering::SeqCst).saturating_sub(1))
     }
 }
 
@@ -129,6 +57,9 @@ impl Clock for RecordedClock {
 /// `req` (request ids), `turn` (turn ids), `msg` (assistant message ids), `sub` (submission
 /// ids). Once a prefix's recorded ids run out, or for a prefix the recording shows none of, it
 /// counts: `{prefix}_replay_1`, `{prefix}_replay_2` …
+///
+/// A request an input event names (`turn_requested`) is not handed out: the replay re-issues
+/// that input with its recorded id.
 #[derive(Debug)]
 pub struct RecordedIds {
     queues: Mutex<HashMap<String, VecDeque<String>>>,
@@ -138,7 +69,13 @@ pub struct RecordedIds {
 impl RecordedIds {
     pub(super) fn new(envelopes: &[Envelope]) -> RecordedIds {
         let mut queues: HashMap<String, VecDeque<String>> = HashMap::new();
-        let mut seen: std::collections::HashSet<(&str, String)> = Default::default();
+        let mut seen: std::collections::HashSet<(&str, String)> = envelopes
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::TurnRequested { request_id, .. } => Some(("req", request_id.clone())),
+                _ => None,
+            })
+            .collect();
         let mut push = |prefix: &'static str, id: &str| {
             if seen.insert((prefix, id.to_owned())) {
                 queues

@@ -32,6 +32,8 @@ pub(super) struct RecordedRun {
     /// What the call wrote besides its results, to write again, each after as many
     /// preliminary values as preceded it in the recording.
     effects: Vec<(usize, Effect)>,
+    /// How long it took, as recorded: served as the call's duration.
+    duration_ms: u64,
 }
 
 /// An event a tool call wrote besides its results, as recorded.
@@ -128,6 +130,7 @@ impl ToolRuns {
                     success,
                     output,
                     error,
+                    duration_ms,
                     ..
                 } => {
                     if let Some(run) = open.remove(&(turn, call_id.clone())) {
@@ -144,6 +147,7 @@ impl ToolRuns {
                                 unfinished: false,
                                 result,
                                 effects: run.effects,
+                                duration_ms: *duration_ms,
                             });
                     }
                 }
@@ -157,6 +161,7 @@ impl ToolRuns {
                 unfinished: true,
                 result: Err("the recorded process stopped while the call ran".to_owned()),
                 effects: run.effects,
+                duration_ms: 0,
             });
         }
         ToolRuns {
@@ -248,6 +253,7 @@ impl Tool for RecordedTool {
             )
             .into());
         };
+        let _ = call.served_duration_ms.set(run.duration_ms);
         let writer = EffectWriter {
             session: self.session.clone(),
             site: call.site.clone(),

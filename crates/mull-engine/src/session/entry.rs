@@ -3,15 +3,18 @@
 
 use std::sync::Arc;
 
-use mull_core::{EntryPath, ErrorStage, Event, Role, ToolPartState, UIMessage};
+use futures::FutureExt;
+use mull_core::{EntryPath, ErrorStage, Event, Input, Role, ToolPartState, TurnRequest, UIMessage};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::error::{ChatError, EngineError};
+use crate::tool::ToolSet;
 use crate::turn::{self, TurnSpec};
 
 use super::{
-    ChatStream, ClientToolOutcome, Inner, OutcomeStatus, Session, TurnOptions, TurnOutcome,
+    ChatStream, ClientToolOutcome, CommandOptions, Inner, OutcomeStatus, Reply, Session,
+    TurnOptions, TurnOutcome,
 };
 
 impl Session {
@@ -23,8 +26,8 @@ impl Session {
         opts: TurnOptions,
     ) -> Result<TurnOutcome, EngineError> {
         self.check_not_in_turn("save_messages")?;
-        let spec = self.new_spec(EntryPath::SaveMessages, messages, opts);
-        turn::run_entry(&self.inner, spec, None).await
+        let reply = self.turn_command(EntryPath::SaveMessages, messages, None, opts);
+        expect_turn(reply.await?)
     }
 
     /// Decodes a request body `{"messages": [...], ...}` (every other field becomes the turn's
@@ -39,8 +42,8 @@ impl Session {
         match decode_request_body(raw_body) {
             Ok((messages, body)) => {
                 let opts = TurnOptions { body, ..opts };
-                let spec = self.new_spec(EntryPath::SaveMessages, messages, opts);
-                turn::run_entry(&self.inner, spec, None).await
+                let reply = self.turn_command(EntryPath::SaveMessages, messages, None, opts);
+                expect_turn(reply.await?)
             }
             Err(message) => {
                 let error = self.record_parse_failure(message).await;
@@ -58,7 +61,7 @@ impl Session {
     /// nothing persisted): a `turn_failed` event under a fresh request id, `on_chat_error`, and
     /// the failures broadcast. Returns the error `on_chat_error` chose, for the caller to show.
     pub async fn record_parse_failure(&self, message: impl Into<String>) -> ChatError {
-        let request_id = self.inner.options.ids.next_id("req");
+        let request_id = self.next_request_id();
         let error = ChatError {
             request_id: Some(request_id),
             ..ChatError::new(ErrorStage::Parse, message)
@@ -73,7 +76,7 @@ impl Session {
         messages: Vec<UIMessage>,
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
-        self.stream_turn(EntryPath::Chat, "chat", messages, opts)
+        self.stream_command(EntryPath::Chat, messages, None, opts)
     }
 
     /// [`Session::chat`] for a chat request that arrived over the network (the HTTP and
@@ -84,7 +87,7 @@ impl Session {
         messages: Vec<UIMessage>,
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
-        self.stream_turn(EntryPath::Http, "chat_http", messages, opts)
+        self.stream_command(EntryPath::Http, messages, None, opts)
     }
 
     /// [`Session::chat`] for a sub-agent's turn, which another session's tool call runs: the
@@ -94,21 +97,54 @@ impl Session {
         messages: Vec<UIMessage>,
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
-        self.stream_turn(EntryPath::SubAgent, "chat_as_subagent", messages, opts)
+        self.stream_command(EntryPath::SubAgent, messages, None, opts)
     }
 
-    pub(super) fn stream_turn(
+    /// A turn request through [`Session::command`], from an entry path's arguments.
+    fn turn_command(
         &self,
         entry: EntryPath,
-        name: &'static str,
         messages: Vec<UIMessage>,
+        target: Option<String>,
+        opts: TurnOptions,
+    ) -> impl std::future::Future<Output = Result<Reply, EngineError>> + Send + '_ {
+        let request = TurnRequest {
+            request_id: self.next_request_id(),
+            entry,
+            messages,
+            body: opts.body,
+            target,
+            client_tools: opts.client_tools,
+        };
+        let opts = CommandOptions {
+            signal: opts.signal,
+            tools: opts.tools,
+            stream: false,
+        };
+        self.command(Input::Turn(request), opts)
+    }
+
+    /// A streamed turn request: [`Session::command`] appends the request and spawns the turn
+    /// without waiting on anything, so the stream is back at once.
+    fn stream_command(
+        &self,
+        entry: EntryPath,
+        messages: Vec<UIMessage>,
+        target: Option<String>,
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
-        self.check_not_in_turn(name)?;
-        let spec = self.new_spec(entry, messages, opts);
-        Ok(self.spawn_streaming(spec, move |inner, spec| async move {
-            turn::run_entry(&inner, spec, None).await
-        }))
+        let reply = self
+            .turn_command(entry, messages, target, opts)
+            .now_or_never()
+            .ok_or(EngineError::InvalidInput {
+                session_id: self.inner.session_id.clone(),
+                reason: "a streamed turn request had to wait before its turn was spawned"
+                    .to_owned(),
+            })??;
+        match reply {
+            Reply::Stream(stream) => Ok(stream),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Runs `run` on `spec` in a background task, with the parts the client should see going
@@ -152,9 +188,21 @@ impl Session {
                 });
             }
         }
-        let message_id = message_id.map(str::to_owned);
-        let spec = self.new_spec(EntryPath::Regenerate, Vec::new(), opts);
-        Ok(self.spawn_streaming(spec, move |inner, spec| async move {
+        self.stream_command(
+            EntryPath::Regenerate,
+            Vec::new(),
+            message_id.map(str::to_owned),
+            opts,
+        )
+    }
+
+    /// The regeneration's turn task: the retraction and the turn under one hold of the lock.
+    pub(super) fn spawn_regeneration(
+        &self,
+        spec: TurnSpec,
+        message_id: Option<String>,
+    ) -> ChatStream {
+        self.spawn_streaming(spec, move |inner, spec| async move {
             let guard = inner.queue.lock().await;
             match retract_for_regeneration(&inner, &spec, message_id.as_deref()).await {
                 Ok(Ok(())) => turn::run_entry(&inner, spec, Some(guard)).await,
@@ -175,7 +223,7 @@ impl Session {
                     Err(error)
                 }
             }
-        }))
+        })
     }
 
     /// Runs a continuation turn on the conversation as it stands (`continuation = true`, the
@@ -183,22 +231,8 @@ impl Session {
     /// end with an assistant message.
     pub async fn continue_last_turn(&self, opts: TurnOptions) -> Result<TurnOutcome, EngineError> {
         self.check_not_in_turn("continue_last_turn")?;
-        let ends_with_assistant =
-            self.read_state(|s| s.messages.last().is_some_and(|m| m.role == Role::Assistant));
-        if !ends_with_assistant {
-            return Ok(TurnOutcome {
-                request_id: String::new(),
-                status: OutcomeStatus::Skipped,
-                error: None,
-                message: None,
-            });
-        }
-        let mut opts = opts;
-        if opts.body.is_null() {
-            opts.body = self.last_body().await?;
-        }
-        let spec = self.new_spec(EntryPath::ContinueLastTurn, Vec::new(), opts);
-        turn::run_entry(&self.inner, spec, None).await
+        let reply = self.turn_command(EntryPath::ContinueLastTurn, Vec::new(), None, opts);
+        expect_turn(reply.await?)
     }
 
     /// The body of the last turn that ran, read from the log.
@@ -236,12 +270,14 @@ impl Session {
         call_id: &str,
         outcome: ClientToolOutcome,
     ) -> Result<Option<TurnOutcome>, EngineError> {
-        if !self.record_tool_result(call_id, outcome).await? {
-            return Ok(None);
+        match self
+            .command(tool_result(call_id, outcome), CommandOptions::default())
+            .await?
+        {
+            Reply::Recorded => Ok(None),
+            Reply::Turn(outcome) => Ok(Some(*outcome)),
+            other => Err(unexpected(other)),
         }
-        self.check_not_in_turn("add_tool_result")?;
-        let spec = self.continuation_spec().await?;
-        turn::run_entry(&self.inner, spec, None).await.map(Some)
     }
 
     /// Like [`Session::add_tool_result`], but a continuation it starts runs in a background
@@ -253,75 +289,63 @@ impl Session {
         call_id: &str,
         outcome: ClientToolOutcome,
     ) -> Result<Option<ChatStream>, EngineError> {
-        if !self.record_tool_result(call_id, outcome).await? {
-            return Ok(None);
+        let opts = CommandOptions {
+            stream: true,
+            ..CommandOptions::default()
+        };
+        match self.command(tool_result(call_id, outcome), opts).await? {
+            Reply::Recorded => Ok(None),
+            Reply::Stream(stream) => Ok(Some(stream)),
+            other => Err(unexpected(other)),
         }
-        self.check_not_in_turn("add_tool_result_streaming")?;
-        let spec = self.continuation_spec().await?;
-        Ok(Some(
-            self.spawn_streaming(spec, move |inner, spec| async move {
-                turn::run_entry(&inner, spec, None).await
-            }),
-        ))
-    }
-
-    /// Appends a client's answer; returns whether a continuation should run now (the answer
-    /// completed its step and auto-continue is on).
-    pub(super) async fn record_tool_result(
-        &self,
-        call_id: &str,
-        outcome: ClientToolOutcome,
-    ) -> Result<bool, EngineError> {
-        let pending = self.read_state(|s| {
-            s.pending_client_calls
-                .iter()
-                .find(|p| p.call_id == call_id)
-                .cloned()
-        });
-        let tool = pending
-            .as_ref()
-            .map(|p| p.tool.clone())
-            .or_else(|| self.read_state(|s| find_tool_name(&s.messages, call_id)))
-            .unwrap_or_default();
-        let (state, output, error) = match outcome {
-            ClientToolOutcome::Output(v) => (ToolPartState::OutputAvailable, Some(v), None),
-            ClientToolOutcome::Error(text) => (
-                ToolPartState::OutputError,
-                None,
-                Some(text.unwrap_or_else(|| "Tool execution denied by user".to_owned())),
-            ),
-        };
-        self.inner.recorder.append(
-            pending.as_ref().and_then(|p| p.turn_id.as_deref()),
-            Event::ClientToolResult {
-                call_id: call_id.to_owned(),
-                tool,
-                state,
-                output,
-                error,
-            },
-        )?;
-        self.inner.recorder.flush().await?;
-        let Some(pending) = pending else {
-            return Ok(false);
-        };
-        let step_done = self.read_state(|s| {
-            !s.pending_client_calls
-                .iter()
-                .any(|p| p.turn_id == pending.turn_id && p.step == pending.step)
-                && s.approvals_answered_in_step(pending.turn_id.as_deref(), pending.step)
-        });
-        Ok(self.inner.options.auto_continue && step_done)
     }
 
     /// The auto-continuation turn (D.20): no new messages, the last request's body.
     pub(super) async fn continuation_spec(&self) -> Result<TurnSpec, EngineError> {
         let body = self.last_body().await?;
-        Ok(self.new_spec(
+        Ok(self.spec_for(
             EntryPath::AutoContinue,
+            self.next_request_id(),
             Vec::new(),
-            TurnOptions::with_body(body),
+            body,
+            None,
+            Vec::new(),
+            ToolSet::default(),
         ))
+    }
+}
+
+/// A client's answer as an input.
+fn tool_result(call_id: &str, outcome: ClientToolOutcome) -> Input {
+    let (state, output, error) = match outcome {
+        ClientToolOutcome::Output(v) => (ToolPartState::OutputAvailable, Some(v), None),
+        ClientToolOutcome::Error(text) => (
+            ToolPartState::OutputError,
+            None,
+            Some(text.unwrap_or_else(|| "Tool execution denied by user".to_owned())),
+        ),
+    };
+    Input::ToolResult {
+        call_id: call_id.to_owned(),
+        state,
+        output,
+        error,
+    }
+}
+
+/// The outcome of a turn command that runs its turn to the end.
+fn expect_turn(reply: Reply) -> Result<TurnOutcome, EngineError> {
+    match reply {
+        Reply::Turn(outcome) => Ok(*outcome),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// A reply of another kind than the entry path's input makes (a bug, reported, not a panic).
+fn unexpected(reply: Reply) -> EngineError {
+    EngineError::InvalidInput {
+        session_id: String::new(),
+        reason: format!("the command replied {reply:?}, which this entry path does not expect"),
     }
 }
 
@@ -387,7 +411,7 @@ async fn retract_for_regeneration(
     Ok(Ok(()))
 }
 
-fn find_tool_name(messages: &[UIMessage], call_id: &str) -> Option<String> {
+pub(super) fn find_tool_name(messages: &[UIMessage], call_id: &str) -> Option<String> {
     messages.iter().rev().find_map(|m| {
         m.parts.iter().find_map(|p| match p {
             mull_core::UIPart::Tool(t) if t.call_id == call_id => Some(t.tool_name.clone()),

@@ -19,6 +19,7 @@
 //! [`Session::failures`] (Think's `chat:request:failed`).
 
 mod approval;
+mod command;
 mod entry;
 mod options;
 mod outcome;
@@ -28,7 +29,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_broadcast::Receiver;
-use mull_core::{EntryPath, Envelope, Event, UIMessage};
+use mull_core::{Envelope, Event, Input};
 use mull_store::{EventLog, Log, SessionState};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -38,8 +39,8 @@ use crate::broadcast::Broadcast;
 use crate::error::EngineError;
 use crate::recorder::Recorder;
 use crate::session_config::SessionConfig;
-use crate::turn::TurnSpec;
 
+pub use command::{CommandOptions, Reply};
 pub use options::{SessionOptions, SubmitOptions, TurnOptions};
 pub use outcome::{
     ChatStream, ClientToolOutcome, OutcomeStatus, SubmissionResult, SubmitReceipt, TurnFailure,
@@ -227,24 +228,6 @@ impl Session {
         }
     }
 
-    fn new_spec(&self, entry: EntryPath, messages: Vec<UIMessage>, opts: TurnOptions) -> TurnSpec {
-        let request_id = self.inner.options.ids.next_id("req");
-        let signal = opts.signal.unwrap_or_default();
-        lock(&self.inner.active).insert(request_id.clone(), signal.clone());
-        TurnSpec {
-            entry,
-            request_id,
-            continuation: matches!(entry, EntryPath::ContinueLastTurn | EntryPath::AutoContinue),
-            body: opts.body,
-            messages,
-            signal,
-            client: None,
-            submission_id: None,
-            client_tools: opts.client_tools,
-            caller_tools: opts.tools,
-        }
-    }
-
     /// Whether a request is queued or running: its turn, with any overflow retries, has not
     /// ended yet. A client following a request by its events asks this when an attempt ended
     /// in error and neither its final failure nor a retry has appeared.
@@ -260,43 +243,31 @@ impl Session {
     /// Cancels a queued or running turn. Returns false (and records nothing) when the request
     /// is not active, e.g. already finished.
     pub fn cancel_chat(&self, request_id: &str) -> Result<bool, EngineError> {
-        let token = lock(&self.inner.active).get(request_id).cloned();
-        match token {
-            Some(token) if !token.is_cancelled() => {
-                self.inner.recorder.append(
-                    None,
-                    Event::CancellationRequested {
-                        request_id: Some(request_id.to_owned()),
-                        reason: "cancel_chat".to_owned(),
-                    },
-                )?;
-                token.cancel();
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        let input = Input::Cancel {
+            request_id: Some(request_id.to_owned()),
+            reason: "cancel_chat".to_owned(),
+        };
+        Ok(self.cancel_now(input)? > 0)
     }
 
     /// Cancels every queued and running turn of the session. Returns how many were cancelled.
     pub fn abort_all(&self, reason: &str) -> Result<usize, EngineError> {
-        let tokens: Vec<CancellationToken> = lock(&self.inner.active)
-            .values()
-            .filter(|t| !t.is_cancelled())
-            .cloned()
-            .collect();
-        if tokens.is_empty() {
-            return Ok(0);
+        self.cancel_now(Input::Cancel {
+            request_id: None,
+            reason: reason.to_owned(),
+        })
+    }
+
+    /// A cancellation through [`Session::command`], which acts on it without waiting.
+    fn cancel_now(&self, input: Input) -> Result<usize, EngineError> {
+        use futures::FutureExt;
+        match self
+            .command(input, CommandOptions::default())
+            .now_or_never()
+        {
+            Some(Ok(Reply::Cancelled(n))) => Ok(n),
+            Some(Err(e)) => Err(e),
+            _ => Ok(0),
         }
-        self.inner.recorder.append(
-            None,
-            Event::CancellationRequested {
-                request_id: None,
-                reason: reason.to_owned(),
-            },
-        )?;
-        for token in &tokens {
-            token.cancel();
-        }
-        Ok(tokens.len())
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use mull_core::{EntryPath, Event, SubmissionStatus, TurnStatus, UIMessage};
+use mull_core::{EntryPath, Event, Input, SubmissionStatus, TurnStatus, UIMessage};
 use mull_store::SubmissionPhase;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -12,7 +12,8 @@ use crate::error::EngineError;
 use crate::turn::{self};
 
 use super::{
-    lock, OutcomeStatus, Session, SubmissionResult, SubmitOptions, SubmitReceipt, TurnOptions,
+    lock, CommandOptions, OutcomeStatus, Reply, Session, SubmissionResult, SubmitOptions,
+    SubmitReceipt,
 };
 
 impl Session {
@@ -24,41 +25,30 @@ impl Session {
         messages: Vec<UIMessage>,
         opts: SubmitOptions,
     ) -> Result<SubmitReceipt, EngineError> {
-        let existing = self.read_state(|s| {
-            s.submissions
-                .iter()
-                .find(|sub| {
-                    opts.submission_id.as_deref() == Some(sub.submission_id.as_str())
-                        || (opts.idempotency_key.is_some()
-                            && sub.idempotency_key == opts.idempotency_key)
-                })
-                .map(|sub| sub.submission_id.clone())
-        });
-        if let Some(submission_id) = existing {
+        if let Some(submission_id) = self.find_submission(
+            opts.submission_id.as_deref(),
+            opts.idempotency_key.as_deref(),
+        ) {
             return Ok(SubmitReceipt {
                 submission_id,
                 duplicate: true,
             });
         }
-        let submission_id = opts
-            .submission_id
-            .clone()
-            .unwrap_or_else(|| self.inner.options.ids.next_id("sub"));
-        self.inner.recorder.append(
-            None,
-            Event::SubmissionAccepted {
-                submission_id: submission_id.clone(),
-                idempotency_key: opts.idempotency_key.clone(),
-                messages: messages.clone(),
-                body: opts.body.clone(),
-            },
-        )?;
-        self.inner.recorder.flush().await?;
-        self.spawn_submission(submission_id.clone(), messages, opts.body);
-        Ok(SubmitReceipt {
-            submission_id,
-            duplicate: false,
-        })
+        let input = Input::Submit {
+            submission_id: opts
+                .submission_id
+                .unwrap_or_else(|| self.inner.options.ids.next_id("sub")),
+            idempotency_key: opts.idempotency_key,
+            messages,
+            body: opts.body,
+        };
+        match self.command(input, CommandOptions::default()).await? {
+            Reply::Submitted(receipt) => Ok(receipt),
+            other => Err(EngineError::InvalidInput {
+                session_id: self.inner.session_id.clone(),
+                reason: format!("a submission was answered with {other:?}"),
+            }),
+        }
     }
 
     pub(super) fn spawn_submission(
@@ -69,10 +59,14 @@ impl Session {
     ) {
         let (tx, _rx) = watch::channel(None);
         lock(&self.inner.waiters).insert(submission_id.clone(), tx);
-        let mut spec = self.new_spec(
+        let mut spec = self.spec_for(
             EntryPath::SubmitMessages,
+            self.next_request_id(),
             messages,
-            TurnOptions::with_body(body),
+            body,
+            None,
+            Vec::new(),
+            crate::tool::ToolSet::default(),
         );
         spec.submission_id = Some(submission_id.clone());
         let inner = Arc::clone(&self.inner);

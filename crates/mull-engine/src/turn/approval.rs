@@ -160,16 +160,18 @@ impl TurnRun<'_> {
                         },
                         turn_id: self.turn_id.clone(),
                     },
+                    served_duration_ms: std::sync::OnceLock::new(),
                 };
-                let started = self.inner.recorder.clock().now();
+                let started = self.inner.recorder.clock().timer();
                 let result = self
                     .run_approved(&*tool, pending.input.clone(), &execution)
                     .await;
-                let elapsed = self.inner.recorder.clock().now() - started;
-                (
-                    result,
-                    u64::try_from(elapsed.num_milliseconds()).unwrap_or(0),
-                )
+                let elapsed = self.inner.recorder.clock().timer() - started;
+                let duration_ms = match execution.served_duration_ms.get() {
+                    Some(served) => *served,
+                    None => u64::try_from(elapsed.num_milliseconds()).unwrap_or(0),
+                };
+                (result, duration_ms)
             }
             (_, DecisionAction::Denied) => (Ok(skip_output.unwrap_or(Value::Null)), 0),
             _ => (Err(reason.unwrap_or_default()), 0),

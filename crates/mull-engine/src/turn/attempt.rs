@@ -15,7 +15,8 @@ use super::failure::fail;
 use super::recovery::{closed, repair_transcript};
 use super::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
 use crate::error::{ChatError, EngineError};
-use crate::hooks::context::{ChatErrorContext, ChatResponseResult};
+use crate::hooks::context::ChatErrorContext;
+use crate::hooks::Observed;
 use crate::hooks::{panic_text, record_hook_failure};
 use crate::session::{Inner, OutcomeStatus};
 
@@ -195,27 +196,25 @@ impl TurnRun<'_> {
                 message: message.clone(),
             })?;
         }
-        let finished = self.append(Event::TurnFinished {
-            request_id: self.spec.request_id.clone(),
-            status,
-            error: error.as_ref().map(|e| e.message.clone()),
-            steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
-            usage: self.usage.clone(),
-        })?;
+        let finished = self.inner.recorder.append(
+            self.tid(),
+            Event::TurnFinished {
+                request_id: self.spec.request_id.clone(),
+                status,
+                error: error.as_ref().map(|e| e.message.clone()),
+                steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
+                usage: self.usage.clone(),
+            },
+        )?;
         // The gate: the turn's end is reported (outcome, hooks) only once it is durable.
-        self.inner.recorder.durable(finished).await?;
-        let original_error = error.as_ref().map(|e| e.message.clone());
+        self.inner.recorder.durable(finished.seq).await?;
         let shown = match error {
             Some(error) => Some(fail(self.inner, self.tid(), error, true).await),
             None => None,
         };
-        let response = ChatResponseResult {
-            message: message.clone(),
-            request_id: self.spec.request_id.clone(),
-            continuation: self.spec.continuation,
-            status,
-            error: original_error,
-        };
+        // What `on_chat_response` sees once the lock is released: the turn's end, as logged.
+        let response =
+            Observed::chat_response(&finished.event, message.clone(), self.spec.continuation);
         Ok(Ended {
             outcome: outcome(
                 self.spec,
@@ -223,7 +222,7 @@ impl TurnRun<'_> {
                 shown,
                 persisted.then_some(message),
             ),
-            response: Some(response),
+            response,
         })
     }
 

@@ -29,7 +29,7 @@ mod tool_call;
 use std::sync::Arc;
 
 use mull_core::{
-    CallWarning, DecisionAction, EntryPath, ErrorStage, Event, FinishReason, HookName, ModelError,
+    CallWarning, DecisionAction, EntryPath, ErrorStage, Event, FinishReason, ModelError,
     ModelMessage, Source, StepRecord, StreamPart, ToolCallRecord, ToolResultRecord, ToolSpec,
     UIMessage, Usage,
 };
@@ -39,8 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{ChatError, EngineError};
-use crate::hooks::context::ChatResponseResult;
-use crate::hooks::observe;
+use crate::hooks::{dispatch, Observed};
 use crate::session::{Inner, OutcomeStatus, TurnOutcome, TurnScope, TURN_SCOPE};
 use crate::tool::{ToolExecution, ToolSet};
 
@@ -99,13 +98,7 @@ pub(crate) async fn run_entry(
     drop(guard);
     let ended = ended?;
     if let Some(response) = ended.response {
-        observe(
-            inner,
-            None,
-            HookName::OnChatResponse,
-            inner.agent.on_chat_response(&response),
-        )
-        .await?;
+        dispatch(inner, None, &response).await?;
     }
     Ok(ended.outcome)
 }
@@ -113,7 +106,7 @@ pub(crate) async fn run_entry(
 /// How a turn ended, and what `on_chat_response` gets (None when it is not called).
 struct Ended {
     outcome: TurnOutcome,
-    response: Option<ChatResponseResult>,
+    response: Option<Observed>,
 }
 
 async fn run_attempts(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<Ended, EngineError> {
@@ -194,7 +187,7 @@ struct StepParts {
     /// The provider's response metadata, folded from its `response-metadata` parts.
     response: ResponseMeta,
     /// The model's tool call whose `on_chunk` waits until the call's hooks ran (Think's order).
-    deferred_call: Option<crate::hooks::context::ChunkContext>,
+    deferred_call: Option<crate::hooks::Observed>,
 }
 
 /// What the provider told about its response, each field as first known.

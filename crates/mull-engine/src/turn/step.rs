@@ -16,9 +16,8 @@ use super::assemble::resolve_model;
 use super::{Next, PendingCall, ResponseMeta, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
 use crate::config::{ResolvedTurn, StepConfig};
 use crate::error::{ChatError, EngineError};
-use crate::extension;
-use crate::hooks::context::{ChunkContext, PrepareStepContext, StepContext};
-use crate::hooks::{guard_hook, observe};
+use crate::hooks::context::PrepareStepContext;
+use crate::hooks::{dispatch, guard_hook, Observed};
 use crate::transform::apply_all;
 
 impl TurnRun<'_> {
@@ -238,11 +237,8 @@ impl TurnRun<'_> {
                     for shown in self.show(resolved, step, part, &mut parts)? {
                         match &shown {
                             StreamPart::ToolCall { call_id: c, .. } if *c == call_id => {
-                                parts.deferred_call = Some(ChunkContext {
-                                    chunk: shown,
-                                    step_number: step,
-                                    request_id: self.spec.request_id.clone(),
-                                });
+                                parts.deferred_call =
+                                    Some(Observed::chunk(step, shown, &self.spec.request_id));
                             }
                             _ => self.observe_chunk(step, shown, &mut parts).await?,
                         }
@@ -309,17 +305,12 @@ impl TurnRun<'_> {
         }
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
-        // The log hands the event back: its record is reused, not copied before the append.
         let appended = self.inner.recorder.append(
             self.tid(),
             Event::StepFinished {
                 record: Box::new(record),
             },
         )?;
-        let Event::StepFinished { record } = appended.event else {
-            unreachable!("the log returns the step_finished event it was given")
-        };
-        self.usage.add(&record.usage);
         let response_messages = self.inner.recorder.read(|s| {
             s.draft
                 .as_ref()
@@ -327,23 +318,17 @@ impl TurnRun<'_> {
                 .map(last_step_messages)
                 .unwrap_or_default()
         });
-        let ctx = StepContext {
-            step_number: step,
-            reasoning: parts.reasoning.iter().map(|(_, t)| t.clone()).collect(),
-            record: *record,
-            response_messages,
+        let reasoning = parts.reasoning.iter().map(|(_, t)| t.clone()).collect();
+        // The log hands the event back: its record is reused, not copied before the append.
+        let Some(step_finished) = Observed::step(appended.event, reasoning, response_messages)
+        else {
+            unreachable!("the log returns the step_finished event it was given")
         };
-        let observed = match observe(
-            self.inner,
-            self.tid(),
-            HookName::OnStepFinish,
-            self.inner.agent.on_step_finish(&ctx),
-        )
-        .await
-        {
-            Ok(()) => extension::on_step_finish(self.inner, self.tid(), &ctx).await,
-            Err(e) => Err(e),
+        let observed = dispatch(self.inner, self.tid(), &step_finished).await;
+        let Observed::Step(ctx) = step_finished else {
+            unreachable!("a step_finished event is observed as a step")
         };
+        self.usage.add(&ctx.record.usage);
         let last_step = parts.waits_for_client || ctx.record.tool_calls.is_empty();
         // The hooks have seen the record; the turn keeps it (not a copy) for its result.
         self.steps.push(ctx.record);
@@ -481,9 +466,10 @@ impl TurnRun<'_> {
         if let StreamPart::ToolResult { call_id, .. } | StreamPart::ToolError { call_id, .. } =
             &shown
         {
-            let waiting = parts.deferred_call.as_ref().is_some_and(
-                |d| matches!(&d.chunk, StreamPart::ToolCall { call_id: c, .. } if c == call_id),
-            );
+            let waiting = parts.deferred_call.as_ref().is_some_and(|d| {
+                matches!(d, Observed::Chunk(ctx)
+                    if matches!(&ctx.chunk, StreamPart::ToolCall { call_id: c, .. } if c == call_id))
+            });
             if waiting {
                 self.release_deferred_call(parts).await?;
             }
@@ -491,12 +477,8 @@ impl TurnRun<'_> {
         if !shown.is_observed_chunk() {
             return Ok(());
         }
-        let ctx = ChunkContext {
-            chunk: shown,
-            step_number: step,
-            request_id: self.spec.request_id.clone(),
-        };
-        self.on_chunk(&ctx).await
+        let observed = Observed::chunk(step, shown, &self.spec.request_id);
+        dispatch(self.inner, self.tid(), &observed).await
     }
 
     /// `on_chunk` for the tool call deferred until its hooks ran, if one waits.
@@ -505,20 +487,9 @@ impl TurnRun<'_> {
         parts: &mut StepParts,
     ) -> Result<(), EngineError> {
         match parts.deferred_call.take() {
-            Some(ctx) => self.on_chunk(&ctx).await,
+            Some(observed) => dispatch(self.inner, self.tid(), &observed).await,
             None => Ok(()),
         }
-    }
-
-    async fn on_chunk(&self, ctx: &ChunkContext) -> Result<(), EngineError> {
-        observe(
-            self.inner,
-            self.tid(),
-            HookName::OnChunk,
-            self.inner.agent.on_chunk(ctx),
-        )
-        .await?;
-        extension::on_chunk(self.inner, self.tid(), ctx).await
     }
 }
 

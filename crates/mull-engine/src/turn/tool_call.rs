@@ -19,8 +19,8 @@ use super::{
 use crate::config::ResolvedTurn;
 use crate::error::EngineError;
 use crate::extension;
-use crate::hooks::context::{ToolCallContext, ToolCallDecision, ToolCallResultContext};
-use crate::hooks::{guard_hook, observe, panic_text};
+use crate::hooks::context::{ToolCallContext, ToolCallDecision};
+use crate::hooks::{dispatch, guard_hook, panic_text, CallFacts, Observed};
 use crate::tool::{validate_input, ToolEntry, ToolExecution, ToolOutput};
 
 impl TurnRun<'_> {
@@ -239,8 +239,9 @@ impl TurnRun<'_> {
                         },
                         turn_id: self.turn_id.clone(),
                     },
+                    served_duration_ms: std::sync::OnceLock::new(),
                 };
-                let started = self.inner.recorder.clock().now();
+                let started = self.inner.recorder.clock().timer();
                 let run = self
                     .execute(
                         resolved,
@@ -252,8 +253,11 @@ impl TurnRun<'_> {
                     )
                     .instrument(exec_span.clone())
                     .await?;
-                let elapsed = self.inner.recorder.clock().now() - started;
-                let duration_ms = u64::try_from(elapsed.num_milliseconds()).unwrap_or(0);
+                let elapsed = self.inner.recorder.clock().timer() - started;
+                let duration_ms = match execution.served_duration_ms.get() {
+                    Some(served) => *served,
+                    None => u64::try_from(elapsed.num_milliseconds()).unwrap_or(0),
+                };
                 let (result, end) = match run {
                     Executed::Done(result) => (result, ToolEnd::Done),
                     // A call cut off still has an outcome, and `after_tool_call` always fires
@@ -413,7 +417,7 @@ impl TurnRun<'_> {
             Ok(v) => (true, Some(v.clone()), None),
             Err(e) => (false, None, Some(e.clone())),
         };
-        self.append(Event::ToolCallFinished {
+        let finished = Event::ToolCallFinished {
             step: outcome.step,
             call_id: outcome.call_id.to_owned(),
             tool: outcome.tool_name.to_owned(),
@@ -421,42 +425,31 @@ impl TurnRun<'_> {
             output: output.clone(),
             error: error.clone(),
             duration_ms: outcome.duration_ms,
-        })?;
+        };
+        let appended = self.inner.recorder.append(self.tid(), finished)?;
         parts.tool_results.push(ToolResultRecord {
             call_id: outcome.call_id.to_owned(),
             tool_name: outcome.tool_name.to_owned(),
             input: outcome.effective_input.clone(),
             success,
-            output: output.clone(),
-            error: error.clone(),
+            output,
+            error,
         });
         if outcome.run_hook {
             let dynamic = parts
                 .tool_calls
                 .iter()
                 .any(|c| c.call_id == outcome.call_id && c.dynamic);
-            let ctx = ToolCallResultContext {
-                tool_call_id: outcome.call_id.to_owned(),
-                tool_name: outcome.tool_name.to_owned(),
-                input: outcome.model_input.clone(),
-                effective_input: outcome.effective_input.clone(),
+            let facts = CallFacts {
+                model_input: outcome.model_input,
+                effective_input: outcome.effective_input,
                 decision: outcome.decision,
                 dynamic,
-                step_number: outcome.step,
-                messages: outcome.messages.to_vec(),
-                duration_ms: outcome.duration_ms,
-                success,
-                output: output.clone(),
-                error: error.clone(),
+                messages: outcome.messages,
             };
-            observe(
-                self.inner,
-                self.tid(),
-                HookName::AfterToolCall,
-                self.inner.agent.after_tool_call(&ctx),
-            )
-            .await?;
-            extension::after_tool_call(self.inner, self.tid(), &ctx).await?;
+            if let Some(observed) = Observed::tool_result(&appended.event, facts) {
+                dispatch(self.inner, self.tid(), &observed).await?;
+            }
         }
         let part = match outcome.result {
             Ok(output) => StreamPart::ToolResult {

@@ -1,0 +1,167 @@
+//! The one dispatcher of observer hooks (`on_chunk`, `after_tool_call`, `on_step_finish`,
+//! `on_chat_response`).
+//!
+//! A turn appends an event, then hands it here: [`Observed`] builds the hook's context from
+//! that event (and what only the turn knows beside it — the request, the model's messages, the
+//! decision), and [`dispatch`] calls the agent's hook, then each extension's in load order,
+//! each under the one guard ([`super::guarded`]): bounded by the hook timeout, a failure or
+//! panic recorded as `hook_failed`, the turn going on. A new observer hook is one variant here
+//! and one row in [`dispatch`].
+
+use std::sync::Arc;
+
+use mull_core::{DecisionAction, Event, HookName, ModelMessage, StreamPart, UIMessage};
+use serde_json::Value;
+
+use crate::error::EngineError;
+use crate::extension;
+use crate::session::Inner;
+
+use super::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
+use super::observe;
+
+/// What an observer hook sees, built from the event it observes.
+#[derive(Debug)]
+pub(crate) enum Observed {
+    /// A `chunk` event of one of the seed's chunk kinds.
+    Chunk(ChunkContext),
+    /// A `tool_call_finished` event of a decided call.
+    ToolResult(ToolCallResultContext),
+    /// A `step_finished` event.
+    Step(Box<StepContext>),
+    /// A `turn_finished` event, once the turn lock is released.
+    ChatResponse(ChatResponseResult),
+}
+
+/// What the turn knows about a finished tool call beside its `tool_call_finished` event.
+pub(crate) struct CallFacts<'a> {
+    /// The input the model emitted.
+    pub model_input: &'a Value,
+    /// The input execute ran with.
+    pub effective_input: &'a Value,
+    pub decision: DecisionAction,
+    pub dynamic: bool,
+    /// The conversation as the model saw it for the call's step.
+    pub messages: &'a [ModelMessage],
+}
+
+impl Observed {
+    /// `on_chunk` of a `chunk` event's step and part, for request `request_id`.
+    pub(crate) fn chunk(step: u32, part: StreamPart, request_id: &str) -> Observed {
+        Observed::Chunk(ChunkContext {
+            chunk: part,
+            step_number: step,
+            request_id: request_id.to_owned(),
+        })
+    }
+
+    /// `after_tool_call` of a `tool_call_finished` event (`None` for any other event).
+    pub(crate) fn tool_result(event: &Event, call: CallFacts<'_>) -> Option<Observed> {
+        let Event::ToolCallFinished {
+            step,
+            call_id,
+            tool,
+            success,
+            output,
+            error,
+            duration_ms,
+        } = event
+        else {
+            return None;
+        };
+        Some(Observed::ToolResult(ToolCallResultContext {
+            tool_call_id: call_id.clone(),
+            tool_name: tool.clone(),
+            input: call.model_input.clone(),
+            effective_input: call.effective_input.clone(),
+            decision: call.decision,
+            dynamic: call.dynamic,
+            step_number: *step,
+            messages: call.messages.to_vec(),
+            duration_ms: *duration_ms,
+            success: *success,
+            output: output.clone(),
+            error: error.clone(),
+        }))
+    }
+
+    /// `on_step_finish` of a `step_finished` event, whose record it takes (`None` for any
+    /// other event). `reasoning` is the step's reasoning blocks; `response_messages` what the
+    /// step produced, as the next step's model sees it.
+    pub(crate) fn step(
+        event: Event,
+        reasoning: Vec<String>,
+        response_messages: Vec<ModelMessage>,
+    ) -> Option<Observed> {
+        let Event::StepFinished { record } = event else {
+            return None;
+        };
+        Some(Observed::Step(Box::new(StepContext {
+            step_number: record.step,
+            record: *record,
+            reasoning,
+            response_messages,
+        })))
+    }
+
+    /// `on_chat_response` of a `turn_finished` event, with the turn's message (`None` for any
+    /// other event).
+    pub(crate) fn chat_response(
+        event: &Event,
+        message: UIMessage,
+        continuation: bool,
+    ) -> Option<Observed> {
+        let Event::TurnFinished {
+            request_id,
+            status,
+            error,
+            ..
+        } = event
+        else {
+            return None;
+        };
+        Some(Observed::ChatResponse(ChatResponseResult {
+            message,
+            request_id: request_id.clone(),
+            continuation,
+            status: *status,
+            error: error.clone(),
+        }))
+    }
+
+    /// The hook that observes it.
+    pub(crate) fn hook(&self) -> HookName {
+        match self {
+            Observed::Chunk(_) => HookName::OnChunk,
+            Observed::ToolResult(_) => HookName::AfterToolCall,
+            Observed::Step(_) => HookName::OnStepFinish,
+            Observed::ChatResponse(_) => HookName::OnChatResponse,
+        }
+    }
+}
+
+/// Calls the agent's hook for `observed`, then each extension's in load order (on a step's
+/// end, each extension first delivers the chunks it batched). A hook's failure is recorded and
+/// the turn goes on; only a log that refuses `hook_failed` is an error, and then no extension
+/// is called.
+pub(crate) async fn dispatch(
+    inner: &Arc<Inner>,
+    turn_id: Option<&str>,
+    observed: &Observed,
+) -> Result<(), EngineError> {
+    let agent = &inner.agent;
+    let fut = match observed {
+        Observed::Chunk(ctx) => agent.on_chunk(ctx),
+        Observed::ToolResult(ctx) => agent.after_tool_call(ctx),
+        Observed::Step(ctx) => agent.on_step_finish(ctx),
+        Observed::ChatResponse(result) => agent.on_chat_response(result),
+    };
+    observe(inner, turn_id, observed.hook(), fut).await?;
+    match observed {
+        Observed::Chunk(ctx) => extension::on_chunk(inner, turn_id, ctx).await,
+        Observed::ToolResult(ctx) => extension::after_tool_call(inner, turn_id, ctx).await,
+        Observed::Step(ctx) => extension::on_step_finish(inner, turn_id, ctx).await,
+        // Extensions do not subscribe to it.
+        Observed::ChatResponse(_) => Ok(()),
+    }
+}
