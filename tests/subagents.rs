@@ -126,8 +126,8 @@ async fn parent_and_child_name_each_other_in_the_log() {
         [
             "session_opened",
             "subagent_linked",
-            "user_messages_saved",
-            "turn_started"
+            "turn_requested",
+            "user_messages_saved"
         ]
     );
     assert_eq!(
