@@ -545,15 +545,7 @@ async fn a_crash_after_the_decision_repairs_the_call_and_never_runs_it_again() {
         .position(|e| matches!(e.event, Event::ToolDecided { .. }))
         .expect("the continuation decided")
         + 1;
-    let crashed = TestLog::new();
-    for e in &events[..cut] {
-        crashed
-            .log
-            .append(&e.session_id, e.turn_id.as_deref(), e.at, e.event.clone())
-            .unwrap();
-    }
-    crashed.log.flush().await.unwrap();
-    let crashed = crashed.reopened();
+    let crashed = TestLog::crashed_after(&events[..cut]).await;
 
     let second = ScriptedModel::builder("scripted-1")
         .step(|s| s.text("Sorry, the booking was interrupted."))
@@ -594,15 +586,7 @@ async fn a_crash_between_the_answer_and_the_decision_runs_the_call_in_the_next_t
         .position(|e| matches!(e.event, Event::ToolApprovalAnswered { .. }))
         .expect("answered")
         + 1;
-    let crashed = TestLog::new();
-    for e in &events[..cut] {
-        crashed
-            .log
-            .append(&e.session_id, e.turn_id.as_deref(), e.at, e.event.clone())
-            .unwrap();
-    }
-    crashed.log.flush().await.unwrap();
-    let crashed = crashed.reopened();
+    let crashed = TestLog::crashed_after(&events[..cut]).await;
     let second = ScriptedModel::builder("scripted-1")
         .step(|s| s.text("All set."))
         .build();

@@ -151,13 +151,7 @@ async fn crashed_and_restarted_at(
     cut: usize,
     restart: Restart,
 ) -> (TestLog, Recording) {
-    let mut log = TestLog::new();
-    for e in &full[..cut] {
-        log.log
-            .append(&e.session_id, e.turn_id.as_deref(), e.at, e.event.clone())
-            .unwrap();
-    }
-    log.log.flush().await.unwrap();
+    let mut log = TestLog::holding(&full[..cut]).await;
     if let Restart::NewWriter = restart {
         log = log.reopened();
     }

@@ -447,16 +447,8 @@ async fn a_crash_with_a_child_running_recovers_both_and_reruns_no_tool() {
         .position(|e| e.session_id == CHILD && matches!(e.event, Event::ToolDecided { .. }))
         .unwrap()
         + 1;
-    let crashed = TestLog::new();
-    for e in &full[..cut] {
-        crashed
-            .log
-            .append(&e.session_id, e.turn_id.as_deref(), e.at, e.event.clone())
-            .unwrap();
-    }
-    crashed.log.flush().await.unwrap();
     // The next process opens the log: recovery resolves both turns.
-    let crashed = crashed.reopened();
+    let crashed = TestLog::crashed_after(&full[..cut]).await;
     for session in ["s1", CHILD] {
         let state = load(&crashed, session);
         assert_eq!(state.turns[0].status, TurnStatus::Error, "{session}");

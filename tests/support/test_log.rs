@@ -73,6 +73,25 @@ impl TestLog {
         }
     }
 
+    /// A new log holding exactly `events` (a prefix of another log, say), committed, its
+    /// writer still open.
+    pub async fn holding(events: &[Envelope]) -> TestLog {
+        let log = TestLog::new();
+        for e in events {
+            log.log
+                .append(&e.session_id, e.turn_id.as_deref(), e.at, e.event.clone())
+                .unwrap();
+        }
+        log.log.flush().await.unwrap();
+        log
+    }
+
+    /// [`TestLog::holding`] `events`, as a process killed right after writing them leaves it,
+    /// opened by the next process: the log's recovery resolves what they left open.
+    pub async fn crashed_after(events: &[Envelope]) -> TestLog {
+        TestLog::holding(events).await.reopened()
+    }
+
     /// Model retries wait 1 ms instead of the default, so retrying tests stay fast.
     pub fn with_fast_retries(mut self) -> TestLog {
         self.retry_base_delay = Some(Duration::from_millis(1));
