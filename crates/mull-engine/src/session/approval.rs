@@ -1,14 +1,15 @@
-//! The approval entry: a person's answer to a parked tool call enters the session here, as one
-//! input event, and may start the continuation that acts on it. What checks, records and acts
+//! The approval entry: a person's answer to a parked tool call enters the session through
+//! [`Session::command`], as one input event, and may start the continuation that acts on it. What checks, records and acts
 //! on the answer lives in [`crate::approval`] and the turn, apart from this entry.
 
+use mull_core::Input;
 use mull_store::PendingApproval;
 
 use crate::approval::{self, Approval};
 use crate::error::EngineError;
 use crate::turn;
 
-use super::{ChatStream, Session, TurnOutcome};
+use super::{ChatStream, CommandOptions, Reply, Session, TurnOutcome};
 
 impl Session {
     /// Answers approval request `approval_id` (approve, or deny with an optional reason): one
@@ -23,11 +24,14 @@ impl Session {
         approval_id: &str,
         answer: Approval,
     ) -> Result<Option<TurnOutcome>, EngineError> {
-        if !self.record_approval(approval_id, answer).await? {
-            return Ok(None);
+        match self
+            .command(answer_input(approval_id, answer), CommandOptions::default())
+            .await?
+        {
+            Reply::Turn(outcome) => Ok(Some(*outcome)),
+            Reply::Recorded => Ok(None),
+            other => Err(super::entry::unexpected(other)),
         }
-        let spec = self.continuation_spec().await?;
-        turn::run_entry(&self.inner, spec, None).await.map(Some)
     }
 
     /// Like [`Session::answer_approval`], but the continuation it starts runs in a background
@@ -37,15 +41,18 @@ impl Session {
         approval_id: &str,
         answer: Approval,
     ) -> Result<Option<ChatStream>, EngineError> {
-        if !self.record_approval(approval_id, answer).await? {
-            return Ok(None);
+        let opts = CommandOptions {
+            stream: true,
+            ..CommandOptions::default()
+        };
+        match self
+            .command(answer_input(approval_id, answer), opts)
+            .await?
+        {
+            Reply::Stream(stream) => Ok(Some(stream)),
+            Reply::Recorded => Ok(None),
+            other => Err(super::entry::unexpected(other)),
         }
-        let spec = self.continuation_spec().await?;
-        Ok(Some(
-            self.spawn_streaming(spec, move |inner, spec| async move {
-                turn::run_entry(&inner, spec, None).await
-            }),
-        ))
     }
 
     /// The sweep: answers every unanswered request past its expiry (by the session's clock)
@@ -73,7 +80,7 @@ impl Session {
     /// Checks and records the answer under the turn lock (so a turn still finishing the step
     /// that asked ends first, and two answers never both pass the check); returns whether a
     /// continuation should run now.
-    async fn record_approval(
+    pub(super) async fn record_approval(
         &self,
         approval_id: &str,
         answer: Approval,
@@ -84,5 +91,14 @@ impl Session {
             approval::record_answer(&self.inner, approval_id, answer).await?
         };
         Ok(completed.is_some() && self.inner.options.auto_continue)
+    }
+}
+
+/// The input an answer is recorded as.
+fn answer_input(approval_id: &str, answer: Approval) -> Input {
+    Input::ApprovalAnswer {
+        approval_id: approval_id.to_owned(),
+        approved: answer.approved,
+        reason: answer.reason,
     }
 }

@@ -118,14 +118,7 @@ impl Session {
                     "add_tool_result"
                 };
                 self.check_not_in_turn(name)?;
-                let spec = self.continuation_spec().await?;
-                Ok(if opts.stream {
-                    Reply::Stream(self.spawn_streaming(spec, move |inner, spec| async move {
-                        turn::run_entry(&inner, spec, None).await
-                    }))
-                } else {
-                    Reply::Turn(Box::new(turn::run_entry(&self.inner, spec, None).await?))
-                })
+                self.continuation(opts.stream).await
             }
             Input::Cancel { request_id, reason } => self.cancel(request_id, reason),
             Input::ApprovalAnswer {
@@ -134,17 +127,10 @@ impl Session {
                 reason,
             } => {
                 let answer = crate::approval::Approval { approved, reason };
-                Ok(if opts.stream {
-                    match self.answer_approval_streaming(&approval_id, answer).await? {
-                        Some(stream) => Reply::Stream(stream),
-                        None => Reply::Recorded,
-                    }
-                } else {
-                    match self.answer_approval(&approval_id, answer).await? {
-                        Some(outcome) => Reply::Turn(Box::new(outcome)),
-                        None => Reply::Recorded,
-                    }
-                })
+                if !self.record_approval(&approval_id, answer).await? {
+                    return Ok(Reply::Recorded);
+                }
+                self.continuation(opts.stream).await
             }
             other => Err(EngineError::InvalidInput {
                 session_id: self.inner.session_id.clone(),
@@ -285,6 +271,19 @@ impl Session {
             token.cancel();
         }
         Ok(Reply::Cancelled(tokens.len()))
+    }
+
+    /// The auto-continuation an answer that completed its step starts: run to its end, or
+    /// streamed from a background task.
+    async fn continuation(&self, stream: bool) -> Result<Reply, EngineError> {
+        let spec = self.continuation_spec().await?;
+        Ok(if stream {
+            Reply::Stream(self.spawn_streaming(spec, move |inner, spec| async move {
+                turn::run_entry(&inner, spec, None).await
+            }))
+        } else {
+            Reply::Turn(Box::new(turn::run_entry(&self.inner, spec, None).await?))
+        })
     }
 
     /// Appends a client's answer; returns whether a continuation should run now (the answer

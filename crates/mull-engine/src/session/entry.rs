@@ -342,7 +342,7 @@ fn expect_turn(reply: Reply) -> Result<TurnOutcome, EngineError> {
 }
 
 /// A reply of another kind than the entry path's input makes (a bug, reported, not a panic).
-fn unexpected(reply: Reply) -> EngineError {
+pub(super) fn unexpected(reply: Reply) -> EngineError {
     EngineError::InvalidInput {
         session_id: String::new(),
         reason: format!("the command replied {reply:?}, which this entry path does not expect"),
