@@ -217,8 +217,8 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
         }
         nodes[0].signal("KILL");
         nodes[1].signal("STOP");
-        taken_over(&url, "n0", Duration::from_secs(20)).await;
-        taken_over(&url, "n1", Duration::from_secs(20)).await;
+        taken_over(&url, "n0", Duration::from_secs(60)).await;
+        taken_over(&url, "n1", Duration::from_secs(60)).await;
         // n1 wakes up with writes queued under leases it lost.
         nodes[1].signal("CONT");
 
