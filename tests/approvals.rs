@@ -526,10 +526,10 @@ async fn an_answer_after_a_restart_runs_the_tool_once() {
     assert_eq!(part(&session, "c1").state, ToolPartState::OutputAvailable);
 }
 
-#[tokio::test]
-async fn a_crash_after_the_decision_repairs_the_call_and_never_runs_it_again() {
-    // The whole flow in one log; then a second log holding it only up to the continuation's
-    // decision, as a process killed right after that barrier leaves it.
+/// A booking parked, approved and continued in one log; then a second log holding it only up
+/// to (and including) the first event `last` picks (`what` names it), as a process killed
+/// right after writing that event leaves it, opened by the next process.
+async fn approved_then_killed_after(last: impl Fn(&Event) -> bool, what: &str) -> TestLog {
     let model = booking_model(false);
     let agent = Desk::new(&model);
     let full = TestLog::new();
@@ -542,10 +542,19 @@ async fn a_crash_after_the_decision_repairs_the_call_and_never_runs_it_again() {
     let events = full.events().await;
     let cut = events
         .iter()
-        .position(|e| matches!(e.event, Event::ToolDecided { .. }))
-        .expect("the continuation decided")
+        .position(|e| last(&e.event))
+        .unwrap_or_else(|| panic!("no {what} in the log"))
         + 1;
-    let crashed = TestLog::crashed_after(&events[..cut]).await;
+    TestLog::crashed_after(&events[..cut]).await
+}
+
+#[tokio::test]
+async fn a_crash_after_the_decision_repairs_the_call_and_never_runs_it_again() {
+    // The whole flow in one log; then a second log holding it only up to the continuation's
+    // decision, as a process killed right after that barrier leaves it.
+    let crashed =
+        approved_then_killed_after(|e| matches!(e, Event::ToolDecided { .. }), "tool_decided")
+            .await;
 
     let second = ScriptedModel::builder("scripted-1")
         .step(|s| s.text("Sorry, the booking was interrupted."))
@@ -571,22 +580,11 @@ async fn a_crash_after_the_decision_repairs_the_call_and_never_runs_it_again() {
 
 #[tokio::test]
 async fn a_crash_between_the_answer_and_the_decision_runs_the_call_in_the_next_turn() {
-    let model = booking_model(false);
-    let agent = Desk::new(&model);
-    let full = TestLog::new();
-    let (session, id) = parked(&full, &agent).await;
-    session
-        .answer_approval(&id, Approval::approve())
-        .await
-        .unwrap();
-    drop(session);
-    let events = full.events().await;
-    let cut = events
-        .iter()
-        .position(|e| matches!(e.event, Event::ToolApprovalAnswered { .. }))
-        .expect("answered")
-        + 1;
-    let crashed = TestLog::crashed_after(&events[..cut]).await;
+    let crashed = approved_then_killed_after(
+        |e| matches!(e, Event::ToolApprovalAnswered { .. }),
+        "tool_approval_answered",
+    )
+    .await;
     let second = ScriptedModel::builder("scripted-1")
         .step(|s| s.text("All set."))
         .build();
