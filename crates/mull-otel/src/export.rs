@@ -31,13 +31,14 @@ pub struct ExportReport {
     pub endpoint: String,
 }
 
-/// The spans of one session (`Some`) or of every session in the log, folded from the events.
+/// The spans of one session (`Some`, with the sub-agent sessions its tool calls ran, so its
+/// traces are whole) or of every session in the log, folded from the events.
 pub fn log_spans(
     reader: &LogReader,
     session: Option<&str>,
     options: SpanOptions,
 ) -> Result<(usize, Vec<LogSpan>), OtelError> {
-    let ids: Vec<String> = match session {
+    let mut pending: Vec<String> = match session {
         Some(id) => {
             if !reader.has_session(id)? {
                 return Err(OtelError::NoSession(id.to_owned()));
@@ -48,15 +49,23 @@ pub fn log_spans(
             .sessions()?
             .into_iter()
             .map(|s| s.session_id)
+            .rev()
             .collect(),
     };
+    let mut seen = std::collections::HashSet::new();
     let mut spans = Vec::new();
-    for id in &ids {
-        let mut fold = SessionSpans::new(id, options);
-        reader.for_each_session_event(id, 0, |env| fold.apply(&env))?;
+    while let Some(id) = pending.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let mut fold = SessionSpans::new(&id, options);
+        reader.for_each_session_event(&id, 0, |env| fold.apply(&env))?;
+        if session.is_some() {
+            pending.extend(fold.children().iter().rev().cloned());
+        }
         spans.extend(fold.finish());
     }
-    Ok((ids.len(), spans))
+    Ok((seen.len(), spans))
 }
 
 /// Re-exports the session (or every session) of `reader` to the OTLP endpoint of `config`.

@@ -131,11 +131,23 @@ struct OpenTurn {
     last_at: DateTime<Utc>,
 }
 
+/// Where a sub-agent's session hangs in its parent's trace: the parent turn's trace and the
+/// `execute_tool` span of the call that ran it (from the child's `subagent_linked`).
+#[derive(Debug, Clone, Copy)]
+struct ParentCall {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+}
+
 /// The fold: apply a session's events in log order, then [`SessionSpans::finish`].
 pub struct SessionSpans {
     session_id: String,
     agent: String,
     options: SpanOptions,
+    /// Set for a sub-agent's session: its turns are children of the parent's tool call.
+    parent_call: Option<ParentCall>,
+    /// The sessions this one's tool calls ran as sub-agents, in the order they started.
+    children: Vec<String>,
     open: HashMap<String, OpenTurn>,
     done: Vec<LogSpan>,
 }
@@ -147,6 +159,8 @@ impl SessionSpans {
             session_id: session_id.to_owned(),
             agent: String::from("agent"),
             options,
+            parent_call: None,
+            children: Vec::new(),
             open: HashMap::new(),
             done: Vec::new(),
         }
@@ -154,9 +168,29 @@ impl SessionSpans {
 
     /// Folds one event of the session in.
     pub fn apply(&mut self, env: &Envelope) {
-        if let Event::SessionOpened { agent, .. } = &env.event {
-            self.agent = agent.clone();
-            return;
+        match &env.event {
+            Event::SessionOpened { agent, .. } => {
+                self.agent = agent.clone();
+                return;
+            }
+            Event::SubagentLinked {
+                parent_session_id,
+                parent_turn_id,
+                parent_call_id,
+                ..
+            } => {
+                let (trace_id, span_id) = derived_ids(
+                    parent_session_id,
+                    parent_turn_id,
+                    &format!("tool/{parent_call_id}"),
+                );
+                self.parent_call = Some(ParentCall { trace_id, span_id });
+                return;
+            }
+            Event::SubagentStarted {
+                child_session_id, ..
+            } => self.children.push(child_session_id.clone()),
+            _ => {}
         }
         let Some(turn_id) = env.turn_id.as_deref() else {
             return;
@@ -171,7 +205,8 @@ impl SessionSpans {
             if let Some(stale) = self.open.remove(turn_id) {
                 self.abandon(stale);
             }
-            let mut span = self.span(turn_id, "invoke", env.at, None);
+            let parent = self.parent_call.map(|call| call.span_id);
+            let mut span = self.span(turn_id, "invoke", env.at, parent);
             span.name = format!("invoke_agent {}", self.agent);
             span.set("gen_ai.operation.name", "invoke_agent");
             span.set("gen_ai.agent.name", self.agent.as_str());
@@ -427,6 +462,12 @@ impl SessionSpans {
         turn.span.close(at, &mut self.done);
     }
 
+    /// The sessions this session's tool calls ran as sub-agents (their spans join this
+    /// session's traces when they are folded too).
+    pub fn children(&self) -> &[String] {
+        &self.children
+    }
+
     /// Every span, turns that never finished included, ordered by start time (a parent before
     /// its children when they start together).
     pub fn finish(mut self) -> Vec<LogSpan> {
@@ -440,18 +481,14 @@ impl SessionSpans {
         spans
     }
 
-    /// The trace id of `turn_id` and the span id of its `part`, derived from the log's ids.
+    /// The trace id of `turn_id` and the span id of its `part`, derived from the log's ids; a
+    /// sub-agent's turns join the trace of the parent turn that called them.
     fn ids(&self, turn_id: &str, part: &str) -> ([u8; 16], [u8; 8]) {
-        let trace = hash(&["trace", &self.session_id, turn_id]);
-        let span = hash(&["span", &self.session_id, turn_id, part]);
-        let mut trace_id = [0u8; 16];
-        trace_id.copy_from_slice(&trace[..16]);
-        let mut span_id = [0u8; 8];
-        span_id.copy_from_slice(&span[..8]);
-        // An all-zero id is invalid in OpenTelemetry.
-        trace_id[15] |= 1;
-        span_id[7] |= 1;
-        (trace_id, span_id)
+        let (trace_id, span_id) = derived_ids(&self.session_id, turn_id, part);
+        match self.parent_call {
+            Some(call) => (call.trace_id, span_id),
+            None => (trace_id, span_id),
+        }
     }
 
     fn span(
@@ -475,6 +512,21 @@ impl SessionSpans {
             error: None,
         }
     }
+}
+
+/// The trace id of a session's turn and the span id of one of its parts, as hashes of the
+/// log's ids: the same log always gives the same ids, and a child can name its parent's.
+fn derived_ids(session_id: &str, turn_id: &str, part: &str) -> ([u8; 16], [u8; 8]) {
+    let trace = hash(&["trace", session_id, turn_id]);
+    let span = hash(&["span", session_id, turn_id, part]);
+    let mut trace_id = [0u8; 16];
+    trace_id.copy_from_slice(&trace[..16]);
+    let mut span_id = [0u8; 8];
+    span_id.copy_from_slice(&span[..8]);
+    // An all-zero id is invalid in OpenTelemetry.
+    trace_id[15] |= 1;
+    span_id[7] |= 1;
+    (trace_id, span_id)
 }
 
 /// A failure's `error.type`: its classification (`context_overflow` …) or else its stage.
@@ -715,5 +767,54 @@ mod tests {
         let chat = by("chat");
         assert_eq!(chat.end, turn.end);
         assert_eq!(chat.error.as_deref(), Some("too long"));
+    }
+    #[test]
+    fn a_sub_agents_turn_is_a_child_of_the_parents_tool_call_in_the_parents_trace() {
+        let parent = fold(&[
+            started(1, "t1", 0),
+            env(2, Some("t1"), 1, Event::StepStarted { step: 0 }),
+            tool_started(3, "t1", 2),
+        ]);
+        let parent_turn = &parent[0];
+        let call = parent
+            .iter()
+            .find(|s| s.name == "execute_tool add")
+            .expect("the call's span");
+
+        let child_env = |seq: u64, turn: Option<&str>, ms: i64, event: Event| Envelope {
+            session_id: "s.agent_1".into(),
+            ..env(seq, turn, ms, event)
+        };
+        let mut child = SessionSpans::new("s.agent_1", SpanOptions::default());
+        let linked = child_env(
+            10,
+            None,
+            3,
+            Event::SubagentLinked {
+                parent_session_id: "s".into(),
+                parent_turn_id: "t1".into(),
+                parent_call_id: "c1".into(),
+                depth: 1,
+            },
+        );
+        let mut turn = started(11, "t9", 4);
+        turn.session_id = "s.agent_1".into();
+        for e in [
+            linked,
+            turn,
+            child_env(12, Some("t9"), 5, Event::StepStarted { step: 0 }),
+        ] {
+            child.apply(&e);
+        }
+        let child = child.finish();
+        assert_eq!(child[0].name, "invoke_agent agent");
+        assert_eq!(child[0].trace_id, parent_turn.trace_id);
+        assert_eq!(child[0].parent_id, Some(call.span_id));
+        assert_eq!(child[1].trace_id, parent_turn.trace_id);
+        assert_eq!(child[1].parent_id, Some(child[0].span_id));
+        // Its own spans keep ids of their own.
+        assert!(parent
+            .iter()
+            .all(|p| child.iter().all(|c| c.span_id != p.span_id)));
     }
 }

@@ -343,3 +343,39 @@ fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
         assert_eq!(attr(chat, "gen_ai.response.finish_reasons"), None);
     }
 }
+
+/// Exporting the demo's session sends its sub-agent's spans too, inside the parent's trace and
+/// under the `execute_tool` span of the call that ran it.
+#[test]
+fn a_sessions_export_carries_its_sub_agents_spans_in_the_same_trace() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("demo.db");
+    let log = mull_store::Log::open(&db).expect("log");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/demo.jsonl");
+    let file = std::fs::File::open(fixture).expect("the demo fixture");
+    mull_store::import_jsonl(std::io::BufReader::new(file), "demo.jsonl", &log).expect("imports");
+    log.close().expect("closes");
+    let reader = LogReader::open(&db).expect("reader");
+
+    let (sessions, spans) =
+        mull_otel::log_spans(&reader, Some("sess_1"), SpanOptions::default()).expect("folds");
+    assert_eq!(sessions, 2, "the session and the sub-agent it ran");
+    let call = spans
+        .iter()
+        .find(|s| s.attribute("gen_ai.tool.call.id") == Some(&"call_research_1".into()))
+        .expect("the parent's research call");
+    let child_turns: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "invoke_agent travel-research")
+        .collect();
+    assert!(!child_turns.is_empty(), "the sub-agent's turn is exported");
+    for turn in &child_turns {
+        assert_eq!(turn.trace_id, call.trace_id);
+        assert_eq!(turn.parent_id, Some(call.span_id));
+    }
+    let child_chat = spans
+        .iter()
+        .find(|s| Some(s.parent_id.unwrap_or_default()) == child_turns.first().map(|t| t.span_id))
+        .expect("the sub-agent's model call");
+    assert_eq!(child_chat.trace_id, call.trace_id);
+}
