@@ -8,7 +8,9 @@
 //! the same way, the replay writes the same events; the first event it writes differently is
 //! the [`Divergence`] — the exact place where behaviour changed.
 //!
-//! What is served from where:
+//! The agent runs as it is: the recording reaches the session only through what a session
+//! takes from outside anyway — its outside world ([`crate::outside`]: models, tools, hook
+//! points), its clock, its ids and its inputs. What is served from where:
 //! - **Model output** comes from the `model` argument, a [`LanguageModel`] that serves the
 //!   recording's model steps (the providers crate's `ReplayModel`, built from the same
 //!   envelopes). The engine takes it as an argument rather than building it, because models are
