@@ -23,7 +23,8 @@
 //!   (tools listed from outside the process, such as MCP servers'), [`subagent`] (agents as
 //!   tools: a tool call running another agent's turn as a child session), [`stop`] (stop
 //!   conditions), [`transform`] (stream transforms), [`session_config`] (what
-//!   `configure_session` sets up), [`error`].
+//!   `configure_session` sets up), [`outside`] (the models, tools and hook points a session
+//!   reaches outside the agent's decisions, injected like the clock), [`error`].
 
 pub mod agent;
 pub mod approval;
@@ -34,6 +35,7 @@ pub mod extension;
 mod fork;
 pub mod hooks;
 pub mod memory;
+pub mod outside;
 mod recorder;
 pub mod replay;
 pub mod session;
@@ -64,6 +66,7 @@ pub use extension::{
     ChunkSnapshot, Extension, ExtensionHook, ExtensionHost, Extensions, HostCallError, PatchError,
     StepSnapshot, ToolCallSnapshot, ToolResultSnapshot, TurnConfigPatch, TurnSnapshot,
 };
+pub use outside::{HookPoint, Outside, RealWorld};
 pub use replay::{reexecute, Divergence, Recording, ReplayError, ReplayOptions, ReplayReport};
 pub use search::{SearchError, SearchHit, SEARCH_TOOL};
 pub use session::{

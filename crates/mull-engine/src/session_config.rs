@@ -268,8 +268,7 @@ impl std::fmt::Debug for SessionConfig {
 }
 
 /// The tools the session itself offers (the second layer of the merge, after the agent's):
-/// `update_context` when a block is writable, `search_messages` when asked for — served from
-/// the recording instead when the session is a re-execution replay.
+/// `update_context` when a block is writable, `search_messages` when asked for.
 pub(crate) fn session_tools(inner: &std::sync::Arc<crate::session::Inner>) -> crate::tool::ToolSet {
     let mut tools = crate::tool::ToolSet::new();
     for tool in crate::memory::context_blocks::update_context_tool(inner)
@@ -278,8 +277,5 @@ pub(crate) fn session_tools(inner: &std::sync::Arc<crate::session::Inner>) -> cr
     {
         tools = tools.with(tool);
     }
-    match &inner.options.serve_session_tools {
-        Some(serve) => serve(inner, tools),
-        None => tools,
-    }
+    tools
 }

@@ -10,11 +10,12 @@
 
 use std::sync::Arc;
 
-use mull_core::{DecisionAction, Event, HookName, ModelMessage, StreamPart, UIMessage};
+use mull_core::{DecisionAction, Event, ModelMessage, StreamPart, UIMessage};
 use serde_json::Value;
 
 use crate::error::EngineError;
 use crate::extension;
+use crate::outside::HookPoint;
 use crate::session::Inner;
 
 use super::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
@@ -129,13 +130,13 @@ impl Observed {
         }))
     }
 
-    /// The hook that observes it.
-    pub(crate) fn hook(&self) -> HookName {
+    /// The hook that observes it, with what it sees.
+    pub(crate) fn point(&self) -> HookPoint<'_> {
         match self {
-            Observed::Chunk(_) => HookName::OnChunk,
-            Observed::ToolResult(_) => HookName::AfterToolCall,
-            Observed::Step(_) => HookName::OnStepFinish,
-            Observed::ChatResponse(_) => HookName::OnChatResponse,
+            Observed::Chunk(ctx) => HookPoint::OnChunk(ctx),
+            Observed::ToolResult(ctx) => HookPoint::AfterToolCall(ctx),
+            Observed::Step(ctx) => HookPoint::OnStepFinish(ctx),
+            Observed::ChatResponse(result) => HookPoint::OnChatResponse(result),
         }
     }
 }
@@ -156,7 +157,7 @@ pub(crate) async fn dispatch(
         Observed::Step(ctx) => agent.on_step_finish(ctx),
         Observed::ChatResponse(result) => agent.on_chat_response(result),
     };
-    observe(inner, turn_id, observed.hook(), fut).await?;
+    observe(inner, turn_id, observed.point(), fut).await?;
     match observed {
         Observed::Chunk(ctx) => extension::on_chunk(inner, turn_id, ctx).await,
         Observed::ToolResult(ctx) => extension::after_tool_call(inner, turn_id, ctx).await,

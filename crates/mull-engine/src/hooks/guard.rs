@@ -13,6 +13,7 @@ use futures::FutureExt;
 use mull_core::{Event, HookName};
 
 use crate::error::{EngineError, HookResult};
+use crate::outside::HookPoint;
 use crate::session::Inner;
 
 /// Whose code a guarded call runs, as its `hook_failed` event names it.
@@ -113,15 +114,19 @@ pub(crate) async fn guarded<T>(
     Ok(Err(error))
 }
 
-/// Runs one of the agent's hooks under [`Agent::hook_timeout`].
+/// Runs one of the agent's hooks under [`Agent::hook_timeout`], once the session's outside
+/// world has seen the point (outside the time limit: see [`Outside::at_hook`]).
 ///
 /// [`Agent::hook_timeout`]: crate::Agent::hook_timeout
+/// [`Outside::at_hook`]: crate::Outside::at_hook
 pub(crate) async fn guard_hook<T>(
     inner: &Arc<Inner>,
     turn_id: Option<&str>,
-    hook: HookName,
+    point: HookPoint<'_>,
     fut: impl Future<Output = HookResult<T>>,
 ) -> Result<Result<T, String>, EngineError> {
+    let hook = point.hook();
+    inner.options.outside.at_hook(point).await;
     let limit = inner.agent.hook_timeout();
     guarded(inner, turn_id, Caller::agent(hook), limit, fut).await
 }
@@ -131,8 +136,8 @@ pub(crate) async fn guard_hook<T>(
 pub(crate) async fn observe(
     inner: &Arc<Inner>,
     turn_id: Option<&str>,
-    hook: HookName,
+    point: HookPoint<'_>,
     fut: impl Future<Output = HookResult<()>>,
 ) -> Result<(), EngineError> {
-    guard_hook(inner, turn_id, hook, fut).await.map(|_| ())
+    guard_hook(inner, turn_id, point, fut).await.map(|_| ())
 }

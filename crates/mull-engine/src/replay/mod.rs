@@ -8,7 +8,9 @@
 //! the same way, the replay writes the same events; the first event it writes differently is
 //! the [`Divergence`] — the exact place where behaviour changed.
 //!
-//! What is served from where:
+//! The agent runs as it is: the recording reaches the session only through what a session
+//! takes from outside anyway — its outside world ([`crate::outside`]: models, tools, hook
+//! points), its clock, its ids and its inputs. What is served from where:
 //! - **Model output** comes from the `model` argument, a [`LanguageModel`] that serves the
 //!   recording's model steps (the providers crate's `ReplayModel`, built from the same
 //!   envelopes). The engine takes it as an argument rather than building it, because models are
@@ -65,7 +67,6 @@
 //! to the database the replay writes into. The replay stops issuing inputs once it has
 //! diverged, so one changed decision is reported once, not as a cascade.
 
-mod agent;
 pub mod backtest;
 mod divergence;
 mod inputs;
@@ -74,6 +75,7 @@ mod served;
 #[cfg(test)]
 mod tests;
 mod tools;
+mod world;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -85,19 +87,16 @@ use mull_store::{Log, StoreError};
 use serde_json::Value;
 
 use crate::agent::Agent;
-use crate::config::ModelChoice;
 use crate::error::EngineError;
 use crate::extension::Extensions;
-use crate::session::{
-    ChatStream, CommandOptions, Inner, Reply, Session, SessionOptions, TurnOutcome,
-};
+use crate::session::{ChatStream, CommandOptions, Reply, Session, SessionOptions, TurnOutcome};
 use crate::tool::{ToolEntry, ToolSet};
 
-use agent::ReplayAgent;
 use divergence::first_divergence;
 use inputs::{cancellations, steps, stops, Step};
 use recording::read_session;
 use tools::{PresentedModel, RecordedTool, ToolRuns};
+use world::Recorded;
 
 pub use backtest::{
     backtest, BacktestError, BacktestOptions, BacktestReport, BacktestSummary, Decision,
@@ -182,14 +181,14 @@ struct PendingCancel {
     input: mull_core::Input,
 }
 
-/// What the replay's agent, tools and driver share.
+/// What the replay's outside world (its models, tools and hook points) and driver share.
 struct Shared {
     clock: Arc<RecordedClock>,
     model: Arc<dyn LanguageModel>,
     tools: ToolRuns,
     cancels: Mutex<VecDeque<PendingCancel>>,
     /// The session open now (cancellations go to it). Cleared when the replay ends, since the
-    /// session's agent holds this.
+    /// session's options hold this (as its outside world).
     session: Mutex<Option<Session>>,
     /// Where a recorded process stopped with work in flight: how many events the recording
     /// holds before the reopen that recovered it (or before its end), oldest first.
@@ -270,33 +269,25 @@ impl Shared {
         })
     }
 
-    /// `tools` with every server tool's execute answered from the recording. `session` is the
-    /// session the tools belong to when they are its own (their recorded context block writes
-    /// are written again there).
-    fn wrap_tools(self: &Arc<Self>, tools: ToolSet, session: Option<&Arc<Inner>>) -> ToolSet {
+    /// `tools` with every server tool's execute answered from the recording.
+    fn wrap_tools(self: &Arc<Self>, tools: ToolSet) -> ToolSet {
         let mut out = ToolSet::new();
         for entry in tools.entries() {
             out.insert(match entry {
                 ToolEntry::Server(tool) => ToolEntry::Server(Arc::new(RecordedTool {
                     tool: Arc::clone(tool),
                     shared: Arc::clone(self),
-                    session: session.map(Arc::downgrade),
                 })),
                 ToolEntry::Client(spec) => ToolEntry::Client(spec.clone()),
             });
         }
         out
     }
-
-    fn wrap_choice(self: &Arc<Self>, choice: Option<ModelChoice>) -> Option<ModelChoice> {
-        match choice {
-            Some(ModelChoice::Model(model)) => Some(ModelChoice::Model(self.present(&model))),
-            other => other,
-        }
-    }
 }
 
-/// What to replay with beyond the agent and the model.
+/// What to replay with beyond the agent and the model. The agent runs as it is; its models and
+/// tools are served from the recording through the session's outside world
+/// ([`crate::outside`]).
 #[derive(Clone, Default)]
 pub struct ReplayOptions {
     /// Extensions to load, as the recorded session had them.
@@ -349,10 +340,6 @@ pub async fn reexecute(
         stops: Mutex::new(stops(recording).into()),
         halted: tokio::sync::watch::channel(false).0,
     });
-    let replay_agent: Arc<dyn Agent> = Arc::new(ReplayAgent {
-        agent,
-        shared: Arc::clone(&shared),
-    });
     let metadata = match &recording.envelopes[0].event {
         Event::SessionOpened { metadata, .. } => metadata.clone(),
         _ => Value::Null,
@@ -369,25 +356,24 @@ pub async fn reexecute(
     let mut session_options = SessionOptions::new(session_id.clone())
         .with_clock(clock.clone())
         .with_ids(Arc::new(recording.ids()))
-        .with_auto_continue(auto_continue);
+        .with_auto_continue(auto_continue)
+        .with_outside(Arc::new(Recorded {
+            shared: Arc::clone(&shared),
+        }));
     session_options.metadata = metadata;
     session_options.extensions = options.extensions;
     session_options.mcp_servers = options.mcp_servers;
-    let serving = Arc::clone(&shared);
-    session_options.serve_session_tools = Some(Arc::new(move |inner, tools| {
-        serving.wrap_tools(tools, Some(inner))
-    }));
     let driven = drive(
         log,
         &reader,
         recording,
         steps,
         &shared,
-        replay_agent,
+        agent,
         session_options,
     )
     .await;
-    // The session's agent holds `shared`: let go of the session, and stop the work a re-enacted
+    // The session's options hold `shared`: let go of the session, and stop the work a re-enacted
     // stop left parked, so neither outlives the replay.
     if let Some(session) = lock(&shared.session).take() {
         session.abort_background_turns();

@@ -2,7 +2,7 @@
 //! recording.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -13,7 +13,6 @@ use mull_core::{
 use serde_json::Value;
 
 use crate::memory::context_blocks::write as write_block;
-use crate::session::Inner;
 use crate::subagent::CallSite;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
 
@@ -214,8 +213,6 @@ impl LanguageModel for PresentedModel {
 pub(super) struct RecordedTool {
     pub(super) tool: Arc<dyn Tool>,
     pub(super) shared: Arc<Shared>,
-    /// The session whose own tool this is, for writing recorded context block changes again.
-    pub(super) session: Option<Weak<Inner>>,
 }
 
 #[async_trait]
@@ -255,7 +252,6 @@ impl Tool for RecordedTool {
         };
         let _ = call.served_duration_ms.set(run.duration_ms);
         let writer = EffectWriter {
-            session: self.session.clone(),
             site: call.site.clone(),
             call_id: call.call_id.clone(),
         };
@@ -342,10 +338,9 @@ async fn park(shared: &Shared) {
     std::future::pending::<()>().await
 }
 
-/// Writes a recorded call's effects again, into the session replaying it.
+/// Writes a recorded call's effects again, into the session replaying it (the one the call
+/// runs in).
 struct EffectWriter {
-    /// The session whose own tool this is (for context block writes).
-    session: Option<Weak<Inner>>,
     site: CallSite,
     call_id: String,
 }
@@ -354,13 +349,8 @@ impl EffectWriter {
     async fn write(&self, effect: &Effect) -> Result<(), ToolError> {
         match effect {
             Effect::Block(write) => {
-                let inner = self
-                    .session
-                    .as_ref()
-                    .and_then(Weak::upgrade)
-                    .ok_or("the session replaying this tool call is closed")?;
                 write_block(
-                    &inner,
+                    &self.site.session.inner,
                     &write.block,
                     &write.content,
                     write.source,

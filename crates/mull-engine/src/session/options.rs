@@ -8,9 +8,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::extension::{Extension, Extensions};
+use crate::outside::{Outside, RealWorld};
 use crate::tool::ToolSet;
-
-use super::Inner;
 
 /// How a session is opened.
 #[derive(Clone)]
@@ -39,15 +38,12 @@ pub struct SessionOptions {
     /// Checked with the session's clock whenever the session is next touched — an answer, a
     /// turn's start — or swept by [`Session::expire_approvals`](crate::Session::expire_approvals).
     pub approval_expiry: Option<Duration>,
-    /// Stands in for the tools from outside the agent's code each turn — the session's own
-    /// (`update_context`, `search_messages`) and the MCP servers' —:
-    /// re-execution replay serves their results from the recording.
-    pub(crate) serve_session_tools: Option<ServeSessionTools>,
+    /// The outside world the session touches: the models its steps call, the tools its turns
+    /// offer, and what happens before each of the agent's hooks. [`RealWorld`] (the default)
+    /// changes nothing; re-execution replay serves them from a recording (see
+    /// [`crate::outside`]).
+    pub outside: Arc<dyn Outside>,
 }
-
-/// Replaces the tools a session offers itself, given the session they belong to.
-pub(crate) type ServeSessionTools =
-    Arc<dyn Fn(&Arc<Inner>, crate::tool::ToolSet) -> crate::tool::ToolSet + Send + Sync>;
 
 impl SessionOptions {
     /// Real time and random ids.
@@ -64,7 +60,7 @@ impl SessionOptions {
             extensions: Extensions::new(),
             mcp_servers: Vec::new(),
             approval_expiry: None,
-            serve_session_tools: None,
+            outside: Arc::new(RealWorld),
         }
     }
 
@@ -95,6 +91,12 @@ impl SessionOptions {
     /// Uses `clock`.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> SessionOptions {
         self.clock = clock;
+        self
+    }
+
+    /// Uses `outside` for the models, tools and hook points the session reaches.
+    pub fn with_outside(mut self, outside: Arc<dyn Outside>) -> SessionOptions {
+        self.outside = outside;
         self
     }
 

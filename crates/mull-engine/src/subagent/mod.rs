@@ -11,12 +11,14 @@
 //!    time and it is unique wherever the parent's is), `subagent_linked` names the parent
 //!    session, turn and tool call, and a turn runs with entry
 //!    [`mull_core::EntryPath::SubAgent`]: every hook of the child agent fires on it, as on any
-//!    entry path. The child shares the parent session's clock, ids and extensions (a policy
-//!    laid over a session holds for the sub-agents it starts).
+//!    entry path. The child shares the parent session's clock, ids, extensions (a policy
+//!    laid over a session holds for the sub-agents it starts) and outside world
+//!    ([`crate::outside`]).
 //! 4. While it runs, each tool call of the child (decided, then ended) and each of its finished
 //!    steps is a **preliminary result** of the parent's call (a snapshot: the child session,
 //!    its latest step's text, its tool calls so far), so a client of the parent sees progress.
-//!    The child waits at each report until the parent recorded it (`report.rs`), so the two
+//!    The child reports from its outside world's hook points, before its agent's hook runs,
+//!    and waits at each report until the parent recorded it (`report.rs`), so the two
 //!    sessions' events interleave the same way every run. Text deltas are not forwarded one by
 //!    one: a snapshot per step keeps the parent's log linear in the child's output.
 //! 5. When the child's turn ends (its `on_chat_response` included), `subagent_finished` is
@@ -159,11 +161,16 @@ impl AgentTool {
         child_options.capture_content = options.capture_content;
         child_options.extensions = options.extensions.clone();
         let (reports, receiver) = mpsc::channel(1);
-        let reporting = Arc::new(Reporting {
-            agent: Arc::clone(&self.agent),
+        child_options.outside = Arc::new(Reporting {
+            outside: Arc::clone(&options.outside),
             reports,
         });
-        let child = Session::open_on(inner.recorder.shared_log(), reporting, child_options).await?;
+        let child = Session::open_on(
+            inner.recorder.shared_log(),
+            Arc::clone(&self.agent),
+            child_options,
+        )
+        .await?;
         child.inner.recorder.append(
             None,
             Event::SubagentLinked {

@@ -17,7 +17,7 @@
 use std::panic::AssertUnwindSafe;
 
 use futures::{FutureExt, StreamExt};
-use mull_core::{to_model_messages, DecisionAction, Event, HookName, UIPart};
+use mull_core::{to_model_messages, DecisionAction, Event, UIPart};
 use mull_store::PendingApproval;
 use serde_json::Value;
 
@@ -208,7 +208,7 @@ impl TurnRun<'_> {
         observe(
             self.inner,
             self.tid(),
-            HookName::AfterToolCall,
+            crate::outside::HookPoint::AfterToolCall(&ctx),
             self.inner.agent.after_tool_call(&ctx),
         )
         .await?;

@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use mull_core::{
-    to_model_messages, truncate_for_context, ErrorStage, Event, HookName, LanguageModel,
-};
+use mull_core::{to_model_messages, truncate_for_context, ErrorStage, Event, LanguageModel};
 
 use super::{TurnRun, CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
 use crate::config::{ModelChoice, ResolvedTurn, TurnDefaults};
@@ -14,6 +12,7 @@ use crate::error::{ChatError, EngineError};
 use crate::extension;
 use crate::hooks::context::TurnContext;
 use crate::hooks::guard_hook;
+use crate::outside::HookPoint;
 use crate::session::Inner;
 use crate::tool::ToolEntry;
 
@@ -27,14 +26,12 @@ impl TurnRun<'_> {
         let mut tools = agent.tools();
         tools.merge(&crate::session_config::session_tools(inner));
         let (mcp_tools, tool_problems) = crate::tool_source::list_turn_sources(inner).await;
-        tools.merge(&match &inner.options.serve_session_tools {
-            Some(serve) => serve(inner, mcp_tools),
-            None => mcp_tools,
-        });
+        tools.merge(&mcp_tools);
         for spec in &self.spec.client_tools {
             tools.insert(ToolEntry::Client(spec.clone()));
         }
         tools.merge(&self.spec.caller_tools);
+        let tools = inner.options.outside.tools(tools);
         // Calls parked on a person's answer run (or are denied) before the context is read.
         self.act_on_approvals(&tools).await?;
         crate::memory::compaction::compact_if_over_threshold(inner, self.tid()).await?;
@@ -55,7 +52,7 @@ impl TurnRun<'_> {
                 None => agent.system_prompt(),
             };
         let defaults = TurnDefaults {
-            model: agent.model(),
+            model: inner.options.outside.model(agent.model()),
             system,
             messages,
             tools,
@@ -77,12 +74,16 @@ impl TurnRun<'_> {
         let config = match guard_hook(
             inner,
             self.tid(),
-            HookName::BeforeTurn,
+            HookPoint::BeforeTurn(&ctx),
             agent.before_turn(&ctx),
         )
         .await?
         {
-            Ok(config) => config.unwrap_or_default(),
+            Ok(config) => {
+                let mut config = config.unwrap_or_default();
+                config.tools = config.tools.map(|t| inner.options.outside.tools(t));
+                config
+            }
             Err(text) => {
                 return Ok(Err(
                     self.error(ErrorStage::Turn, format!("before_turn failed: {text}"))
@@ -118,13 +119,13 @@ pub(super) fn resolve_model(
     inner: &Arc<Inner>,
     choice: Option<&ModelChoice>,
 ) -> Result<Option<Arc<dyn LanguageModel>>, String> {
-    match choice {
-        None => Ok(None),
-        Some(ModelChoice::Model(model)) => Ok(Some(Arc::clone(model))),
+    let chosen = match choice {
+        None => return Ok(None),
+        Some(ModelChoice::Model(model)) => Arc::clone(model),
         Some(ModelChoice::Id(id)) => inner
             .agent
             .resolve_model(id)
-            .map(Some)
-            .ok_or_else(|| format!("model resolution failed: the agent knows no model {id:?}")),
-    }
+            .ok_or_else(|| format!("model resolution failed: the agent knows no model {id:?}"))?,
+    };
+    Ok(Some(inner.options.outside.model(chosen)))
 }

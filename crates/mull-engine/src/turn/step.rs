@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use mull_core::{
-    to_model_messages, ErrorStage, Event, HookName, LanguageModel, ModelMessage, ModelRequest,
-    ModelStream, RequestSummary, StepRecord, StreamPart, ToolResultRecord, UIMessage, UIPart,
+    to_model_messages, ErrorStage, Event, LanguageModel, ModelMessage, ModelRequest, ModelStream,
+    RequestSummary, StepRecord, StreamPart, ToolResultRecord, UIMessage, UIPart,
 };
 use serde_json::json;
 use tracing::Instrument;
@@ -112,7 +112,7 @@ impl TurnRun<'_> {
         let config = match guard_hook(
             self.inner,
             self.tid(),
-            HookName::BeforeStep,
+            crate::outside::HookPoint::BeforeStep(&prepare),
             self.inner.agent.before_step(&prepare),
         )
         .await?

@@ -6,9 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
-use mull_core::{
-    DecisionAction, ErrorStage, Event, HookName, StreamPart, ToolCallRecord, ToolResultRecord,
-};
+use mull_core::{DecisionAction, ErrorStage, Event, StreamPart, ToolCallRecord, ToolResultRecord};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -143,7 +141,7 @@ impl TurnRun<'_> {
         let decided = guard_hook(
             self.inner,
             self.tid(),
-            HookName::BeforeToolCall,
+            crate::outside::HookPoint::BeforeToolCall(&ctx),
             self.inner.agent.before_tool_call(&ctx),
         )
         .await?;
