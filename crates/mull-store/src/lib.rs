@@ -111,6 +111,7 @@ pub mod fork;
 pub mod integrity;
 pub mod jsonl;
 pub mod ledger;
+mod lock;
 mod open_turns;
 pub mod overview;
 pub mod pacing;
