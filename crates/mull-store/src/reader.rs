@@ -12,9 +12,10 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension, Params};
 use serde::Serialize;
 
+use crate::damage;
+use crate::error::damaged;
 use crate::error::StoreError;
 use crate::fork::Fold;
-use crate::integrity;
 use crate::overview::{SessionOverviews, OVERVIEW_KINDS};
 use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
 use crate::schema::{self, LIFECYCLE_PREDICATE};
@@ -613,8 +614,8 @@ impl LogReader {
 
     /// A failed SQLite call of `what`: [`StoreError::Damaged`] when the file is damaged.
     fn sqlite_error(&self, what: &str, source: rusqlite::Error) -> StoreError {
-        if integrity::is_damage(&source) {
-            integrity::damaged(&self.path, format!("{what}: {source}"))
+        if damage::is_damage(&source) {
+            damaged(&self.path, format!("{what}: {source}"))
         } else {
             StoreError::Sqlite {
                 context: self.ctx(what),
@@ -634,8 +635,8 @@ impl LogReader {
                     .next()
                     .unwrap_or(&what)
                     .to_owned();
-                let range = integrity::damage_after(&self.conn, last_read, cause);
-                integrity::damaged(&path, format!("{range} (read up to seq {last_read})"))
+                let range = damage::damage_after(&self.conn, last_read, cause);
+                damaged(&path, format!("{range} (read up to seq {last_read})"))
             }
             other => other,
         }
