@@ -14,7 +14,6 @@ use crate::error::damaged;
 use crate::error::StoreError;
 use crate::fork::Fold;
 use crate::schema;
-use crate::tail::Tail;
 
 mod folds;
 mod queries;
@@ -83,11 +82,6 @@ impl LogReader {
         self.conn
             .query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(StoreError::sqlite(self.ctx("reading data_version")))
-    }
-
-    /// Follows the log from `after_seq`: see [`Tail`]. The reader becomes the tail's.
-    pub fn tail(self, after_seq: u64) -> Tail {
-        Tail::new(self, after_seq)
     }
 
     /// Like `collect` for reads in seq order from `after`: damage met is named by the stretch
