@@ -12,14 +12,15 @@ use rusqlite::{Connection, Params};
 use crate::damage;
 use crate::error::damaged;
 use crate::error::StoreError;
-use crate::fork::Fold;
 use crate::schema;
 
 mod folds;
+mod history;
 mod queries;
 mod rows;
 mod walk;
 
+use history::Fold;
 pub(crate) use queries::has_session_sql;
 pub use queries::SessionSummary;
 pub(crate) use rows::{decode_parts, decode_row, RawRow, RowError};
