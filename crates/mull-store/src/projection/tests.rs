@@ -1,4 +1,3 @@
-
 use super::*;
 use mull_core::{CompactionReason, FinishReason, StepRecord, TurnConfigRecord};
 use serde_json::json;
