@@ -1,5 +1,8 @@
+use super::draft::new_tool_part;
 use super::*;
-use mull_core::{CompactionReason, FinishReason, StepRecord, TurnConfigRecord};
+use mull_core::{
+    CompactionReason, FinishReason, Source, StepRecord, StreamPart, ToolPart, TurnConfigRecord,
+};
 use serde_json::json;
 
 struct Feed {
