@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::approvals::{ApprovalAnswer, PendingApproval};
 
+mod approval_fold;
 mod draft;
 mod tool_calls;
 
