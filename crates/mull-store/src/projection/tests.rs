@@ -1,7 +1,8 @@
 use super::draft::new_tool_part;
 use super::*;
 use mull_core::{
-    CompactionReason, FinishReason, Source, StepRecord, StreamPart, ToolPart, TurnConfigRecord,
+    CompactionReason, DecisionAction, Envelope, Event, FinishReason, Role, Source, StepRecord,
+    StreamPart, ToolPart, ToolPartState, TurnConfigRecord, UIPart,
 };
 use serde_json::json;
 
