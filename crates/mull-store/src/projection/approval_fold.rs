@@ -4,7 +4,8 @@
 use mull_core::{DecisionAction, EventRef, ToolPartState};
 use serde_json::Value;
 
-use super::{find_tool_part, SessionState};
+use super::draft::find_tool_part;
+use super::state::SessionState;
 use crate::approvals::{
     answer_request, mark_decided, push_request, take_closed, ApprovalAnswer, PendingApproval,
 };

@@ -4,7 +4,7 @@
 use mull_core::{Source, StreamPart, ToolPart, ToolPartState, UIMessage, UIPart};
 use serde_json::Value;
 
-use super::SessionState;
+use super::state::SessionState;
 
 impl SessionState {
     pub(super) fn apply_chunk(&mut self, part: &StreamPart) {

@@ -8,9 +8,10 @@ use mull_core::{
     UIMessage, UIPart, Usage,
 };
 
-use super::{
-    find_tool_part, PendingClientCall, SessionState, SubagentParent, SubagentRun, Submission,
-    SubmissionPhase, ToolStats, TurnSummary,
+use super::draft::find_tool_part;
+use super::state::{
+    PendingClientCall, SessionState, SubagentParent, SubagentRun, Submission, SubmissionPhase,
+    ToolStats, TurnSummary,
 };
 use crate::approvals::ApprovalAnswer;
 

@@ -1,8 +1,10 @@
 use super::draft::new_tool_part;
 use super::*;
+use chrono::DateTime;
 use mull_core::{
-    CompactionReason, DecisionAction, Envelope, Event, FinishReason, Role, Source, StepRecord,
-    StreamPart, ToolPart, ToolPartState, TurnConfigRecord, UIPart,
+    CompactionReason, DecisionAction, EntryPath, Envelope, ErrorStage, Event, FinishReason, Role,
+    Source, StepRecord, StreamPart, SubmissionStatus, ToolPart, ToolPartState, TurnConfigRecord,
+    TurnStatus, UIMessage, UIPart, Usage,
 };
 use serde_json::json;
 
