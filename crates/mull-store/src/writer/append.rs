@@ -9,7 +9,8 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, EVENT_VERSION};
 
-use super::{kind_of, lock, Appended, Log, Row, WriterWait};
+use super::row::{kind_of, Row};
+use super::{lock, Appended, Log, WriterWait};
 use crate::error::StoreError;
 use crate::timestamp;
 

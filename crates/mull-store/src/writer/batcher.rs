@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use rusqlite::Connection;
 
-use super::{insert_many, lock, Row, Seqs, Shared, WriterWait, ROWS_PER_INSERT};
+use super::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
+use super::{lock, OpenBatch, Shared, Store, WriterWait};
 
 /// Queued rows at which a sleeping writer thread is woken to insert them (into the transaction
 /// the next barrier or deadline commits), so that a long stream is inserted as it goes. Fewer
@@ -26,20 +27,6 @@ enum Work {
     Checkpoint,
     /// Every handle is gone: commit everything and stop.
     Close,
-}
-
-/// The write connection, held by whoever writes: the writer thread or a barrier's caller. A
-/// transaction stays open across holders until it is committed.
-pub(super) struct Store {
-    pub(super) conn: Connection,
-    pub(super) open: Option<OpenBatch>,
-}
-
-/// The rows of the transaction in progress.
-pub(super) struct OpenBatch {
-    first: u64,
-    last: u64,
-    count: usize,
 }
 
 impl Shared {

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{insert_many, lock, Log, Queue, Row, Seqs, Shared, Store, ROWS_PER_INSERT};
+use super::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
+use super::{lock, Log, Queue, Shared, Store};
 use crate::error::StoreError;
 use crate::open_turns::OpenTurns;
 

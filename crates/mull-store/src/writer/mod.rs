@@ -15,12 +15,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rusqlite::Connection;
+
 use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, EVENT_VERSION};
 
 use crate::error::StoreError;
 pub use crate::lock::lock_path;
-use crate::lock::take_lock;
 use crate::open_turns::OpenTurns;
 use crate::reader::LogReader;
 
@@ -30,10 +31,8 @@ mod import;
 mod open;
 mod row;
 
-use batcher::{run_writer, Store};
 #[cfg(test)]
 pub(crate) use import::IMPORT_BATCH;
-use row::{insert_many, Seqs, ROWS_PER_INSERT};
 pub(crate) use row::{kind_of, Row};
 
 /// How the writer batches commits.
@@ -244,6 +243,20 @@ impl Log {
         *cached = Some(reader);
         result
     }
+}
+
+/// The write connection, held by whoever writes: the writer thread or a barrier's caller. A
+/// transaction stays open across holders until it is committed.
+struct Store {
+    conn: Connection,
+    open: Option<OpenBatch>,
+}
+
+/// The rows of the transaction in progress.
+struct OpenBatch {
+    first: u64,
+    last: u64,
+    count: usize,
 }
 
 impl Drop for Inner {

@@ -9,11 +9,10 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use mull_core::{Event, TurnStatus};
 
-use super::{
-    lock_path, run_writer, take_lock, Failure, Inner, Log, LogOptions, Queue, Shared, Store,
-    WriterWait,
-};
+use super::batcher::run_writer;
+use super::{Failure, Inner, Log, LogOptions, Queue, Shared, Store, WriterWait};
 use crate::error::StoreError;
+use crate::lock::{lock_path, take_lock};
 use crate::open_turns::OpenTurns;
 use crate::recovery::{interrupted_failure, resolve_turn, RecoveredTurn};
 use crate::schema;
