@@ -5,7 +5,9 @@
 use mull_core::TurnStatus;
 use rusqlite::params;
 
-use super::{decode_parts, Fold, LogReader, COLUMNS};
+use super::history::Fold;
+use super::rows::decode_parts;
+use super::{LogReader, COLUMNS};
 use crate::error::StoreError;
 use crate::overview::{SessionOverviews, OVERVIEW_KINDS};
 use crate::projection::{SessionState, SessionToolCalls, TurnSummary};

@@ -7,7 +7,9 @@ use std::collections::HashSet;
 use mull_core::{Envelope, Event};
 use rusqlite::OptionalExtension;
 
-use super::{decode_row, Chunks, LogReader, RowError};
+use super::rows::{decode_row, RowError};
+use super::walk::Chunks;
+use super::LogReader;
 use crate::error::StoreError;
 use crate::schema::LIFECYCLE_PREDICATE;
 

@@ -20,13 +20,9 @@ mod queries;
 mod rows;
 mod walk;
 
-use history::Fold;
 pub(crate) use queries::has_session_sql;
 pub use queries::SessionSummary;
-pub(crate) use rows::{decode_parts, decode_row, RawRow, RowError};
-use rows::{stored_at, text, text_or_null};
-pub(crate) use walk::Chunks;
-use walk::OPEN_END;
+pub(crate) use rows::{decode_row, RawRow, RowError};
 
 /// How many rows one page of a long read holds (one read transaction each).
 const PAGE_ROWS: usize = 4096;

@@ -7,9 +7,9 @@ use rusqlite::params;
 use rusqlite::types::Value;
 use serde::Serialize;
 
-use super::{
-    decode_row, stored_at, text, text_or_null, LogReader, RawRow, RowError, COLUMNS, OPEN_END,
-};
+use super::rows::{decode_row, stored_at, text, text_or_null, RawRow, RowError};
+use super::walk::OPEN_END;
+use super::{LogReader, COLUMNS};
 use crate::error::StoreError;
 use crate::schema::LIFECYCLE_PREDICATE;
 

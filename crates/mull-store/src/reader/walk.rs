@@ -5,7 +5,8 @@
 use rusqlite::types::Value;
 use rusqlite::{params, OptionalExtension};
 
-use super::{LogReader, RowError, COLUMNS, PAGE_ROWS};
+use super::rows::RowError;
+use super::{LogReader, COLUMNS, PAGE_ROWS};
 use crate::error::StoreError;
 use crate::schema::LIFECYCLE_PREDICATE;
 
