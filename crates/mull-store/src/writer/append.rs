@@ -133,7 +133,7 @@ impl Log {
     ///
     /// Await it only where something is about to leave the process that depends on that event
     /// (a tool run, a reply to a caller); work that leaves nothing goes on while the batch
-    /// commits on its own (within [`LogOptions::batch_max_delay`]) or with the next gate.
+    /// commits on its own (within [`LogOptions::batch_max_delay`](crate::LogOptions::batch_max_delay)) or with the next gate.
     /// Costs nothing when the seq is committed already; otherwise it commits like
     /// [`Log::flush`], on the caller's thread.
     pub async fn durable(&self, seq: u64) -> Result<(), StoreError> {
