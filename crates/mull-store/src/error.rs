@@ -1,6 +1,6 @@
 //! The one error type of the log: every variant says what was wrong and where.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use mull_core::EventDecodeError;
 
@@ -126,5 +126,17 @@ impl StoreError {
     pub(crate) fn sqlite(context: impl Into<String>) -> impl FnOnce(rusqlite::Error) -> StoreError {
         let context = context.into();
         move |source| StoreError::Sqlite { context, source }
+    }
+}
+
+/// Damage that [`check`](crate::check) and [`recover`](crate::recover) can measure and get around: the error says so.
+pub(crate) fn damaged(path: &Path, what: String) -> StoreError {
+    StoreError::Damaged {
+        path: path.to_owned(),
+        what: format!(
+            "{what}. `mull check {0}` lists what it costs; `mull recover {0} NEW.db` copies \
+             every readable event into a new log",
+            path.display()
+        ),
     }
 }

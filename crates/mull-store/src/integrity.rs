@@ -20,149 +20,22 @@
 //! until one lands, and scans on from there.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mull_core::Event;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection};
 
+pub use crate::damage::DamagedRange;
+use crate::damage::{damage_after, name_sessions};
 use crate::error::StoreError;
+pub use crate::open_check::OPEN_CHECK_BUDGET;
 use crate::reader::LogReader;
-use crate::schema::LIFECYCLE_PREDICATE;
 use crate::timestamp;
 use crate::writer::{kind_of, Log, Row};
 
-/// How much of `quick_check` a writer's open may run: progress-handler calls of
-/// 1,000 SQLite steps each. Measured: a log of 300,000 events (43 MB) takes 4,200 calls and
-/// 0.14 s to check whole, so the budget covers about 1.4 million events (200 MB) whole; a larger
-/// log is checked as far as the budget goes, and its right edge always.
-pub const OPEN_CHECK_BUDGET: u32 = 20_000;
-
-/// SQLite steps between two calls of the progress handler during the open check.
-const BUDGET_STEP: i32 = 1_000;
-
-/// How many of SQLite's complaints an error quotes: the first few say where the damage is.
-const QUOTED_PROBLEMS: usize = 3;
-
 /// Rows a check or recovery reads per query.
 const WALK_PAGE: i64 = 4096;
-
-/// Runs the open check on a writer's connection: `quick_check` within the budget, then the
-/// last rows of the event table. A problem is [`StoreError::Damaged`].
-pub(crate) fn check_at_open(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
-    let handler = |what: &str| StoreError::sqlite(format!("{}: {what}", path.display()));
-    let mut calls = 0u32;
-    conn.progress_handler(
-        BUDGET_STEP,
-        Some(move || {
-            calls += 1;
-            calls > OPEN_CHECK_BUDGET
-        }),
-    )
-    .map_err(handler("bounding the open check"))?;
-    let result = quick_check(conn);
-    conn.progress_handler(BUDGET_STEP, None::<fn() -> bool>)
-        .map_err(handler("ending the open check"))?;
-    let problems = match result {
-        Ok(problems) => problems,
-        // The budget ran out before the check did: what it saw was sound.
-        Err(err) if err.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) => {
-            Vec::new()
-        }
-        Err(err) => vec![err.to_string()],
-    };
-    if !problems.is_empty() {
-        return Err(damaged(path, describe_problems(&problems)));
-    }
-    // The right edge, which every append extends: the last rows must read.
-    conn.query_row(
-        "SELECT count(*) FROM (SELECT payload FROM events ORDER BY seq DESC LIMIT 64)",
-        [],
-        |r| r.get::<_, i64>(0),
-    )
-    .map_err(|err| damaged(path, format!("the newest events cannot be read ({err})")))?;
-    Ok(())
-}
-
-/// `PRAGMA quick_check`'s complaints (none when it answers `ok`).
-fn quick_check(conn: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut stmt = conn.prepare("PRAGMA quick_check")?;
-    let lines = stmt
-        .query_map([], |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(lines.into_iter().filter(|l| l != "ok").collect())
-}
-
-fn describe_problems(problems: &[String]) -> String {
-    let quoted = problems[..problems.len().min(QUOTED_PROBLEMS)].join("; ");
-    match problems.len() {
-        n if n > QUOTED_PROBLEMS => format!("{quoted}; and {} more problems", n - QUOTED_PROBLEMS),
-        _ => quoted,
-    }
-}
-
-/// Damage that [`check`] and [`recover`] can measure and get around: the error says so.
-pub(crate) fn damaged(path: &Path, what: String) -> StoreError {
-    StoreError::Damaged {
-        path: path.to_owned(),
-        what: format!(
-            "{what}. `mull check {0}` lists what it costs; `mull recover {0} NEW.db` copies \
-             every readable event into a new log",
-            path.display()
-        ),
-    }
-}
-
-/// A stretch of seqs that cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DamagedRange {
-    /// The first unreadable seq.
-    pub first: u64,
-    /// The last unreadable seq, or `None` when nothing after `first` can be read.
-    pub last: Option<u64>,
-    /// The sessions the stretch costs events of: its readable neighbours' sessions and those
-    /// the lifecycle index names inside it.
-    pub sessions: BTreeSet<String>,
-    /// Lifecycle events (not chunks) the index says were in the stretch: (seq, session).
-    pub lifecycle: Vec<(u64, String)>,
-    /// Why it cannot be read (SQLite's error, or why a row does not decode).
-    pub cause: String,
-}
-
-impl DamagedRange {
-    /// How many seqs the stretch costs, when its end is known.
-    pub fn lost(&self) -> Option<u64> {
-        self.last.map(|last| (last + 1).saturating_sub(self.first))
-    }
-}
-
-impl fmt::Display for DamagedRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.last {
-            Some(last) if last < self.first => write!(
-                f,
-                "the pages after seq {last} (a scan cannot step past them; a seek still reads on)"
-            )?,
-            Some(last) if last == self.first => write!(f, "seq {last}")?,
-            Some(last) => write!(
-                f,
-                "seqs {}..={last} ({} events)",
-                self.first,
-                last - self.first + 1
-            )?,
-            None => write!(f, "seqs {}.. (everything from there on)", self.first)?,
-        }
-        if !self.sessions.is_empty() {
-            let names: Vec<&str> = self.sessions.iter().map(String::as_str).collect();
-            write!(f, ", of session(s) {}", names.join(", "))?;
-        }
-        if !self.lifecycle.is_empty() {
-            write!(f, ", {} of them lifecycle events", self.lifecycle.len())?;
-        }
-        write!(f, ": {}", self.cause)
-    }
-}
 
 /// What [`check`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,28 +135,6 @@ pub fn remove_log_files(db: &Path) {
         name.push(suffix);
         let _ = std::fs::remove_file(PathBuf::from(name));
     }
-}
-
-/// Where a read that broke after `after_seq` can go on: the damaged stretch, found by seeking.
-pub(crate) fn damage_after(conn: &Connection, after_seq: u64, cause: String) -> DamagedRange {
-    let first = after_seq + 1;
-    let highest = highest_named_seq(conn);
-    let resume = highest.and_then(|highest| next_readable(conn, after_seq, highest));
-    let last = match (resume, highest) {
-        (Some(next), _) => Some(next - 1),
-        // Nothing after it reads: the stretch runs to the highest seq the file still names.
-        (None, Some(highest)) if highest >= first => Some(highest),
-        (None, _) => None,
-    };
-    let mut range = DamagedRange {
-        first,
-        last,
-        sessions: BTreeSet::new(),
-        lifecycle: Vec::new(),
-        cause,
-    };
-    name_sessions(conn, after_seq, resume, &mut range);
-    range
 }
 
 /// Why a scan of the walk stopped early.
@@ -429,84 +280,4 @@ fn read_row(row: &rusqlite::Row<'_>, seq: u64) -> Result<Row, String> {
         kind: kind_of(&event),
         payload,
     })
-}
-
-/// The first seq after `after` (and at most `highest`) that a seek can read, if any: seeks one
-/// seq further each time, so a stretch costs a seek per lost seq.
-fn next_readable(conn: &Connection, after: u64, highest: u64) -> Option<u64> {
-    let mut stmt = conn
-        .prepare("SELECT seq, payload FROM events WHERE seq >= ?1 ORDER BY seq LIMIT 1")
-        .ok()?;
-    let mut probe = after + 1;
-    while probe <= highest {
-        let found = stmt
-            .query_row([probe as i64], |r| {
-                let _: String = r.get(1)?;
-                r.get::<_, i64>(0)
-            })
-            .optional();
-        match found {
-            Ok(Some(seq)) if seq > after as i64 => return Some(seq as u64),
-            Ok(_) => return None,
-            Err(_) => probe += 1,
-        }
-    }
-    None
-}
-
-/// The highest seq the table, the lifecycle index or the writers' starts still name.
-fn highest_named_seq(conn: &Connection) -> Option<u64> {
-    [
-        "SELECT max(seq) FROM events",
-        &format!(
-            "SELECT max(seq) FROM events INDEXED BY events_lifecycle WHERE {LIFECYCLE_PREDICATE}"
-        ),
-        "SELECT max(seq) FROM writer_starts",
-    ]
-    .iter()
-    .filter_map(|sql| {
-        conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))
-            .ok()
-            .flatten()
-    })
-    .max()
-    .map(|seq| seq.max(0) as u64)
-}
-
-/// Fills in the sessions a stretch costs: its readable neighbours' (`before` and `resume`) and
-/// the lifecycle events the index lists inside it.
-fn name_sessions(conn: &Connection, before: u64, resume: Option<u64>, range: &mut DamagedRange) {
-    let session_at = |seq: u64| -> Option<String> {
-        conn.query_row(
-            "SELECT session_id FROM events WHERE seq = ?1",
-            [seq as i64],
-            |r| r.get(0),
-        )
-        .ok()
-    };
-    range.sessions.extend(session_at(before));
-    range.sessions.extend(resume.and_then(session_at));
-    let to = range.last.map_or(i64::MAX, |last| last as i64);
-    let sql = format!(
-        "SELECT seq, session_id FROM events INDEXED BY events_lifecycle
-         WHERE {LIFECYCLE_PREDICATE} AND seq >= ?1 AND seq <= ?2 ORDER BY seq"
-    );
-    let listed = conn.prepare(&sql).and_then(|mut stmt| {
-        stmt.query_map(params![range.first as i64, to], |r| {
-            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()
-    });
-    if let Ok(listed) = listed {
-        range.sessions.extend(listed.iter().map(|(_, s)| s.clone()));
-        range.lifecycle = listed;
-    }
-}
-
-/// Whether a SQLite error says the file itself is damaged.
-pub(crate) fn is_damage(err: &rusqlite::Error) -> bool {
-    matches!(
-        err.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
-    )
 }

@@ -104,6 +104,7 @@
 
 pub mod approvals;
 pub mod backend;
+mod damage;
 pub mod decode;
 pub mod diff;
 pub mod error;
@@ -111,6 +112,8 @@ pub mod fork;
 pub mod integrity;
 pub mod jsonl;
 pub mod ledger;
+mod lock;
+mod open_check;
 mod open_turns;
 pub mod overview;
 pub mod pacing;

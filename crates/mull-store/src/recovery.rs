@@ -17,9 +17,7 @@
 
 use mull_core::{ErrorStage, Event, ToolPart, ToolPartState, TurnStatus, UIMessage, UIPart};
 
-use crate::error::StoreError;
 use crate::projection::{SessionState, TurnSummary};
-use crate::writer::Log;
 
 /// The error an interrupted turn ends with.
 pub const INTERRUPTED_TURN: &str =
@@ -136,50 +134,6 @@ pub fn interrupted_failure(turn: &TurnSummary) -> Event {
     }
 }
 
-/// Resolves every turn of the log left open by a writer that is gone (any open turn, since
-/// `log` was just opened as the only writer): appends each one's events, stamped with the time
-/// of its session's last event (when the turn was last heard of), and waits until they are
-/// committed.
-pub(crate) fn resolve_open_turns(log: &Log) -> Result<Vec<RecoveredTurn>, StoreError> {
-    let reader = log.reader()?;
-    let open = reader.unfinished_turns()?;
-    let mut recovered = Vec::with_capacity(open.len());
-    for (session_id, turn_id) in open {
-        let state = reader.load_session(&session_id)?;
-        let Some(turn) = state
-            .turns
-            .iter()
-            .find(|t| t.turn_id.as_deref() == Some(turn_id.as_str()))
-            .filter(|t| t.status == TurnStatus::Running)
-        else {
-            // Its session's fold already ended it (a fork cut it, or it was superseded).
-            continue;
-        };
-        let at = state.last_at.unwrap_or(turn.started_at);
-        let mut events = resolve_turn(&state, turn);
-        let kept_partial = matches!(events.first(), Some(Event::AssistantMessageSaved { .. }));
-        let repaired_calls = events
-            .iter()
-            .filter(|e| matches!(e, Event::ToolCallRepaired { .. }))
-            .count();
-        events.push(interrupted_failure(turn));
-        for event in events {
-            log.append(&session_id, Some(&turn_id), at, event)?;
-        }
-        recovered.push(RecoveredTurn {
-            request_id: turn.request_id.clone(),
-            session_id,
-            turn_id,
-            kept_partial,
-            repaired_calls,
-        });
-    }
-    if !recovered.is_empty() {
-        log.flush_blocking()?;
-    }
-    Ok(recovered)
-}
-
 #[cfg(test)]
 mod tests {
     use chrono::{DateTime, Utc};
@@ -187,6 +141,7 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
+    use crate::writer::Log;
 
     /// Appends a session whose turn was left running: a partial answer, and (with `tool`) a
     /// streaming tool that had sent progress.

@@ -178,7 +178,7 @@ pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     check_identity(&id, path)?;
     if id.tables > 0 {
         // Before anything is appended or migrated: a damaged log is refused as it is.
-        crate::integrity::check_at_open(&mut conn, path)?;
+        crate::open_check::check_at_open(&mut conn, path)?;
     }
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))

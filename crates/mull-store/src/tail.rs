@@ -72,6 +72,13 @@ impl Tail {
     }
 }
 
+impl LogReader {
+    /// Follows the log from `after_seq`: see [`Tail`]. The reader becomes the tail's.
+    pub fn tail(self, after_seq: u64) -> Tail {
+        Tail::new(self, after_seq)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,21 @@
+//! Projections: the state of a session as a fold over its events.
+//!
+//! [`SessionState::apply`] takes one envelope at a time, so the live engine keeps a state
+//! current as it appends, and opening a session rebuilds the same state from the log.
+//! Applying is cheap (no per-event allocation beyond what the state keeps).
+
+mod approval_fold;
+mod draft;
+mod fold;
+mod state;
+mod tool_calls;
+
+pub use fold::FORKED_TOOL_CALL;
+pub use state::{
+    PendingClientCall, SessionState, SubagentParent, SubagentRun, Submission, SubmissionPhase,
+    ToolStats, TurnSummary,
+};
+pub use tool_calls::{SessionToolCalls, ToolCallRecord};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,233 @@
+//! The commit batcher: the writer thread that inserts queued rows as they come, commits a
+//! batch when it is full or due, and checkpoints the WAL; and the write connection it shares
+//! with barriers, which commit on their caller's thread.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rusqlite::Connection;
+
+use super::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
+use super::{lock, OpenBatch, Shared, Store, WriterWait};
+
+/// Queued rows at which a sleeping writer thread is woken to insert them (into the transaction
+/// the next barrier or deadline commits), so that a long stream is inserted as it goes. Fewer
+/// rows than this are inserted by whoever commits: waking the thread for a handful costs more
+/// CPU than inserting them (measured on the turn bench).
+const EAGER_ROWS: usize = 64;
+
+/// What the writer thread was woken for.
+enum Work {
+    /// Insert what is queued; commit only full batches.
+    Insert,
+    /// The batch's delay has passed: insert and commit everything.
+    Commit,
+    /// The WAL has grown: commit what was inserted, then copy the WAL back into the database.
+    Checkpoint,
+    /// Every handle is gone: commit everything and stop.
+    Close,
+}
+
+impl Shared {
+    /// Whether the WAL has grown to the checkpoint size.
+    pub(super) fn wants_checkpoint(&self) -> bool {
+        self.wal_pages.load(Ordering::Acquire) >= self.options.checkpoint_pages
+    }
+
+    /// Queued rows at which a sleeping writer thread is woken to insert them.
+    pub(super) fn eager_rows(&self) -> usize {
+        EAGER_ROWS.min(self.options.batch_max_events)
+    }
+
+    /// Takes everything queued. Called with the store locked, so what is taken is inserted in
+    /// the order it was taken.
+    pub(super) fn take(&self) -> Vec<Row> {
+        std::mem::take(&mut lock(&self.queue).rows)
+    }
+
+    /// The writer thread's wait, until there is something to do.
+    fn wait_for_work(&self) -> Work {
+        let mut queue = lock(&self.queue);
+        loop {
+            queue.writer = WriterWait::Busy;
+            if queue.closed {
+                return Work::Close;
+            }
+            let expired = queue
+                .first_at
+                .is_some_and(|t| t.elapsed() >= self.options.batch_max_delay);
+            if expired {
+                return Work::Commit;
+            }
+            if queue.rows.len() >= self.eager_rows() {
+                return Work::Insert;
+            }
+            if self.wants_checkpoint() {
+                return Work::Checkpoint;
+            }
+            match queue.first_at {
+                None => {
+                    queue.writer = WriterWait::Idle;
+                    queue = self
+                        .wake
+                        .wait(queue)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+                Some(first) => {
+                    let left = self.options.batch_max_delay.saturating_sub(first.elapsed());
+                    queue.writer = WriterWait::Timed;
+                    queue = self
+                        .wake
+                        .wait_timeout(queue, left)
+                        .map(|(guard, _)| guard)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+                }
+            }
+        }
+    }
+
+    /// Asks the writer thread to checkpoint, if it sleeps.
+    pub(super) fn nudge_writer(&self) {
+        lock(&self.queue).wake_writer(&self.wake);
+    }
+}
+
+/// The writer thread: inserts rows as they queue up, commits batches when they are due, and
+/// checkpoints the WAL.
+///
+/// A checkpoint runs in two passes. The first, on a connection of its own, copies the WAL back
+/// and fsyncs while commits go on — the bulk of the work, which no barrier waits for. The
+/// second runs with the write connection held, so no commit lands while it copies the few
+/// frames committed meanwhile; that is what lets the next commit start the WAL over (a
+/// checkpoint racing new commits never catches up, and the WAL would grow for as long as
+/// writes go on).
+pub(super) fn run_writer(shared: Arc<Shared>, checkpointer: Connection) {
+    loop {
+        let work = shared.wait_for_work();
+        if matches!(work, Work::Checkpoint) {
+            checkpoint(&checkpointer, "copying the WAL back while commits go on");
+        }
+        let mut store = lock(&shared.store);
+        if !matches!(work, Work::Checkpoint) {
+            let rows = shared.take();
+            store.insert_rows(&shared, rows);
+        }
+        if !matches!(work, Work::Insert) {
+            store.commit(&shared);
+        }
+        if store.open.is_none() && shared.wants_checkpoint() {
+            store.checkpoint(&shared);
+        }
+        store.settle(&shared);
+        drop(store);
+        if matches!(work, Work::Close) {
+            return;
+        }
+    }
+}
+
+impl Store {
+    /// Inserts rows in order into the open transaction (opening one when none is), committing
+    /// each time it holds `batch_max_events` rows. The insert statement is looked up once.
+    pub(super) fn insert_rows(&mut self, shared: &Shared, rows: Vec<Row>) {
+        if rows.is_empty() || shared.failure.check().is_err() {
+            return;
+        }
+        let Store { conn, open } = self;
+        let result = (|| -> rusqlite::Result<()> {
+            let mut rest = &rows[..];
+            while let Some(first) = rest.first() {
+                if open.is_none() {
+                    conn.prepare_cached("BEGIN")?.execute([])?;
+                }
+                let batch = open.get_or_insert(OpenBatch {
+                    first: first.seq,
+                    last: first.seq,
+                    count: 0,
+                });
+                let room = shared
+                    .options
+                    .batch_max_events
+                    .saturating_sub(batch.count)
+                    .max(1);
+                let (now, later) = rest.split_at(rest.len().min(room).min(ROWS_PER_INSERT));
+                insert_many(conn, now, Seqs::Next)?;
+                rest = later;
+                batch.count += now.len();
+                if let Some(last) = now.last() {
+                    batch.last = last.seq;
+                }
+                if batch.count >= shared.options.batch_max_events {
+                    let last = batch.last;
+                    conn.prepare_cached("COMMIT")?.execute([])?;
+                    *open = None;
+                    shared.committed.store(last, Ordering::Release);
+                }
+            }
+            Ok(())
+        })();
+        if let Err(err) = result {
+            self.abandon(shared, &err);
+        }
+    }
+
+    /// Brings the queue's batch clock in line with what is still uncommitted: none left stops
+    /// it; rows left with no clock running start it.
+    pub(super) fn settle(&self, shared: &Shared) {
+        let mut queue = lock(&shared.queue);
+        if self.open.is_none() && queue.rows.is_empty() {
+            queue.first_at = None;
+        } else if queue.first_at.is_none() {
+            queue.first_at = Some(Instant::now());
+        }
+    }
+
+    /// Runs a parameterless statement kept prepared (BEGIN and COMMIT run once per batch).
+    fn run_cached(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.execute([]).map(drop)
+    }
+
+    /// Commits the open transaction, if any, and publishes its last seq as committed.
+    pub(super) fn commit(&mut self, shared: &Shared) {
+        let Some(batch) = &self.open else { return };
+        let last = batch.last;
+        match self.run_cached("COMMIT") {
+            Ok(()) => {
+                self.open = None;
+                shared.committed.store(last, Ordering::Release);
+            }
+            Err(err) => self.abandon(shared, &err),
+        }
+    }
+
+    /// Rolls back a failed transaction and stops the writer for good.
+    fn abandon(&mut self, shared: &Shared, err: &rusqlite::Error) {
+        let Some(batch) = self.open.take() else {
+            return;
+        };
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        shared.failure.set(format!(
+            "committing seqs {}..={}: {err}",
+            batch.first, batch.last
+        ));
+    }
+
+    /// The second pass of a checkpoint, with the write connection held (see [`run_writer`]).
+    fn checkpoint(&mut self, shared: &Shared) {
+        checkpoint(&self.conn, "copying the rest of the WAL back");
+        // The next commit reports the WAL's size again (and so asks again if it stayed big).
+        shared.wal_pages.store(0, Ordering::Release);
+    }
+}
+
+/// A passive checkpoint on `conn`: copies committed WAL frames into the database without
+/// waiting for readers. A failure is only logged: the WAL keeps every commit, and the next
+/// checkpoint tries again.
+fn checkpoint(conn: &Connection, what: &str) {
+    if let Err(err) = conn.wal_checkpoint_v2(None::<&str>, rusqlite::wal::CheckpointMode::PASSIVE) {
+        tracing::warn!(error = %err, "event log checkpoint failed: {what}");
+    }
+}
