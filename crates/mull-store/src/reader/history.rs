@@ -9,7 +9,7 @@ use rusqlite::OptionalExtension;
 
 use super::rows::{decode_row, RowError};
 use super::walk::Chunks;
-use super::LogReader;
+use super::{LogReader, PAGE_ROWS};
 use crate::error::StoreError;
 use crate::schema::LIFECYCLE_PREDICATE;
 
@@ -24,8 +24,6 @@ pub(crate) enum Fold {
 
 /// The longest chain of forks a log may hold.
 const MAX_FORK_DEPTH: usize = 256;
-/// Rows per read transaction while a history is walked.
-const PAGE_ROWS: usize = 4096;
 
 impl LogReader {
     /// The session a fork was made from and the seq its history ends at there, or `None` for
