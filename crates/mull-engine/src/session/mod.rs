@@ -21,6 +21,7 @@
 mod approval;
 mod command;
 mod entry;
+pub mod follow;
 mod options;
 mod outcome;
 mod submission;
@@ -200,9 +201,20 @@ impl Session {
     }
 
     /// Every envelope appended from now on. A lagging receiver sees `Overflowed(n)` and
-    /// catches up from the log.
+    /// catches up from the log; [`Session::follow`] does that for you.
     pub fn subscribe(&self) -> Receiver<Envelope> {
         self.inner.recorder.subscribe()
+    }
+
+    /// Every event of the session after `after_seq`: from the log, then live, gap-free and
+    /// once each, a lagging reader made good from the log (see [`follow::Follow`]).
+    pub fn follow(&self, after_seq: u64) -> follow::Follow {
+        follow::Follow::with_bus(
+            self.inner.recorder.shared_log(),
+            self.id(),
+            self.subscribe(),
+            after_seq,
+        )
     }
 
     /// Every failed turn from now on (Think's `chat:request:failed`).
