@@ -29,6 +29,8 @@ pub struct Attempt {
     pub first_seq: u64,
     /// How it ended (`None`: running).
     pub status: Option<TurnStatus>,
+    /// The error its `turn_finished` gave, when it ended in one.
+    pub error: Option<String>,
 }
 
 /// A failure recorded for the request (`turn_failed`).
@@ -131,6 +133,7 @@ impl RequestFold {
                     continuation: *continuation,
                     first_seq: env.seq,
                     status: None,
+                    error: None,
                 });
                 self.ended_in_error = false;
                 self.failure = None;
@@ -154,8 +157,9 @@ impl RequestFold {
             _ => return false,
         };
         match &env.event {
-            Event::TurnFinished { status, .. } => {
+            Event::TurnFinished { status, error, .. } => {
                 current.status = Some(*status);
+                current.error.clone_from(error);
                 if let Some(failure) = self.failure.take() {
                     self.verdict = Some(Verdict::Failed(failure));
                 } else if *status == TurnStatus::Error {
@@ -401,6 +405,7 @@ mod tests {
         let attempts = fold.attempts();
         assert_eq!(attempts.len(), 2);
         assert_eq!(attempts[0].status, Some(TurnStatus::Error));
+        assert_eq!(attempts[0].error.as_deref(), Some("prompt is too long"));
         assert_eq!(attempts[1].number, 1);
         assert_eq!(attempts[1].turn_id.as_deref(), Some("t2"));
         assert_eq!(fold.entry(), Some(EntryPath::Http));
