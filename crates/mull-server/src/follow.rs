@@ -1,8 +1,8 @@
 //! Following one request's turns for a client stream: each event of its attempts once, in
 //! `seq` order, until the request has its verdict.
 //!
-//! Two folds below the server do the work. The session's events come from a
-//! [`Follow`](mull_engine::Follow) (the log, then live, gap-free and exactly once: on this node
+//! Two pieces below the server do the work. The session's events come from a
+//! [`mull_engine::Follow`] (the log, then live, gap-free and exactly once: on this node
 //! the session's bus, for a chat another node runs the log polled); what the request is doing
 //! — which events are its attempts', whether an attempt that ended in error is retried or was
 //! its final failure — comes from a [`RequestFold`]. What is left here is how long a client

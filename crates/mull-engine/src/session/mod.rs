@@ -12,10 +12,11 @@
 //! and queued.
 //!
 //! # Subscribers
-//! [`Session::subscribe`] hands out a receiver of every envelope appended from then on. The bus
+//! [`Session::follow`] streams every event after a seq, from the log then live, once each; it is
+//! built on [`Session::subscribe`], a receiver of every envelope appended from then on. The bus
 //! never waits for a slow subscriber: when one lags, its oldest events are dropped and `recv`
-//! reports `Overflowed(n)`; it then catches up by reading the missed `seq` range from the log
-//! (`LogReader::range`), which holds everything. Failed turns are also sent on
+//! reports `Overflowed(n)`; a follower then reads the missed `seq` range back from the log,
+//! which holds everything. Failed turns are also sent on
 //! [`Session::failures`] (Think's `chat:request:failed`).
 
 mod approval;
