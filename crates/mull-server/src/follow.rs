@@ -153,6 +153,7 @@ mod tests {
     use chrono::DateTime;
     use mull_core::{EntryPath, StreamPart, TurnStatus, Usage};
     use mull_engine::Follow;
+    use mull_store::EventLog;
     use mull_store::Log;
     use serde_json::json;
 
@@ -414,5 +415,108 @@ mod tests {
         drop(rx);
         drop(tx);
         assert_eq!(drain(&mut follower).await, vec![1, 2]);
+    }
+
+    /// A log shared with other nodes, as far as a follower can tell: this node holds the
+    /// session until `lost` is set (another node took it over).
+    #[derive(Debug)]
+    struct Shared {
+        log: Log,
+        lost: std::sync::atomic::AtomicBool,
+    }
+
+    impl EventLog for Shared {
+        fn open_session<'a>(
+            &'a self,
+            session_id: &'a str,
+        ) -> mull_store::LogFuture<'a, mull_store::SessionState> {
+            EventLog::open_session(&self.log, session_id)
+        }
+        fn append_event(
+            &self,
+            session_id: &str,
+            turn_id: Option<&str>,
+            at: chrono::DateTime<chrono::Utc>,
+            event: Event,
+        ) -> Result<mull_store::Appended, mull_store::StoreError> {
+            EventLog::append_event(&self.log, session_id, turn_id, at, event)
+        }
+        fn flush<'a>(&'a self, session_id: &'a str) -> mull_store::LogFuture<'a, ()> {
+            EventLog::flush(&self.log, session_id)
+        }
+        fn turn_events<'a>(
+            &'a self,
+            session_id: &'a str,
+            turn_id: &'a str,
+        ) -> mull_store::LogFuture<'a, Vec<Envelope>> {
+            EventLog::turn_events(&self.log, session_id, turn_id)
+        }
+        fn session_page<'a>(
+            &'a self,
+            session_id: &'a str,
+            after_seq: u64,
+            limit: usize,
+        ) -> mull_store::LogFuture<'a, Vec<Envelope>> {
+            EventLog::session_page(&self.log, session_id, after_seq, limit)
+        }
+        fn is_shared(&self) -> bool {
+            true
+        }
+        fn holds(&self, _session_id: &str) -> bool {
+            !self.lost.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_that_loses_the_session_passes_on_the_new_owners_end_of_the_turn() {
+        let f = fixture(64);
+        let shared = Arc::new(Shared {
+            log: f.log.clone(),
+            lost: std::sync::atomic::AtomicBool::new(false),
+        });
+        let bus = f.rx.activate_cloned();
+        let mut follower = TurnFollower::new(
+            Follow::with_bus(Arc::clone(&shared) as Arc<dyn EventLog>, "s", bus, 0),
+            "r1",
+        );
+        emit(&f, "s", Some("t1"), started("r1")).await;
+        emit(&f, "s", Some("t1"), delta("a")).await;
+        // This node published seq 3 but never committed it: it was cut off past its lease.
+        let phantom = Envelope {
+            seq: 3,
+            session_id: "s".into(),
+            turn_id: Some("t1".into()),
+            at: DateTime::from_timestamp(0, 0).unwrap_or_default(),
+            v: mull_core::EVENT_VERSION,
+            event: delta("never committed"),
+        };
+        let _ = f.tx.broadcast_direct(phantom).await;
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let env = follower.next().await.expect("follows").expect("an event");
+            seen.push((env.seq, env.kind().to_owned()));
+        }
+        // The node that took the session over ends the turn at seq 3, in the log only.
+        shared.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+        let at = DateTime::from_timestamp(0, 0).unwrap_or_default();
+        f.log
+            .append("s", Some("t1"), at, finished("r1"))
+            .expect("append");
+        while let Some(env) = follower.next().await.expect("follows") {
+            seen.push((env.seq, env.kind().to_owned()));
+        }
+        // What the client had is not sent again; the new owner's end is.
+        let kinds = |pairs: &[(u64, &str)]| -> Vec<(u64, String)> {
+            pairs.iter().map(|(s, k)| (*s, (*k).to_owned())).collect()
+        };
+        assert_eq!(
+            seen,
+            kinds(&[
+                (1, "turn_started"),
+                (2, "chunk"),
+                (3, "chunk"),
+                (3, "turn_finished")
+            ])
+        );
     }
 }
