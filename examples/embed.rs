@@ -114,11 +114,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let session = Session::open(&log, agent, SessionOptions::new("customer-42")).await?;
 
-    // Watch every event as it is appended (a lagging watcher re-reads the log).
-    let mut events = session.subscribe();
+    // Watch every event from here on, once each and in order (a lagging watcher is made good
+    // from the log).
+    let mut events = session.follow(session.read_state(|s| s.last_seq));
     let watcher = tokio::spawn(async move {
         let mut count = 0;
-        while let Ok(envelope) = events.recv().await {
+        while let Some(Ok(envelope)) = events.next().await {
             count += 1;
             if envelope.kind() == "tool_decided" {
                 println!("decision: {}", envelope.event.encode());

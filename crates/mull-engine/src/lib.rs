@@ -69,6 +69,7 @@ pub use extension::{
 pub use outside::{HookPoint, Outside, RealWorld};
 pub use replay::{reexecute, Divergence, Recording, ReplayError, ReplayOptions, ReplayReport};
 pub use search::{SearchError, SearchHit, SEARCH_TOOL};
+pub use session::follow::{Follow, FollowError};
 pub use session::{
     ChatStream, ClientToolOutcome, CommandOptions, OutcomeStatus, Reply, Session, SessionOptions,
     SubmissionResult, SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,

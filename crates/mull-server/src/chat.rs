@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mull_core::{Role, ToolPartState, UIMessage, UIPart};
-use mull_engine::{Approval, ChatStream, ClientToolOutcome, EngineError, Session, TurnOptions};
+use mull_engine::{
+    Approval, ChatStream, ClientToolOutcome, EngineError, Follow, Session, TurnOptions,
+};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -202,26 +204,29 @@ impl Started {
 }
 
 /// Follows `request_id` from `after_seq` on, asking the session whether the request still runs
-/// when an attempt's verdict is late.
+/// when an attempt's verdict is late (or, once another node took the chat over, whether that
+/// node still holds it).
 fn follower(
     state: &ServerState,
     session: &ChatSession,
-    bus: async_broadcast::Receiver<mull_core::Envelope>,
     after_seq: u64,
     request_id: String,
 ) -> TurnFollower {
     let probe = Session::clone(session);
-    TurnFollower::new(
-        Arc::clone(state.log()),
-        session.id().to_owned(),
-        bus,
-        after_seq,
-        request_id,
-    )
-    .with_request_active(Arc::new(move |request: &str| {
-        let active = probe.is_request_active(request);
-        Box::pin(async move { active })
-    }))
+    let log = Arc::clone(state.log());
+    TurnFollower::new(session.follow(after_seq), request_id).with_request_active(Arc::new(
+        move |request: &str| {
+            let chat = probe.id().to_owned();
+            let here = log.holds(&chat).then(|| probe.is_request_active(request));
+            let log = Arc::clone(&log);
+            Box::pin(async move {
+                match here {
+                    Some(active) => active,
+                    None => matches!(log.holder(&chat).await, Ok(Some(_))),
+                }
+            })
+        },
+    ))
 }
 
 /// How often a turn another node runs is read again from the log.
@@ -237,14 +242,8 @@ fn remote_follower(
 ) -> TurnFollower {
     let log = Arc::clone(state.log());
     let chat = chat_id.to_owned();
-    TurnFollower::polling(
-        Arc::clone(state.log()),
-        chat_id.to_owned(),
-        REMOTE_POLL,
-        after_seq,
-        request_id,
-    )
-    .with_request_active(Arc::new(move |_: &str| {
+    let events = Follow::polling(Arc::clone(&log), chat_id, REMOTE_POLL, after_seq);
+    TurnFollower::new(events, request_id).with_request_active(Arc::new(move |_: &str| {
         let (log, chat) = (Arc::clone(&log), chat.clone());
         Box::pin(async move { matches!(log.holder(&chat).await, Ok(Some(_))) })
     }))
@@ -282,8 +281,7 @@ pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started,
         state.session(&request.chat_id).await?
     };
     let chat_id = request.chat_id.clone();
-    // Subscribe before anything is appended, so the follower misses nothing.
-    let bus = session.subscribe();
+    // Where the request's events begin: the follower reads the log after it, then live.
     let after_seq = session.read_state(|s| s.last_seq);
     let body = Value::Object(request.body.clone());
 
@@ -303,7 +301,7 @@ pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started,
             stream: TurnStream::new(state, None, Some(session)),
         });
     };
-    let follower = follower(state, &session, bus, after_seq, chat.request_id.clone());
+    let follower = follower(state, &session, after_seq, chat.request_id.clone());
     run_to_end(chat, session.lease());
     Ok(Started {
         stream: TurnStream::new(state, Some(follower), Some(session)),
@@ -388,7 +386,6 @@ pub async fn resume(state: &ServerState, chat_id: &str) -> Result<Option<Started
         Local::Here(session) => session,
         Local::Elsewhere(owner) => return resume_remote(state, chat_id, &owner).await,
     };
-    let bus = session.subscribe();
     // The latest request still running (or between an overflowed attempt and its retry), and
     // where its first attempt began.
     let active = session.read_state(|s| {
@@ -405,13 +402,7 @@ pub async fn resume(state: &ServerState, chat_id: &str) -> Result<Option<Started
     let Some((request_id, first_seq)) = active else {
         return Ok(None);
     };
-    let follower = follower(
-        state,
-        &session,
-        bus,
-        first_seq.saturating_sub(1),
-        request_id,
-    );
+    let follower = follower(state, &session, first_seq.saturating_sub(1), request_id);
     Ok(Some(Started {
         stream: TurnStream::new(state, Some(follower), Some(session)),
     }))

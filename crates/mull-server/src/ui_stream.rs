@@ -10,8 +10,9 @@
 //!
 //! One request can run several turn attempts: context-overflow recovery ends a failed attempt
 //! and retries under the same request id. A stream follows the request, so the mapper holds a
-//! failed attempt's error until it knows the verdict: a `turn_failed` makes it final, a retry's
-//! `turn_started` drops it (the retry's `start` renames the message to the retry's id). A step
+//! failed attempt's error until the request has its verdict, which the store's
+//! [`RequestFold`] decides: a `turn_failed` makes it final, a retry's `turn_started` drops it
+//! (the retry's `start` renames the message to the retry's id). A step
 //! boundary is only sent once the step shows something, so an attempt refused before its first
 //! part leaves no empty step in the client's message.
 
@@ -20,6 +21,7 @@ use std::collections::HashSet;
 use mull_core::{
     DecisionAction, Envelope, Event, FinishReason, Source, StreamPart, ToolPartState, TurnStatus,
 };
+use mull_store::{RequestFold, RequestPhase};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -168,10 +170,8 @@ pub struct UiStreamMapper {
     denied: HashSet<String>,
     /// The finish reason of the latest step.
     finish_reason: FinishReason,
-    /// A failure already reported as an `error` chunk.
-    errored: bool,
-    /// A failed attempt's error, held until a retry starts or the failure is final.
-    pending_error: Option<String>,
+    /// The request mapped (the first one met): its attempts and verdict.
+    request: Option<RequestFold>,
     /// A step began and has shown nothing yet: its `start-step` is still held back.
     step_pending: bool,
     finished: bool,
@@ -193,8 +193,7 @@ impl UiStreamMapper {
             outputs_sent: HashSet::new(),
             denied: HashSet::new(),
             finish_reason: FinishReason::Unknown,
-            errored: false,
-            pending_error: None,
+            request: None,
             step_pending: false,
             finished: false,
         }
@@ -219,7 +218,8 @@ impl UiStreamMapper {
             return;
         }
         let from = out.len();
-        self.map_event(&envelope.event, out);
+        let phases = self.fold(envelope);
+        self.map_event(&envelope.event, phases, out);
         if self.step_pending {
             if let Some(at) = out[from..].iter().position(UiChunk::shows_step_content) {
                 out.insert(from + at, UiChunk::StartStep);
@@ -230,13 +230,42 @@ impl UiStreamMapper {
 
     /// The stream ends without more events: a failure still awaiting its verdict is final.
     pub fn end(&mut self, out: &mut Vec<UiChunk>) {
-        if let Some(error_text) = self.pending_error.take() {
-            out.push(UiChunk::Error { error_text });
+        if let Some(request) = &self.request {
+            if request.phase() == RequestPhase::AwaitingVerdict && !self.finished {
+                let error_text = request.current().and_then(|a| a.error.clone());
+                out.push(UiChunk::Error {
+                    error_text: error_text.unwrap_or_else(|| "the turn failed".to_owned()),
+                });
+            }
         }
         self.finished = true;
     }
 
-    fn map_event(&mut self, event: &Event, out: &mut Vec<UiChunk>) {
+    /// Folds `envelope` into the request it maps (the first one it meets). When the event is
+    /// the request's, returns where the request stood before it and after it.
+    fn fold(&mut self, envelope: &Envelope) -> Option<(RequestPhase, RequestPhase)> {
+        if self.request.is_none() {
+            let request_id = match &envelope.event {
+                Event::TurnStarted { request_id, .. }
+                | Event::TurnFailed {
+                    request_id: Some(request_id),
+                    ..
+                } => request_id,
+                _ => return None,
+            };
+            self.request = Some(RequestFold::new(request_id.clone()));
+        }
+        let request = self.request.as_mut()?;
+        let before = request.phase();
+        request.apply(envelope).then(|| (before, request.phase()))
+    }
+
+    fn map_event(
+        &mut self,
+        event: &Event,
+        phases: Option<(RequestPhase, RequestPhase)>,
+        out: &mut Vec<UiChunk>,
+    ) {
         match event {
             // A continuation extends the client's last assistant message (the AI SDK starts a
             // new message when `start` names another id), so it names none. A retry names its
@@ -246,8 +275,6 @@ impl UiStreamMapper {
                 continuation,
                 ..
             } => {
-                self.pending_error = None;
-                self.errored = false;
                 self.step_pending = false;
                 out.push(UiChunk::Start {
                     message_id: (!continuation).then(|| message_id.clone()),
@@ -328,20 +355,19 @@ impl UiStreamMapper {
                 self.finish_reason = record.finish_reason;
                 out.push(UiChunk::FinishStep);
             }
-            // After a failed attempt's end, the failure is final: no retry follows.
-            Event::TurnFailed { error, .. } if self.pending_error.is_some() => {
-                self.pending_error = None;
+            // The request's failure, reported once. After its attempt's end it is the verdict
+            // (no retry follows); before that end, the end finishes the stream.
+            Event::TurnFailed { error, .. } => {
+                let Some((before, after)) = phases else {
+                    return;
+                };
+                if matches!(before, RequestPhase::AwaitingEnd | RequestPhase::Over) {
+                    return;
+                }
                 out.push(UiChunk::Error {
                     error_text: error.clone(),
                 });
-                self.errored = true;
-                self.finished = true;
-            }
-            Event::TurnFailed { error, .. } if !self.errored => {
-                self.errored = true;
-                out.push(UiChunk::Error {
-                    error_text: error.clone(),
-                });
+                self.finished = after == RequestPhase::Over;
             }
             Event::TurnFinished { status, error, .. } => {
                 self.step_pending = false;
@@ -352,22 +378,19 @@ impl UiStreamMapper {
                     TurnStatus::Aborted => out.push(UiChunk::Abort {
                         reason: error.clone(),
                     }),
-                    // Reported already: the attempt is over and nothing is retried after it.
-                    TurnStatus::Error if self.errored => {}
                     // Held until the verdict: overflow recovery may retry the request.
-                    TurnStatus::Error => {
-                        self.pending_error = Some(
-                            error
-                                .clone()
-                                .unwrap_or_else(|| "the turn failed".to_owned()),
-                        );
+                    TurnStatus::Error
+                        if phases.map(|(_, after)| after)
+                            == Some(RequestPhase::AwaitingVerdict) =>
+                    {
                         return;
                     }
+                    // Reported already: the failure came before this end.
+                    TurnStatus::Error => {}
                     // A running status on a finish event means nothing to a client, nor does
                     // a status only readers show.
                     TurnStatus::Running | TurnStatus::Interrupted => return,
                 }
-                self.errored = true;
                 self.finished = true;
             }
             _ => {}
@@ -773,8 +796,12 @@ mod tests {
         );
         assert!(mapper.is_finished());
 
+        // A failure recorded before its turn's end is reported once, and that end closes
+        // the stream.
+        let mut mapper = UiStreamMapper::new();
         let errored = run(
             vec![
+                started(),
                 chunk(StreamPart::Error {
                     message: "overloaded".into(),
                 }),
@@ -788,12 +815,16 @@ mod tests {
                 },
                 finished(TurnStatus::Error, Some("overloaded")),
             ],
-            &mut UiStreamMapper::new(),
+            &mut mapper,
         );
         assert_eq!(
             errored,
-            vec![json!({"type": "error", "errorText": "overloaded"})]
+            vec![
+                json!({"type": "start", "messageId": "m1"}),
+                json!({"type": "error", "errorText": "overloaded"})
+            ]
         );
+        assert!(mapper.is_finished());
 
         let completed = run(
             vec![

@@ -120,6 +120,7 @@ pub mod pacing;
 pub mod projection;
 pub mod reader;
 pub mod recovery;
+pub mod request;
 pub mod schema;
 pub mod tail;
 pub mod timestamp;
@@ -141,5 +142,6 @@ pub use projection::{
 };
 pub use reader::{LogReader, SessionSummary};
 pub use recovery::RecoveredTurn;
+pub use request::{RequestFold, RequestPhase, Verdict};
 pub use tail::{Tail, TAIL_POLL_INTERVAL};
 pub use writer::{Appended, Log, LogOptions};

@@ -12,15 +12,17 @@
 //! and queued.
 //!
 //! # Subscribers
-//! [`Session::subscribe`] hands out a receiver of every envelope appended from then on. The bus
+//! [`Session::follow`] streams every event after a seq, from the log then live, once each; it is
+//! built on [`Session::subscribe`], a receiver of every envelope appended from then on. The bus
 //! never waits for a slow subscriber: when one lags, its oldest events are dropped and `recv`
-//! reports `Overflowed(n)`; it then catches up by reading the missed `seq` range from the log
-//! (`LogReader::range`), which holds everything. Failed turns are also sent on
+//! reports `Overflowed(n)`; a follower then reads the missed `seq` range back from the log,
+//! which holds everything. Failed turns are also sent on
 //! [`Session::failures`] (Think's `chat:request:failed`).
 
 mod approval;
 mod command;
 mod entry;
+pub mod follow;
 mod options;
 mod outcome;
 mod submission;
@@ -200,9 +202,20 @@ impl Session {
     }
 
     /// Every envelope appended from now on. A lagging receiver sees `Overflowed(n)` and
-    /// catches up from the log.
+    /// catches up from the log; [`Session::follow`] does that for you.
     pub fn subscribe(&self) -> Receiver<Envelope> {
         self.inner.recorder.subscribe()
+    }
+
+    /// Every event of the session after `after_seq`: from the log, then live, gap-free and
+    /// once each, a lagging reader made good from the log (see [`follow::Follow`]).
+    pub fn follow(&self, after_seq: u64) -> follow::Follow {
+        follow::Follow::with_bus(
+            self.inner.recorder.shared_log(),
+            self.id(),
+            self.subscribe(),
+            after_seq,
+        )
     }
 
     /// Every failed turn from now on (Think's `chat:request:failed`).
