@@ -36,6 +36,7 @@ pub mod hooks;
 pub mod memory;
 mod recorder;
 pub mod replay;
+mod runtime;
 pub mod session;
 pub mod session_config;
 pub mod stop;

@@ -42,16 +42,12 @@ use crate::error::{EngineError, HookResult};
 use crate::hooks::context::{
     ChunkContext, StepContext, ToolCallContext, ToolCallResultContext, TurnContext,
 };
-use crate::session::Inner;
 use crate::stop::step_count_is;
 
-mod dispatch;
+pub(crate) mod dispatch;
 mod patch;
 mod snapshot;
 
-pub(crate) use dispatch::{
-    after_tool_call, before_tool_call, before_turn, on_chunk, on_step_finish,
-};
 pub use patch::{
     ForcedTool, ForcedToolKind, PatchError, TimeoutPatch, ToolChoiceMode, ToolChoicePatch,
     TurnConfigPatch,

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::error::EngineError;
 use crate::extension;
-use crate::session::Inner;
+use crate::runtime::Runtime;
 
 use super::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
 use super::observe;
@@ -145,7 +145,7 @@ impl Observed {
 /// the turn goes on; only a log that refuses `hook_failed` is an error, and then no extension
 /// is called.
 pub(crate) async fn dispatch(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     observed: &Observed,
 ) -> Result<(), EngineError> {
@@ -158,9 +158,11 @@ pub(crate) async fn dispatch(
     };
     observe(inner, turn_id, observed.hook(), fut).await?;
     match observed {
-        Observed::Chunk(ctx) => extension::on_chunk(inner, turn_id, ctx).await,
-        Observed::ToolResult(ctx) => extension::after_tool_call(inner, turn_id, ctx).await,
-        Observed::Step(ctx) => extension::on_step_finish(inner, turn_id, ctx).await,
+        Observed::Chunk(ctx) => extension::dispatch::on_chunk(inner, turn_id, ctx).await,
+        Observed::ToolResult(ctx) => {
+            extension::dispatch::after_tool_call(inner, turn_id, ctx).await
+        }
+        Observed::Step(ctx) => extension::dispatch::on_step_finish(inner, turn_id, ctx).await,
         // Extensions do not subscribe to it.
         Observed::ChatResponse(_) => Ok(()),
     }

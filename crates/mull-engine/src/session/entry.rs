@@ -13,7 +13,7 @@ use crate::tool::ToolSet;
 use crate::turn::{self, TurnSpec};
 
 use super::{
-    ChatStream, ClientToolOutcome, CommandOptions, Inner, OutcomeStatus, Reply, Session,
+    ChatStream, ClientToolOutcome, CommandOptions, OutcomeStatus, Reply, Runtime, Session,
     TurnOptions, TurnOutcome,
 };
 
@@ -151,7 +151,7 @@ impl Session {
     /// to the returned stream. The request id is known before the task starts.
     pub(super) fn spawn_streaming<F, Fut>(&self, mut spec: TurnSpec, run: F) -> ChatStream
     where
-        F: FnOnce(Arc<Inner>, TurnSpec) -> Fut,
+        F: FnOnce(Arc<Runtime>, TurnSpec) -> Fut,
         Fut: std::future::Future<Output = Result<TurnOutcome, EngineError>> + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -352,7 +352,7 @@ pub(super) fn unexpected(reply: Reply) -> EngineError {
 /// Retracts what a regeneration replaces (see [`Session::regenerate`]); runs under the turn
 /// lock. `Ok(Err(_))` when the named message left the conversation while the request waited.
 async fn retract_for_regeneration(
-    inner: &Inner,
+    inner: &Runtime,
     spec: &TurnSpec,
     message_id: Option<&str>,
 ) -> Result<Result<(), ChatError>, EngineError> {

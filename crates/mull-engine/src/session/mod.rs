@@ -21,92 +21,33 @@
 mod approval;
 mod command;
 mod entry;
-mod options;
-mod outcome;
+mod memory;
 mod submission;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use async_broadcast::Receiver;
 use mull_core::{Envelope, Event, Input};
 use mull_store::{EventLog, Log, SessionState};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
-use crate::broadcast::Broadcast;
 use crate::error::EngineError;
 use crate::recorder::Recorder;
+use crate::runtime::{lock, Runtime, TurnScope, TURN_SCOPE};
 use crate::session_config::SessionConfig;
 
-pub use command::{CommandOptions, Reply};
-pub use options::{SessionOptions, SubmitOptions, TurnOptions};
-pub use outcome::{
-    ChatStream, ClientToolOutcome, OutcomeStatus, SubmissionResult, SubmitReceipt, TurnFailure,
-    TurnOutcome,
+/// The name replay knows a session's runtime by.
+pub(crate) use crate::runtime::Runtime as Inner;
+pub use crate::runtime::{
+    ChatStream, ClientToolOutcome, OutcomeStatus, SessionOptions, SubmissionResult, SubmitOptions,
+    SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,
 };
-
-tokio::task_local! {
-    /// The turn the current task is inside of, if any.
-    pub(crate) static TURN_SCOPE: TurnScope;
-}
-
-/// Where the current task stands with respect to a session's turn lock.
-#[derive(Debug, Clone)]
-pub(crate) struct TurnScope {
-    pub session_id: String,
-    pub request_id: String,
-}
-
-pub(crate) struct Inner {
-    pub session_id: String,
-    pub agent: Arc<dyn Agent>,
-    pub config: SessionConfig,
-    pub options: SessionOptions,
-    pub recorder: Recorder,
-    pub queue: tokio::sync::Mutex<()>,
-    /// Cancellation tokens of requests that have not ended yet (queued or running).
-    pub active: Mutex<HashMap<String, CancellationToken>>,
-    pub waiters: Mutex<HashMap<String, watch::Sender<Option<SubmissionResult>>>>,
-    /// The full-text index of the conversation, built on first search.
-    pub search: crate::memory::search::SearchIndex,
-    /// Turn tasks running in the background (streamed chats, submissions) that may not have
-    /// ended yet: what [`Session::abort_background_turns`] stops.
-    background: Mutex<Vec<tokio::task::AbortHandle>>,
-    failures: Broadcast<TurnFailure>,
-}
-
-impl Inner {
-    /// Forgets a request's cancellation token once its turn ended (cancelling it is a no-op).
-    pub(crate) fn forget_request(&self, request_id: &str) {
-        lock(&self.active).remove(request_id);
-    }
-
-    /// Spawns a background turn task, keeping a handle to abort it (tasks that ended are
-    /// forgotten here, so the list stays as long as the work in flight).
-    fn spawn_turn<T: Send + 'static>(
-        &self,
-        task: impl std::future::Future<Output = T> + Send + 'static,
-    ) -> tokio::task::JoinHandle<T> {
-        // Boxed: a turn's future is large (kilobytes), and tokio moves an unboxed future
-        // through several copies while spawning and finishing the task.
-        let handle = tokio::spawn(Box::pin(task));
-        let mut background = lock(&self.background);
-        background.retain(|h| !h.is_finished());
-        background.push(handle.abort_handle());
-        handle
-    }
-}
+pub use command::{CommandOptions, Reply};
 
 /// A handle to an open session. Cheap to clone; every clone drives the same session.
 #[derive(Clone)]
 pub struct Session {
-    pub(crate) inner: Arc<Inner>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    pub(crate) inner: Arc<Runtime>,
 }
 
 impl Session {
@@ -147,19 +88,12 @@ impl Session {
         );
         let config = agent.configure_session(SessionConfig::new()).await;
         let session = Session {
-            inner: Arc::new(Inner {
-                session_id: options.session_id.clone(),
-                agent: Arc::clone(&agent),
+            inner: Arc::new(Runtime::new(
+                Arc::clone(&agent),
                 config,
-                options: options.clone(),
+                options.clone(),
                 recorder,
-                queue: tokio::sync::Mutex::new(()),
-                active: Mutex::new(HashMap::new()),
-                waiters: Mutex::new(HashMap::new()),
-                search: crate::memory::search::SearchIndex::default(),
-                background: Mutex::new(Vec::new()),
-                failures: Broadcast::new(64),
-            }),
+            )),
         };
         session.inner.recorder.append(
             None,
@@ -208,10 +142,6 @@ impl Session {
     /// Every failed turn from now on (Think's `chat:request:failed`).
     pub fn failures(&self) -> Receiver<TurnFailure> {
         self.inner.failures.subscribe()
-    }
-
-    pub(crate) fn publish_failure(inner: &Inner, envelope: Envelope) {
-        inner.failures.publish(|| TurnFailure { envelope });
     }
 
     /// Refuses a blocking entry started from inside one of this session's running turns (its

@@ -212,7 +212,7 @@ impl TurnRun<'_> {
             self.inner.agent.after_tool_call(&ctx),
         )
         .await?;
-        extension::after_tool_call(self.inner, self.tid(), &ctx).await
+        extension::dispatch::after_tool_call(self.inner, self.tid(), &ctx).await
     }
 
     /// Runs an approved call to its final value. A streaming tool's preliminary values are not

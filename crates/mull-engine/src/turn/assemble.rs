@@ -14,7 +14,7 @@ use crate::error::{ChatError, EngineError};
 use crate::extension;
 use crate::hooks::context::TurnContext;
 use crate::hooks::guard_hook;
-use crate::session::Inner;
+use crate::runtime::Runtime;
 use crate::tool::ToolEntry;
 
 impl TurnRun<'_> {
@@ -25,8 +25,11 @@ impl TurnRun<'_> {
         let inner = self.inner;
         let agent = &inner.agent;
         let mut tools = agent.tools();
-        tools.merge(&crate::session_config::session_tools(inner));
-        let (mcp_tools, tool_problems) = crate::tool_source::list_turn_sources(inner).await;
+        tools.merge(&crate::memory::session_tools(inner));
+        let sources: Vec<_> = (agent.mcp_servers().into_iter())
+            .chain(inner.options.mcp_servers.iter().cloned())
+            .collect();
+        let (mcp_tools, tool_problems) = crate::tool_source::list_all(&sources).await;
         tools.merge(&match &inner.options.serve_session_tools {
             Some(serve) => serve(inner, mcp_tools),
             None => mcp_tools,
@@ -94,7 +97,7 @@ impl TurnRun<'_> {
             Err(message) => return Ok(Err(self.error(ErrorStage::Turn, message))),
         };
         let resolved = ResolvedTurn::merge(defaults, config, model);
-        let resolved = extension::before_turn(inner, self.tid(), &ctx, resolved).await?;
+        let resolved = extension::dispatch::before_turn(inner, self.tid(), &ctx, resolved).await?;
         if resolved.messages.is_empty() {
             return Ok(Err(self.error(
                 ErrorStage::Turn,
@@ -115,7 +118,7 @@ impl TurnRun<'_> {
 }
 
 pub(super) fn resolve_model(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     choice: Option<&ModelChoice>,
 ) -> Result<Option<Arc<dyn LanguageModel>>, String> {
     match choice {

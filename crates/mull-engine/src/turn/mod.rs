@@ -40,7 +40,7 @@ use tracing::Instrument;
 
 use crate::error::{ChatError, EngineError};
 use crate::hooks::{dispatch, Observed};
-use crate::session::{Inner, OutcomeStatus, TurnOutcome, TurnScope, TURN_SCOPE};
+use crate::runtime::{OutcomeStatus, Runtime, TurnOutcome, TurnScope, TURN_SCOPE};
 use crate::tool::{ToolExecution, ToolSet};
 
 use attempt::{persist_messages, run_attempt};
@@ -53,11 +53,7 @@ pub const ABORTED_TOOL_CALL: &str = "The tool call was aborted.";
 /// The text a repaired tool call shows.
 pub use mull_store::recovery::INTERRUPTED_TOOL_CALL;
 
-/// Longest text or tool output (in bytes) kept whole in older messages given to the model.
-pub const CONTEXT_TRUNCATE_CHARS: usize = 8_000;
-
-/// How many of the last messages are never truncated.
-pub const CONTEXT_KEEP_LAST: usize = 4;
+pub use crate::memory::compaction::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
 
 /// Everything an entry path hands to the loop.
 pub(crate) struct TurnSpec {
@@ -81,7 +77,7 @@ pub(crate) struct TurnSpec {
 /// turn. `held` is the lock when the caller already took it (a regeneration retracts messages
 /// under the same lock as its turn).
 pub(crate) async fn run_entry(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     spec: TurnSpec,
     held: Option<tokio::sync::MutexGuard<'_, ()>>,
 ) -> Result<TurnOutcome, EngineError> {
@@ -109,7 +105,7 @@ struct Ended {
     response: Option<Observed>,
 }
 
-async fn run_attempts(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<Ended, EngineError> {
+async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, EngineError> {
     if let Some(ended) = persist_messages(inner, spec).await? {
         return Ok(ended);
     }
@@ -253,7 +249,7 @@ enum ToolEnd {
 
 /// The state of one turn attempt.
 struct TurnRun<'a> {
-    inner: &'a Arc<Inner>,
+    inner: &'a Arc<Runtime>,
     spec: &'a TurnSpec,
     turn_id: String,
     message_id: String,

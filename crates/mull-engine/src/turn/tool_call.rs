@@ -147,7 +147,7 @@ impl TurnRun<'_> {
             self.inner.agent.before_tool_call(&ctx),
         )
         .await?;
-        extension::before_tool_call(self.inner, self.tid(), &ctx).await?;
+        extension::dispatch::before_tool_call(self.inner, self.tid(), &ctx).await?;
         // A call that would run waits for a person when the hook or the tool's rule asks.
         let ask = match &decided {
             Ok(Some(ToolCallDecision::RequireApproval { reason })) => {

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::extension::{Extension, Extensions};
 use crate::tool::ToolSet;
 
-use super::Inner;
+use super::Runtime as Inner;
 
 /// How a session is opened.
 #[derive(Clone)]
