@@ -19,6 +19,7 @@ use crate::broadcast::Broadcast;
 use crate::memory::search_index::SearchIndex;
 use crate::recorder::Recorder;
 use crate::session_config::SessionConfig;
+use crate::tool::CallSite;
 
 pub use options::{SessionOptions, SubmitOptions, TurnOptions};
 pub use outcome::{
@@ -44,7 +45,7 @@ pub(crate) struct Runtime {
     pub agent: Arc<dyn Agent>,
     pub config: SessionConfig,
     pub options: SessionOptions,
-    pub recorder: Recorder,
+    pub recorder: Arc<Recorder>,
     pub queue: tokio::sync::Mutex<()>,
     /// Cancellation tokens of requests that have not ended yet (queued or running).
     pub active: Mutex<HashMap<String, CancellationToken>>,
@@ -70,7 +71,7 @@ impl Runtime {
             agent,
             config,
             options,
-            recorder,
+            recorder: Arc::new(recorder),
             queue: tokio::sync::Mutex::new(()),
             active: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
@@ -98,6 +99,15 @@ impl Runtime {
         background.retain(|h| !h.is_finished());
         background.push(handle.abort_handle());
         handle
+    }
+
+    /// Where a tool call in turn `turn_id` of this session runs.
+    pub(crate) fn call_site(self: &Arc<Runtime>, turn_id: &str) -> CallSite {
+        CallSite::new(
+            Arc::clone(&self.recorder),
+            Arc::clone(self) as Arc<dyn std::any::Any + Send + Sync>,
+            turn_id.to_owned(),
+        )
     }
 
     /// Sends a failed turn's final event to the session's failure subscribers.

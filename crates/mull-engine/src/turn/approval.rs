@@ -154,12 +154,7 @@ impl TurnRun<'_> {
                     messages: messages.clone(),
                     context: self.tool_context.clone(),
                     cancel: self.spec.signal.clone(),
-                    site: crate::subagent::CallSite {
-                        session: crate::session::Session {
-                            inner: std::sync::Arc::clone(self.inner),
-                        },
-                        turn_id: self.turn_id.clone(),
-                    },
+                    site: self.inner.call_site(&self.turn_id),
                     served_duration_ms: std::sync::OnceLock::new(),
                 };
                 let started = self.inner.recorder.clock().timer();

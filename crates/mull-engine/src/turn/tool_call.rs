@@ -3,7 +3,6 @@
 //! a person's approval (see [`super::approval`]).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
 use mull_core::{
@@ -233,12 +232,7 @@ impl TurnRun<'_> {
                     messages: messages.to_vec(),
                     context: self.tool_context.clone(),
                     cancel: self.spec.signal.clone(),
-                    site: crate::subagent::CallSite {
-                        session: crate::session::Session {
-                            inner: Arc::clone(self.inner),
-                        },
-                        turn_id: self.turn_id.clone(),
-                    },
+                    site: self.inner.call_site(&self.turn_id),
                     served_duration_ms: std::sync::OnceLock::new(),
                 };
                 let started = self.inner.recorder.clock().timer();
