@@ -29,9 +29,11 @@ pub mod agent;
 pub mod approval;
 mod broadcast;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod extension;
 mod fork;
+mod guard;
 pub mod hooks;
 pub mod memory;
 mod recorder;
@@ -46,7 +48,6 @@ pub mod tool_source;
 pub mod transform;
 mod turn;
 
-pub use hooks::context;
 pub use memory::{compaction, context_blocks, search, tokens};
 
 pub use agent::Agent;

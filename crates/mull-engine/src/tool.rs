@@ -132,7 +132,7 @@ pub trait Tool: Send + Sync {
     /// Whether a call with this (validated, possibly rewritten) input must wait for a person's
     /// approval before it runs: the AI SDK's `needsApproval`, a bool or a function of the
     /// input. Asked only for a call `before_tool_call` lets run; the hook can ask for approval
-    /// itself with [`ToolCallDecision::RequireApproval`](crate::context::ToolCallDecision).
+    /// itself with [`ToolCallDecision::RequireApproval`](crate::ToolCallDecision).
     fn needs_approval(&self, input: &Value) -> bool {
         let _ = input;
         false

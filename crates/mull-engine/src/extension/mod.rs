@@ -25,7 +25,7 @@
 //!
 //! Where things are: the contract here ([`Extension`], [`ExtensionHook`], [`ExtensionHost`]),
 //! the snapshots hooks see (`snapshot.rs`), a `before_turn` reply and how it changes a turn
-//! (`patch.rs`), and the dispatcher that runs subscribers at each hook (`dispatch.rs`).
+//! (`patch.rs`). The dispatcher that runs subscribers at each hook is `hooks/extensions.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -38,14 +38,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::ResolvedTurn;
-use crate::error::{EngineError, HookResult};
-use crate::hooks::context::{
-    ChunkContext, StepContext, ToolCallContext, ToolCallResultContext, TurnContext,
-};
+use crate::error::HookResult;
 use crate::stop::step_count_is;
 
-pub(crate) mod dispatch;
-mod patch;
+pub(crate) mod patch;
 mod snapshot;
 
 pub use patch::{
@@ -208,7 +204,7 @@ pub trait Extension: Send + Sync + 'static {
 /// The extensions of a session, in load order.
 #[derive(Clone, Default)]
 pub struct Extensions {
-    list: Vec<Arc<dyn Extension>>,
+    pub(crate) list: Vec<Arc<dyn Extension>>,
 }
 
 impl Extensions {
@@ -232,7 +228,10 @@ impl Extensions {
         self.list.iter().map(|e| e.name().to_owned()).collect()
     }
 
-    fn subscribed(&self, hook: ExtensionHook) -> impl Iterator<Item = &Arc<dyn Extension>> {
+    pub(crate) fn subscribed(
+        &self,
+        hook: ExtensionHook,
+    ) -> impl Iterator<Item = &Arc<dyn Extension>> {
         self.list.iter().filter(move |e| e.subscribes(hook))
     }
 }

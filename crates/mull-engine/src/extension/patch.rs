@@ -218,7 +218,7 @@ impl TurnConfigPatch {
 }
 
 /// Merges an extension's scalar fields into the turn and records them as overrides.
-pub(super) fn apply_patch(resolved: &mut ResolvedTurn, extension: &str, patch: TurnConfigPatch) {
+pub(crate) fn apply_patch(resolved: &mut ResolvedTurn, extension: &str, patch: TurnConfigPatch) {
     let mut set: Vec<&str> = Vec::new();
     let settings = &mut resolved.settings;
     macro_rules! replace {

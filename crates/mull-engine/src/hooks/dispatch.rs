@@ -14,11 +14,10 @@ use mull_core::{DecisionAction, Event, HookName, ModelMessage, StreamPart, UIMes
 use serde_json::Value;
 
 use crate::error::EngineError;
-use crate::extension;
 use crate::runtime::Runtime;
 
-use super::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
-use super::observe;
+use crate::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
+use crate::guard::observe;
 
 /// What an observer hook sees, built from the event it observes.
 #[derive(Debug)]
@@ -158,11 +157,9 @@ pub(crate) async fn dispatch(
     };
     observe(inner, turn_id, observed.hook(), fut).await?;
     match observed {
-        Observed::Chunk(ctx) => extension::dispatch::on_chunk(inner, turn_id, ctx).await,
-        Observed::ToolResult(ctx) => {
-            extension::dispatch::after_tool_call(inner, turn_id, ctx).await
-        }
-        Observed::Step(ctx) => extension::dispatch::on_step_finish(inner, turn_id, ctx).await,
+        Observed::Chunk(ctx) => super::extensions::on_chunk(inner, turn_id, ctx).await,
+        Observed::ToolResult(ctx) => super::extensions::after_tool_call(inner, turn_id, ctx).await,
+        Observed::Step(ctx) => super::extensions::on_step_finish(inner, turn_id, ctx).await,
         // Extensions do not subscribe to it.
         Observed::ChatResponse(_) => Ok(()),
     }

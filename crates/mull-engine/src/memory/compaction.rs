@@ -26,7 +26,7 @@ use mull_core::{
 use serde_json::json;
 
 use crate::error::{EngineError, HookError};
-use crate::hooks::{guarded, Caller};
+use crate::guard::{guarded, Caller};
 use crate::runtime::Runtime;
 use crate::session_config::{Compaction, CompactionRequest};
 

@@ -21,7 +21,7 @@ use mull_core::{ContextBlockSource, Event, HookName, TurnStatus};
 use serde_json::{json, Value};
 
 use crate::error::EngineError;
-use crate::hooks::{guarded, Caller};
+use crate::guard::{guarded, Caller};
 use crate::runtime::Runtime;
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};

@@ -91,7 +91,7 @@ impl Session {
     }
 
     /// [`Session::chat`] for a sub-agent's turn, which another session's tool call runs: the
-    /// same turn, recorded with entry `sub_agent` (see [`crate::subagent`]).
+    /// same turn, recorded with entry `sub_agent` (see `subagent/mod.rs`).
     pub(crate) fn chat_as_subagent(
         &self,
         messages: Vec<UIMessage>,

@@ -12,11 +12,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::agent::Agent;
 use crate::config::{StepConfig, TurnConfig};
-use crate::error::{ChatError, HookResult};
-use crate::hooks::context::{
+use crate::context::{
     ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, StepContext,
     ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
 };
+use crate::error::{ChatError, HookResult};
 use crate::session_config::SessionConfig;
 use crate::tool::ToolSet;
 use crate::tool_source::ToolSource;

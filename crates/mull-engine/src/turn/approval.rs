@@ -22,10 +22,9 @@ use mull_store::PendingApproval;
 use serde_json::Value;
 
 use super::{StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL};
+use crate::context::ToolCallResultContext;
 use crate::error::EngineError;
-use crate::extension;
-use crate::hooks::context::ToolCallResultContext;
-use crate::hooks::{observe, panic_text};
+use crate::guard::{observe, panic_text};
 use crate::tool::{Tool, ToolEntry, ToolExecution, ToolOutput, ToolSet};
 
 /// What a call asking for approval hands to [`TurnRun::park_for_approval`].
@@ -207,7 +206,7 @@ impl TurnRun<'_> {
             self.inner.agent.after_tool_call(&ctx),
         )
         .await?;
-        extension::dispatch::after_tool_call(self.inner, self.tid(), &ctx).await
+        crate::hooks::extensions::after_tool_call(self.inner, self.tid(), &ctx).await
     }
 
     /// Runs an approved call to its final value. A streaming tool's preliminary values are not

@@ -10,10 +10,9 @@ use mull_core::{
 
 use super::{TurnRun, CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
 use crate::config::{ModelChoice, ResolvedTurn, TurnDefaults};
+use crate::context::TurnContext;
 use crate::error::{ChatError, EngineError};
-use crate::extension;
-use crate::hooks::context::TurnContext;
-use crate::hooks::guard_hook;
+use crate::guard::guard_hook;
 use crate::runtime::Runtime;
 use crate::tool::ToolEntry;
 
@@ -97,7 +96,8 @@ impl TurnRun<'_> {
             Err(message) => return Ok(Err(self.error(ErrorStage::Turn, message))),
         };
         let resolved = ResolvedTurn::merge(defaults, config, model);
-        let resolved = extension::dispatch::before_turn(inner, self.tid(), &ctx, resolved).await?;
+        let resolved =
+            crate::hooks::extensions::before_turn(inner, self.tid(), &ctx, resolved).await?;
         if resolved.messages.is_empty() {
             return Ok(Err(self.error(
                 ErrorStage::Turn,

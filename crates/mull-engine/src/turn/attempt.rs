@@ -14,10 +14,10 @@ use serde_json::Value;
 use super::failure::fail;
 use super::recovery::{closed, repair_transcript};
 use super::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
+use crate::context::ChatErrorContext;
 use crate::error::{ChatError, EngineError};
-use crate::hooks::context::ChatErrorContext;
+use crate::guard::{panic_text, record_hook_failure};
 use crate::hooks::Observed;
-use crate::hooks::{panic_text, record_hook_failure};
 use crate::runtime::{OutcomeStatus, Runtime};
 
 /// Appends the incoming messages (and, for a submission, marks it applied). A failure here is

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use mull_core::{wire_name, Event, HookName, ModelErrorRecord};
 
+use crate::context::ChatErrorContext;
 use crate::error::ChatError;
-use crate::hooks::context::ChatErrorContext;
-use crate::hooks::{panic_text, record_hook_failure};
+use crate::guard::{panic_text, record_hook_failure};
 use crate::runtime::Runtime;
 
 /// Marks `span` (a turn's `invoke_agent` or a step's `chat`) as failed: an error status with

@@ -16,10 +16,10 @@ use super::{
     Executed, ExecutionRef, Outcome, PendingCall, StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL,
 };
 use crate::config::ResolvedTurn;
+use crate::context::{ToolCallContext, ToolCallDecision};
 use crate::error::EngineError;
-use crate::extension;
-use crate::hooks::context::{ToolCallContext, ToolCallDecision};
-use crate::hooks::{dispatch, guard_hook, panic_text, CallFacts, Observed};
+use crate::guard::{guard_hook, panic_text};
+use crate::hooks::{dispatch, CallFacts, Observed};
 use crate::tool::{validate_input, ToolEntry, ToolExecution, ToolOutput};
 
 impl TurnRun<'_> {
@@ -146,7 +146,7 @@ impl TurnRun<'_> {
             self.inner.agent.before_tool_call(&ctx),
         )
         .await?;
-        extension::dispatch::before_tool_call(self.inner, self.tid(), &ctx).await?;
+        crate::hooks::extensions::before_tool_call(self.inner, self.tid(), &ctx).await?;
         // A call that would run waits for a person when the hook or the tool's rule asks.
         let ask = match &decided {
             Ok(Some(ToolCallDecision::RequireApproval { reason })) => {

@@ -1,8 +1,15 @@
 //! The dispatcher: runs each subscribed extension in load order right after the agent's own
 //! hook, through the engine's one failure guard, and answers their host calls.
 
-use super::patch::apply_patch;
-use super::*;
+use mull_core::UIMessage;
+
+use crate::config::ResolvedTurn;
+use crate::context::{
+    ChunkContext, StepContext, ToolCallContext, ToolCallResultContext, TurnContext,
+};
+use crate::error::{EngineError, HookResult};
+use crate::extension::patch::apply_patch;
+use crate::extension::*;
 use crate::runtime::Runtime;
 
 /// The session's side of host calls: the conversation from the projection, and the session's
@@ -55,12 +62,12 @@ async fn guarded<T>(
     hook: ExtensionHook,
     fut: impl std::future::Future<Output = HookResult<T>>,
 ) -> Result<Option<T>, EngineError> {
-    let caller = crate::hooks::Caller {
+    let caller = crate::guard::Caller {
         hook: hook.hook_name(),
         source: extension.name(),
     };
     let limit = Some(extension.timeout(hook));
-    Ok(crate::hooks::guarded(inner, turn_id, caller, limit, fut)
+    Ok(crate::guard::guarded(inner, turn_id, caller, limit, fut)
         .await?
         .ok())
 }
