@@ -27,19 +27,15 @@
 //! the snapshots hooks see (`snapshot.rs`), a `before_turn` reply and how it changes a turn
 //! (`patch.rs`). The dispatcher that runs subscribers at each hook is `hooks/extensions.rs`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mull_core::{HookName, ModelMessage, StreamPart, ToolChoice, UIMessage, Usage};
+use mull_core::{HookName, UIMessage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
-use crate::config::ResolvedTurn;
 use crate::error::HookResult;
-use crate::stop::step_count_is;
 
 pub(crate) mod patch;
 mod snapshot;
@@ -252,6 +248,9 @@ impl std::fmt::Debug for Extensions {
 
 #[cfg(test)]
 mod tests {
+    use mull_core::{StreamPart, ToolChoice};
+    use serde_json::Value;
+
     use super::*;
 
     #[test]

@@ -4,7 +4,7 @@
 //! A turn appends an event, then hands it here: [`Observed`] builds the hook's context from
 //! that event (and what only the turn knows beside it — the request, the model's messages, the
 //! decision), and [`dispatch`] calls the agent's hook, then each extension's in load order,
-//! each under the one guard ([`super::guarded`]): bounded by the hook timeout, a failure or
+//! each under the one guard (`guard.rs`): bounded by the hook timeout, a failure or
 //! panic recorded as `hook_failed`, the turn going on. A new observer hook is one variant here
 //! and one row in [`dispatch`].
 

@@ -66,7 +66,7 @@ pub struct SubmissionResult {
     pub error: Option<String>,
 }
 
-/// A failed turn, as published on [`Session::failures`](super::Session::failures).
+/// A failed turn, as published on [`Session::failures`](crate::Session::failures).
 #[derive(Debug, Clone)]
 pub struct TurnFailure {
     /// The `turn_failed` envelope.
