@@ -21,7 +21,7 @@ use mull_core::{to_model_messages, DecisionAction, Event, HookName, UIPart};
 use mull_store::PendingApproval;
 use serde_json::Value;
 
-use super::{StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL};
+use super::run::{StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL};
 use crate::context::ToolCallResultContext;
 use crate::error::EngineError;
 use crate::guard::{observe, panic_text};

@@ -8,11 +8,12 @@ use mull_core::{
     to_model_messages, truncate_for_context, ErrorStage, Event, HookName, LanguageModel,
 };
 
-use super::{TurnRun, CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
+use super::run::TurnRun;
 use crate::config::{ModelChoice, ResolvedTurn, TurnDefaults};
 use crate::context::TurnContext;
 use crate::error::{ChatError, EngineError};
 use crate::guard::guard_hook;
+use crate::memory::compaction::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
 use crate::runtime::Runtime;
 use crate::tool::ToolEntry;
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::failure::fail;
 use super::recovery::{closed, repair_transcript};
-use super::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
+use super::run::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
 use crate::context::ChatErrorContext;
 use crate::error::{ChatError, EngineError};
 use crate::guard::{panic_text, record_hook_failure};

@@ -7,9 +7,10 @@ use mull_core::{ErrorStage, Event, Role, UIPart};
 use mull_store::{recovery, TurnSummary};
 
 use super::failure::fail;
-use super::{TurnSpec, INTERRUPTED_TOOL_CALL};
+use super::run::TurnSpec;
 use crate::error::{ChatError, EngineError};
 use crate::runtime::Runtime;
+use mull_store::recovery::INTERRUPTED_TOOL_CALL;
 
 /// Closes tool calls an interrupted turn left without a result, as `tool_call_repaired`
 /// events. A history that cannot be repaired (a call id used twice) fails at stage

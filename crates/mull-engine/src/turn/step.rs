@@ -13,7 +13,7 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::assemble::resolve_model;
-use super::{Next, PendingCall, ResponseMeta, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
+use super::run::{Next, PendingCall, ResponseMeta, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
 use crate::config::{ResolvedTurn, StepConfig};
 use crate::context::PrepareStepContext;
 use crate::error::{ChatError, EngineError};

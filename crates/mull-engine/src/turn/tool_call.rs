@@ -12,7 +12,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::approval::ApprovalAsk;
-use super::{
+use super::run::{
     Executed, ExecutionRef, Outcome, PendingCall, StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL,
 };
 use crate::config::ResolvedTurn;
