@@ -12,9 +12,10 @@ use crate::error::{ChatError, EngineError};
 use crate::tool::ToolSet;
 use crate::turn::{self, TurnSpec};
 
-use super::{
-    ChatStream, ClientToolOutcome, CommandOptions, OutcomeStatus, Reply, Runtime, Session,
-    TurnOptions, TurnOutcome,
+use super::command::{CommandOptions, Reply};
+use super::handle::Session;
+use crate::runtime::{
+    ChatStream, ClientToolOutcome, OutcomeStatus, Runtime, TurnOptions, TurnOutcome,
 };
 
 impl Session {
@@ -409,15 +410,6 @@ async fn retract_for_regeneration(
         inner.recorder.flush().await?;
     }
     Ok(Ok(()))
-}
-
-pub(super) fn find_tool_name(messages: &[UIMessage], call_id: &str) -> Option<String> {
-    messages.iter().rev().find_map(|m| {
-        m.parts.iter().find_map(|p| match p {
-            mull_core::UIPart::Tool(t) if t.call_id == call_id => Some(t.tool_name.clone()),
-            _ => None,
-        })
-    })
 }
 
 /// Splits a request body into its messages and the remaining fields.

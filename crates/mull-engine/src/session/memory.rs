@@ -12,7 +12,7 @@ use crate::memory::context_blocks::{
 };
 use crate::memory::search::{search, SearchError, SearchHit};
 
-use super::Session;
+use super::handle::Session;
 
 impl Session {
     /// The current value of every context block.
