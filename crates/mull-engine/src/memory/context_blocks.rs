@@ -1,14 +1,16 @@
 //! Context blocks: named pieces of the system prompt. A block is either *provided* (an async
 //! closure computes it) or *writable* (the model updates it through the `update_context` tool,
-//! or the application through [`Session::set_context_block`]), within a token budget.
+//! or the application through
+//! [`Session::set_context_block`](crate::Session::set_context_block)), within a token budget.
 //!
 //! Block values live in the log: every new value is a `context_block_updated` event and the
 //! projection ([`mull_store::SessionState::context_blocks`]) holds the current ones. The system
 //! prompt is rendered from the projection, so a replay of the log rebuilds the same prompt. A
 //! provider's value is recorded only when it differs from the current one. Without a cached
 //! prompt, providers run before every turn; with one, they run only for a block that has no
-//! value yet (or on [`Session::refresh_context_blocks`]), so the prompt stays byte-identical
-//! until a block changes.
+//! value yet (or on
+//! [`Session::refresh_context_blocks`](crate::Session::refresh_context_blocks)), so the prompt
+//! stays byte-identical until a block changes.
 //!
 //! A write by the model takes effect from the next turn: a turn's prompt is fixed when the turn
 //! is configured.
