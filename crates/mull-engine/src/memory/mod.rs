@@ -31,3 +31,42 @@ pub(crate) fn session_tools(inner: &Arc<Runtime>) -> ToolSet {
         None => tools,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use mull_core::ContextBlockSource;
+
+    use super::*;
+    use crate::memory::block::ContextBlock;
+    use crate::runtime::testing::runtime;
+    use crate::session_config::SessionConfig;
+
+    /// Memory runs on a session's runtime alone: its tools are offered and a block write is
+    /// recorded and folded into the projection, with no `Session` in sight.
+    #[tokio::test]
+    async fn memory_runs_on_a_runtime_without_a_session() {
+        let config = SessionConfig::new()
+            .with_context("notes", ContextBlock::writable("what the user likes", 50))
+            .with_search_tool();
+        let test = runtime("memory", config).await;
+        let rt = &test.runtime;
+        let tools = session_tools(rt);
+        assert_eq!(tools.names(), ["update_context", "search_messages"]);
+        context_blocks::write(
+            rt,
+            "notes",
+            "green tea",
+            ContextBlockSource::Application,
+            None,
+        )
+        .await
+        .expect("the write is recorded");
+        let notes = rt.recorder.read(|s| s.context_blocks.get("notes").cloned());
+        assert_eq!(notes.as_deref(), Some("green tea"));
+        let prompt = context_blocks::build_system_prompt(rt, None, false)
+            .await
+            .expect("the prompt builds")
+            .expect("blocks make the prompt");
+        assert!(prompt.contains("green tea"), "{prompt}");
+    }
+}

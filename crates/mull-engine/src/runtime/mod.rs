@@ -120,3 +120,76 @@ impl Runtime {
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// A runtime on a log of its own, for testing the layers above it without a session.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use mull_core::{LanguageModel, ModelError, ModelRequest, ModelStream};
+    use mull_store::{EventLog, Log};
+
+    use super::{Runtime, SessionOptions};
+    use crate::agent::Agent;
+    use crate::recorder::Recorder;
+    use crate::session_config::SessionConfig;
+
+    /// A model no test here calls: its stream ends at once.
+    struct Silent;
+
+    #[async_trait]
+    impl LanguageModel for Silent {
+        fn provider(&self) -> &str {
+            "test"
+        }
+        fn model_id(&self) -> &str {
+            "silent"
+        }
+        async fn stream(&self, _request: ModelRequest) -> Result<ModelStream, ModelError> {
+            Ok(Box::pin(futures::stream::empty()))
+        }
+    }
+
+    struct Plain;
+
+    impl Agent for Plain {
+        fn name(&self) -> &str {
+            "plain"
+        }
+        fn model(&self) -> Arc<dyn LanguageModel> {
+            Arc::new(Silent)
+        }
+    }
+
+    /// A runtime and the log file under it, removed on drop.
+    pub(crate) struct TestRuntime {
+        pub runtime: Arc<Runtime>,
+        path: PathBuf,
+    }
+
+    impl Drop for TestRuntime {
+        fn drop(&mut self) {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", self.path.display()));
+            }
+        }
+    }
+
+    /// Session `s` of a fresh log, as `config` sets it up, with deterministic clock and ids.
+    pub(crate) async fn runtime(name: &str, config: SessionConfig) -> TestRuntime {
+        let path = std::env::temp_dir().join(format!(
+            "mull-engine-runtime-{name}-{}.db",
+            std::process::id()
+        ));
+        let log: Arc<dyn EventLog> = Arc::new(Log::open(&path).expect("opens a fresh log"));
+        let state = log.open_session("s").await.expect("opens session s");
+        let options = SessionOptions::deterministic("s");
+        let recorder = Recorder::new(log, "s".into(), Arc::clone(&options.clock), state, 16);
+        TestRuntime {
+            runtime: Arc::new(Runtime::new(Arc::new(Plain), config, options, recorder)),
+            path,
+        }
+    }
+}
