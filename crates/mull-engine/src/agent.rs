@@ -9,11 +9,11 @@ use async_trait::async_trait;
 use mull_core::{ChatErrorClassification, LanguageModel};
 
 use crate::config::{StepConfig, TurnConfig};
-use crate::error::{ChatError, HookResult};
-use crate::hooks::context::{
+use crate::context::{
     ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, StepContext,
     ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
 };
+use crate::error::{ChatError, HookResult};
 use crate::session_config::SessionConfig;
 use crate::tool::ToolSet;
 use crate::tool_source::ToolSource;

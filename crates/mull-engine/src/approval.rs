@@ -22,7 +22,7 @@ use mull_core::Event;
 use mull_store::PendingApproval;
 
 use crate::error::EngineError;
-use crate::session::Inner;
+use crate::runtime::Runtime;
 
 /// A person's answer to an approval request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +63,7 @@ pub(crate) struct CompletedStep {
 /// answered (or expired), is refused and nothing is written for it. Returns the step the answer
 /// completed, if it did (no approval nor client call of that step still waits).
 pub(crate) async fn record_answer(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     approval_id: &str,
     approval: Approval,
 ) -> Result<Option<CompletedStep>, EngineError> {
@@ -93,7 +93,7 @@ pub(crate) async fn record_answer(
 
 /// Answers every unanswered request whose expiry has passed (by the session's clock) with a
 /// denial. Returns the steps those answers completed.
-pub(crate) async fn expire_due(inner: &Arc<Inner>) -> Result<Vec<CompletedStep>, EngineError> {
+pub(crate) async fn expire_due(inner: &Arc<Runtime>) -> Result<Vec<CompletedStep>, EngineError> {
     if inner.options.approval_expiry.is_none() {
         return Ok(Vec::new());
     }
@@ -125,7 +125,7 @@ pub(crate) async fn expire_due(inner: &Arc<Inner>) -> Result<Vec<CompletedStep>,
 
 /// The one event an answer is. Filed under the turn that asked, as a client tool's result is.
 fn append_answer(
-    inner: &Inner,
+    inner: &Runtime,
     pending: &PendingApproval,
     approved: bool,
     reason: Option<String>,
@@ -146,7 +146,7 @@ fn append_answer(
 }
 
 /// Whether nothing of `pending`'s step still waits (no approval, no client tool call).
-fn completed(inner: &Inner, pending: &PendingApproval) -> Option<CompletedStep> {
+fn completed(inner: &Runtime, pending: &PendingApproval) -> Option<CompletedStep> {
     let turn_id = pending.turn_id.as_deref();
     let done = inner.recorder.read(|s| {
         s.approvals_answered_in_step(turn_id, pending.step)

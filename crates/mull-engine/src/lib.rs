@@ -5,39 +5,48 @@
 //! event appended to the log before anyone observes it; the session's state is the fold of
 //! those events ([`mull_store::SessionState`]).
 //!
-//! Where things are, from the public API down:
-//! - [`session`]: the handle applications hold — opening, entry paths (`session/entry.rs`),
-//!   durable submissions and the recovery on reopen (`session/submission.rs`), options and
-//!   outcomes.
-//! - `turn`: one turn under the turn lock — an attempt (`turn/attempt.rs`), the context it
-//!   starts from (`turn/assemble.rs`), its steps (`turn/step.rs`), each tool call
-//!   (`turn/tool_call.rs`), failure reporting (`turn/failure.rs`) and the repair of what an
+//! Where things are, from the public API down (each layer imports only those below it):
+//! - [`session`]: the handle applications hold — opening (`session/handle.rs`), the one
+//!   command every input goes through (`session/command.rs`), the entry paths
+//!   (`session/entry.rs`), durable submissions and the recovery on reopen
+//!   (`session/submission.rs`), approvals and memory on demand. [`subagent`] (agents as tools:
+//!   a tool call running another agent's turn as a child session) and [`replay`]
+//!   (re-execution of a recorded session against the current agent) sit beside and above it.
+//! - `turn`: one turn under the turn lock — the state its parts share (`turn/run.rs`), an
+//!   attempt (`turn/attempt.rs`), the context it starts from (`turn/assemble.rs`), its steps
+//!   (`turn/step.rs`), each tool call (`turn/tool_call.rs`), parked approvals
+//!   (`turn/approval.rs`), failure reporting (`turn/failure.rs`) and the repair of what an
 //!   interrupted turn left (`turn/recovery.rs`).
-//! - [`hooks`]: what hooks see and decide ([`context`]) and the guard around every hook call;
-//!   [`extension`]: hook subscribers outside the agent, in-process or in another process.
-//! - [`memory`]: [`compaction`], [`context_blocks`] (the system prompt built from named blocks the
-//!   model may write), [`search`] (full-text search of the conversation), [`tokens`].
-//! - [`replay`]: re-execution of a recorded session against the current agent.
-//! - The vocabulary the layers share: [`agent`] (the trait), [`config`] (TurnConfig /
-//!   StepConfig and their merge), [`tool`] (tools, schemas, validation), [`tool_source`]
-//!   (tools listed from outside the process, such as MCP servers'), [`subagent`] (agents as
-//!   tools: a tool call running another agent's turn as a child session), [`stop`] (stop
-//!   conditions), [`transform`] (stream transforms), [`session_config`] (what
-//!   `configure_session` sets up), [`outside`] (the models, tools and hook points a session
-//!   reaches outside the agent's decisions, injected like the clock), [`error`].
+//! - On a session's runtime: [`hooks`] (the dispatcher of the agent's and extensions' hooks),
+//!   the failure guard around every hook call (`guard.rs`), [`approval`], and [`memory`]:
+//!   [`compaction`], [`context_blocks`] (the system prompt built from named blocks the model
+//!   may write), [`search`] (full-text search of the conversation).
+//! - `runtime`: one session's state and machinery, which `Session` builds and wraps and every
+//!   layer above takes instead of the session itself.
+//! - The vocabulary the layers share: [`agent`] (the trait), [`context`] (what hooks see and
+//!   decide), [`config`] (TurnConfig / StepConfig and their merge), [`tool`] (tools, schemas,
+//!   validation), [`tool_source`] (tools listed from outside the process, such as MCP
+//!   servers'), [`extension`] (hook subscribers outside the agent, in-process or in another
+//!   process), [`stop`] (stop conditions), [`transform`] (stream transforms),
+//!   [`session_config`] (what `configure_session` sets up), [`outside`] (the models, tools and
+//!   hook points a session reaches outside the agent's decisions, injected like the clock),
+//!   [`tokens`], [`error`].
 
 pub mod agent;
 pub mod approval;
 mod broadcast;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod extension;
 mod fork;
+mod guard;
 pub mod hooks;
 pub mod memory;
 pub mod outside;
 mod recorder;
 pub mod replay;
+mod runtime;
 pub mod session;
 pub mod session_config;
 pub mod stop;
@@ -47,7 +56,6 @@ pub mod tool_source;
 pub mod transform;
 mod turn;
 
-pub use hooks::context;
 pub use memory::{compaction, context_blocks, search, tokens};
 
 pub use agent::Agent;

@@ -37,6 +37,11 @@ impl Recorder {
         }
     }
 
+    /// The session it records.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
     fn lock(&self) -> MutexGuard<'_, SessionState> {
         self.state
             .lock()

@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use mull_core::{CompactionReason, UIMessage};
 
 use crate::error::HookError;
-use crate::memory::context_blocks::ContextBlock;
+use crate::memory::block::ContextBlock;
 use crate::memory::tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
 
 /// What a compaction callback is asked to shorten.
@@ -265,17 +265,4 @@ impl std::fmt::Debug for SessionConfig {
             .field("search_tool", &self.search_tool)
             .finish()
     }
-}
-
-/// The tools the session itself offers (the second layer of the merge, after the agent's):
-/// `update_context` when a block is writable, `search_messages` when asked for.
-pub(crate) fn session_tools(inner: &std::sync::Arc<crate::session::Inner>) -> crate::tool::ToolSet {
-    let mut tools = crate::tool::ToolSet::new();
-    for tool in crate::memory::context_blocks::update_context_tool(inner)
-        .into_iter()
-        .chain(crate::memory::search::search_tool(inner))
-    {
-        tools = tools.with(tool);
-    }
-    tools
 }

@@ -2,7 +2,7 @@
 //! client tool has only a schema and is answered by the client. A [`ToolSet`] merges tools by
 //! name, later entries replacing earlier ones, in a stable order.
 
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,6 +15,8 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::recorder::Recorder;
 
 /// The error a tool's execute returns; the model sees its text as the tool's error.
 pub type ToolError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -51,10 +53,60 @@ pub struct ToolExecution {
     /// Cancelled when the turn is aborted.
     pub cancel: CancellationToken,
     /// The session and turn the call runs in (what a sub-agent's session is linked to).
-    pub(crate) site: crate::subagent::CallSite,
+    pub(crate) site: CallSite,
     /// How long the call took, when it is served from a recording rather than timed (a
     /// replayed call answers with the recorded outcome, its duration included).
     pub(crate) served_duration_ms: std::sync::OnceLock<u64>,
+}
+
+/// The session and turn a tool call runs in: what a tool that starts work of its own in the
+/// log (a sub-agent) links that work to.
+#[derive(Clone)]
+pub(crate) struct CallSite {
+    pub session: CallingSession,
+    pub turn_id: String,
+}
+
+impl CallSite {
+    /// The site of a call in turn `turn_id` of the session whose recorder and runtime these are.
+    pub(crate) fn new(
+        recorder: Arc<Recorder>,
+        runtime: Arc<dyn Any + Send + Sync>,
+        turn_id: String,
+    ) -> CallSite {
+        CallSite {
+            session: CallingSession {
+                inner: SessionParts { recorder, runtime },
+            },
+            turn_id,
+        }
+    }
+}
+
+impl std::fmt::Debug for CallSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallSite")
+            .field("session", &self.session.inner.recorder.session_id())
+            .field("turn_id", &self.turn_id)
+            .finish()
+    }
+}
+
+/// The session a tool call runs in, as tools carry it. Tools sit below sessions (a session's
+/// agent hands them out), so the session's runtime rides here without its type; the
+/// sub-agent tool, which sits above sessions, takes it back.
+#[derive(Clone)]
+pub(crate) struct CallingSession {
+    pub inner: SessionParts,
+}
+
+/// What [`CallingSession`] holds.
+#[derive(Clone)]
+pub(crate) struct SessionParts {
+    /// The session's recorder: what a call writes events of its own with.
+    pub recorder: Arc<Recorder>,
+    /// The session's runtime, opaque at this layer.
+    pub runtime: Arc<dyn Any + Send + Sync>,
 }
 
 /// A tool with an `execute`, run by the engine.
@@ -80,7 +132,7 @@ pub trait Tool: Send + Sync {
     /// Whether a call with this (validated, possibly rewritten) input must wait for a person's
     /// approval before it runs: the AI SDK's `needsApproval`, a bool or a function of the
     /// input. Asked only for a call `before_tool_call` lets run; the hook can ask for approval
-    /// itself with [`ToolCallDecision::RequireApproval`](crate::context::ToolCallDecision).
+    /// itself with [`ToolCallDecision::RequireApproval`](crate::ToolCallDecision).
     fn needs_approval(&self, input: &Value) -> bool {
         let _ = input;
         false

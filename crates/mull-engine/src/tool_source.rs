@@ -12,6 +12,8 @@
 //! turn goes on with the tools the source could still answer for (an MCP server keeps the last
 //! list it served, so a call to a server that died answers with a tool error naming it).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::tool::ToolSet;
@@ -36,17 +38,10 @@ pub trait ToolSource: Send + Sync {
     async fn list(&self) -> ToolListing;
 }
 
-/// Lists every source of a turn — the agent's, then the session's — at once, and merges their
-/// tools in that order. Returns the tools and the problems the listings reported.
-pub(crate) async fn list_turn_sources(
-    inner: &std::sync::Arc<crate::session::Inner>,
-) -> (ToolSet, Vec<String>) {
-    let sources: Vec<std::sync::Arc<dyn ToolSource>> = inner
-        .agent
-        .mcp_servers()
-        .into_iter()
-        .chain(inner.options.mcp_servers.iter().cloned())
-        .collect();
+/// Lists every source of a turn — the agent's, then the session's, as `sources` holds them —
+/// at once, and merges their tools in that order. Returns the tools and the problems the
+/// listings reported.
+pub(crate) async fn list_all(sources: &[Arc<dyn ToolSource>]) -> (ToolSet, Vec<String>) {
     let mut tools = ToolSet::new();
     let mut problems = Vec::new();
     if sources.is_empty() {

@@ -25,33 +25,21 @@
 //!
 //! Where things are: the contract here ([`Extension`], [`ExtensionHook`], [`ExtensionHost`]),
 //! the snapshots hooks see (`snapshot.rs`), a `before_turn` reply and how it changes a turn
-//! (`patch.rs`), and the dispatcher that runs subscribers at each hook (`dispatch.rs`).
+//! (`patch.rs`). The dispatcher that runs subscribers at each hook is `hooks/extensions.rs`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mull_core::{HookName, ModelMessage, StreamPart, ToolChoice, UIMessage, Usage};
+use mull_core::{HookName, UIMessage};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
-use crate::config::ResolvedTurn;
-use crate::error::{EngineError, HookResult};
-use crate::hooks::context::{
-    ChunkContext, StepContext, ToolCallContext, ToolCallResultContext, TurnContext,
-};
-use crate::session::Inner;
-use crate::stop::step_count_is;
+use crate::error::HookResult;
 
-mod dispatch;
-mod patch;
+pub(crate) mod patch;
 mod snapshot;
 
-pub(crate) use dispatch::{
-    after_tool_call, before_tool_call, before_turn, on_chunk, on_step_finish,
-};
 pub use patch::{
     ForcedTool, ForcedToolKind, PatchError, TimeoutPatch, ToolChoiceMode, ToolChoicePatch,
     TurnConfigPatch,
@@ -212,7 +200,7 @@ pub trait Extension: Send + Sync + 'static {
 /// The extensions of a session, in load order.
 #[derive(Clone, Default)]
 pub struct Extensions {
-    list: Vec<Arc<dyn Extension>>,
+    pub(crate) list: Vec<Arc<dyn Extension>>,
 }
 
 impl Extensions {
@@ -236,7 +224,10 @@ impl Extensions {
         self.list.iter().map(|e| e.name().to_owned()).collect()
     }
 
-    fn subscribed(&self, hook: ExtensionHook) -> impl Iterator<Item = &Arc<dyn Extension>> {
+    pub(crate) fn subscribed(
+        &self,
+        hook: ExtensionHook,
+    ) -> impl Iterator<Item = &Arc<dyn Extension>> {
         self.list.iter().filter(move |e| e.subscribes(hook))
     }
 }
@@ -257,6 +248,9 @@ impl std::fmt::Debug for Extensions {
 
 #[cfg(test)]
 mod tests {
+    use mull_core::{StreamPart, ToolChoice};
+    use serde_json::Value;
+
     use super::*;
 
     #[test]

@@ -1,7 +1,16 @@
 //! A `before_turn` reply: the scalar fields an extension may set, how a reply is read (an
 //! unknown field or a wrong type names the field), and how it changes the turn.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use mull_core::{ModelMessage, ToolChoice};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::config::ResolvedTurn;
+use crate::stop::step_count_is;
 
 /// A tool choice as the AI SDK writes it: `"auto"`, `"none"`, `"required"`, or
 /// `{ "type": "tool", "toolName": "search" }`.
@@ -218,7 +227,7 @@ impl TurnConfigPatch {
 }
 
 /// Merges an extension's scalar fields into the turn and records them as overrides.
-pub(super) fn apply_patch(resolved: &mut ResolvedTurn, extension: &str, patch: TurnConfigPatch) {
+pub(crate) fn apply_patch(resolved: &mut ResolvedTurn, extension: &str, patch: TurnConfigPatch) {
     let mut set: Vec<&str> = Vec::new();
     let settings = &mut resolved.settings;
     macro_rules! replace {

@@ -1,7 +1,10 @@
 //! What extension hooks see: JSON-safe snapshots of the engine's contexts, in the seed's
 //! shapes and camelCase field names.
 
-use super::*;
+use mull_core::{StreamPart, Usage};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// What an extension's `before_turn` sees: the seed's `TurnContextSnapshot`
 /// (`{ system, toolNames, messageCount, continuation, body?, modelId }`) plus `activeTools`.

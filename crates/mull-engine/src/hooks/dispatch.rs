@@ -4,7 +4,7 @@
 //! A turn appends an event, then hands it here: [`Observed`] builds the hook's context from
 //! that event (and what only the turn knows beside it — the request, the model's messages, the
 //! decision), and [`dispatch`] calls the agent's hook, then each extension's in load order,
-//! each under the one guard ([`super::guarded`]): bounded by the hook timeout, a failure or
+//! each under the one guard (`guard.rs`): bounded by the hook timeout, a failure or
 //! panic recorded as `hook_failed`, the turn going on. A new observer hook is one variant here
 //! and one row in [`dispatch`].
 
@@ -14,12 +14,11 @@ use mull_core::{DecisionAction, Event, ModelMessage, StreamPart, UIMessage};
 use serde_json::Value;
 
 use crate::error::EngineError;
-use crate::extension;
 use crate::outside::HookPoint;
-use crate::session::Inner;
+use crate::runtime::Runtime;
 
-use super::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
-use super::observe;
+use crate::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
+use crate::guard::observe;
 
 /// What an observer hook sees, built from the event it observes.
 #[derive(Debug)]
@@ -146,7 +145,7 @@ impl Observed {
 /// the turn goes on; only a log that refuses `hook_failed` is an error, and then no extension
 /// is called.
 pub(crate) async fn dispatch(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     observed: &Observed,
 ) -> Result<(), EngineError> {
@@ -159,9 +158,9 @@ pub(crate) async fn dispatch(
     };
     observe(inner, turn_id, observed.point(), fut).await?;
     match observed {
-        Observed::Chunk(ctx) => extension::on_chunk(inner, turn_id, ctx).await,
-        Observed::ToolResult(ctx) => extension::after_tool_call(inner, turn_id, ctx).await,
-        Observed::Step(ctx) => extension::on_step_finish(inner, turn_id, ctx).await,
+        Observed::Chunk(ctx) => super::extensions::on_chunk(inner, turn_id, ctx).await,
+        Observed::ToolResult(ctx) => super::extensions::after_tool_call(inner, turn_id, ctx).await,
+        Observed::Step(ctx) => super::extensions::on_step_finish(inner, turn_id, ctx).await,
         // Extensions do not subscribe to it.
         Observed::ChatResponse(_) => Ok(()),
     }

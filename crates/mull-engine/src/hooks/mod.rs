@@ -1,9 +1,9 @@
-//! Hooks: what they see and decide ([`context`]), the one dispatcher of observer hooks, and the
-//! guard every call of the agent's hooks goes through.
+//! Hooks: the one dispatcher of observer hooks (the agent's, then each extension's) and the
+//! calls of extensions' other hooks. What hooks see and decide is [`context`]; the guard
+//! around every call is `guard.rs`.
 
-pub mod context;
 mod dispatch;
-mod guard;
+pub(crate) mod extensions;
 
+pub use crate::context;
 pub(crate) use dispatch::{dispatch, CallFacts, Observed};
-pub(crate) use guard::{guard_hook, guarded, observe, panic_text, record_hook_failure, Caller};

@@ -26,10 +26,15 @@ use mull_core::{
 use serde_json::json;
 
 use crate::error::{EngineError, HookError};
-use crate::hooks::{guarded, Caller};
-use crate::session::{Inner, Session};
+use crate::guard::{guarded, Caller};
+use crate::runtime::Runtime;
 use crate::session_config::{Compaction, CompactionRequest};
-use crate::turn::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
+
+/// Longest text or tool output (in bytes) kept whole in older messages given to the model.
+pub const CONTEXT_TRUNCATE_CHARS: usize = 8_000;
+
+/// How many of the last messages are never truncated.
+pub const CONTEXT_KEEP_LAST: usize = 4;
 
 /// Writes a summary of a transcript: typically a model call with the prompt it is given.
 pub type Summarizer =
@@ -219,7 +224,7 @@ pub fn transcript(messages: &[UIMessage]) -> String {
 /// shorter. Replaced ids the conversation does not hold (or repeats) are dropped. A failing
 /// callback is a `hook_failed` event and shortens nothing; with no callback nothing shortens.
 pub(crate) async fn apply(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     reason: CompactionReason,
     attempt: u32,
@@ -291,7 +296,7 @@ pub(crate) async fn apply(
 /// Compacts before a turn (reason `threshold`) when the conversation holds more tokens than
 /// `compact_after` allows and a compaction callback is registered.
 pub(crate) async fn compact_if_over_threshold(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
 ) -> Result<(), EngineError> {
     let Some(limit) = inner.config.compact_after else {
@@ -317,7 +322,7 @@ pub(crate) async fn compact_if_over_threshold(
 /// projection from the next turn on). The running turn's own message is never compacted, so
 /// its tool calls and their results stay together.
 pub(crate) async fn proactive(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     last_step: Option<&StepRecord>,
     compactions: &mut u32,
@@ -338,17 +343,6 @@ pub(crate) async fn proactive(
     let mut messages = inner.recorder.read(|s| to_model_messages(&s.messages));
     truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
     Ok(Some(messages))
-}
-
-impl Session {
-    /// Compacts the conversation now (reason `manual`), between turns: waits for the running
-    /// turn to end. Returns whether the conversation got shorter. Refused from inside a hook of
-    /// a running turn of this session, which it would wait on forever.
-    pub async fn compact(&self) -> Result<bool, EngineError> {
-        self.check_not_in_turn("compact")?;
-        let _turn_lock = self.inner.queue.lock().await;
-        apply(&self.inner, None, CompactionReason::Manual, 1).await
-    }
 }
 
 #[cfg(test)]

@@ -1,141 +1,37 @@
 //! Context blocks: named pieces of the system prompt. A block is either *provided* (an async
 //! closure computes it) or *writable* (the model updates it through the `update_context` tool,
-//! or the application through [`Session::set_context_block`]), within a token budget.
+//! or the application through
+//! [`Session::set_context_block`](crate::Session::set_context_block)), within a token budget.
 //!
 //! Block values live in the log: every new value is a `context_block_updated` event and the
 //! projection ([`mull_store::SessionState::context_blocks`]) holds the current ones. The system
 //! prompt is rendered from the projection, so a replay of the log rebuilds the same prompt. A
 //! provider's value is recorded only when it differs from the current one. Without a cached
 //! prompt, providers run before every turn; with one, they run only for a block that has no
-//! value yet (or on [`Session::refresh_context_blocks`]), so the prompt stays byte-identical
-//! until a block changes.
+//! value yet (or on
+//! [`Session::refresh_context_blocks`](crate::Session::refresh_context_blocks)), so the prompt
+//! stays byte-identical until a block changes.
 //!
 //! A write by the model takes effect from the next turn: a turn's prompt is fixed when the turn
 //! is configured.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use mull_core::{ContextBlockSource, Event, HookName, TurnStatus};
 use serde_json::{json, Value};
 
-use crate::error::{EngineError, HookError};
-use crate::hooks::{guarded, Caller};
-use crate::session::{Inner, Session};
+use crate::error::EngineError;
+use crate::guard::{guarded, Caller};
+use crate::runtime::Runtime;
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
 
+pub use super::block::{BlockProvider, ContextBlock, ContextError};
+
 /// The name of the tool through which the model writes a block.
 pub const UPDATE_CONTEXT_TOOL: &str = "update_context";
-
-type ProviderFn = dyn Fn() -> BoxFuture<'static, Result<String, HookError>> + Send + Sync;
-
-/// Computes a block's value (e.g. from a file, a database, the time of day).
-#[derive(Clone)]
-pub struct BlockProvider(Arc<ProviderFn>);
-
-impl BlockProvider {
-    /// A provider from an async closure.
-    pub fn new<F, Fut>(f: F) -> BlockProvider
-    where
-        F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<String, HookError>> + Send + 'static,
-    {
-        BlockProvider(Arc::new(move || f().boxed()))
-    }
-
-    async fn get(&self) -> Result<String, HookError> {
-        (self.0)().await
-    }
-}
-
-impl std::fmt::Debug for BlockProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BlockProvider(..)")
-    }
-}
-
-/// One named piece of the system prompt.
-#[derive(Debug, Clone, Default)]
-pub struct ContextBlock {
-    /// Computes the value; a block without one is written by the model or the application.
-    pub provider: Option<BlockProvider>,
-    /// What the block holds, shown to the model (and in the `update_context` tool).
-    pub description: Option<String>,
-    /// The most tokens a written value may have.
-    pub max_tokens: Option<u64>,
-    /// A block without a provider that only the application may write.
-    pub read_only: bool,
-}
-
-impl ContextBlock {
-    /// A block computed by `f` before turns.
-    pub fn provided<F, Fut>(f: F) -> ContextBlock
-    where
-        F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<String, HookError>> + Send + 'static,
-    {
-        ContextBlock {
-            provider: Some(BlockProvider::new(f)),
-            ..ContextBlock::default()
-        }
-    }
-
-    /// A block the model may rewrite, described for it and held to `max_tokens`.
-    pub fn writable(description: impl Into<String>, max_tokens: u64) -> ContextBlock {
-        ContextBlock {
-            description: Some(description.into()),
-            max_tokens: Some(max_tokens),
-            ..ContextBlock::default()
-        }
-    }
-
-    /// Sets the description.
-    pub fn with_description(mut self, description: impl Into<String>) -> ContextBlock {
-        self.description = Some(description.into());
-        self
-    }
-
-    /// Sets the token budget.
-    pub fn with_max_tokens(mut self, max_tokens: u64) -> ContextBlock {
-        self.max_tokens = Some(max_tokens);
-        self
-    }
-
-    /// Keeps the model from writing the block (the application still may).
-    pub fn read_only(mut self) -> ContextBlock {
-        self.read_only = true;
-        self
-    }
-
-    /// Whether the model may write the block.
-    pub fn is_writable(&self) -> bool {
-        self.provider.is_none() && !self.read_only
-    }
-}
-
-/// A write that was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ContextError {
-    #[error("no context block {block:?} (the session has: {known})")]
-    UnknownBlock { block: String, known: String },
-    #[error("context block {block:?} is not writable by the model")]
-    NotWritable { block: String },
-    #[error(
-        "content for context block {block:?} is {tokens} tokens; the block allows at most {max_tokens}"
-    )]
-    OverBudget {
-        block: String,
-        tokens: u64,
-        max_tokens: u64,
-    },
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-}
 
 /// Checks a write against the block's existence, writability and budget; returns its tokens.
 pub(crate) fn check_write(
@@ -203,7 +99,7 @@ pub(crate) fn render(config: &SessionConfig, values: &BTreeMap<String, String>) 
 /// blocks without a value); each value that differs from the current one is recorded first.
 /// A failing provider is a `hook_failed` event and its block keeps its current value.
 pub(crate) async fn build_system_prompt(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     refresh: bool,
 ) -> Result<Option<String>, EngineError> {
@@ -249,7 +145,7 @@ pub(crate) async fn build_system_prompt(
 
 /// Records a checked write.
 pub(crate) async fn write(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     block: &str,
     content: &str,
     source: ContextBlockSource,
@@ -261,7 +157,7 @@ pub(crate) async fn write(
 
 /// Records a block's new value on the running turn (if any), without waiting for the flush.
 pub(crate) fn append_write(
-    inner: &Inner,
+    inner: &Runtime,
     block: &str,
     content: &str,
     source: ContextBlockSource,
@@ -286,52 +182,15 @@ pub(crate) fn append_write(
     Ok(())
 }
 
-impl Session {
-    /// The current value of every context block.
-    pub fn context_blocks(&self) -> BTreeMap<String, String> {
-        self.read_state(|s| s.context_blocks.clone())
-    }
-
-    /// Sets a block's value as the application (any declared block, held to its budget). The
-    /// next turn's prompt shows it.
-    pub async fn set_context_block(&self, block: &str, content: &str) -> Result<(), ContextError> {
-        check_write(&self.inner.config, block, content, false)?;
-        write(
-            &self.inner,
-            block,
-            content,
-            ContextBlockSource::Application,
-            None,
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// The system prompt built from the blocks' current values (what the next turn of a cached
-    /// prompt sends), or `None` when the session has no blocks.
-    pub fn context_prompt(&self) -> Option<String> {
-        let config = &self.inner.config;
-        (!config.blocks.is_empty()).then(|| self.read_state(|s| render(config, &s.context_blocks)))
-    }
-
-    /// Runs every block provider now and records the values that changed (a cached prompt picks
-    /// them up from the next turn).
-    pub async fn refresh_context_blocks(&self) -> Result<(), EngineError> {
-        build_system_prompt(&self.inner, None, true)
-            .await
-            .map(|_| ())
-    }
-}
-
 /// The `update_context` tool: the model rewrites one writable block.
 struct UpdateContextTool {
-    inner: Weak<Inner>,
+    inner: Weak<Runtime>,
     description: String,
     schema: Arc<Value>,
 }
 
 /// The `update_context` tool when the session has a writable block.
-pub(crate) fn update_context_tool(inner: &Arc<Inner>) -> Option<Arc<dyn Tool>> {
+pub(crate) fn update_context_tool(inner: &Arc<Runtime>) -> Option<Arc<dyn Tool>> {
     let writable: Vec<(&String, &ContextBlock)> = inner
         .config
         .blocks

@@ -3,7 +3,66 @@
 //! ([`context_blocks`]), full-text search of the conversation ([`search`]), and the token
 //! counting they rely on ([`tokens`]).
 
+pub(crate) mod block;
 pub mod compaction;
 pub mod context_blocks;
 pub mod search;
+pub(crate) mod search_index;
 pub mod tokens;
+
+use std::sync::Arc;
+
+use crate::runtime::Runtime;
+use crate::tool::ToolSet;
+
+/// The tools the session itself offers (the second layer of the merge, after the agent's):
+/// `update_context` when a block is writable, `search_messages` when asked for.
+pub(crate) fn session_tools(inner: &Arc<Runtime>) -> ToolSet {
+    let mut tools = ToolSet::new();
+    for tool in context_blocks::update_context_tool(inner)
+        .into_iter()
+        .chain(search::search_tool(inner))
+    {
+        tools = tools.with(tool);
+    }
+    tools
+}
+
+#[cfg(test)]
+mod tests {
+    use mull_core::ContextBlockSource;
+
+    use super::*;
+    use crate::memory::block::ContextBlock;
+    use crate::runtime::testing::runtime;
+    use crate::session_config::SessionConfig;
+
+    /// Memory runs on a session's runtime alone: its tools are offered and a block write is
+    /// recorded and folded into the projection, with no `Session` in sight.
+    #[tokio::test]
+    async fn memory_runs_on_a_runtime_without_a_session() {
+        let config = SessionConfig::new()
+            .with_context("notes", ContextBlock::writable("what the user likes", 50))
+            .with_search_tool();
+        let test = runtime("memory", config).await;
+        let rt = &test.runtime;
+        let tools = session_tools(rt);
+        assert_eq!(tools.names(), ["update_context", "search_messages"]);
+        context_blocks::write(
+            rt,
+            "notes",
+            "green tea",
+            ContextBlockSource::Application,
+            None,
+        )
+        .await
+        .expect("the write is recorded");
+        let notes = rt.recorder.read(|s| s.context_blocks.get("notes").cloned());
+        assert_eq!(notes.as_deref(), Some("green tea"));
+        let prompt = context_blocks::build_system_prompt(rt, None, false)
+            .await
+            .expect("the prompt builds")
+            .expect("blocks make the prompt");
+        assert!(prompt.contains("green tea"), "{prompt}");
+    }
+}

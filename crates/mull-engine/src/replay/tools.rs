@@ -349,8 +349,9 @@ impl EffectWriter {
     async fn write(&self, effect: &Effect) -> Result<(), ToolError> {
         match effect {
             Effect::Block(write) => {
+                let session = crate::subagent::calling_session(&self.site)?;
                 write_block(
-                    &self.site.session.inner,
+                    &session.inner,
                     &write.block,
                     &write.content,
                     write.source,

@@ -9,7 +9,9 @@ use crate::approval::{self, Approval};
 use crate::error::EngineError;
 use crate::turn;
 
-use super::{ChatStream, CommandOptions, Reply, Session, TurnOutcome};
+use super::command::{CommandOptions, Reply};
+use super::handle::Session;
+use crate::runtime::{ChatStream, TurnOutcome};
 
 impl Session {
     /// Answers approval request `approval_id` (approve, or deny with an optional reason): one

@@ -17,7 +17,8 @@ use crate::error::EngineError;
 use crate::tool::ToolSet;
 use crate::turn::{self, TurnSpec};
 
-use super::{lock, ChatStream, OutcomeStatus, Session, SubmitReceipt, TurnOutcome};
+use super::handle::Session;
+use crate::runtime::{lock, ChatStream, OutcomeStatus, SubmitReceipt, TurnOutcome};
 
 /// What a command is delivered with beyond its input: what cannot be recorded (a live
 /// cancellation signal, tools with code), and how the caller wants the work back.
@@ -304,7 +305,7 @@ impl Session {
         let tool = pending
             .as_ref()
             .map(|p| p.tool.clone())
-            .or_else(|| self.read_state(|s| super::entry::find_tool_name(&s.messages, call_id)))
+            .or_else(|| self.read_state(|s| find_tool_name(&s.messages, call_id)))
             .unwrap_or_default();
         self.inner.recorder.append(
             pending.as_ref().and_then(|p| p.turn_id.as_deref()),
@@ -342,5 +343,48 @@ fn entry_name(entry: EntryPath) -> &'static str {
         EntryPath::AutoContinue => "add_tool_result",
         EntryPath::SubAgent => "chat_as_subagent",
         _ => "a turn",
+    }
+}
+
+/// The name of the tool that made call `call_id`, from the conversation.
+fn find_tool_name(messages: &[mull_core::UIMessage], call_id: &str) -> Option<String> {
+    messages.iter().rev().find_map(|m| {
+        m.parts.iter().find_map(|p| match p {
+            mull_core::UIPart::Tool(t) if t.call_id == call_id => Some(t.tool_name.clone()),
+            _ => None,
+        })
+    })
+}
+
+impl Session {
+    /// Cancels a queued or running turn. Returns false (and records nothing) when the request
+    /// is not active, e.g. already finished.
+    pub fn cancel_chat(&self, request_id: &str) -> Result<bool, EngineError> {
+        let input = Input::Cancel {
+            request_id: Some(request_id.to_owned()),
+            reason: "cancel_chat".to_owned(),
+        };
+        Ok(self.cancel_now(input)? > 0)
+    }
+
+    /// Cancels every queued and running turn of the session. Returns how many were cancelled.
+    pub fn abort_all(&self, reason: &str) -> Result<usize, EngineError> {
+        self.cancel_now(Input::Cancel {
+            request_id: None,
+            reason: reason.to_owned(),
+        })
+    }
+
+    /// A cancellation through [`Session::command`], which acts on it without waiting.
+    fn cancel_now(&self, input: Input) -> Result<usize, EngineError> {
+        use futures::FutureExt;
+        match self
+            .command(input, CommandOptions::default())
+            .now_or_never()
+        {
+            Some(Ok(Reply::Cancelled(n))) => Ok(n),
+            Some(Err(e)) => Err(e),
+            _ => Ok(0),
+        }
     }
 }

@@ -12,9 +12,10 @@ use crate::error::{ChatError, EngineError};
 use crate::tool::ToolSet;
 use crate::turn::{self, TurnSpec};
 
-use super::{
-    ChatStream, ClientToolOutcome, CommandOptions, Inner, OutcomeStatus, Reply, Session,
-    TurnOptions, TurnOutcome,
+use super::command::{CommandOptions, Reply};
+use super::handle::Session;
+use crate::runtime::{
+    ChatStream, ClientToolOutcome, OutcomeStatus, Runtime, TurnOptions, TurnOutcome,
 };
 
 impl Session {
@@ -91,7 +92,7 @@ impl Session {
     }
 
     /// [`Session::chat`] for a sub-agent's turn, which another session's tool call runs: the
-    /// same turn, recorded with entry `sub_agent` (see [`crate::subagent`]).
+    /// same turn, recorded with entry `sub_agent` (see `subagent/mod.rs`).
     pub(crate) fn chat_as_subagent(
         &self,
         messages: Vec<UIMessage>,
@@ -151,7 +152,7 @@ impl Session {
     /// to the returned stream. The request id is known before the task starts.
     pub(super) fn spawn_streaming<F, Fut>(&self, mut spec: TurnSpec, run: F) -> ChatStream
     where
-        F: FnOnce(Arc<Inner>, TurnSpec) -> Fut,
+        F: FnOnce(Arc<Runtime>, TurnSpec) -> Fut,
         Fut: std::future::Future<Output = Result<TurnOutcome, EngineError>> + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -352,7 +353,7 @@ pub(super) fn unexpected(reply: Reply) -> EngineError {
 /// Retracts what a regeneration replaces (see [`Session::regenerate`]); runs under the turn
 /// lock. `Ok(Err(_))` when the named message left the conversation while the request waited.
 async fn retract_for_regeneration(
-    inner: &Inner,
+    inner: &Runtime,
     spec: &TurnSpec,
     message_id: Option<&str>,
 ) -> Result<Result<(), ChatError>, EngineError> {
@@ -409,15 +410,6 @@ async fn retract_for_regeneration(
         inner.recorder.flush().await?;
     }
     Ok(Ok(()))
-}
-
-pub(super) fn find_tool_name(messages: &[UIMessage], call_id: &str) -> Option<String> {
-    messages.iter().rev().find_map(|m| {
-        m.parts.iter().find_map(|p| match p {
-            mull_core::UIPart::Tool(t) if t.call_id == call_id => Some(t.tool_name.clone()),
-            _ => None,
-        })
-    })
 }
 
 /// Splits a request body into its messages and the remaining fields.

@@ -11,10 +11,9 @@ use tokio::sync::watch;
 use crate::error::EngineError;
 use crate::turn::{self};
 
-use super::{
-    lock, CommandOptions, OutcomeStatus, Reply, Session, SubmissionResult, SubmitOptions,
-    SubmitReceipt,
-};
+use super::command::{CommandOptions, Reply};
+use super::handle::Session;
+use crate::runtime::{lock, OutcomeStatus, SubmissionResult, SubmitOptions, SubmitReceipt};
 
 impl Session {
     /// Accepts a durable submission: `submission_accepted` is appended and flushed before

@@ -57,6 +57,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::error::EngineError;
+use crate::runtime::Runtime;
 use crate::session::{OutcomeStatus, Session, SessionOptions, TurnOptions, TurnOutcome};
 use crate::tool::{schema_of, Tool, ToolError, ToolExecution, ToolOutput};
 
@@ -72,21 +73,15 @@ pub const PARENT_CANCELLED: &str = "the parent turn was cancelled";
 /// What a child is told when its parent's call ended first for another reason (a stall).
 pub const PARENT_CALL_ENDED: &str = "the parent's tool call ended before the sub-agent did";
 
-/// The session and turn a tool call runs in: what a tool that starts work of its own in the
-/// log (a sub-agent) links that work to.
-#[derive(Clone)]
-pub(crate) struct CallSite {
-    pub session: Session,
-    pub turn_id: String,
-}
+/// Where a tool call runs (the type lives with tools, which sit below sessions).
+pub(crate) use crate::tool::CallSite;
 
-impl std::fmt::Debug for CallSite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallSite")
-            .field("session", &self.session.id())
-            .field("turn_id", &self.turn_id)
-            .finish()
-    }
+/// The session a call runs in, taken back from its call site.
+pub(crate) fn calling_session(site: &CallSite) -> Result<Session, ToolError> {
+    let runtime = Arc::clone(&site.session.inner.runtime)
+        .downcast::<Runtime>()
+        .map_err(|_| "the tool call does not run in a session")?;
+    Ok(Session { inner: runtime })
 }
 
 /// The input of an agent tool.
@@ -135,7 +130,7 @@ impl AgentTool {
         depth: u32,
     ) -> Result<Running, ToolError> {
         let site = &call.site;
-        let parent = &site.session;
+        let parent = &calling_session(site)?;
         let inner = &parent.inner;
         let options = &inner.options;
         // Under the parent's id, so it is unique in the log wherever the parent's is (a
@@ -235,7 +230,9 @@ impl Tool for AgentTool {
         let depth = call
             .site
             .session
-            .read_state(|s| s.parent.as_ref().map_or(0, |p| p.depth))
+            .inner
+            .recorder
+            .read(|s| s.parent.as_ref().map_or(0, |p| p.depth))
             + 1;
         if depth > self.max_depth {
             return Err(format!(

@@ -21,11 +21,10 @@ use mull_core::{to_model_messages, DecisionAction, Event, UIPart};
 use mull_store::PendingApproval;
 use serde_json::Value;
 
-use super::{StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL};
+use super::run::{StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL};
+use crate::context::ToolCallResultContext;
 use crate::error::EngineError;
-use crate::extension;
-use crate::hooks::context::ToolCallResultContext;
-use crate::hooks::{observe, panic_text};
+use crate::guard::{observe, panic_text};
 use crate::tool::{Tool, ToolEntry, ToolExecution, ToolOutput, ToolSet};
 
 /// What a call asking for approval hands to [`TurnRun::park_for_approval`].
@@ -154,12 +153,7 @@ impl TurnRun<'_> {
                     messages: messages.clone(),
                     context: self.tool_context.clone(),
                     cancel: self.spec.signal.clone(),
-                    site: crate::subagent::CallSite {
-                        session: crate::session::Session {
-                            inner: std::sync::Arc::clone(self.inner),
-                        },
-                        turn_id: self.turn_id.clone(),
-                    },
+                    site: self.inner.call_site(&self.turn_id),
                     served_duration_ms: std::sync::OnceLock::new(),
                 };
                 let started = self.inner.recorder.clock().timer();
@@ -212,7 +206,7 @@ impl TurnRun<'_> {
             self.inner.agent.after_tool_call(&ctx),
         )
         .await?;
-        extension::after_tool_call(self.inner, self.tid(), &ctx).await
+        crate::hooks::extensions::after_tool_call(self.inner, self.tid(), &ctx).await
     }
 
     /// Runs an approved call to its final value. A streaming tool's preliminary values are not

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use mull_core::{to_model_messages, truncate_for_context, ErrorStage, Event, LanguageModel};
 
-use super::{TurnRun, CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
+use super::run::TurnRun;
 use crate::config::{ModelChoice, ResolvedTurn, TurnDefaults};
+use crate::context::TurnContext;
 use crate::error::{ChatError, EngineError};
-use crate::extension;
-use crate::hooks::context::TurnContext;
-use crate::hooks::guard_hook;
+use crate::guard::guard_hook;
 use crate::outside::HookPoint;
-use crate::session::Inner;
+use crate::memory::compaction::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
+use crate::runtime::Runtime;
 use crate::tool::ToolEntry;
 
 impl TurnRun<'_> {
@@ -24,8 +24,11 @@ impl TurnRun<'_> {
         let inner = self.inner;
         let agent = &inner.agent;
         let mut tools = agent.tools();
-        tools.merge(&crate::session_config::session_tools(inner));
-        let (mcp_tools, tool_problems) = crate::tool_source::list_turn_sources(inner).await;
+        tools.merge(&crate::memory::session_tools(inner));
+        let sources: Vec<_> = (agent.mcp_servers().into_iter())
+            .chain(inner.options.mcp_servers.iter().cloned())
+            .collect();
+        let (mcp_tools, tool_problems) = crate::tool_source::list_all(&sources).await;
         tools.merge(&mcp_tools);
         for spec in &self.spec.client_tools {
             tools.insert(ToolEntry::Client(spec.clone()));
@@ -95,7 +98,8 @@ impl TurnRun<'_> {
             Err(message) => return Ok(Err(self.error(ErrorStage::Turn, message))),
         };
         let resolved = ResolvedTurn::merge(defaults, config, model);
-        let resolved = extension::before_turn(inner, self.tid(), &ctx, resolved).await?;
+        let resolved =
+            crate::hooks::extensions::before_turn(inner, self.tid(), &ctx, resolved).await?;
         if resolved.messages.is_empty() {
             return Ok(Err(self.error(
                 ErrorStage::Turn,
@@ -116,7 +120,7 @@ impl TurnRun<'_> {
 }
 
 pub(super) fn resolve_model(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     choice: Option<&ModelChoice>,
 ) -> Result<Option<Arc<dyn LanguageModel>>, String> {
     let chosen = match choice {

@@ -13,17 +13,17 @@ use serde_json::Value;
 
 use super::failure::fail;
 use super::recovery::{closed, repair_transcript};
-use super::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
+use super::run::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
+use crate::context::ChatErrorContext;
 use crate::error::{ChatError, EngineError};
-use crate::hooks::context::ChatErrorContext;
+use crate::guard::{panic_text, record_hook_failure};
 use crate::hooks::Observed;
-use crate::hooks::{panic_text, record_hook_failure};
-use crate::session::{Inner, OutcomeStatus};
+use crate::runtime::{OutcomeStatus, Runtime};
 
 /// Appends the incoming messages (and, for a submission, marks it applied). A failure here is
 /// stage `persist`.
 pub(super) async fn persist_messages(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     spec: &TurnSpec,
 ) -> Result<Option<Ended>, EngineError> {
     if spec.messages.is_empty() {
@@ -57,7 +57,7 @@ pub(super) async fn persist_messages(
     }
 }
 
-pub(super) fn persist_events(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<(), EngineError> {
+pub(super) fn persist_events(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<(), EngineError> {
     inner.recorder.append(
         None,
         Event::UserMessagesSaved {
@@ -80,7 +80,7 @@ pub(super) fn persist_events(inner: &Arc<Inner>, spec: &TurnSpec) -> Result<(), 
 }
 
 pub(super) async fn run_attempt(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     spec: &TurnSpec,
     attempt: u32,
 ) -> Result<Attempt, EngineError> {

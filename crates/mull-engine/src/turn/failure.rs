@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use mull_core::{wire_name, Event, HookName, ModelErrorRecord};
 
+use crate::context::ChatErrorContext;
 use crate::error::ChatError;
-use crate::hooks::context::ChatErrorContext;
-use crate::hooks::{panic_text, record_hook_failure};
-use crate::session::{Inner, Session};
+use crate::guard::{panic_text, record_hook_failure};
+use crate::runtime::Runtime;
 
 /// Marks `span` (a turn's `invoke_agent` or a step's `chat`) as failed: an error status with
 /// the message, and the failure's classification (or stage) as `error.type`.
@@ -27,7 +27,7 @@ pub(crate) fn mark_span(span: &tracing::Span, error: &ChatError) {
 /// `on_chat_error`, whose answer is returned. Storage errors here are logged, not raised: the
 /// caller is already reporting a failure.
 pub(crate) async fn fail(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     error: ChatError,
     messages_persisted: bool,
@@ -50,7 +50,7 @@ pub(crate) async fn fail(
             if let Err(e) = inner.recorder.flush().await {
                 tracing::warn!(error = %e, "turn_failed could not be flushed");
             }
-            Session::publish_failure(inner, inner.recorder.envelope(turn_id, appended));
+            inner.publish_failure(inner.recorder.envelope(turn_id, appended));
         }
         Err(e) => tracing::warn!(error = %e, "turn_failed could not be recorded"),
     }

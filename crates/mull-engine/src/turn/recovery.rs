@@ -7,15 +7,16 @@ use mull_core::{ErrorStage, Event, Role, UIPart};
 use mull_store::{recovery, TurnSummary};
 
 use super::failure::fail;
-use super::{TurnSpec, INTERRUPTED_TOOL_CALL};
+use super::run::TurnSpec;
 use crate::error::{ChatError, EngineError};
-use crate::session::Inner;
+use crate::runtime::Runtime;
+use mull_store::recovery::INTERRUPTED_TOOL_CALL;
 
 /// Closes tool calls an interrupted turn left without a result, as `tool_call_repaired`
 /// events. A history that cannot be repaired (a call id used twice) fails at stage
 /// `transcript`.
 pub(super) async fn repair_transcript(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     spec: &TurnSpec,
 ) -> Result<Result<(), ChatError>, EngineError> {
     let (repairs, duplicate) = inner.recorder.read(|s| {
@@ -82,7 +83,7 @@ pub(super) async fn repair_transcript(
 /// live process; a replay re-enacting the log's own recovery writes the same events and calls
 /// no hook, as the log's recovery at open does).
 pub(crate) async fn finish_interrupted(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn: &TurnSummary,
     report: bool,
 ) -> Result<(), EngineError> {

@@ -13,11 +13,12 @@ use serde_json::json;
 use tracing::Instrument;
 
 use super::assemble::resolve_model;
-use super::{Next, PendingCall, ResponseMeta, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
+use super::run::{Next, PendingCall, ResponseMeta, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
 use crate::config::{ResolvedTurn, StepConfig};
+use crate::context::PrepareStepContext;
 use crate::error::{ChatError, EngineError};
-use crate::hooks::context::PrepareStepContext;
-use crate::hooks::{dispatch, guard_hook, Observed};
+use crate::guard::guard_hook;
+use crate::hooks::{dispatch, Observed};
 use crate::transform::apply_all;
 
 impl TurnRun<'_> {

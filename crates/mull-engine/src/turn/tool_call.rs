@@ -3,7 +3,6 @@
 //! a person's approval (see [`super::approval`]).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
 use mull_core::{DecisionAction, ErrorStage, Event, StreamPart, ToolCallRecord, ToolResultRecord};
@@ -11,14 +10,14 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::approval::ApprovalAsk;
-use super::{
+use super::run::{
     Executed, ExecutionRef, Outcome, PendingCall, StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL,
 };
 use crate::config::ResolvedTurn;
+use crate::context::{ToolCallContext, ToolCallDecision};
 use crate::error::EngineError;
-use crate::extension;
-use crate::hooks::context::{ToolCallContext, ToolCallDecision};
-use crate::hooks::{dispatch, guard_hook, panic_text, CallFacts, Observed};
+use crate::guard::{guard_hook, panic_text};
+use crate::hooks::{dispatch, CallFacts, Observed};
 use crate::tool::{validate_input, ToolEntry, ToolExecution, ToolOutput};
 
 impl TurnRun<'_> {
@@ -145,7 +144,7 @@ impl TurnRun<'_> {
             self.inner.agent.before_tool_call(&ctx),
         )
         .await?;
-        extension::before_tool_call(self.inner, self.tid(), &ctx).await?;
+        crate::hooks::extensions::before_tool_call(self.inner, self.tid(), &ctx).await?;
         // A call that would run waits for a person when the hook or the tool's rule asks.
         let ask = match &decided {
             Ok(Some(ToolCallDecision::RequireApproval { reason })) => {
@@ -231,12 +230,7 @@ impl TurnRun<'_> {
                     messages: messages.to_vec(),
                     context: self.tool_context.clone(),
                     cancel: self.spec.signal.clone(),
-                    site: crate::subagent::CallSite {
-                        session: crate::session::Session {
-                            inner: Arc::clone(self.inner),
-                        },
-                        turn_id: self.turn_id.clone(),
-                    },
+                    site: self.inner.call_site(&self.turn_id),
                     served_duration_ms: std::sync::OnceLock::new(),
                 };
                 let started = self.inner.recorder.clock().timer();

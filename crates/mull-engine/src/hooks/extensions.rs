@@ -1,15 +1,23 @@
 //! The dispatcher: runs each subscribed extension in load order right after the agent's own
 //! hook, through the engine's one failure guard, and answers their host calls.
 
-use super::patch::apply_patch;
-use super::*;
+use mull_core::UIMessage;
+
+use crate::config::ResolvedTurn;
+use crate::context::{
+    ChunkContext, StepContext, ToolCallContext, ToolCallResultContext, TurnContext,
+};
+use crate::error::{EngineError, HookResult};
+use crate::extension::patch::apply_patch;
+use crate::extension::*;
+use crate::runtime::Runtime;
 
 /// The session's side of host calls: the conversation from the projection, and the session's
 /// declared context blocks. A write is held to the block's budget and recorded as a
 /// `context_block_updated` event (source `application`); it becomes durable at the turn's next
 /// flush barrier and shows in the prompt from the next turn, like any application write.
 struct SessionHost<'a> {
-    inner: &'a Inner,
+    inner: &'a Runtime,
 }
 
 impl ExtensionHost for SessionHost<'_> {
@@ -48,18 +56,18 @@ impl ExtensionHost for SessionHost<'_> {
 /// Runs one extension hook through the engine's one failure guard, under the extension's
 /// timeout: a failure is a `hook_failed` event naming the extension, and `None`.
 async fn guarded<T>(
-    inner: &Inner,
+    inner: &Runtime,
     turn_id: Option<&str>,
     extension: &dyn Extension,
     hook: ExtensionHook,
     fut: impl std::future::Future<Output = HookResult<T>>,
 ) -> Result<Option<T>, EngineError> {
-    let caller = crate::hooks::Caller {
+    let caller = crate::guard::Caller {
         hook: hook.hook_name(),
         source: extension.name(),
     };
     let limit = Some(extension.timeout(hook));
-    Ok(crate::hooks::guarded(inner, turn_id, caller, limit, fut)
+    Ok(crate::guard::guarded(inner, turn_id, caller, limit, fut)
         .await?
         .ok())
 }
@@ -67,7 +75,7 @@ async fn guarded<T>(
 /// Runs every `before_turn` subscriber on the turn as configured so far and merges each
 /// reply's scalar fields into it, in load order.
 pub(crate) async fn before_turn(
-    inner: &Inner,
+    inner: &Runtime,
     turn_id: Option<&str>,
     ctx: &TurnContext,
     mut resolved: ResolvedTurn,
@@ -104,7 +112,7 @@ pub(crate) async fn before_turn(
 
 /// Offers a decided tool call to every `before_tool_call` subscriber.
 pub(crate) async fn before_tool_call(
-    inner: &Inner,
+    inner: &Runtime,
     turn_id: Option<&str>,
     ctx: &ToolCallContext,
 ) -> Result<(), EngineError> {
@@ -140,7 +148,7 @@ pub(crate) async fn before_tool_call(
 
 /// Offers a tool call's outcome to every `after_tool_call` subscriber.
 pub(crate) async fn after_tool_call(
-    inner: &Inner,
+    inner: &Runtime,
     turn_id: Option<&str>,
     ctx: &ToolCallResultContext,
 ) -> Result<(), EngineError> {
@@ -180,7 +188,7 @@ pub(crate) async fn after_tool_call(
 
 /// At a step's end: each extension delivers the chunks it batched, then sees the step.
 pub(crate) async fn on_step_finish(
-    inner: &Inner,
+    inner: &Runtime,
     turn_id: Option<&str>,
     ctx: &StepContext,
 ) -> Result<(), EngineError> {
@@ -222,7 +230,7 @@ pub(crate) async fn on_step_finish(
 
 /// Offers a logged stream part to every `on_chunk` subscriber.
 pub(crate) async fn on_chunk(
-    inner: &Inner,
+    inner: &Runtime,
     turn_id: Option<&str>,
     ctx: &ChunkContext,
 ) -> Result<(), EngineError> {

@@ -66,7 +66,7 @@ pub struct SubmissionResult {
     pub error: Option<String>,
 }
 
-/// A failed turn, as published on [`Session::failures`](super::Session::failures).
+/// A failed turn, as published on [`Session::failures`](crate::Session::failures).
 #[derive(Debug, Clone)]
 pub struct TurnFailure {
     /// The `turn_failed` envelope.
@@ -77,9 +77,9 @@ pub struct TurnFailure {
 pub struct ChatStream {
     /// The request the turn serves.
     pub request_id: String,
-    pub(super) parts: mpsc::UnboundedReceiver<StreamPart>,
-    pub(super) done: tokio::task::JoinHandle<Result<TurnOutcome, EngineError>>,
-    pub(super) session_id: String,
+    pub(crate) parts: mpsc::UnboundedReceiver<StreamPart>,
+    pub(crate) done: tokio::task::JoinHandle<Result<TurnOutcome, EngineError>>,
+    pub(crate) session_id: String,
 }
 
 impl ChatStream {

@@ -14,7 +14,7 @@ use mull_core::{Event, HookName};
 
 use crate::error::{EngineError, HookResult};
 use crate::outside::HookPoint;
-use crate::session::Inner;
+use crate::runtime::Runtime;
 
 /// Whose code a guarded call runs, as its `hook_failed` event names it.
 #[derive(Debug, Clone, Copy)]
@@ -47,7 +47,7 @@ pub(crate) fn panic_text(panic: &Box<dyn Any + Send>) -> String {
 
 /// Appends the `hook_failed` event of a guarded call.
 pub(crate) fn record_failure(
-    inner: &Inner,
+    inner: &Runtime,
     turn_id: Option<&str>,
     caller: Caller<'_>,
     error: String,
@@ -70,7 +70,7 @@ pub(crate) fn record_failure(
 /// [`record_failure`] where the caller is already reporting something else: a log that cannot
 /// take the event is only logged.
 pub(crate) fn record_hook_failure(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     hook: HookName,
     error: String,
@@ -86,7 +86,7 @@ pub(crate) fn record_hook_failure(
 /// Runs `fut` for `caller`, bounded by `limit`, catching panics. `Ok(Err(text))` means it
 /// failed (recorded as `hook_failed`) and the caller applies that hook's failure rule.
 pub(crate) async fn guarded<T>(
-    inner: &Inner,
+    inner: &Runtime,
     turn_id: Option<&str>,
     caller: Caller<'_>,
     limit: Option<Duration>,
@@ -120,7 +120,7 @@ pub(crate) async fn guarded<T>(
 /// [`Agent::hook_timeout`]: crate::Agent::hook_timeout
 /// [`Outside::at_hook`]: crate::Outside::at_hook
 pub(crate) async fn guard_hook<T>(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     point: HookPoint<'_>,
     fut: impl Future<Output = HookResult<T>>,
@@ -134,7 +134,7 @@ pub(crate) async fn guard_hook<T>(
 /// Runs an observer hook of the agent: a failure is logged as `hook_failed` and the turn goes
 /// on.
 pub(crate) async fn observe(
-    inner: &Arc<Inner>,
+    inner: &Arc<Runtime>,
     turn_id: Option<&str>,
     point: HookPoint<'_>,
     fut: impl Future<Output = HookResult<()>>,

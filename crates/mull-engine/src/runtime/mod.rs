@@ -1,0 +1,195 @@
+//! What a session's turns run on, below the session's public API: the log handle with its
+//! projection ([`Recorder`]), the agent and what `configure_session` set up, the session's
+//! options, its turn lock and the requests in flight. [`Session`](crate::Session) builds one
+//! and wraps it; turns, hooks, memory and approvals take it (or narrower arguments), so none
+//! of them needs the session's API to run or to be tested.
+
+mod options;
+mod outcome;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use mull_core::Envelope;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::broadcast::Broadcast;
+use crate::memory::search_index::SearchIndex;
+use crate::recorder::Recorder;
+use crate::session_config::SessionConfig;
+use crate::tool::CallSite;
+
+pub use options::{SessionOptions, SubmitOptions, TurnOptions};
+pub use outcome::{
+    ChatStream, ClientToolOutcome, OutcomeStatus, SubmissionResult, SubmitReceipt, TurnFailure,
+    TurnOutcome,
+};
+
+tokio::task_local! {
+    /// The turn the current task is inside of, if any.
+    pub(crate) static TURN_SCOPE: TurnScope;
+}
+
+/// Where the current task stands with respect to a session's turn lock.
+#[derive(Debug, Clone)]
+pub(crate) struct TurnScope {
+    pub session_id: String,
+    pub request_id: String,
+}
+
+/// One open session's state and machinery (everything but its public API).
+pub(crate) struct Runtime {
+    pub session_id: String,
+    pub agent: Arc<dyn Agent>,
+    pub config: SessionConfig,
+    pub options: SessionOptions,
+    pub recorder: Arc<Recorder>,
+    pub queue: tokio::sync::Mutex<()>,
+    /// Cancellation tokens of requests that have not ended yet (queued or running).
+    pub active: Mutex<HashMap<String, CancellationToken>>,
+    pub waiters: Mutex<HashMap<String, watch::Sender<Option<SubmissionResult>>>>,
+    /// The full-text index of the conversation, built on first search.
+    pub search: SearchIndex,
+    /// Turn tasks running in the background (streamed chats, submissions) that may not have
+    /// ended yet: what `Session::abort_background_turns` stops.
+    pub background: Mutex<Vec<tokio::task::AbortHandle>>,
+    pub failures: Broadcast<TurnFailure>,
+}
+
+impl Runtime {
+    /// A session's runtime over `recorder`, with nothing in flight.
+    pub(crate) fn new(
+        agent: Arc<dyn Agent>,
+        config: SessionConfig,
+        options: SessionOptions,
+        recorder: Recorder,
+    ) -> Runtime {
+        Runtime {
+            session_id: options.session_id.clone(),
+            agent,
+            config,
+            options,
+            recorder: Arc::new(recorder),
+            queue: tokio::sync::Mutex::new(()),
+            active: Mutex::new(HashMap::new()),
+            waiters: Mutex::new(HashMap::new()),
+            search: SearchIndex::default(),
+            background: Mutex::new(Vec::new()),
+            failures: Broadcast::new(64),
+        }
+    }
+
+    /// Forgets a request's cancellation token once its turn ended (cancelling it is a no-op).
+    pub(crate) fn forget_request(&self, request_id: &str) {
+        lock(&self.active).remove(request_id);
+    }
+
+    /// Spawns a background turn task, keeping a handle to abort it (tasks that ended are
+    /// forgotten here, so the list stays as long as the work in flight).
+    pub(crate) fn spawn_turn<T: Send + 'static>(
+        &self,
+        task: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        // Boxed: a turn's future is large (kilobytes), and tokio moves an unboxed future
+        // through several copies while spawning and finishing the task.
+        let handle = tokio::spawn(Box::pin(task));
+        let mut background = lock(&self.background);
+        background.retain(|h| !h.is_finished());
+        background.push(handle.abort_handle());
+        handle
+    }
+
+    /// Where a tool call in turn `turn_id` of this session runs.
+    pub(crate) fn call_site(self: &Arc<Runtime>, turn_id: &str) -> CallSite {
+        CallSite::new(
+            Arc::clone(&self.recorder),
+            Arc::clone(self) as Arc<dyn std::any::Any + Send + Sync>,
+            turn_id.to_owned(),
+        )
+    }
+
+    /// Sends a failed turn's final event to the session's failure subscribers.
+    pub(crate) fn publish_failure(&self, envelope: Envelope) {
+        self.failures.publish(|| TurnFailure { envelope });
+    }
+}
+
+/// Locks `m`, going on with the data of a holder that panicked.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A runtime on a log of its own, for testing the layers above it without a session.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use mull_core::{LanguageModel, ModelError, ModelRequest, ModelStream};
+    use mull_store::{EventLog, Log};
+
+    use super::{Runtime, SessionOptions};
+    use crate::agent::Agent;
+    use crate::recorder::Recorder;
+    use crate::session_config::SessionConfig;
+
+    /// A model no test here calls: its stream ends at once.
+    struct Silent;
+
+    #[async_trait]
+    impl LanguageModel for Silent {
+        fn provider(&self) -> &str {
+            "test"
+        }
+        fn model_id(&self) -> &str {
+            "silent"
+        }
+        async fn stream(&self, _request: ModelRequest) -> Result<ModelStream, ModelError> {
+            Ok(Box::pin(futures::stream::empty()))
+        }
+    }
+
+    struct Plain;
+
+    impl Agent for Plain {
+        fn name(&self) -> &str {
+            "plain"
+        }
+        fn model(&self) -> Arc<dyn LanguageModel> {
+            Arc::new(Silent)
+        }
+    }
+
+    /// A runtime and the log file under it, removed on drop.
+    pub(crate) struct TestRuntime {
+        pub runtime: Arc<Runtime>,
+        path: PathBuf,
+    }
+
+    impl Drop for TestRuntime {
+        fn drop(&mut self) {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", self.path.display()));
+            }
+        }
+    }
+
+    /// Session `s` of a fresh log, as `config` sets it up, with deterministic clock and ids.
+    pub(crate) async fn runtime(name: &str, config: SessionConfig) -> TestRuntime {
+        let path = std::env::temp_dir().join(format!(
+            "mull-engine-runtime-{name}-{}.db",
+            std::process::id()
+        ));
+        let log: Arc<dyn EventLog> = Arc::new(Log::open(&path).expect("opens a fresh log"));
+        let state = log.open_session("s").await.expect("opens session s");
+        let options = SessionOptions::deterministic("s");
+        let recorder = Recorder::new(log, "s".into(), Arc::clone(&options.clock), state, 16);
+        TestRuntime {
+            runtime: Arc::new(Runtime::new(Arc::new(Plain), config, options, recorder)),
+            path,
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! A turn's running state and what its parts report to each other: the spec an entry path
+//! hands over, the turn in progress ([`TurnRun`]), how an attempt, its steps and its tool
+//! calls end.
+
+use std::sync::Arc;
+
+use mull_core::{
+    CallWarning, DecisionAction, EntryPath, ErrorStage, Event, FinishReason, ModelError,
+    ModelMessage, Source, StepRecord, StreamPart, ToolCallRecord, ToolResultRecord, ToolSpec,
+    UIMessage, Usage,
+};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ChatError, EngineError};
+use crate::hooks::Observed;
+use crate::runtime::{OutcomeStatus, Runtime, TurnOutcome};
+use crate::tool::{ToolExecution, ToolSet};
+
+/// What a tool call cut off by an abort shows the model and `after_tool_call`.
+pub const ABORTED_TOOL_CALL: &str = "The tool call was aborted.";
+
+/// Everything an entry path hands to the loop.
+pub(crate) struct TurnSpec {
+    pub(crate) entry: EntryPath,
+    pub(crate) request_id: String,
+    pub(crate) continuation: bool,
+    pub(crate) body: Value,
+    /// Messages to persist before the turn (none for continuations).
+    pub(crate) messages: Vec<UIMessage>,
+    pub(crate) signal: CancellationToken,
+    /// Where a `chat` call reads its parts.
+    pub(crate) client: Option<mpsc::UnboundedSender<StreamPart>>,
+    pub(crate) submission_id: Option<String>,
+    pub(crate) client_tools: Vec<ToolSpec>,
+    pub(crate) caller_tools: ToolSet,
+}
+
+/// How a turn ended, and what `on_chat_response` gets (None when it is not called).
+pub(super) struct Ended {
+    pub(super) outcome: TurnOutcome,
+    pub(super) response: Option<Observed>,
+}
+
+pub(super) fn outcome(
+    spec: &TurnSpec,
+    status: OutcomeStatus,
+    error: Option<ChatError>,
+    message: Option<UIMessage>,
+) -> TurnOutcome {
+    TurnOutcome {
+        request_id: spec.request_id.clone(),
+        status,
+        error,
+        message,
+    }
+}
+
+pub(super) enum Attempt {
+    /// Overflow recovery compacted the history: run the turn again.
+    Retry,
+    Done(Box<Ended>),
+}
+
+pub(super) enum StepsEnd {
+    Completed,
+    Aborted,
+    Failed(ChatError),
+}
+
+pub(super) enum StepEnd {
+    Continue,
+    Stop,
+    Aborted,
+    Failed(ChatError),
+}
+
+/// What a step accumulates from the parts it shows, for its record.
+#[derive(Default)]
+pub(super) struct StepParts {
+    pub(super) text: String,
+    pub(super) reasoning: Vec<(String, String)>,
+    pub(super) sources: Vec<Source>,
+    pub(super) files: Vec<(String, String)>,
+    pub(super) tool_calls: Vec<ToolCallRecord>,
+    pub(super) tool_results: Vec<ToolResultRecord>,
+    pub(super) finish_reason: Option<FinishReason>,
+    pub(super) raw_finish_reason: Option<String>,
+    pub(super) usage: Usage,
+    pub(super) provider_metadata: Option<Value>,
+    pub(super) waits_for_client: bool,
+    /// What the provider warned about the call (`stream-start`).
+    pub(super) warnings: Vec<CallWarning>,
+    /// The provider's response metadata, folded from its `response-metadata` parts.
+    pub(super) response: ResponseMeta,
+    /// The model's tool call whose `on_chunk` waits until the call's hooks ran (Think's order).
+    pub(super) deferred_call: Option<crate::hooks::Observed>,
+}
+
+/// What the provider told about its response, each field as first known.
+#[derive(Default)]
+pub(super) struct ResponseMeta {
+    pub(super) id: Option<String>,
+    pub(super) model_id: Option<String>,
+    pub(super) timestamp: Option<chrono::DateTime<chrono::Utc>>,
+    pub(super) headers: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl StepParts {
+    pub(super) fn observe(&mut self, part: &StreamPart) {
+        match part {
+            StreamPart::TextDelta { text, .. } => self.text.push_str(text),
+            StreamPart::ReasoningStart { id } => self.reasoning.push((id.clone(), String::new())),
+            StreamPart::ReasoningDelta { id, text } => {
+                match self.reasoning.iter_mut().rev().find(|(b, _)| b == id) {
+                    Some((_, t)) => t.push_str(text),
+                    None => self.reasoning.push((id.clone(), text.clone())),
+                }
+            }
+            StreamPart::Source { source } => self.sources.push(source.clone()),
+            StreamPart::File { media_type, data } => {
+                self.files.push((media_type.clone(), data.clone()))
+            }
+            StreamPart::Finish {
+                finish_reason,
+                raw_finish_reason,
+                usage,
+                provider_metadata,
+            } => {
+                self.finish_reason = Some(*finish_reason);
+                self.raw_finish_reason = raw_finish_reason.clone();
+                self.usage = usage.clone();
+                self.provider_metadata = provider_metadata.clone();
+            }
+            StreamPart::StreamStart { warnings } => self.warnings.extend(warnings.iter().cloned()),
+            StreamPart::ResponseMetadata {
+                id,
+                model_id,
+                timestamp,
+                headers,
+            } => {
+                let r = &mut self.response;
+                r.id = r.id.take().or_else(|| id.clone());
+                r.model_id = r.model_id.take().or_else(|| model_id.clone());
+                r.timestamp = r.timestamp.or(*timestamp);
+                r.headers = r.headers.take().or_else(|| headers.clone());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What a tool call did to the step.
+pub(super) enum ToolEnd {
+    Done,
+    Aborted,
+    /// The tool was silent past the stall timeout: the turn fails at stage `stream`.
+    Stalled(ChatError),
+}
+
+/// The state of one turn attempt.
+pub(super) struct TurnRun<'a> {
+    pub(super) inner: &'a Arc<Runtime>,
+    pub(super) spec: &'a TurnSpec,
+    pub(super) turn_id: String,
+    pub(super) message_id: String,
+    pub(super) steps: Vec<StepRecord>,
+    pub(super) usage: Usage,
+    pub(super) tool_context: Value,
+}
+
+impl TurnRun<'_> {
+    pub(super) fn tid(&self) -> Option<&str> {
+        Some(&self.turn_id)
+    }
+
+    /// Appends an event of this turn; hands back its seq, the ticket the output gate waits on
+    /// ([`Recorder::durable`](crate::recorder::Recorder::durable)).
+    pub(super) fn append(&self, event: Event) -> Result<u64, EngineError> {
+        self.inner.recorder.append(self.tid(), event).map(|a| a.seq)
+    }
+
+    pub(super) fn error(&self, stage: ErrorStage, message: impl Into<String>) -> ChatError {
+        ChatError {
+            request_id: Some(self.spec.request_id.clone()),
+            ..ChatError::new(stage, message)
+        }
+    }
+}
+
+pub(super) type ExecutionRef = ToolExecution;
+
+pub(super) enum Executed {
+    Done(Result<Value, String>),
+    Aborted,
+    /// No result (or, from a streaming tool, no next value) within the stall timeout.
+    Stalled(u64),
+}
+
+/// A tool call as the step hands it over.
+pub(super) struct PendingCall<'a> {
+    pub(super) step: u32,
+    pub(super) call_id: String,
+    pub(super) tool_name: String,
+    pub(super) input_text: String,
+    pub(super) active: Option<&'a [String]>,
+    pub(super) messages: &'a [ModelMessage],
+}
+
+/// A tool call's outcome, ready to record.
+pub(super) struct Outcome<'a> {
+    pub(super) step: u32,
+    pub(super) call_id: &'a str,
+    pub(super) tool_name: &'a str,
+    pub(super) model_input: &'a Value,
+    pub(super) effective_input: &'a Value,
+    pub(super) decision: DecisionAction,
+    pub(super) messages: &'a [ModelMessage],
+    pub(super) result: Result<Value, String>,
+    pub(super) duration_ms: u64,
+    pub(super) run_hook: bool,
+}
+
+pub(super) enum Next {
+    Part(StreamPart),
+    End,
+    Stalled,
+    Failed(ModelError),
+}
