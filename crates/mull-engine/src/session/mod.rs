@@ -21,6 +21,7 @@
 mod approval;
 mod command;
 mod entry;
+mod inbox;
 mod options;
 mod outcome;
 mod submission;
