@@ -55,9 +55,12 @@ pub struct DemoOptions {
     pub on_approval_wait: Option<ApprovalNotice>,
 }
 
+/// What an [`ApprovalNotice`] calls: the approval waited for, and how long the demo waits.
+pub type NoticeFn = dyn Fn(&PendingApproval, Duration) + Send + Sync;
+
 /// A callback told about an approval the demo waits for, with how long it will wait.
 #[derive(Clone)]
-pub struct ApprovalNotice(pub Arc<dyn Fn(&PendingApproval, Duration) + Send + Sync>);
+pub struct ApprovalNotice(pub Arc<NoticeFn>);
 
 impl std::fmt::Debug for ApprovalNotice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

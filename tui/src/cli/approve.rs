@@ -47,12 +47,13 @@ pub fn run(args: ApproveArgs) -> Result<()> {
         "no database at {} (mull approve answers a request in an existing log)",
         args.db.display()
     );
-    let agent = choose_agent(args.model.as_deref(), false)?;
     let log = match Log::open(&args.db) {
         Ok(log) => log,
+        // Another process writes the log; it needs no agent here.
         Err(StoreError::Locked { .. }) => return post_to_inbox(&args),
         Err(e) => return Err(e).with_context(|| format!("opening {}", args.db.display())),
     };
+    let agent = choose_agent(args.model.as_deref(), false)?;
     let inbox = Inbox::open(&args.db)
         .with_context(|| format!("opening the inbox of {}", args.db.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
