@@ -430,7 +430,14 @@ impl App {
                         .is_some_and(|id| !self.sessions.iter().any(|s| &s.session_id == id));
                 self.sessions = sessions;
                 let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
-                if self.follow && arrived && !replaying {
+                // Following entered a sub-agent's session before its link was folded (it
+                // looked like a new session): back to the newest listed one.
+                let strayed = self.nest.is_empty()
+                    && self
+                        .session_id
+                        .as_deref()
+                        .is_some_and(|id| self.is_subagent_session(id));
+                if self.follow && (arrived || strayed) && !replaying {
                     // Following moves on to a session that started after the dashboard opened.
                     self.session_selected = self.sessions.len().saturating_sub(1);
                     if let Some(id) = newest {
