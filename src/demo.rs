@@ -656,6 +656,16 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         ("u_7", "Book Casa do Largo for the two nights."),
     ];
     let mut turns = Vec::new();
+    // Answers posted while no writer ran (a session reopened) are taken first.
+    for reply in session
+        .take_inbox(&inbox, CommandOptions::default())
+        .await
+        .map_err(engine_err)?
+    {
+        if let Reply::Turn(outcome) = reply {
+            turns.push(completed(*outcome).map_err(|e| *e)?);
+        }
+    }
     for (index, (id, text)) in prompts.into_iter().enumerate() {
         if paced && index > 0 {
             tokio::time::sleep(TYPING).await;

@@ -9,9 +9,11 @@
 //! stands for (`Session::command`), so the answer enters the log as an input event like any
 //! other; the inbox row is then marked taken, with what came of it.
 //!
-//! Who takes: the process that holds the session — `mull serve` and the demo runner look every
-//! [`INBOX_SWEEP_PERIOD`] for the sessions they have open; when no writer runs, the next one to
-//! open the session (or `mull approve`) takes what waits. A message is *claimed* before it is
+//! Who takes: the process that writes the log. `mull serve` looks every [`INBOX_SWEEP_PERIOD`]
+//! and opens the sessions messages wait for; the demo takes its session's messages when it
+//! opens it and while its booking waits for a person; when no writer runs, `mull approve` takes
+//! the session's messages when it opens it. A library application calls
+//! `Session::take_inbox` where it suits it (after opening a session, on a timer). A message is *claimed* before it is
 //! acted on (an update only one process can win), so two takers never both act on it; a crash
 //! between the claim and the input's event loses that message, and the approval it answered
 //! stays pending in the log, answerable again.
