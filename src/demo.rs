@@ -1,10 +1,15 @@
-//! A built-in demo: a travel-desk agent on the Scripted model that plays six turns paced like
+//! A built-in demo: a travel-desk agent on the Scripted model that plays seven turns paced like
 //! a real model — a moment before the first token, then words at a few tens of tokens per
 //! second, tools that take their time (one streams its progress, one is slow enough to show
-//! as a stall), a call its `before_tool_call` policy blocks, a pause mid-answer, and a question
-//! it hands to a research sub-agent (a child session in the same log) — with the
-//! user "typing" between turns, so a dashboard has something live to show for about half a
-//! minute without an API key.
+//! as a stall), a call its `before_tool_call` policy blocks, a pause mid-answer, a question
+//! it hands to a research sub-agent (a child session in the same log), and a hotel booking
+//! that waits for a person's approval — with the user "typing" between turns, so a dashboard
+//! has something live to show for about half a minute without an API key.
+//!
+//! The booking's approval comes through the log's inbox ([`mull_store::inbox`]), as an answer
+//! from the dashboard does: paced, the demo waits up to [`DemoOptions::approval_wait`] for a
+//! person (`a` in `mull dash`), taking the inbox as it waits, and then posts the approval
+//! itself; unpaced it posts it at once.
 //!
 //! With [`DemoOptions::deterministic`] the demo uses a ticking clock, counting ids and no
 //! pacing, so it writes the same log bytes every run (the `fixtures/demo.jsonl` fixture);
@@ -19,12 +24,12 @@ use chrono::{DateTime, TimeZone, Utc};
 use futures::StreamExt;
 use mull_core::{Clock, IdSource, LanguageModel, RandomIds, SequentialIds, SystemClock, UIMessage};
 use mull_engine::{
-    Agent, AgentTool, Approval, EngineError, FnTool, HookResult, OutcomeStatus, Session,
-    SessionOptions, ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions,
+    Agent, AgentTool, CommandOptions, EngineError, FnTool, HookResult, OutcomeStatus, Reply,
+    Session, SessionOptions, ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions,
     TurnOutcome,
 };
 use mull_providers::scripted::ScriptedModel;
-use mull_store::Log;
+use mull_store::{Inbox, InboxMessage, Log, PendingApproval, INBOX_SWEEP_PERIOD};
 use serde::Deserialize;
 
 use crate::policy::{Guarded, ToolPolicy};
@@ -43,11 +48,28 @@ pub struct DemoOptions {
     pub policy: Option<ToolPolicy>,
     /// No pacing (real clock and ids): the whole demo in a moment.
     pub fast: bool,
-    /// A seventh turn books the hotel: `book_hotel` waits for a person's approval, which the
-    /// demo gives itself (at once when unpaced, after the user's "typing" pause when paced, so
-    /// a dashboard shows the request waiting). Off by default: the six turns' log is unchanged.
-    pub book: bool,
+    /// Paced, how long the booking's approval waits for a person before the demo approves
+    /// it itself (unpaced runs approve at once).
+    pub approval_wait: Duration,
+    /// Told when the paced demo starts waiting for a person's approval (the CLI prints it).
+    pub on_approval_wait: Option<ApprovalNotice>,
 }
+
+/// What an [`ApprovalNotice`] calls: the approval waited for, and how long the demo waits.
+pub type NoticeFn = dyn Fn(&PendingApproval, Duration) + Send + Sync;
+
+/// A callback told about an approval the demo waits for, with how long it will wait.
+#[derive(Clone)]
+pub struct ApprovalNotice(pub Arc<NoticeFn>);
+
+impl std::fmt::Debug for ApprovalNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApprovalNotice")
+    }
+}
+
+/// How long the paced demo waits for a person to answer the booking's approval.
+pub const APPROVAL_WAIT: Duration = Duration::from_secs(20);
 
 /// How long the model "thinks" before its first part, when paced.
 const FIRST_TOKEN: Duration = Duration::from_millis(700);
@@ -62,7 +84,8 @@ impl Default for DemoOptions {
             part_delay: Duration::from_millis(35),
             policy: None,
             fast: false,
-            book: false,
+            approval_wait: APPROVAL_WAIT,
+            on_approval_wait: None,
         }
     }
 }
@@ -91,6 +114,12 @@ pub enum DemoError {
         session_id: String,
         #[source]
         source: EngineError,
+    },
+    #[error("demo session {session_id}: the inbox: {source}")]
+    Inbox {
+        session_id: String,
+        #[source]
+        source: mull_store::StoreError,
     },
     #[error("demo turn {request_id} ended as {status:?}: {error}")]
     Turn {
@@ -165,8 +194,8 @@ struct CancelInput {
     booking: String,
 }
 
-/// The demo's agent: a travel desk with a forecast, a guide search and a booking canceller
-/// that its policy never lets run.
+/// The demo's agent: a travel desk with a forecast, a guide search, a hotel booking that a
+/// person approves, and a booking canceller that its policy never lets run.
 struct TravelDesk {
     model: ScriptedModel,
     paced: bool,
@@ -247,6 +276,7 @@ impl Agent for TravelDesk {
             .with(weather)
             .with(search)
             .with(hotels)
+            .with(book_hotel())
             .with(cancel)
             .with(research)
     }
@@ -372,10 +402,9 @@ pub fn research_agent() -> Arc<dyn Agent> {
     })
 }
 
-/// The booking tool of the seventh turn: every call waits for a person's approval. Offered to
-/// that turn alone, so the other turns' requests stay as recorded.
-fn book_hotel() -> ToolSet {
-    let book = FnTool::new(
+/// The booking tool: every call waits for a person's approval (its `needs_approval` rule).
+fn book_hotel() -> std::sync::Arc<dyn mull_engine::Tool> {
+    FnTool::new(
         "book_hotel",
         "Books a hotel room; a person approves every booking.",
         |input: BookInput, _| async move {
@@ -387,8 +416,7 @@ fn book_hotel() -> ToolSet {
         },
     )
     .needs_approval(true)
-    .shared();
-    ToolSet::new().with(book)
+    .shared()
 }
 
 /// `text` as the deltas a model streams: a word (with its trailing space) each.
@@ -400,10 +428,9 @@ fn words(text: &str) -> Vec<String> {
     out
 }
 
-/// The model's script for the six turns (and the booking's two steps with `book`); `paced`
-/// adds the silences a real model leaves (before its first token, and once mid-answer), which
-/// write no events.
-fn script(part_delay: Duration, paced: bool, book: bool) -> ScriptedModel {
+/// The model's script for the seven turns; `paced` adds the silences a real model leaves
+/// (before its first token, and once mid-answer), which write no events.
+fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
     let think = |s: mull_providers::scripted::StepScript| {
         if paced {
             s.pause(FIRST_TOKEN)
@@ -411,7 +438,7 @@ fn script(part_delay: Duration, paced: bool, book: bool) -> ScriptedModel {
             s
         }
     };
-    let builder = ScriptedModel::builder("scripted-travel-1")
+    ScriptedModel::builder("scripted-travel-1")
         .part_delay(part_delay)
         // A session reopened with a fresh agent (a new process, a server that evicted it)
         // carries on with the turn its conversation has reached.
@@ -530,12 +557,8 @@ fn script(part_delay: Duration, paced: bool, book: bool) -> ScriptedModel {
                      to Belém — every ten minutes or so. Go early for the pastéis.",
                 ))
                 .usage(1750, 41)
-        });
-    if !book {
-        return builder.build();
-    }
-    builder
-        // Turn 7 (with `book`): a booking that waits for approval, then the confirmation.
+        })
+        // Turn 7: a booking that waits for approval, then the confirmation.
         .step(|s| {
             think(s)
                 .text("Booking it; you will be asked to approve.")
@@ -562,7 +585,7 @@ pub const AGENT_NAME: &str = "travel-desk";
 /// The demo's agent, unpaced: what a recorded demo session is re-executed against.
 pub fn agent() -> Arc<dyn Agent> {
     Arc::new(TravelDesk {
-        model: script(Duration::ZERO, false, false),
+        model: script(Duration::ZERO, false),
         paced: false,
         researcher: research_agent(),
     })
@@ -573,7 +596,8 @@ pub fn guarded_agent(policy: ToolPolicy) -> Arc<dyn Agent> {
     Arc::new(Guarded::new(agent(), policy))
 }
 
-/// Runs the demo's six turns into `log` under `options.session_id`.
+/// Runs the demo's seven turns into `log` under `options.session_id`, answering the booking's
+/// approval through the log's inbox (see the module docs).
 pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoError> {
     let session_id = options.session_id.clone();
     let engine_err = |source| DemoError::Engine {
@@ -587,14 +611,14 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         Duration::ZERO
     };
     let agent: Arc<dyn Agent> = Arc::new(TravelDesk {
-        model: script(part_delay, paced, options.book),
+        model: script(part_delay, paced),
         paced,
         researcher: Arc::new(Researcher {
             model: research_script(part_delay, paced),
             paced,
         }),
     });
-    let agent = match options.policy {
+    let agent = match options.policy.clone() {
         Some(policy) => Arc::new(Guarded::new(agent, policy)),
         None => agent,
     };
@@ -611,9 +635,14 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
             .with_clock(Arc::new(SystemClock))
             .with_ids(Arc::new(RandomIds));
     }
+    let clock = Arc::clone(&session_options.clock);
     let session = Session::open(log, agent, session_options)
         .await
         .map_err(engine_err)?;
+    let inbox = Inbox::open(log.path()).map_err(|source| DemoError::Inbox {
+        session_id: session_id.clone(),
+        source,
+    })?;
     let prompts = [
         ("u_1", "What's Lisbon like, in one breath?"),
         (
@@ -624,11 +653,20 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         ("u_4", "Actually, cancel my booking LIS-2291."),
         ("u_5", "What should I pack for the rain?"),
         ("u_6", "Can your researcher find the tram to Belém?"),
+        ("u_7", "Book Casa do Largo for the two nights."),
     ];
     let mut turns = Vec::new();
-    let booking = ("u_7", "Book Casa do Largo for the two nights.");
-    let prompts = prompts.into_iter().chain(options.book.then_some(booking));
-    for (index, (id, text)) in prompts.enumerate() {
+    // Answers posted while no writer ran (a session reopened) are taken first.
+    for reply in session
+        .take_inbox(&inbox, CommandOptions::default())
+        .await
+        .map_err(engine_err)?
+    {
+        if let Reply::Turn(outcome) = reply {
+            turns.push(completed(*outcome).map_err(|e| *e)?);
+        }
+    }
+    for (index, (id, text)) in prompts.into_iter().enumerate() {
         if paced && index > 0 {
             tokio::time::sleep(TYPING).await;
         }
@@ -637,31 +675,16 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         } else {
             RandomIds.next_id("msg")
         };
-        let opts = TurnOptions {
-            tools: if id == booking.0 {
-                book_hotel()
-            } else {
-                ToolSet::new()
-            },
-            ..TurnOptions::default()
-        };
         let outcome = session
-            .save_messages(vec![UIMessage::user(message_id, text)], opts)
+            .save_messages(
+                vec![UIMessage::user(message_id, text)],
+                TurnOptions::default(),
+            )
             .await
             .map_err(engine_err)?;
         turns.push(completed(outcome).map_err(|e| *e)?);
-        // The demo is the person who approves the booking.
-        for pending in session.pending_approvals() {
-            if paced {
-                tokio::time::sleep(TYPING).await;
-            }
-            let answered = session
-                .answer_approval(&pending.approval_id, Approval::approve())
-                .await
-                .map_err(engine_err)?;
-            if let Some(outcome) = answered {
-                turns.push(completed(outcome).map_err(|e| *e)?);
-            }
+        for outcome in approve(&session, &inbox, clock.as_ref(), paced, &options).await? {
+            turns.push(completed(outcome).map_err(|e| *e)?);
         }
     }
     let events = session.read_state(|s| s.last_seq);
@@ -670,6 +693,72 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         turns,
         events,
     })
+}
+
+/// Answers the approvals the last turn left waiting, through the inbox: paced, a person has
+/// `options.approval_wait` to answer from the dashboard (the inbox is taken as it waits); then,
+/// or at once unpaced, the demo posts the approval itself. Returns the continuations' outcomes.
+async fn approve(
+    session: &Session,
+    inbox: &Inbox,
+    clock: &dyn Clock,
+    paced: bool,
+    options: &DemoOptions,
+) -> Result<Vec<TurnOutcome>, DemoError> {
+    let engine_err = |source| DemoError::Engine {
+        session_id: session.id().to_owned(),
+        source,
+    };
+    let inbox_err = |source| DemoError::Inbox {
+        session_id: session.id().to_owned(),
+        source,
+    };
+    let mut outcomes = Vec::new();
+    let mut take = |replies: Vec<Reply>| {
+        outcomes.extend(replies.into_iter().filter_map(|reply| match reply {
+            Reply::Turn(outcome) => Some(*outcome),
+            _ => None,
+        }))
+    };
+    let pending = session.pending_approvals();
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    if paced {
+        if let Some(notice) = &options.on_approval_wait {
+            for p in &pending {
+                (notice.0)(p, options.approval_wait);
+            }
+        }
+        let start = tokio::time::Instant::now();
+        while !session.pending_approvals().is_empty() && start.elapsed() < options.approval_wait {
+            tokio::time::sleep(INBOX_SWEEP_PERIOD.min(Duration::from_millis(200))).await;
+            take(
+                session
+                    .take_inbox(inbox, CommandOptions::default())
+                    .await
+                    .map_err(engine_err)?,
+            );
+        }
+    }
+    // Nobody answered (or nobody was asked): the demo is the person who approves.
+    for p in session.pending_approvals() {
+        let answer = InboxMessage::ApprovalAnswer {
+            approval_id: p.approval_id.clone(),
+            approved: true,
+            reason: None,
+        };
+        inbox
+            .post(session.id(), &answer, clock.now())
+            .map_err(inbox_err)?;
+    }
+    take(
+        session
+            .take_inbox(inbox, CommandOptions::default())
+            .await
+            .map_err(engine_err)?,
+    );
+    Ok(outcomes)
 }
 
 /// The turn as the report lists it, or (boxed: it is large) the error of a turn that did not

@@ -1,5 +1,6 @@
-//! The demo's booking turn: `book_hotel` waits for approval, the demo approves it itself, the
-//! booking runs once, and the deterministic run still writes the same bytes every time.
+//! The demo's booking turn: `book_hotel` waits for approval, the demo approves it itself through
+//! the log's inbox, the booking runs once, and the deterministic run still writes the same bytes
+//! every time.
 
 use mull::demo::DemoOptions;
 use mull::store::{export_jsonl, Log, LogReader};
@@ -13,7 +14,6 @@ async fn booking_run() -> (Vec<u8>, mull::store::SessionState, usize) {
         DemoOptions {
             deterministic: true,
             session_id: "book".into(),
-            book: true,
             ..DemoOptions::default()
         },
     )
@@ -21,6 +21,14 @@ async fn booking_run() -> (Vec<u8>, mull::store::SessionState, usize) {
     .unwrap();
     log.flush().await.unwrap();
     let reader = LogReader::open(&path).unwrap();
+    // The approval went through the log's inbox, and the demo took it.
+    let inbox = mull::store::Inbox::open(&path).unwrap();
+    assert!(inbox.waiting(None).unwrap().is_empty());
+    let row = inbox
+        .get(1)
+        .unwrap()
+        .expect("the demo's approval was posted");
+    assert_eq!(row.outcome.as_deref(), Some("answered"));
     let mut out = Vec::new();
     export_jsonl(&reader, Some("book"), &mut out).unwrap();
     (
@@ -35,6 +43,11 @@ async fn the_booking_waits_for_approval_runs_once_and_stays_deterministic() {
     let (first, state, turns) = booking_run().await;
     // Six turns, the booking's turn that parked, and the continuation after the approval.
     assert_eq!(turns, 8);
+    assert_eq!(
+        state.turns.len(),
+        8,
+        "the report lists every turn the log holds"
+    );
     let text = String::from_utf8(first.clone()).unwrap();
     let count = |needle: &str| text.matches(needle).count();
     assert_eq!(count(r#""type":"tool_approval_requested""#), 1);

@@ -216,7 +216,7 @@ async fn fixtures_are_current_engine_runs() {
 }
 
 /// A fixture imports into a fresh log, exports byte for byte, and folds into a session whose
-/// every turn ended and whose conversation alternates user and assistant messages.
+/// every turn ended and whose every user message is answered.
 fn replays_through_the_store(name: &str, fresh: &[u8]) {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path().join("replay.db")).unwrap();
@@ -232,11 +232,23 @@ fn replays_through_the_store(name: &str, fresh: &[u8]) {
         state.turns.iter().all(|t| t.finished_at.is_some()),
         "{name}: unfinished turn"
     );
+    // Every user message is answered; a continuation (after a tool's approval) adds a second
+    // assistant message to the same exchange.
     let roles: Vec<_> = state.messages.iter().map(|m| m.role).collect();
-    for pair in roles.chunks(2) {
-        assert_eq!(pair[0], mull::core::Role::User, "{name}: {roles:?}");
-        if let Some(second) = pair.get(1) {
-            assert_eq!(*second, mull::core::Role::Assistant, "{name}: {roles:?}");
-        }
+    assert_eq!(
+        roles.first(),
+        Some(&mull::core::Role::User),
+        "{name}: {roles:?}"
+    );
+    assert_eq!(
+        roles.last(),
+        Some(&mull::core::Role::Assistant),
+        "{name}: {roles:?}"
+    );
+    for pair in roles.windows(2) {
+        assert!(
+            !(pair[0] == mull::core::Role::User && pair[1] == mull::core::Role::User),
+            "{name}: an unanswered user message: {roles:?}"
+        );
     }
 }

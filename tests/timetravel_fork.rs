@@ -163,13 +163,15 @@ async fn a_fork_point_that_does_not_exist_is_named_and_nothing_is_written() {
     let runs = DemoRuns::new(&[("base", None)]).await;
     let log = Log::open(&runs.path).unwrap();
     let last = log.last_seq();
+    let turns = runs.reader().turns("base").unwrap().len();
+    let past_the_end = format!("has no turn {} (it has {turns} turns)", turns + 2);
     let cases = [
         ("nope", ForkPoint::AtSeq(3), "no session \"nope\""),
         ("base", ForkPoint::AtSeq(999_999), "no event at seq 999999"),
         (
             "base",
-            ForkPoint::BeforeTurn(TurnRef::Ordinal(8)),
-            "has no turn 8 (it has 6 turns)",
+            ForkPoint::BeforeTurn(TurnRef::Ordinal(turns + 2)),
+            past_the_end.as_str(),
         ),
         (
             "base",

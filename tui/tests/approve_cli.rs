@@ -3,79 +3,17 @@
 //! approval); the binary then denies it, the continuation runs with the demo's scripted agent,
 //! and a second answer or an unknown id is refused without writing anything.
 
+mod support;
+
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use mull::core::{LanguageModel, UIMessage};
-use mull::engine::{
-    Agent, HookResult, Session, SessionOptions, ToolCallContext, ToolCallDecision, TurnOptions,
-};
+use mull::core::UIMessage;
+use mull::engine::{Session, SessionOptions, TurnOptions};
 use mull::providers::scripted::ScriptedModel;
 use mull_store::{Log, LogReader};
 use serde_json::json;
-
-/// Asks before every `find_hotels` call.
-struct Careful(ScriptedModel);
-
-#[async_trait]
-impl Agent for Careful {
-    fn name(&self) -> &str {
-        "careful"
-    }
-    fn model(&self) -> Arc<dyn LanguageModel> {
-        Arc::new(self.0.clone())
-    }
-    async fn before_tool_call(
-        &self,
-        ctx: &ToolCallContext,
-    ) -> HookResult<Option<ToolCallDecision>> {
-        Ok(
-            (ctx.tool_name == "find_hotels").then_some(ToolCallDecision::RequireApproval {
-                reason: Some("Hotel searches cost money.".into()),
-            }),
-        )
-    }
-    fn tools(&self) -> mull::engine::ToolSet {
-        mull::engine::ToolSet::new().with(
-            mull::engine::FnTool::new(
-                "find_hotels",
-                "Finds hotels.",
-                |_: serde_json::Value, _| async { Ok(json!(["Casa do Largo"])) },
-            )
-            .with_schema(json!({"type": "object"}))
-            .shared(),
-        )
-    }
-}
-
-/// A log whose session `s` waits for approval `approval_1`.
-fn parked(db: &std::path::Path) {
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        let log = Log::open(db).expect("log");
-        let model = ScriptedModel::builder("scripted-1")
-            .step(|s| s.tool_call("call_1", "find_hotels", json!({"near": "Alfama"})))
-            .build();
-        let session = Session::open(
-            &log,
-            Arc::new(Careful(model)),
-            SessionOptions::deterministic("s"),
-        )
-        .await
-        .expect("session");
-        session
-            .save_messages(
-                vec![UIMessage::user("u1", "Hotels near Alfama?")],
-                TurnOptions::default(),
-            )
-            .await
-            .expect("turn");
-        assert_eq!(session.pending_approvals()[0].approval_id, "approval_1");
-        drop(session);
-        log.close().expect("close");
-    });
-}
+use support::parked::{parked, Careful};
 
 fn mull(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mull"))
@@ -163,4 +101,67 @@ fn a_denial_from_the_terminal_is_an_event_and_the_conversation_goes_on() {
             .collect::<Vec<_>>(),
         ["session_opened", "session_opened"]
     );
+}
+
+#[test]
+fn while_another_process_writes_the_log_the_answer_goes_to_its_inbox() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("busy.db");
+    let path = db.to_str().expect("utf-8 path").to_owned();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        // This process is the writer: it parks a call and keeps the log open.
+        let log = Log::open(&db).expect("log");
+        let model = ScriptedModel::builder("scripted-1")
+            .step(|s| s.tool_call("call_1", "find_hotels", json!({"near": "Alfama"})))
+            .step(|s| s.text("Casa do Largo has a room."))
+            .build();
+        let session = Session::open(
+            &log,
+            Arc::new(Careful(model)),
+            SessionOptions::deterministic("s"),
+        )
+        .await
+        .expect("session");
+        session
+            .save_messages(
+                vec![UIMessage::user("u1", "Hotels near Alfama?")],
+                TurnOptions::default(),
+            )
+            .await
+            .expect("turn");
+        log.flush().await.expect("flush");
+
+        let out = mull(&["approve", &path, "--session", "s", "approval_1"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("is in its inbox"), "{stdout}");
+        assert_eq!(session.pending_approvals().len(), 1, "nothing written yet");
+
+        // The writer takes it: the answer is an input event, the tool runs.
+        let inbox = mull_store::Inbox::open(&db).expect("inbox");
+        let replies = session
+            .take_inbox(&inbox, mull::engine::CommandOptions::default())
+            .await
+            .expect("takes");
+        assert_eq!(replies.len(), 1);
+        assert!(session.pending_approvals().is_empty());
+        log.flush().await.expect("flush");
+        let answered = events(&db)
+            .iter()
+            .filter(|e| {
+                matches!(
+                    &e.event,
+                    mull::core::Event::ToolApprovalAnswered { approved: true, .. }
+                )
+            })
+            .count();
+        assert_eq!(answered, 1);
+        drop(session);
+        log.close().expect("close");
+    });
 }

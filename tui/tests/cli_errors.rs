@@ -264,7 +264,7 @@ fn a_piped_chat_that_runs_past_its_script_says_so_and_exits_non_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = "What's Lisbon like?\nWeather, and a walk?\nSomewhere to stay?\n\
                  Please cancel LIS-2291.\nWhat should I pack?\nThe tram to Belém?\n\
-                 And one more thing?\n";
+                 Book Casa do Largo.\nIs it booked?\nAnd one more thing?\n";
     let output = run_mull(
         dir.path(),
         &["chat", "--db", "c.db", "--model", "scripted-demo"],
@@ -274,7 +274,7 @@ fn a_piped_chat_that_runs_past_its_script_says_so_and_exits_non_zero() {
     let (stdout, stderr) = texts(&output);
     assert!(!output.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains(r#"input line 7 ("And one more thing?"): the turn failed"#)
+        stderr.contains(r#"input line 9 ("And one more thing?"): the turn failed"#)
             && stderr.contains("went past its script"),
         "{stderr}"
     );

@@ -1,6 +1,9 @@
 //! `mull serve` through the real binary: one chat turn over HTTP, answered with the UI message
 //! stream and written to the log; a non-loopback address without a token, or a blank token, is
-//! refused.
+//! refused. An approval's answer posted to the log's inbox (as the dashboard posts it) is taken
+//! by the server, the one writer of the log, and recorded as the session's input event.
+
+mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -124,4 +127,66 @@ fn a_blank_token_is_refused_before_the_log_is_created() {
         assert!(stderr.contains("MULL_TOKEN is empty"), "{stderr}");
         assert!(!db.exists(), "nothing is left behind");
     }
+}
+
+#[test]
+fn an_answer_in_the_inbox_is_taken_by_the_server_and_the_tool_runs_once() {
+    use std::time::{Duration, Instant};
+
+    use mull_store::{Inbox, InboxMessage};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("inbox.db");
+    support::parked::parked(&db);
+    let path = db.to_str().expect("utf-8 path");
+    let mut node =
+        support::nodes::Node::start(path, "inbox", dir.path(), &["--model", "scripted-demo"]);
+    // The dashboard's part: a row in the inbox, posted while the server holds the log.
+    let inbox = Inbox::open(&db).expect("inbox");
+    let answer = InboxMessage::ApprovalAnswer {
+        approval_id: "approval_1".into(),
+        approved: true,
+        reason: None,
+    };
+    let id = inbox.post("s", &answer, chrono::Utc::now()).expect("posts");
+    // The server looks every half second; a loaded machine gets a generous bound.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ran = |events: &[mull_core::Envelope]| {
+        events
+            .iter()
+            .filter(|e| {
+                matches!(&e.event, mull_core::Event::ToolCallFinished { call_id, .. } if call_id == "call_1")
+            })
+            .count()
+    };
+    let events = loop {
+        let events = LogReader::open(&db)
+            .expect("reader")
+            .session_events("s", 0)
+            .expect("events");
+        let row = inbox.get(id).expect("reads").expect("row");
+        if row.outcome.is_some() && ran(&events) > 0 {
+            assert_eq!(row.outcome.as_deref(), Some("answered"));
+            break events;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server never acted on the answer\n{}",
+            node.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let status = node.interrupt_or_exit(Duration::ZERO);
+    assert!(status.success(), "{}", node.stderr_text());
+    let answered = events
+        .iter()
+        .filter(|e| e.kind() == "tool_approval_answered")
+        .count();
+    let ran = ran(&events);
+    assert_eq!(
+        (answered, ran),
+        (1, 1),
+        "{:?}",
+        events.iter().map(|e| e.kind()).collect::<Vec<_>>()
+    );
 }

@@ -25,6 +25,7 @@ pub mod chat;
 pub mod error;
 pub mod follow;
 mod http;
+pub mod inbox;
 mod listen;
 pub mod state;
 pub mod ui_stream;

@@ -1,16 +1,20 @@
 //! `mull approve DB --session S APPROVAL_ID [--deny] [--reason R] [--model SPEC]`: answers a
 //! tool call waiting for approval. The answer is one input event written through the library;
 //! when it completes its step, the continuation runs with the agent `--model` names (as for
-//! `mull chat`: a model spec, `scripted-demo`, or `MULL_MODEL`). The dashboard is read-only by
-//! design (SQLite has one writer per file, which may be the process being watched), so this is
-//! where a person answers from the terminal.
+//! `mull chat`: a model spec, `scripted-demo`, or `MULL_MODEL`). Answers waiting in the log's
+//! inbox for the session (posted by the dashboard while no writer ran) are taken first.
+//!
+//! When another process writes the log (`mull serve`, `mull demo`: SQLite has one writer per
+//! file), the answer is posted to the log's inbox instead, as the dashboard's `a` / `x` do, and
+//! that writer records it when it next looks.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use mull::engine::{Approval, Session, SessionOptions};
-use mull_store::Log;
+use mull::engine::{Approval, CommandOptions, Session, SessionOptions};
+use mull_core::{Clock, SystemClock};
+use mull_store::{Inbox, InboxMessage, Log, StoreError};
 
 use crate::cli::agent::choose_agent;
 
@@ -43,8 +47,15 @@ pub fn run(args: ApproveArgs) -> Result<()> {
         "no database at {} (mull approve answers a request in an existing log)",
         args.db.display()
     );
+    let log = match Log::open(&args.db) {
+        Ok(log) => log,
+        // Another process writes the log; it needs no agent here.
+        Err(StoreError::Locked { .. }) => return post_to_inbox(&args),
+        Err(e) => return Err(e).with_context(|| format!("opening {}", args.db.display())),
+    };
     let agent = choose_agent(args.model.as_deref(), false)?;
-    let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let inbox = Inbox::open(&args.db)
+        .with_context(|| format!("opening the inbox of {}", args.db.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -62,6 +73,13 @@ pub fn run(args: ApproveArgs) -> Result<()> {
         let session = Session::open(&log, agent, SessionOptions::new(args.session.as_str()))
             .await
             .with_context(|| format!("opening session {}", args.session))?;
+        let taken = session
+            .take_inbox(&inbox, CommandOptions::default())
+            .await
+            .context("taking the answers waiting in the inbox")?;
+        if !taken.is_empty() {
+            println!("took {} answer(s) waiting in the inbox", taken.len());
+        }
         session
             .answer_approval(&args.approval_id, answer)
             .await
@@ -80,5 +98,26 @@ pub fn run(args: ApproveArgs) -> Result<()> {
             args.approval_id
         ),
     }
+    Ok(())
+}
+
+/// Another process writes the log: the answer goes to its inbox, for that writer to take.
+fn post_to_inbox(args: &ApproveArgs) -> Result<()> {
+    let inbox = Inbox::open(&args.db)
+        .with_context(|| format!("opening the inbox of {}", args.db.display()))?;
+    let message = InboxMessage::ApprovalAnswer {
+        approval_id: args.approval_id.clone(),
+        approved: !args.deny,
+        reason: args.reason.clone(),
+    };
+    inbox
+        .post(&args.session, &message, SystemClock.now())
+        .with_context(|| format!("posting the answer to {}", args.approval_id))?;
+    let verb = if args.deny { "denial" } else { "approval" };
+    println!(
+        "{} is written by another process: the {verb} of {} is in its inbox, and that writer records it when it next looks",
+        args.db.display(),
+        args.approval_id
+    );
     Ok(())
 }

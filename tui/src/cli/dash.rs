@@ -51,6 +51,7 @@ pub fn run(args: DashArgs) -> Result<()> {
         DashOptions {
             follow: args.follow,
             prices,
+            answers: local.mirror().is_none(),
         },
     )
 }

@@ -2,11 +2,12 @@
 //! command; `--headless` runs it without a screen.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use mull::demo::{self, DemoOptions, DemoReport};
+use mull::demo::{self, ApprovalNotice, DemoOptions, DemoReport};
 use mull::policy::ToolPolicy;
 use mull_core::{IdSource, RandomIds};
 use mull_store::{Log, LogReader};
@@ -32,13 +33,10 @@ pub struct DemoArgs {
     /// `no-weather`, `demo`).
     #[arg(long)]
     pub policy: Option<String>,
-    /// No pacing (real clock and ids): the demo's six turns in a moment.
+    /// No pacing (real clock and ids): the demo's seven turns in a moment (the booking is
+    /// approved at once).
     #[arg(long)]
     pub fast: bool,
-    /// A sixth turn books the hotel with a tool that waits for approval; the demo approves
-    /// it itself (under the dashboard, after a pause that shows it waiting).
-    #[arg(long)]
-    pub book: bool,
 }
 
 /// How long the dashboard waits for the demo's first turn before opening anyway.
@@ -52,7 +50,6 @@ pub fn run(args: DemoArgs) -> Result<()> {
         deterministic: args.deterministic,
         policy,
         fast: args.fast,
-        book: args.book,
         ..DemoOptions::default()
     };
     if let Some(session) = &args.session {
@@ -63,6 +60,17 @@ pub fn run(args: DemoArgs) -> Result<()> {
     }
     let session_id = options.session_id.clone();
     if args.headless {
+        // Under the dashboard its approvals view says the same, with the key.
+        let db = args.db.clone();
+        options.on_approval_wait = Some(ApprovalNotice(Arc::new(move |pending, wait| {
+            println!(
+                "{} waits for approval ({}): press a in mull dash {} to approve, or wait {} s",
+                pending.tool,
+                pending.approval_id,
+                db.display(),
+                wait.as_secs()
+            );
+        })));
         let report = run_demo(&log, options)?;
         log.close()
             .with_context(|| format!("committing {}", args.db.display()))?;

@@ -91,7 +91,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
     .with_session_options(Arc::new(|id: &str| crate::telemetry::session_options(id)))
     .with_idle_ttl(args.idle_ttl)
     .with_body_timeout(args.body_timeout);
+    // The one writer of a SQLite log takes what the dashboard posts to its inbox.
+    let inbox = match &backend {
+        Backend::Sqlite(log) => Some(
+            mull_store::Inbox::open(log.path())
+                .with_context(|| format!("opening the inbox of {}", args.db.display()))?,
+        ),
+        Backend::Postgres(_) => None,
+    };
     let result = runtime.block_on(async {
+        let sweep = inbox.map(|inbox| mull_server::inbox::spawn_inbox_sweep(state.clone(), inbox));
         let bound = mull_server::bind(&config, state).await?;
         // Scripts (and tests) read the bound address from this line; port 0 picks one.
         println!("listening on http://{}", bound.local_addr());
@@ -124,6 +133,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             } => Ok(()),
         };
+        if let Some(sweep) = sweep {
+            sweep.abort();
+        }
         let failed = if watch.is_finished() {
             watch.await.ok()
         } else {

@@ -14,10 +14,12 @@ use crate::dash::rates::Rates;
 use crate::dash::replay::Replay;
 use crate::dash::timeline::TimelineBuilder;
 
+mod answer;
 mod matching;
 mod nest;
 mod turn_view;
 
+pub use answer::Answering;
 pub use matching::{item_matches, session_matches, turn_row_matches};
 pub use nest::NestFrame;
 pub use turn_view::TurnView;
@@ -86,6 +88,14 @@ pub enum Msg {
     Click(Hit),
     /// The mouse wheel turned over a pane: rows down (positive) or up.
     Scroll(Pane, isize),
+    /// The answer to the confirmation line: yes (`y`, Enter) or anything else.
+    Confirm(bool),
+    /// An approval's answer was posted to the inbox, or why it was not.
+    AnswerPosted {
+        approval_id: String,
+        approved: bool,
+        posted: Result<(), String>,
+    },
 }
 
 /// What a mouse click landed on.
@@ -178,6 +188,13 @@ pub enum Effect {
         turn_id: String,
         before_seq: u64,
     },
+    /// Post an approval's answer to the log's inbox (the one effect that writes: not the log,
+    /// its inbox).
+    PostAnswer {
+        session_id: String,
+        approval_id: String,
+        approved: bool,
+    },
 }
 
 /// One turn of one session, named as the diff shows it.
@@ -260,6 +277,8 @@ pub struct App {
     pub live_events: u64,
     /// The last failure, shown in the footer.
     pub status: Option<String>,
+    /// Answering pending approvals: the selected call, the confirmation, answers sent.
+    pub answering: Answering,
     pub quit: bool,
     /// The parents of the sub-agent being shown, outermost first (see [`NestFrame`]).
     pub nest: Vec<NestFrame>,
@@ -314,6 +333,7 @@ impl App {
             max_seq: 0,
             live_events: 0,
             status: None,
+            answering: Answering::default(),
             quit: false,
             nest: Vec::new(),
             opening_subagent: None,
@@ -410,7 +430,14 @@ impl App {
                         .is_some_and(|id| !self.sessions.iter().any(|s| &s.session_id == id));
                 self.sessions = sessions;
                 let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
-                if self.follow && arrived && !replaying {
+                // Following entered a sub-agent's session before its link was folded (it
+                // looked like a new session): back to the newest listed one.
+                let strayed = self.nest.is_empty()
+                    && self
+                        .session_id
+                        .as_deref()
+                        .is_some_and(|id| self.is_subagent_session(id));
+                if self.follow && (arrived || strayed) && !replaying {
                     // Following moves on to a session that started after the dashboard opened.
                     self.session_selected = self.sessions.len().saturating_sub(1);
                     if let Some(id) = newest {
@@ -532,6 +559,12 @@ impl App {
                 Vec::new()
             }
             Msg::Click(hit) => self.click(hit),
+            Msg::Confirm(yes) => self.confirm_answer(yes),
+            Msg::AnswerPosted {
+                approval_id,
+                approved,
+                posted,
+            } => self.answer_posted(approval_id, approved, posted),
             Msg::Scroll(pane, rows) => {
                 self.focus = pane;
                 self.move_selection(rows)
@@ -907,6 +940,7 @@ impl App {
     }
 
     fn act(&mut self, action: Action) -> Vec<Effect> {
+        self.answering.notice = None;
         if self.help && !matches!(action, Action::Quit) {
             // Any key closes the help.
             self.help = false;
@@ -1027,6 +1061,9 @@ impl App {
                 }
                 Vec::new()
             }
+            Action::Approve => self.ask_answer(true),
+            Action::Deny => self.ask_answer(false),
+            Action::NextApproval => self.next_approval(),
             Action::NextMatch => self.jump_to_match(true, false),
             Action::PrevMatch => self.jump_to_match(false, false),
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use mull_store::diff::{diff_runs, DiffOptions, Run};
 use mull_store::projection::SessionState;
-use mull_store::{LogReader, StoreError};
+use mull_store::{Inbox, InboxMessage, LogReader, StoreError};
 
 use crate::dash::app::{Effect, Msg, TIMELINE_PAGE};
 
@@ -20,6 +20,8 @@ const BASE_PAGE: usize = 4096;
 #[derive(Debug)]
 pub struct Source {
     reader: LogReader,
+    /// The log's inbox, opened when the first answer is posted.
+    inbox: std::sync::OnceLock<Inbox>,
 }
 
 impl Source {
@@ -27,7 +29,31 @@ impl Source {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         Ok(Self {
             reader: LogReader::open(path)?,
+            inbox: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Posts an approval's answer to the log's inbox, for the session's writer to take.
+    fn post_answer(
+        &self,
+        session_id: &str,
+        approval_id: &str,
+        approved: bool,
+    ) -> Result<(), StoreError> {
+        let inbox = match self.inbox.get() {
+            Some(inbox) => inbox,
+            None => {
+                let opened = Inbox::open(self.reader.path())?;
+                self.inbox.get_or_init(|| opened)
+            }
+        };
+        let message = InboxMessage::ApprovalAnswer {
+            approval_id: approval_id.to_owned(),
+            approved,
+            reason: (!approved).then(|| "denied from the dashboard".to_owned()),
+        };
+        inbox.post(session_id, &message, chrono::Utc::now())?;
+        Ok(())
     }
 
     /// The newest seq in the log.
@@ -61,6 +87,17 @@ impl Source {
                     Err(err) => Msg::Failed(format!("comparing the turns: {err}")),
                 }
             }
+            Effect::PostAnswer {
+                session_id,
+                approval_id,
+                approved,
+            } => Msg::AnswerPosted {
+                approval_id: approval_id.clone(),
+                approved: *approved,
+                posted: self
+                    .post_answer(session_id, approval_id, *approved)
+                    .map_err(|e| e.to_string()),
+            },
             Effect::Turns { session_id } => Msg::Turns {
                 session_id: session_id.clone(),
                 turns: self.reader.turns(session_id)?,

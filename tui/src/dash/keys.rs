@@ -35,6 +35,12 @@ pub enum Action {
     SubagentIn,
     /// Back from a sub-agent to its parent's tool call.
     SubagentOut,
+    /// Approve the selected call waiting for approval (after a confirmation).
+    Approve,
+    /// Deny the selected call waiting for approval (after a confirmation).
+    Deny,
+    /// Select the next call waiting for approval.
+    NextApproval,
     Help,
 }
 
@@ -232,6 +238,24 @@ pub const KEYMAP: &[Binding] = &[
         description: "back from a sub-agent to its parent's tool call (also Esc)",
     },
     Binding {
+        keys: &[ch('a')],
+        label: "a",
+        action: Action::Approve,
+        description: "approve the call ▶ waiting for approval (y confirms)",
+    },
+    Binding {
+        keys: &[ch('x')],
+        label: "x",
+        action: Action::Deny,
+        description: "deny the call ▶ waiting for approval (y confirms)",
+    },
+    Binding {
+        keys: &[ch('w')],
+        label: "w",
+        action: Action::NextApproval,
+        description: "select the next call waiting for approval",
+    },
+    Binding {
         keys: &[ch('?')],
         label: "?",
         action: Action::Help,
@@ -311,7 +335,7 @@ mod tests {
             );
             assert!(!binding.keys.is_empty());
         }
-        assert_eq!(seen.len(), 28);
+        assert_eq!(seen.len(), 31);
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! `mull dash`: a live, read-only dashboard over a log.
+//! `mull dash`: a live dashboard over a log. It only reads the log; the one thing it writes is
+//! an approval's answer, posted to the log's inbox for the session's writer (see
+//! [`app::Answering`]).
 //!
 //! State ([`app`]), keys ([`keys`]), log reads ([`ingest`]) and drawing ([`view`]) are kept
 //! apart: the loop here reads a key or new events, turns them into a [`app::Msg`], lets the
@@ -52,6 +54,7 @@ impl Dash {
         let source = Source::open(db).with_context(|| format!("opening {name}"))?;
         let (mut app, effects) = App::new(name.to_owned());
         app.max_seq = source.max_seq()?;
+        app.answering.enabled = true;
         let mut dash = Self { app, source };
         dash.run_effects(effects);
         Ok(dash)
@@ -131,6 +134,9 @@ pub struct DashOptions {
     pub follow: bool,
     /// The prices costs are shown with.
     pub prices: mull_core::PriceTable,
+    /// Whether pending approvals can be answered here (posted to the log's inbox); off for a
+    /// log read through a mirror, which no writer takes answers from.
+    pub answers: bool,
 }
 
 impl Default for DashOptions {
@@ -138,6 +144,7 @@ impl Default for DashOptions {
         DashOptions {
             follow: false,
             prices: mull_core::PriceTable::defaults(),
+            answers: true,
         }
     }
 }
@@ -152,6 +159,7 @@ pub fn run(db: &Path, options: DashOptions) -> Result<()> {
 pub fn run_named(db: &Path, name: &str, options: DashOptions) -> Result<()> {
     let mut dash = Dash::open_named(db, name)?;
     dash.app.prices = options.prices;
+    dash.app.answering.enabled = options.answers;
     let follower = Follower::spawn(db.to_owned(), dash.app.max_seq)
         .with_context(|| format!("tailing {}", db.display()))?;
     if options.follow {
@@ -177,7 +185,13 @@ fn event_loop<B: Backend>(
         if event::poll(POLL).context("reading the terminal")? {
             match event::read().context("reading the terminal")? {
                 TermEvent::Key(key) if key.kind != KeyEventKind::Release => {
-                    if dash.app.filter.editing {
+                    if dash.app.answering.confirm.is_some() {
+                        let yes = matches!(
+                            key.code,
+                            KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter
+                        );
+                        dash.send(Msg::Confirm(yes));
+                    } else if dash.app.filter.editing {
                         let edit = match key.code {
                             KeyCode::Enter => Some(FilterEdit::Apply),
                             KeyCode::Esc => Some(FilterEdit::Cancel),

@@ -5,6 +5,7 @@
 
 pub mod model;
 pub mod nodes;
+pub mod parked;
 pub mod tmux;
 
 use std::io::Write;

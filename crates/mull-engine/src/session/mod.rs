@@ -24,6 +24,7 @@ mod command;
 mod entry;
 pub mod follow;
 mod handle;
+mod inbox;
 mod memory;
 mod submission;
 

@@ -366,3 +366,53 @@ fn queries_match_by_field_or_text() {
     assert!(query_matches("RUST", "text", "", "", "rust 1.95"));
     assert!(!query_matches("  ", "text", "", "", "anything"));
 }
+
+#[test]
+fn following_leaves_a_sub_agents_session_once_its_link_is_known() {
+    use crate::dash::testlog::LogBuilder;
+    let base = sample_log();
+    let (live, mut dash) = open_with(&base);
+    dash.follow_newest();
+    let parent = dash.app.session_id.clone().expect("a session is followed");
+    let mut b = LogBuilder::new();
+    b.events = base.clone();
+    // A sub-agent's session begins; its link to the parent is written a moment later.
+    b.push(
+        "sess_child",
+        Some("turn_c"),
+        10_000,
+        Event::TurnStarted {
+            request_id: "req_c".into(),
+            message_id: "msg_c".into(),
+            entry: mull_core::EntryPath::SubAgent,
+            continuation: false,
+            attempt: 0,
+            body: serde_json::Value::Null,
+        },
+    );
+    commit_and_deliver(&live, &mut dash, &b.events[base.len()..]);
+    assert_eq!(
+        dash.app.session_id.as_deref(),
+        Some("sess_child"),
+        "unlinked, it looks like a new session"
+    );
+    b.push(
+        "sess_child",
+        Some("turn_c"),
+        10_001,
+        Event::SubagentLinked {
+            parent_session_id: parent.clone(),
+            parent_turn_id: "turn_1".into(),
+            parent_call_id: "call_1".into(),
+            depth: 1,
+        },
+    );
+    commit_and_deliver(&live, &mut dash, &b.events[base.len() + 1..]);
+    assert!(dash.app.follow);
+    assert_ne!(dash.app.session_id.as_deref(), Some("sess_child"));
+    assert!(dash
+        .app
+        .sessions
+        .iter()
+        .all(|s| s.session_id != "sess_child"));
+}

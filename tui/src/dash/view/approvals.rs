@@ -1,8 +1,10 @@
 //! The session's tool calls that wait for a person: one row each under the turn list — the
 //! tool, its call and approval ids, since when it waits and when it expires, or the answer a
-//! continuation has yet to act on — and the command that answers. The dashboard only reads the
-//! log (SQLite has one writer per file, often the process it watches), so the answer is given
-//! with `mull approve`, which writes it through the library.
+//! continuation has yet to act on — and the keys that answer. The dashboard does not write the
+//! log (SQLite has one writer per file, often the process it watches): `a` / `x` post the answer
+//! to the log's inbox, and the row says "answer sent, waiting for the writer" until the
+//! session's writer has recorded it. On a log read through a mirror, the row names the
+//! `mull approve` command instead.
 
 use mull_store::PendingApproval;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -47,11 +49,20 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let dim = Style::new().fg(Color::DarkGray);
+    let selected = app
+        .answering
+        .enabled
+        .then(|| app.selected_approval().map(|p| p.approval_id.as_str()))
+        .flatten();
     let mut lines: Vec<Line> = waiting
         .iter()
         .take(usize::from(MAX_ROWS))
         .map(|p| {
             let state = match &p.answer {
+                None if app.answer_sent(p) => Span::styled(
+                    "answer sent, waiting for the writer",
+                    Style::new().fg(Color::Cyan),
+                ),
                 None => match p.expires_at {
                     Some(at) => Span::styled(
                         format!(
@@ -72,9 +83,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 }
                 Some(_) => Span::styled("denied · answered next turn", Style::new().fg(Color::Red)),
             };
+            let mark = if selected == Some(p.approval_id.as_str()) {
+                "▶"
+            } else {
+                " "
+            };
             Line::from(vec![
                 Span::styled(
-                    format!(" ⏸ {} ", p.tool),
+                    format!("{mark}⏸ {} ", p.tool),
                     Style::new().add_modifier(Modifier::BOLD),
                 ),
                 Span::styled(format!("{} · {} ", p.call_id, p.approval_id), dim),
@@ -84,10 +100,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         .collect();
     let session = app.session_id.as_deref().unwrap_or("S");
     lines.push(Line::styled(
-        format!(
-            " answer: mull approve {} --session {session} ID [--deny --reason R]",
-            app.db_label
-        ),
+        if app.answering.enabled {
+            " a approve / x deny the ▶ call · w next call · y confirms".to_owned()
+        } else {
+            format!(
+                " answer: mull approve {} --session {session} ID [--deny --reason R]",
+                app.db_label
+            )
+        },
         dim,
     ));
     frame.render_widget(Paragraph::new(lines), inner);
@@ -198,5 +218,193 @@ mod tests {
                 terminal.backend()
             );
         }
+    }
+
+    #[test]
+    fn the_keys_ask_to_confirm_then_show_the_answer_waiting_for_the_writer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_db(dir.path(), &parked_log());
+        let mut dash = Dash::open(&path).expect("open dashboard");
+        dash.app.db_label = "test.db".into();
+        dash.send(Msg::Action(Action::Enter));
+        // One call still waits (the other is answered): `a` asks about it.
+        dash.send(Msg::Action(Action::Approve));
+        let confirm = dash.app.answering.confirm.clone().expect("a confirmation");
+        assert_eq!(confirm.approval_id, "approval_1");
+        assert!(confirm.approved);
+        for (width, height) in [(160, 45), (80, 24)] {
+            let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+            dash.draw(&mut terminal).expect("draw");
+            let text = format!("{}", terminal.backend());
+            assert!(text.contains("approve book_hotel (approval_1)?"), "{text}");
+            insta::assert_snapshot!(
+                format!("approvals_confirm@{width}x{height}"),
+                terminal.backend()
+            );
+        }
+        // Anything but y drops it, and nothing is posted.
+        dash.send(Msg::Confirm(false));
+        assert!(dash.app.answering.confirm.is_none());
+        assert!(dash.app.answering.sent.is_empty());
+        // `x` then y: the denial is posted to the inbox.
+        dash.send(Msg::Action(Action::Deny));
+        dash.send(Msg::Confirm(true));
+        let inbox = mull_store::Inbox::open(&path).expect("inbox");
+        let waiting = inbox.waiting(Some("sess_1")).expect("reads");
+        assert_eq!(waiting.len(), 1);
+        assert_eq!(
+            waiting[0].message,
+            Ok(mull_store::InboxMessage::ApprovalAnswer {
+                approval_id: "approval_1".into(),
+                approved: false,
+                reason: Some("denied from the dashboard".into()),
+            })
+        );
+        for (width, height) in [(160, 45), (80, 24)] {
+            let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+            dash.draw(&mut terminal).expect("draw");
+            let text = format!("{}", terminal.backend());
+            assert!(
+                text.contains("answer sent, waiting for the writer"),
+                "{text}"
+            );
+            insta::assert_snapshot!(
+                format!("approvals_answer_sent@{width}x{height}"),
+                terminal.backend()
+            );
+        }
+        // Asking again while the answer waits is refused with a message, not posted twice.
+        dash.send(Msg::Action(Action::Approve));
+        assert!(dash.app.answering.confirm.is_none());
+        assert_eq!(inbox.waiting(None).expect("reads").len(), 1);
+    }
+
+    /// An agent whose `book` tool always needs approval and counts its runs.
+    struct Booker {
+        runs: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        /// One script for the session: the booking, then (after the answer) the reply.
+        model: std::sync::Arc<dyn mull::core::LanguageModel>,
+    }
+
+    #[async_trait::async_trait]
+    impl mull::engine::Agent for Booker {
+        fn name(&self) -> &str {
+            "booker"
+        }
+        fn model(&self) -> std::sync::Arc<dyn mull::core::LanguageModel> {
+            std::sync::Arc::clone(&self.model)
+        }
+        fn tools(&self) -> mull::engine::ToolSet {
+            let runs = std::sync::Arc::clone(&self.runs);
+            let book =
+                mull::engine::FnTool::new("book", "Books.", move |_: serde_json::Value, _| {
+                    let runs = std::sync::Arc::clone(&runs);
+                    async move {
+                        runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok::<_, mull::engine::ToolError>(json!({"booked": "Ritz"}))
+                    }
+                })
+                .with_schema(json!({"type": "object"}))
+                .needs_approval(true)
+                .shared();
+            mull::engine::ToolSet::new().with(book)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_press_posts_the_answer_and_the_running_session_takes_it() {
+        use mull::engine::{CommandOptions, Reply, Session, SessionOptions, TurnOptions};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("live.db");
+        // The writer: a library session that parks a booking, and stays open.
+        let log = mull_store::Log::open(&path).expect("writer");
+        let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let agent = std::sync::Arc::new(Booker {
+            runs: std::sync::Arc::clone(&runs),
+            model: std::sync::Arc::new(
+                mull::providers::scripted::ScriptedModel::builder("scripted-book")
+                    .step(|s| s.tool_call("c1", "book", json!({"hotel": "Ritz"})))
+                    .step(|s| s.text("Booked."))
+                    .build(),
+            ),
+        });
+        let session = Session::open(&log, agent, SessionOptions::new("live"))
+            .await
+            .expect("session");
+        session
+            .save_messages(
+                vec![mull::core::UIMessage::user("u1", "Book the Ritz.")],
+                TurnOptions::default(),
+            )
+            .await
+            .expect("turn");
+        let pending = session.pending_approvals();
+        assert_eq!(pending.len(), 1);
+        log.flush().await.expect("flush");
+
+        // The dashboard, a reader of the same file while the writer holds it: `a`, then y.
+        let mut dash = Dash::open(&path).expect("open dashboard");
+        dash.send(Msg::Action(Action::Enter));
+        assert_eq!(dash.app.session_id.as_deref(), Some("live"));
+        dash.send(Msg::Action(Action::Approve));
+        dash.send(Msg::Confirm(true));
+        let notice = dash.app.answering.notice.clone().unwrap_or_default();
+        assert!(notice.contains("sent; waiting for the writer"), "{notice}");
+        let inbox = mull_store::Inbox::open(&path).expect("inbox");
+        let waiting = inbox.waiting(None).expect("reads");
+        assert_eq!(waiting.len(), 1, "the key press wrote one inbox row");
+        assert_eq!(waiting[0].session_id, "live");
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0, "not yet");
+
+        // The running session takes it: one input event, the tool runs once.
+        let replies = session
+            .take_inbox(&inbox, CommandOptions::default())
+            .await
+            .expect("takes");
+        assert_eq!(replies.len(), 1);
+        assert!(matches!(replies[0], Reply::Turn(_)), "{:?}", replies[0]);
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(session.pending_approvals().is_empty());
+        let taken = inbox.get(waiting[0].id).expect("reads").expect("row");
+        assert_eq!(taken.outcome.as_deref(), Some("answered"));
+        // Taking again finds nothing: the answer is acted on once.
+        assert!(session
+            .take_inbox(&inbox, CommandOptions::default())
+            .await
+            .expect("takes")
+            .is_empty());
+        log.flush().await.expect("flush");
+        let events = mull_store::LogReader::open(&path)
+            .expect("reader")
+            .session_page("live", 0, 1000)
+            .expect("events");
+        let kinds: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
+        let answered = kinds
+            .iter()
+            .filter(|k| **k == "tool_approval_answered")
+            .count();
+        assert_eq!(answered, 1, "{kinds:?}");
+
+        // The dashboard, reloading the session, no longer lists the call as waiting.
+        dash.send(Msg::Action(Action::Back));
+        dash.send(Msg::Action(Action::Enter));
+        assert!(dash.app.unanswered_approvals().is_empty());
+        log.close().expect("closes");
+    }
+
+    #[test]
+    fn a_log_read_through_a_mirror_names_the_command_instead() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_db(dir.path(), &parked_log());
+        let mut dash = Dash::open(&path).expect("open dashboard");
+        dash.app.answering.enabled = false;
+        dash.send(Msg::Action(Action::Enter));
+        dash.send(Msg::Action(Action::Approve));
+        assert!(dash.app.answering.confirm.is_none());
+        let notice = dash.app.answering.notice.clone().unwrap_or_default();
+        assert!(
+            notice.contains("mull approve --session sess_1 approval_1"),
+            "{notice}"
+        );
     }
 }

@@ -84,6 +84,18 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ));
     }
+    let waiting = if app.view == View::Sessions {
+        0
+    } else {
+        app.unanswered_approvals().len()
+    };
+    if waiting > 0 {
+        let key = if app.answering.enabled { " · a" } else { "" };
+        right.push(Span::styled(
+            format!(" [⏸ {waiting} to approve{key}]"),
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        ));
+    }
     if let Some(marked) = &app.marked {
         right.push(Span::styled(
             format!(" [◆ {}]", marked.label),

@@ -67,6 +67,15 @@ fn hints(app: &App) -> &'static [&'static str] {
             "f follow",
             "space pause",
         ],
+        View::Turns if app.answering.enabled && !app.unanswered_approvals().is_empty() => &[
+            "a approve",
+            "x deny",
+            "w next call",
+            "Enter open",
+            "Esc back",
+            "/ search",
+            "f follow",
+        ],
         View::Turns => &[
             "Enter open",
             "Esc back",
@@ -75,6 +84,14 @@ fn hints(app: &App) -> &'static [&'static str] {
             "/ search",
             "& filter",
             "f follow",
+        ],
+        View::Timeline if app.answering.enabled && !app.unanswered_approvals().is_empty() => &[
+            "a approve",
+            "x deny",
+            "Enter JSON",
+            "Esc back",
+            "Tab pane",
+            "/ search",
         ],
         View::Timeline => &[
             "Enter JSON",
@@ -138,6 +155,25 @@ fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
             dim,
         ));
         frame.render_widget(Paragraph::new(Line::from(left)), area);
+        return;
+    }
+    if let Some(confirm) = &app.answering.confirm {
+        let verb = if confirm.approved { "approve" } else { "deny" };
+        let line = Line::from(vec![
+            Span::styled(
+                format!(" {verb} {} ({})? ", confirm.tool, confirm.approval_id),
+                yellow.add_modifier(Modifier::BOLD),
+            ),
+            Span::styled("y yes · any other key no", dim),
+        ]);
+        frame.render_widget(Paragraph::new(line), area);
+        return;
+    }
+    if let Some(notice) = &app.answering.notice {
+        frame.render_widget(
+            Paragraph::new(Line::from(Span::styled(format!(" {notice}"), yellow))),
+            area,
+        );
         return;
     }
     if let Some(status) = &app.status {

@@ -1,0 +1,68 @@
+//! The server's side of the log's inbox (see [`mull_store::inbox`]): answers a dashboard (or
+//! any other process) posted for chats of this server's SQLite log. The server is the log's one
+//! writer, so it takes every waiting message: each [`INBOX_SWEEP_PERIOD`] it opens the chat's
+//! session (an existing chat only) and lets the session take its messages
+//! ([`mull_engine::Session::take_inbox`]); a continuation an answer starts runs in the
+//! background, as one a client's answer starts, for clients to follow with a resume.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use mull_core::{Clock, SystemClock};
+use mull_engine::CommandOptions;
+use mull_store::{Inbox, INBOX_SWEEP_PERIOD};
+
+use crate::error::ApiError;
+use crate::state::ServerState;
+
+/// Takes every waiting message once; returns how many inputs the sessions acted on.
+pub async fn take_inbox(state: &ServerState, inbox: &Inbox) -> Result<usize, ApiError> {
+    let waiting = inbox
+        .waiting(None)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let chats: BTreeSet<String> = waiting.iter().map(|e| e.session_id.clone()).collect();
+    let mut acted = 0;
+    for chat_id in chats {
+        let chat = match state.existing_session(&chat_id).await {
+            Ok(chat) => chat,
+            Err(ApiError::UnknownChat(_)) => {
+                // A message for a chat the log does not hold: refused, so it is not looked at again.
+                for entry in waiting.iter().filter(|e| e.session_id == chat_id) {
+                    let now = SystemClock.now();
+                    if inbox.claim(entry.id, now).unwrap_or(false) {
+                        let _ = inbox.finish(entry.id, &format!("refused: no chat {chat_id:?}"));
+                    }
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let opts = CommandOptions {
+            stream: true,
+            ..CommandOptions::default()
+        };
+        let replies = chat
+            .take_inbox(inbox, opts)
+            .await
+            .map_err(|e| ApiError::Internal(format!("chat {chat_id:?}: {e}")))?;
+        acted += replies.len();
+    }
+    Ok(acted)
+}
+
+/// Takes the inbox every [`INBOX_SWEEP_PERIOD`] until the task is aborted.
+pub fn spawn_inbox_sweep(state: ServerState, inbox: Inbox) -> tokio::task::JoinHandle<()> {
+    let inbox = Arc::new(inbox);
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(INBOX_SWEEP_PERIOD);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match take_inbox(&state, &inbox).await {
+                Ok(0) => {}
+                Ok(acted) => tracing::info!(acted, "inbox answers taken"),
+                Err(e) => tracing::warn!("taking the inbox: {e}"),
+            }
+        }
+    })
+}

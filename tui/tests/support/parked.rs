@@ -1,0 +1,75 @@
+//! A log with a tool call waiting for a person: what the approval tests of the binary start
+//! from (`mull approve`, and `mull serve` taking an answer from the log's inbox).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use mull::core::{LanguageModel, UIMessage};
+use mull::engine::{
+    Agent, HookResult, Session, SessionOptions, ToolCallContext, ToolCallDecision, TurnOptions,
+};
+use mull::providers::scripted::ScriptedModel;
+use mull_store::Log;
+use serde_json::json;
+
+/// Asks before every `find_hotels` call.
+pub struct Careful(pub ScriptedModel);
+
+#[async_trait]
+impl Agent for Careful {
+    fn name(&self) -> &str {
+        "careful"
+    }
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::new(self.0.clone())
+    }
+    async fn before_tool_call(
+        &self,
+        ctx: &ToolCallContext,
+    ) -> HookResult<Option<ToolCallDecision>> {
+        Ok(
+            (ctx.tool_name == "find_hotels").then_some(ToolCallDecision::RequireApproval {
+                reason: Some("Hotel searches cost money.".into()),
+            }),
+        )
+    }
+    fn tools(&self) -> mull::engine::ToolSet {
+        mull::engine::ToolSet::new().with(
+            mull::engine::FnTool::new(
+                "find_hotels",
+                "Finds hotels.",
+                |_: serde_json::Value, _| async { Ok(json!(["Casa do Largo"])) },
+            )
+            .with_schema(json!({"type": "object"}))
+            .shared(),
+        )
+    }
+}
+
+/// A log whose session `s` waits for approval `approval_1`.
+pub fn parked(db: &std::path::Path) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let log = Log::open(db).expect("log");
+        let model = ScriptedModel::builder("scripted-1")
+            .step(|s| s.tool_call("call_1", "find_hotels", json!({"near": "Alfama"})))
+            .build();
+        let session = Session::open(
+            &log,
+            Arc::new(Careful(model)),
+            SessionOptions::deterministic("s"),
+        )
+        .await
+        .expect("session");
+        session
+            .save_messages(
+                vec![UIMessage::user("u1", "Hotels near Alfama?")],
+                TurnOptions::default(),
+            )
+            .await
+            .expect("turn");
+        assert_eq!(session.pending_approvals()[0].approval_id, "approval_1");
+        drop(session);
+        log.close().expect("close");
+    });
+}
