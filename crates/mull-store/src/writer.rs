@@ -503,15 +503,17 @@ impl Log {
     /// commits, where a read connection starts cold after each one and reads the lookup's pages
     /// again — what opening a new session costs most.
     pub fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
-        let store = lock(&self.inner.shared.store);
-        store
-            .conn
-            .prepare_cached(&crate::reader::has_session_sql())
-            .and_then(|mut s| s.query_row([session_id], |r| r.get(0)))
-            .map_err(StoreError::sqlite(format!(
-                "{}: looking up a session",
-                self.inner.path.display()
-            )))
+        let shared = &self.inner.shared;
+        let mut store = lock(&shared.store);
+        let found = store.look_up_session(shared, session_id);
+        // A transaction the lookup opened commits with the rows that follow it, or on the
+        // writer thread's batch clock if none do.
+        store.settle(shared);
+        drop(store);
+        found.map_err(StoreError::sqlite(format!(
+            "{}: looking up a session",
+            self.inner.path.display()
+        )))
     }
 
     /// Runs `f` on the log's own read connection (opened once, on first use), so short reads
@@ -865,6 +867,25 @@ impl Store {
         } else if queue.first_at.is_none() {
             queue.first_at = Some(Instant::now());
         }
+    }
+
+    /// Whether `session_id` has a row, asked inside the write transaction — opening it when
+    /// none is open, for the rows that follow (a session is looked up right before its first
+    /// rows are appended). A read transaction of its own would take and release SQLite's WAL
+    /// read lock once more: two file-lock calls per new session.
+    fn look_up_session(&mut self, shared: &Shared, session_id: &str) -> rusqlite::Result<bool> {
+        if self.open.is_none() && shared.failure.check().is_ok() {
+            self.run_cached("BEGIN")?;
+            let committed = shared.committed.load(Ordering::Acquire);
+            self.open = Some(OpenBatch {
+                first: committed + 1,
+                last: committed,
+                count: 0,
+            });
+        }
+        self.conn
+            .prepare_cached(&crate::reader::has_session_sql())?
+            .query_row([session_id], |r| r.get(0))
     }
 
     /// Runs a parameterless statement kept prepared (BEGIN and COMMIT run once per batch).
@@ -1466,6 +1487,37 @@ mod tests {
         log.flush_blocking().expect("flushes");
         assert!(log.has_session("s").expect("looks up"));
         assert!(!log.has_session("t").expect("looks up"));
+    }
+
+    #[test]
+    fn a_lookup_shares_the_transaction_of_the_rows_after_it_or_ends_on_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let log = Log::open(&path).expect("opens");
+        assert!(!log.has_session("s").expect("looks up"));
+        log.append("s", None, at(0), Event::StepStarted { step: 0 })
+            .expect("appends");
+        log.flush_blocking().expect("flushes");
+        assert!(log.with_reader(|r| r.has_session("s")).expect("reads"));
+        // A lookup no row follows: its transaction ends with the writer's batch.
+        assert!(!log.has_session("t").expect("looks up"));
+        let ended = || lock(&log.inner.shared.store).conn.is_autocommit();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ended() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(ended(), "the lookup's transaction is still open");
+        // And one the log closes on: closed cleanly, the WAL copied back and removed.
+        assert!(!log.has_session("u").expect("looks up"));
+        log.close().expect("closes");
+        assert!(!dir.path().join("log.db-wal").exists());
+        assert_eq!(
+            LogReader::open(&path)
+                .expect("reads")
+                .max_seq()
+                .expect("max"),
+            1
+        );
     }
 
     #[test]
