@@ -725,6 +725,10 @@ impl Event {
 
     /// Encodes the payload as stored: compact JSON with fields in declaration order.
     pub fn encode(&self) -> String {
+        // Most rows are deltas: written directly, the same bytes.
+        if let Some(payload) = crate::delta_payload::encode(self) {
+            return payload;
+        }
         // Serializing plain data cannot fail: no maps with non-string keys, no foreign types.
         serde_json::to_string(self).unwrap_or_else(|e| {
             format!(

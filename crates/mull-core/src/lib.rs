@@ -8,6 +8,7 @@
 pub mod classify;
 pub mod clock;
 pub mod convert;
+mod delta_payload;
 pub mod event;
 pub mod fingerprint;
 pub mod input;

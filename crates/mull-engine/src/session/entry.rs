@@ -134,14 +134,13 @@ impl Session {
         target: Option<String>,
         opts: TurnOptions,
     ) -> Result<ChatStream, EngineError> {
-        let reply = self
-            .turn_command(entry, messages, target, opts)
-            .now_or_never()
-            .ok_or(EngineError::InvalidInput {
-                session_id: self.inner.session_id.clone(),
-                reason: "a streamed turn request had to wait before its turn was spawned"
-                    .to_owned(),
-            })??;
+        // Polled where it is made: the command's future holds a whole turn's state (kilobytes),
+        // which moving it into `now_or_never` would copy on every streamed turn.
+        let command = std::pin::pin!(self.turn_command(entry, messages, target, opts));
+        let reply = command.now_or_never().ok_or(EngineError::InvalidInput {
+            session_id: self.inner.session_id.clone(),
+            reason: "a streamed turn request had to wait before its turn was spawned".to_owned(),
+        })??;
         match reply {
             Reply::Stream(stream) => Ok(stream),
             other => Err(unexpected(other)),

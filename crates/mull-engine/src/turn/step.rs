@@ -395,6 +395,11 @@ impl TurnRun<'_> {
         part: StreamPart,
         parts: &mut StepParts,
     ) -> Result<(), EngineError> {
+        // No transform can touch it: the part is shown as it is, with no list to carry it.
+        if resolved.transforms.is_empty() || part.is_call_metadata() {
+            let shown = self.show_one(resolved, step, part, parts)?;
+            return self.observe_chunk(step, shown, parts).await;
+        }
         for shown in self.show(resolved, step, part, parts)? {
             self.observe_chunk(step, shown, parts).await?;
         }
@@ -431,28 +436,40 @@ impl TurnRun<'_> {
         };
         let mut out = Vec::with_capacity(to_show.len());
         for part in to_show {
-            let appended = self.inner.recorder.append(
-                self.tid(),
-                Event::Chunk {
-                    step,
-                    part,
-                    original: None,
-                },
-            )?;
-            // The log hands the event back: its part is reused, not copied before the append.
-            let Event::Chunk { part: shown, .. } = appended.event else {
-                unreachable!("the log returns the chunk event it was given")
-            };
-            parts.observe(&shown);
-            if let Some(client) = &self.spec.client {
-                if !shown.is_call_metadata() && (resolved.send_reasoning || !shown.is_reasoning()) {
-                    // A client that went away stops listening; the turn goes on and is logged.
-                    let _ = client.send(shown.clone());
-                }
-            }
-            out.push(shown);
+            out.push(self.show_one(resolved, step, part, parts)?);
         }
         Ok(out)
+    }
+
+    /// Logs one part the user sees as a chunk, folds it into the step and sends it to the
+    /// client; hands it back for `on_chunk`.
+    fn show_one(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        part: StreamPart,
+        parts: &mut StepParts,
+    ) -> Result<StreamPart, EngineError> {
+        let appended = self.inner.recorder.append(
+            self.tid(),
+            Event::Chunk {
+                step,
+                part,
+                original: None,
+            },
+        )?;
+        // The log hands the event back: its part is reused, not copied before the append.
+        let Event::Chunk { part: shown, .. } = appended.event else {
+            unreachable!("the log returns the chunk event it was given")
+        };
+        parts.observe(&shown);
+        if let Some(client) = &self.spec.client {
+            if !shown.is_call_metadata() && (resolved.send_reasoning || !shown.is_reasoning()) {
+                // A client that went away stops listening; the turn goes on and is logged.
+                let _ = client.send(shown.clone());
+            }
+        }
+        Ok(shown)
     }
 
     /// `on_chunk` (the agent's, then the extensions') for a logged part of one of the seed's
