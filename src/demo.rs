@@ -22,11 +22,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use futures::StreamExt;
-use mull_core::{Clock, IdSource, LanguageModel, RandomIds, SequentialIds, SystemClock, UIMessage};
+use mull_core::{
+    Clock, IdSource, LanguageModel, ModelContent, ModelMessage, RandomIds, SequentialIds,
+    SystemClock, UIMessage,
+};
 use mull_engine::{
-    Agent, AgentTool, CommandOptions, EngineError, FnTool, HookResult, OutcomeStatus, Reply,
-    Session, SessionOptions, ToolCallContext, ToolCallDecision, ToolError, ToolSet, TurnOptions,
-    TurnOutcome,
+    Agent, AgentTool, CommandOptions, EngineError, FnTool, HookResult, ModelChoice, OutcomeStatus,
+    PrepareStepContext, Reply, Session, SessionOptions, StepConfig, ToolCallContext,
+    ToolCallDecision, ToolError, ToolSet, TurnOptions, TurnOutcome,
 };
 use mull_providers::scripted::ScriptedModel;
 use mull_store::{Inbox, InboxMessage, Log, PendingApproval, INBOX_SWEEP_PERIOD};
@@ -216,6 +219,28 @@ impl Agent for TravelDesk {
     fn system_prompt(&self) -> String {
         "You are a concise travel desk. Use tools for facts; never cancel bookings yourself."
             .to_owned()
+    }
+
+    /// After a person declined the booking, the closing step says so instead of the scripted
+    /// confirmation (a denied call reaches the model as its reason, with no reference).
+    async fn before_step(&self, ctx: &PrepareStepContext) -> HookResult<Option<StepConfig>> {
+        if !booking_declined(&ctx.messages) {
+            return Ok(None);
+        }
+        let declined = ScriptedModel::builder(self.model.model_id())
+            .provider(self.model.provider())
+            .step(|s| {
+                s.text_deltas(words(
+                    "Understood: I did not book Casa do Largo. Say the word if you want \
+                     another hotel.",
+                ))
+                .usage(1720, 18)
+            })
+            .build();
+        Ok(Some(StepConfig {
+            model: Some(ModelChoice::Model(Arc::new(declined))),
+            ..StepConfig::default()
+        }))
     }
 
     fn tools(&self) -> ToolSet {
@@ -579,6 +604,18 @@ fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
         .build()
 }
 
+/// Whether the model is about to answer a declined booking: the last message holds
+/// `book_hotel`'s result, and no booking reference came back.
+fn booking_declined(messages: &[ModelMessage]) -> bool {
+    let Some(last) = messages.last() else {
+        return false;
+    };
+    last.content.iter().any(|part| {
+        matches!(part, ModelContent::ToolResult { tool_name, output, .. }
+            if tool_name == "book_hotel" && output.get("reference").is_none())
+    })
+}
+
 /// The demo agent's name in the log.
 pub const AGENT_NAME: &str = "travel-desk";
 
@@ -799,4 +836,35 @@ pub async fn record_sessions(log: &Log, count: usize) -> Result<u64, DemoError> 
         events += report.events.saturating_sub(before);
     }
     Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use mull_core::ModelRole;
+
+    use super::*;
+
+    fn result(output: Value) -> ModelMessage {
+        ModelMessage {
+            role: ModelRole::Tool,
+            content: vec![ModelContent::ToolResult {
+                call_id: "call_book_1".into(),
+                tool_name: "book_hotel".into(),
+                output,
+                is_error: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn only_a_booking_that_came_back_without_a_reference_reads_as_declined() {
+        let denied = result(json!("Tool \"book_hotel\" was denied by the user."));
+        let booked = result(json!({"hotel": "Casa do Largo", "reference": "LIS-3107"}));
+        assert!(booking_declined(std::slice::from_ref(&denied)));
+        assert!(!booking_declined(std::slice::from_ref(&booked)));
+        // Once the conversation moved on, an old denial changes nothing.
+        let later = ModelMessage::text(ModelRole::User, "And a restaurant?");
+        assert!(!booking_declined(&[denied, later]));
+        assert!(!booking_declined(&[]));
+    }
 }

@@ -6,14 +6,10 @@
 mod support;
 
 use std::process::{Command, Output};
-use std::sync::Arc;
 
-use mull::core::UIMessage;
-use mull::engine::{Session, SessionOptions, TurnOptions};
-use mull::providers::scripted::ScriptedModel;
 use mull_store::{Log, LogReader};
 use serde_json::json;
-use support::parked::{parked, Careful};
+use support::parked::{park, parked};
 
 fn mull(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mull"))
@@ -112,24 +108,7 @@ fn while_another_process_writes_the_log_the_answer_goes_to_its_inbox() {
     runtime.block_on(async {
         // This process is the writer: it parks a call and keeps the log open.
         let log = Log::open(&db).expect("log");
-        let model = ScriptedModel::builder("scripted-1")
-            .step(|s| s.tool_call("call_1", "find_hotels", json!({"near": "Alfama"})))
-            .step(|s| s.text("Casa do Largo has a room."))
-            .build();
-        let session = Session::open(
-            &log,
-            Arc::new(Careful(model)),
-            SessionOptions::deterministic("s"),
-        )
-        .await
-        .expect("session");
-        session
-            .save_messages(
-                vec![UIMessage::user("u1", "Hotels near Alfama?")],
-                TurnOptions::default(),
-            )
-            .await
-            .expect("turn");
+        let session = park(&log, Some("Casa do Largo has a room.")).await;
         log.flush().await.expect("flush");
 
         let out = mull(&["approve", &path, "--session", "s", "approval_1"]);

@@ -10,8 +10,8 @@ use mull_otel::{export_log, LiveExport, OtelError, OtlpConfig, SpanOptions};
 use mull_store::LogReader;
 use serde_json::{json, Value};
 use support::{
-    attr, attr_int, attr_str, named, nanos, one_test_at_a_time, run_agent, run_turn, Calculator,
-    Receiver,
+    attr, attr_int, attr_str, named, nanos, one_test_at_a_time, run_agent, run_manager, run_turn,
+    Calculator, Receiver,
 };
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -24,6 +24,14 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn ns(at: DateTime<Utc>) -> i64 {
     at.timestamp_nanos_opt().expect("in range")
+}
+
+/// Runs `run` with the engine's spans exported live to `receiver`, and sends what is queued.
+fn export_live(receiver: &Receiver, run: impl FnOnce()) {
+    let live = LiveExport::start(&OtlpConfig::to(&receiver.url)).expect("live export");
+    let subscriber = tracing_subscriber::registry().with(live.layer());
+    tracing::subscriber::with_default(subscriber, run);
+    live.shutdown().expect("the queued spans are sent");
 }
 
 /// The time of the first event of the log that `pick` accepts.
@@ -211,12 +219,9 @@ fn the_engines_live_spans_arrive_with_the_same_names_tree_and_attributes() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("log.db");
-    let live = LiveExport::start(&OtlpConfig::to(&receiver.url)).expect("live export");
-    let subscriber = tracing_subscriber::registry().with(live.layer());
-    tracing::subscriber::with_default(subscriber, || {
-        runtime().block_on(run_turn(&db, "live-1", true));
+    export_live(&receiver, || {
+        runtime().block_on(run_turn(&db, "live-1", true))
     });
-    live.shutdown().expect("the queued spans are sent");
     let spans = receiver.wait_for(4);
     assert_eq!(spans.len(), 4, "{spans:#?}");
     let turn = named(&spans, "invoke_agent calculator");
@@ -308,12 +313,9 @@ fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("log.db");
-    let live = LiveExport::start(&OtlpConfig::to(&receiver.url)).expect("live export");
-    let subscriber = tracing_subscriber::registry().with(live.layer());
-    tracing::subscriber::with_default(subscriber, || {
-        runtime().block_on(run_agent(&db, "bad-1", Calculator::failing(), false));
+    export_live(&receiver, || {
+        runtime().block_on(run_agent(&db, "bad-1", Calculator::failing(), false))
     });
-    live.shutdown().expect("the queued spans are sent");
     let live_spans = receiver.wait_for(2);
     let reader = LogReader::open(&db).expect("reader");
     export_log(
@@ -378,4 +380,32 @@ fn a_sessions_export_carries_its_sub_agents_spans_in_the_same_trace() {
         .find(|s| Some(s.parent_id.unwrap_or_default()) == child_turns.first().map(|t| t.span_id))
         .expect("the sub-agent's model call");
     assert_eq!(child_chat.trace_id, call.trace_id);
+}
+
+/// Live, a sub-agent's turn is traced under the parent's `execute_tool` span (its turn runs on
+/// a task of its own, which would otherwise start a trace of its own).
+#[test]
+fn a_sub_agents_live_spans_hang_under_the_parents_tool_call() {
+    let _turn = one_test_at_a_time();
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("log.db");
+    export_live(&receiver, || {
+        runtime().block_on(run_manager(&db, "live-sub"))
+    });
+    // The manager: a turn, two chats, the `ask` call; the calculator: a turn, two chats, `add`.
+    let spans = receiver.wait_for(8);
+    assert_eq!(spans.len(), 8, "{spans:#?}");
+    let parent = named(&spans, "invoke_agent manager");
+    let call = named(&spans, "execute_tool ask");
+    let child = named(&spans, "invoke_agent calculator");
+    assert_eq!(child["parent_span_id"], call["span_id"]);
+    let add = named(&spans, "execute_tool add");
+    for span in [call, child, add] {
+        assert_eq!(span["trace_id"], parent["trace_id"], "{span:#?}");
+    }
+    assert!(nanos(call, "start_time_unix_nano") <= nanos(child, "start_time_unix_nano"));
+    assert!(nanos(child, "end_time_unix_nano") <= nanos(call, "end_time_unix_nano"));
 }

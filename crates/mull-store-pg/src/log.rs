@@ -170,8 +170,11 @@ struct Statements {
     commit: Statement,
 }
 
-const LOCK_LEASES: &str =
-    "SELECT session_id, epoch, owner FROM mull_leases WHERE session_id = ANY($1) FOR SHARE";
+/// Locks a batch's lease rows in `session_id` order — the order lease renewal takes them in
+/// too, so a batch and a renewal of the same node (two connections) never wait for each other
+/// in a circle (PostgreSQL would end one of them as a deadlock).
+const LOCK_LEASES: &str = "SELECT session_id, epoch, owner FROM mull_leases
+     WHERE session_id = ANY($1) ORDER BY session_id FOR SHARE";
 
 /// Inserts the rows whose epoch is their session's lease epoch, all in one statement.
 const INSERT: &str =

@@ -376,10 +376,18 @@ impl Reads {
         let rows = self
             .client
             .query(
-                "UPDATE mull_leases l SET expires_at = now() + make_interval(secs => $4)
-                 FROM unnest($1::text[], $2::int8[]) AS u(session_id, epoch)
-                 WHERE l.session_id = u.session_id AND l.epoch = u.epoch AND l.owner = $3
-                   AND NOT l.released
+                // The rows are locked first in `session_id` order, as a batch's commit
+                // locks them, so the two never deadlock.
+                "WITH mine AS (
+                     SELECT l.session_id FROM mull_leases l
+                     JOIN unnest($1::text[], $2::int8[]) AS u(session_id, epoch)
+                       ON l.session_id = u.session_id AND l.epoch = u.epoch
+                     WHERE l.owner = $3 AND NOT l.released
+                     ORDER BY l.session_id
+                     FOR UPDATE OF l
+                 )
+                 UPDATE mull_leases l SET expires_at = now() + make_interval(secs => $4)
+                 FROM mine WHERE l.session_id = mine.session_id
                  RETURNING l.session_id",
                 &[&sessions, &epochs, &owner, &ttl],
             )

@@ -51,25 +51,34 @@ pub fn parked(db: &std::path::Path) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let log = Log::open(db).expect("log");
-        let model = ScriptedModel::builder("scripted-1")
-            .step(|s| s.tool_call("call_1", "find_hotels", json!({"near": "Alfama"})))
-            .build();
-        let session = Session::open(
-            &log,
-            Arc::new(Careful(model)),
-            SessionOptions::deterministic("s"),
-        )
-        .await
-        .expect("session");
-        session
-            .save_messages(
-                vec![UIMessage::user("u1", "Hotels near Alfama?")],
-                TurnOptions::default(),
-            )
-            .await
-            .expect("turn");
-        assert_eq!(session.pending_approvals()[0].approval_id, "approval_1");
+        let session = park(&log, None).await;
         drop(session);
         log.close().expect("close");
     });
+}
+
+/// Opens session `s` on `log` and runs a turn whose `find_hotels` call waits for approval
+/// `approval_1`; once approved, the model answers `then` (if given).
+pub async fn park(log: &Log, then: Option<&'static str>) -> Session {
+    let mut model = ScriptedModel::builder("scripted-1")
+        .step(|s| s.tool_call("call_1", "find_hotels", json!({"near": "Alfama"})));
+    if let Some(text) = then {
+        model = model.step(|s| s.text(text));
+    }
+    let session = Session::open(
+        log,
+        Arc::new(Careful(model.build())),
+        SessionOptions::deterministic("s"),
+    )
+    .await
+    .expect("session");
+    session
+        .save_messages(
+            vec![UIMessage::user("u1", "Hotels near Alfama?")],
+            TurnOptions::default(),
+        )
+        .await
+        .expect("turn");
+    assert_eq!(session.pending_approvals()[0].approval_id, "approval_1");
+    session
 }

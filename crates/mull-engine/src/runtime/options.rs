@@ -43,6 +43,11 @@ pub struct SessionOptions {
     /// changes nothing; re-execution replay serves them from a recording (see
     /// [`crate::outside`]).
     pub outside: Arc<dyn Outside>,
+    /// The `tracing` span this session's turns are traced under (a turn runs on a task of its
+    /// own, so it does not inherit the caller's). None: each turn attempt is the root of its
+    /// trace. A sub-agent's session sets it to the parent's `execute_tool` span, so the child's
+    /// turn is one trace with the call that ran it.
+    pub trace_parent: Option<tracing::Span>,
 }
 
 impl SessionOptions {
@@ -61,6 +66,7 @@ impl SessionOptions {
             mcp_servers: Vec::new(),
             approval_expiry: None,
             outside: Arc::new(RealWorld),
+            trace_parent: None,
         }
     }
 
@@ -85,6 +91,12 @@ impl SessionOptions {
         server: Arc<dyn crate::tool_source::ToolSource>,
     ) -> SessionOptions {
         self.mcp_servers.push(server);
+        self
+    }
+
+    /// Traces the session's turns under `span` (see [`SessionOptions::trace_parent`]).
+    pub fn with_trace_parent(mut self, span: tracing::Span) -> SessionOptions {
+        self.trace_parent = Some(span);
         self
     }
 

@@ -155,6 +155,8 @@ impl AgentTool {
             .with_auto_continue(false);
         child_options.capture_content = options.capture_content;
         child_options.extensions = options.extensions.clone();
+        // The call runs inside its `execute_tool` span: the child's turns are traced under it.
+        child_options.trace_parent = Some(tracing::Span::current());
         let (reports, receiver) = mpsc::channel(1);
         child_options.outside = Arc::new(Reporting {
             outside: Arc::clone(&options.outside),

@@ -11,8 +11,8 @@ use crate::config::{ModelChoice, ResolvedTurn, TurnDefaults};
 use crate::context::TurnContext;
 use crate::error::{ChatError, EngineError};
 use crate::guard::guard_hook;
-use crate::outside::HookPoint;
 use crate::memory::compaction::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
+use crate::outside::HookPoint;
 use crate::runtime::Runtime;
 use crate::tool::ToolEntry;
 

@@ -82,19 +82,26 @@ async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, En
     }
     let mut attempt = 0;
     loop {
-        let span = tracing::info_span!(
-            "invoke_agent",
-            otel.name = %format!("invoke_agent {}", inner.agent.name()),
-            gen_ai.operation.name = "invoke_agent",
-            gen_ai.agent.name = %inner.agent.name(),
-            gen_ai.conversation.id = %inner.session_id,
-            gen_ai.provider.name = tracing::field::Empty,
-            gen_ai.request.model = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-            otel.status_description = tracing::field::Empty,
-            mull.request_id = %spec.request_id,
-            mull.attempt = i64::from(attempt),
-        );
+        let make_span = || {
+            tracing::info_span!(
+                "invoke_agent",
+                otel.name = %format!("invoke_agent {}", inner.agent.name()),
+                gen_ai.operation.name = "invoke_agent",
+                gen_ai.agent.name = %inner.agent.name(),
+                gen_ai.conversation.id = %inner.session_id,
+                gen_ai.provider.name = tracing::field::Empty,
+                gen_ai.request.model = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                otel.status_description = tracing::field::Empty,
+                mull.request_id = %spec.request_id,
+                mull.attempt = i64::from(attempt),
+            )
+        };
+        // Under the session's trace parent when it has one (a sub-agent's: the parent's call).
+        let span = match &inner.options.trace_parent {
+            Some(parent) => parent.in_scope(make_span),
+            None => make_span(),
+        };
         match run_attempt(inner, spec, attempt).instrument(span).await? {
             Attempt::Retry => attempt += 1,
             Attempt::Done(ended) => return Ok(*ended),

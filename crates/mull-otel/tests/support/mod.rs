@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mull_core::{LanguageModel, UIMessage};
-use mull_engine::{Agent, Session, SessionOptions, Tool, ToolError, ToolExecution, ToolOutput};
+use mull_engine::{
+    Agent, AgentTool, Session, SessionOptions, Tool, ToolError, ToolExecution, ToolOutput,
+};
 use mull_engine::{ToolSet, TurnOptions};
 use mull_providers::scripted::ScriptedModel;
 use mull_store::Log;
@@ -106,19 +108,70 @@ pub async fn run_turn(db: &Path, id: &str, capture_content: bool) {
 
 /// Runs one turn of `agent` (whatever its outcome) as session `id` into the log at `db`.
 pub async fn run_agent(db: &Path, id: &str, agent: Calculator, capture_content: bool) {
-    let log = Log::open(db).expect("log");
     let mut options = SessionOptions::new(id);
     options.capture_content = capture_content;
-    let session = Session::open(&log, Arc::new(agent), options)
-        .await
-        .expect("session");
+    run_one(db, Arc::new(agent), options, "What is 2 + 3?").await;
+}
+
+/// Runs one turn of `agent`, asked `question`, into the log at `db`.
+async fn run_one(db: &Path, agent: Arc<dyn Agent>, options: SessionOptions, question: &str) {
+    let log = Log::open(db).expect("log");
+    let session = Session::open(&log, agent, options).await.expect("session");
     session
         .save_messages(
-            vec![UIMessage::user("u_1", "What is 2 + 3?")],
+            vec![UIMessage::user("u_1", question)],
             TurnOptions::default(),
         )
         .await
         .expect("turn");
     drop(session);
     log.close().expect("close");
+}
+
+/// An agent whose model asks the calculator, as a sub-agent (`ask`), then answers.
+pub struct Manager {
+    model: ScriptedModel,
+}
+
+impl Manager {
+    pub fn new() -> Manager {
+        let model = ScriptedModel::builder("claude-test")
+            .provider("anthropic")
+            .step(|s| {
+                s.tool_call("call_ask", "ask", json!({"prompt": "What is 2 + 3?"}))
+                    .usage(90, 12)
+            })
+            .step(|s| s.text("The calculator says 5.").usage(110, 6))
+            .build();
+        Manager { model }
+    }
+}
+
+#[async_trait]
+impl Agent for Manager {
+    fn name(&self) -> &str {
+        "manager"
+    }
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::new(self.model.clone())
+    }
+    fn tools(&self) -> ToolSet {
+        let calculator = AgentTool::new("ask", "Asks the calculator.", Arc::new(Calculator::new()));
+        ToolSet::new().with(calculator.shared())
+    }
+    fn system_prompt(&self) -> String {
+        "You delegate sums.".into()
+    }
+}
+
+/// Runs one manager turn (which runs one calculator turn as its sub-agent) as session `id`.
+pub async fn run_manager(db: &Path, id: &str) {
+    let options = SessionOptions::new(id);
+    run_one(
+        db,
+        Arc::new(Manager::new()),
+        options,
+        "Ask the calculator for 2 + 3.",
+    )
+    .await;
 }
