@@ -221,8 +221,9 @@ impl Agent for TravelDesk {
             .to_owned()
     }
 
-    /// After a person declined the booking, the closing step says so instead of the scripted
-    /// confirmation (a denied call reaches the model as its reason, with no reference).
+    /// After the booking was declined (by a person, or blocked by a policy), the closing step
+    /// says so instead of the scripted confirmation (a declined call reaches the model as its
+    /// reason, with no reference).
     async fn before_step(&self, ctx: &PrepareStepContext) -> HookResult<Option<StepConfig>> {
         if !booking_declined(&ctx.messages) {
             return Ok(None);
@@ -231,8 +232,8 @@ impl Agent for TravelDesk {
             .provider(self.model.provider())
             .step(|s| {
                 s.text_deltas(words(
-                    "Understood: I did not book Casa do Largo. Say the word if you want \
-                     another hotel.",
+                    "The booking did not go through, so nothing is reserved at Casa do \
+                     Largo. Say the word if you want another hotel.",
                 ))
                 .usage(1720, 18)
             })

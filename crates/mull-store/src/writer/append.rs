@@ -82,11 +82,11 @@ impl Log {
                 queue.first_at = Some(Instant::now());
             }
             // An idle writer must start the batch's clock; a sleeping one inserts once a few
-            // rows are waiting.
+            // rows are waiting, or once they fill the open batch.
             let wake = match queue.writer {
                 WriterWait::Busy => false,
                 WriterWait::Idle => true,
-                WriterWait::Timed => queue.rows.len() >= shared.eager_rows(),
+                WriterWait::Timed => shared.worth_inserting(&queue),
             };
             if wake {
                 queue.wake_writer(&shared.wake);

@@ -9,7 +9,7 @@ use std::time::Instant;
 use rusqlite::Connection;
 
 use super::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
-use super::{lock, OpenBatch, Shared, Store, WriterWait};
+use super::{lock, OpenBatch, Queue, Shared, Store, WriterWait};
 
 /// Queued rows at which a sleeping writer thread is woken to insert them (into the transaction
 /// the next barrier or deadline commits), so that a long stream is inserted as it goes. Fewer
@@ -35,9 +35,13 @@ impl Shared {
         self.wal_pages.load(Ordering::Acquire) >= self.options.checkpoint_pages
     }
 
-    /// Queued rows at which a sleeping writer thread is woken to insert them.
-    pub(super) fn eager_rows(&self) -> usize {
-        EAGER_ROWS.min(self.options.batch_max_events)
+    /// Whether the queued rows are worth waking a sleeping writer thread for: enough of them to
+    /// insert eagerly, or enough to fill the batch the open transaction holds (a full batch
+    /// commits at once rather than at its delay).
+    pub(super) fn worth_inserting(&self, queue: &Queue) -> bool {
+        let queued = queue.rows.len();
+        queued >= EAGER_ROWS.min(self.options.batch_max_events)
+            || queued + queue.in_batch >= self.options.batch_max_events
     }
 
     /// Takes everything queued. Called with the store locked, so what is taken is inserted in
@@ -60,7 +64,7 @@ impl Shared {
             if expired {
                 return Work::Commit;
             }
-            if queue.rows.len() >= self.eager_rows() {
+            if self.worth_inserting(&queue) {
                 return Work::Insert;
             }
             if self.wants_checkpoint() {
@@ -172,10 +176,12 @@ impl Store {
         }
     }
 
-    /// Brings the queue's batch clock in line with what is still uncommitted: none left stops
-    /// it; rows left with no clock running start it.
+    /// Brings the queue's batch clock and its count of rows in the open transaction in line
+    /// with what is still uncommitted: none left stops the clock; rows left with no clock
+    /// running start it.
     pub(super) fn settle(&self, shared: &Shared) {
         let mut queue = lock(&shared.queue);
+        queue.in_batch = self.open.as_ref().map_or(0, |batch| batch.count);
         if self.open.is_none() && queue.rows.is_empty() {
             queue.first_at = None;
         } else if queue.first_at.is_none() {

@@ -136,6 +136,9 @@ struct Queue {
     rows: Vec<Row>,
     /// When the oldest uncommitted row (queued, or inserted in the open transaction) arrived.
     first_at: Option<Instant>,
+    /// Rows already inserted in the open transaction (as of the writer's last settle): with
+    /// the queued ones they may fill a batch, which is then worth inserting at once.
+    in_batch: usize,
     /// Every handle is gone: commit what is queued and stop.
     closed: bool,
     /// What the writer thread is doing, so producers wake it only when it needs to know.

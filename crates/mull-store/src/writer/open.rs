@@ -83,6 +83,7 @@ impl Log {
                 next_seq: last + 1,
                 rows: Vec::new(),
                 first_at: None,
+                in_batch: 0,
                 closed: false,
                 writer: WriterWait::Busy,
                 session: None,

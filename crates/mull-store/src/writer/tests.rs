@@ -100,6 +100,42 @@ fn a_second_writer_is_refused_naming_the_lock_and_the_first_keeps_working() {
     assert_eq!(env.seq, 2, "seqs continue after reopening");
 }
 
+/// Rows that fill the batch the writer already holds open are committed at once, even when
+/// there are fewer of them than the writer wakes for on their own.
+#[test]
+fn rows_that_fill_an_open_batch_commit_without_waiting_for_its_delay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = LogOptions {
+        batch_max_events: 3,
+        batch_max_delay: Duration::from_secs(60),
+        ..LogOptions::default()
+    };
+    let log = Log::open_with(dir.path().join("log.db"), options).expect("opens");
+    // Four rows reach the writer at once (it waits for the write connection while they
+    // queue): it commits a batch of three and holds the fourth in an open transaction.
+    {
+        let _connection = lock(&log.inner.shared.store);
+        for i in 1..=4 {
+            log.append("s", None, at(i), delta("x")).expect("appends");
+        }
+    }
+    let reader = log.reader().expect("reader");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reader.max_seq().expect("max") < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(reader.max_seq().expect("max"), 3);
+    // Two more fill the open batch: fewer than the writer wakes for on their own.
+    for i in 5..=6 {
+        log.append("s", None, at(i), delta("x")).expect("appends");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reader.max_seq().expect("max") < 6 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(reader.max_seq().expect("max"), 6, "the full batch waited");
+}
+
 #[test]
 fn small_batches_and_long_delays_still_commit_everything_in_order() {
     let dir = tempfile::tempdir().expect("tempdir");
