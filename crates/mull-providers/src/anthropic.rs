@@ -10,7 +10,8 @@
 //! `stop_sequences` are sent; the API has no penalties, seed or output-schema field, so those
 //! settings are not sent. `provider_options` (an object) is merged into the top level of the body.
 //! Reasoning from earlier turns is not sent back: a thinking block is only accepted with the
-//! signature it was streamed with, which a [`ModelContent::Reasoning`] does not carry.
+//! signature it was streamed with, which a
+//! [`ModelContent::Reasoning`](mull_core::ModelContent::Reasoning) does not carry.
 //!
 //! **Stream.** `message_start` carries the input usage; `content_block_start` / `_delta` /
 //! `_stop` carry text (`text_delta`), tool input (`input_json_delta`, completed into one
