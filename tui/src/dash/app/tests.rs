@@ -1,5 +1,7 @@
 //! The dashboard state's behaviour, driven through `Dash` over a live log.
 
+use mull_core::{Event, TurnStatus};
+
 use super::matching::query_matches;
 use super::*;
 use crate::dash::testlog::{append_all, sample_log, write_live_db};

@@ -1,0 +1,289 @@
+//! The lines one timeline row takes: time column, stall badge, then what happened, a long text
+//! cut to a bounded number of lines.
+
+use chrono::{DateTime, Utc};
+use mull_core::DecisionAction;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+
+use crate::dash::timeline::{Item, ItemKind};
+use crate::dash::view::{decision_style, fmt_duration, fmt_tokens, fmt_usage, status_style, wrap};
+
+/// Lines of one text row shown before it is cut (the event view has the rest).
+pub(super) const TEXT_LINES: usize = 12;
+/// Width of the time column: "+12.345s ".
+const TIME_COLUMN: usize = 10;
+
+/// The lines one row takes: time column, stall badge, then what happened.
+pub(super) fn item_lines(
+    item: &Item,
+    first_at: Option<DateTime<Utc>>,
+    width: usize,
+    matched: bool,
+) -> Vec<Line<'static>> {
+    let offset = first_at
+        .map(|t0| (item.at - t0).num_milliseconds().max(0) as f64 / 1000.0)
+        .unwrap_or(0.0);
+    let mut head = vec![Span::styled(
+        format!(
+            "{:>width$} ",
+            format!("+{offset:.3}s"),
+            width = TIME_COLUMN - 1
+        ),
+        Style::new().fg(if matched {
+            Color::Yellow
+        } else {
+            Color::DarkGray
+        }),
+    )];
+    if let Some(gap) = item.gap_ms {
+        head.push(Span::styled(
+            format!("⏱ +{:.1}s ", gap as f64 / 1000.0),
+            Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        ));
+    }
+    let red = Style::new().fg(Color::Red);
+    let dim = Style::new().fg(Color::DarkGray);
+    let body_width = width.saturating_sub(TIME_COLUMN).max(10);
+    let indent = " ".repeat(TIME_COLUMN);
+    let mut extra: Vec<Line<'static>> = Vec::new();
+    match &item.kind {
+        ItemKind::TurnStarted { entry, attempt } => {
+            let retry = if *attempt > 0 {
+                format!(", attempt {attempt}")
+            } else {
+                String::new()
+            };
+            head.push(Span::styled(
+                format!("▶ turn started ({entry}{retry})"),
+                Style::new().fg(Color::Cyan),
+            ));
+        }
+        ItemKind::Configured { model_id, tools } => {
+            head.push(Span::styled(
+                format!("⚙ configured: {model_id}, {tools} tools"),
+                dim,
+            ));
+        }
+        ItemKind::StepStarted { step } => {
+            head.push(Span::styled(
+                format!("── step {step} ──"),
+                Style::new().fg(Color::Blue).add_modifier(Modifier::BOLD),
+            ));
+        }
+        ItemKind::StepFinished {
+            step,
+            finish_reason,
+            usage,
+        } => {
+            head.push(Span::styled(
+                format!(
+                    "── step {step} done: {} · {}",
+                    finish_reason.as_str(),
+                    fmt_usage(usage)
+                ),
+                Style::new().fg(Color::Blue),
+            ));
+        }
+        ItemKind::Text { text, open } => {
+            // Wrap only what can show: a streamed text can grow to megabytes.
+            let budget = (TEXT_LINES + 1) * body_width;
+            let shown_end = text
+                .char_indices()
+                .nth(budget)
+                .map(|(i, _)| i)
+                .unwrap_or(text.len());
+            let mut wrapped = wrap(text.get(..shown_end).unwrap_or(text), body_width);
+            if *open {
+                if let Some(last) = wrapped.last_mut() {
+                    last.push('▌');
+                }
+            }
+            let total = wrapped.len();
+            let mut rows = wrapped.into_iter();
+            head.push(Span::raw(rows.next().unwrap_or_default()));
+            for row in rows.by_ref().take(TEXT_LINES - 1) {
+                extra.push(Line::from(vec![Span::raw(indent.clone()), Span::raw(row)]));
+            }
+            if total > TEXT_LINES || shown_end < text.len() {
+                let more = if shown_end < text.len() {
+                    "… more text (Enter: JSON)".to_owned()
+                } else {
+                    format!("… {} more lines (Enter: JSON)", total - TEXT_LINES)
+                };
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    Span::styled(more, dim),
+                ]));
+            }
+        }
+        ItemKind::Reasoning { text, open } => {
+            let first: String = text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(body_width.saturating_sub(24))
+                .collect();
+            head.push(Span::styled(
+                format!(
+                    "▸ reasoning{} ({} chars): {first}",
+                    if *open { "…" } else { "" },
+                    text.chars().count()
+                ),
+                dim.add_modifier(Modifier::ITALIC),
+            ));
+        }
+        ItemKind::Tool(tool) => {
+            head.push(Span::styled("⚒ ", Style::new().fg(Color::Cyan)));
+            head.push(Span::styled(
+                tool.tool.clone(),
+                Style::new().add_modifier(Modifier::BOLD),
+            ));
+            head.push(Span::raw(" "));
+            match tool.decision {
+                Some(action) => head.push(Span::styled(
+                    format!("[{}]", action.as_str()),
+                    decision_style(action).add_modifier(Modifier::BOLD),
+                )),
+                None if tool.client => head.push(Span::styled("[client]", dim)),
+                None => head.push(Span::styled("[…]", dim)),
+            }
+            let not_run = tool.decision.is_some_and(|d| !d.executes());
+            if let Some(ms) = tool.duration_ms.filter(|_| !not_run) {
+                head.push(Span::raw(format!(" {}", fmt_duration(ms))));
+            }
+            match tool.success {
+                Some(true) if not_run => {
+                    head.push(Span::styled(" not run", Style::new().fg(Color::Yellow)))
+                }
+                Some(true) => head.push(Span::styled(" ✓", Style::new().fg(Color::Green))),
+                Some(false) => head.push(Span::styled(" ✗", red)),
+                None => head.push(Span::styled(" running", dim)),
+            }
+            if let Some(child) = &tool.subagent {
+                head.push(Span::styled(
+                    format!(" ↳ sub-agent {child} (>)"),
+                    Style::new().fg(Color::Magenta),
+                ));
+            }
+            let input: String = tool
+                .input
+                .chars()
+                .take(body_width.saturating_sub(4))
+                .collect();
+            extra.push(Line::from(vec![
+                Span::raw(indent.clone()),
+                Span::styled(format!("in  {input}"), dim),
+            ]));
+            if let Some(reason) = &tool.reason {
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    Span::styled(format!("why {reason}"), Style::new().fg(Color::Yellow)),
+                ]));
+            }
+            // A blocked call's output is its reason, as the model was told: shown once, as why.
+            let blocked = tool.decision == Some(DecisionAction::Block);
+            let restates_reason = |e: &&String| {
+                blocked && tool.reason.as_ref().is_some_and(|r| e.contains(r.as_str()))
+            };
+            if let Some(error) = tool.error.as_ref().filter(|e| !restates_reason(e)) {
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    Span::styled(format!("err {error}"), red),
+                ]));
+            } else if let Some(output) = tool.output.as_ref().filter(|_| !blocked) {
+                let output: String = output.chars().take(body_width.saturating_sub(4)).collect();
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    Span::styled(format!("out {output}"), dim),
+                ]));
+            }
+        }
+        ItemKind::Retry { attempt, error } => {
+            head.push(Span::styled(
+                format!("↻ model retried (attempt {attempt}): {error}"),
+                Style::new().fg(Color::Yellow),
+            ));
+        }
+        ItemKind::Error { what, message } => {
+            head.push(Span::styled(
+                format!("✗ {what}: {message}"),
+                red.add_modifier(Modifier::BOLD),
+            ));
+        }
+        ItemKind::Compacted {
+            replaced,
+            reason,
+            shortened,
+            tokens_before,
+            tokens_after,
+        } => {
+            let what = if *shortened { "shortened" } else { "compacted" };
+            let noun = if *replaced == 1 {
+                "message"
+            } else {
+                "messages"
+            };
+            head.push(Span::styled(
+                format!(
+                    "⇲ {what} {replaced} {noun} ({reason}) tokens {} → {}",
+                    fmt_tokens(Some(*tokens_before)),
+                    fmt_tokens(Some(*tokens_after))
+                ),
+                Style::new().fg(Color::Magenta),
+            ));
+        }
+        ItemKind::Retracted {
+            messages,
+            request_id,
+        } => {
+            let noun = if *messages == 1 {
+                "message"
+            } else {
+                "messages"
+            };
+            let by = request_id
+                .as_deref()
+                .map(|r| format!(" by {r}"))
+                .unwrap_or_default();
+            head.push(Span::styled(
+                format!("✂ {messages} {noun} retracted{by}"),
+                Style::new().fg(Color::Yellow),
+            ));
+        }
+        ItemKind::MessageSaved { parts } => {
+            head.push(Span::styled(
+                format!("■ assistant message saved ({parts} parts)"),
+                dim,
+            ));
+        }
+        ItemKind::TurnFinished { status, error } => {
+            let mut text = format!("■ turn {}", status.as_str());
+            if let Some(error) = error {
+                text.push_str(": ");
+                text.push_str(error);
+            }
+            head.push(Span::styled(
+                text,
+                status_style(*status).add_modifier(Modifier::BOLD),
+            ));
+        }
+        ItemKind::Other { kind } => {
+            head.push(Span::styled(format!("· {kind}"), dim));
+        }
+    }
+    if item.events > 1 && !matches!(item.kind, ItemKind::Tool(_)) {
+        let count = format!("  ({} events)", item.events);
+        // Only where it fits: a cut-off count reads as noise.
+        if Line::from(head.clone()).width() + count.len() <= width {
+            head.push(Span::styled(count, dim));
+        }
+    }
+    let mut lines = vec![Line::from(head)];
+    lines.extend(extra);
+    if item.is_error() {
+        lines = lines.into_iter().map(|l| l.patch_style(red)).collect();
+    }
+    lines
+}
