@@ -1,0 +1,199 @@
+use super::*;
+use chrono::TimeZone;
+use mull_core::{ChatErrorClassification, EntryPath, ErrorStage};
+
+fn env(seq: u64, turn: Option<&str>, ms: i64, event: Event) -> Envelope {
+    Envelope {
+        seq,
+        session_id: "s".into(),
+        turn_id: turn.map(str::to_owned),
+        at: Utc.timestamp_millis_opt(1_700_000_000_000 + ms).unwrap(),
+        v: 1,
+        event,
+    }
+}
+
+fn started(seq: u64, turn: &str, ms: i64) -> Envelope {
+    env(
+        seq,
+        Some(turn),
+        ms,
+        Event::TurnStarted {
+            request_id: "r".into(),
+            message_id: "m".into(),
+            entry: EntryPath::Chat,
+            continuation: false,
+            attempt: 0,
+            body: Value::Null,
+        },
+    )
+}
+
+fn tool_started(seq: u64, turn: &str, ms: i64) -> Envelope {
+    env(
+        seq,
+        Some(turn),
+        ms,
+        Event::ToolCallStarted {
+            step: 0,
+            call_id: "c1".into(),
+            tool: "add".into(),
+            input: json!({"a": 1}),
+            client: false,
+        },
+    )
+}
+
+fn fold(events: &[Envelope]) -> Vec<LogSpan> {
+    let mut spans = SessionSpans::new("s", SpanOptions::default());
+    for e in events {
+        spans.apply(e);
+    }
+    spans.finish()
+}
+
+#[test]
+fn a_turn_the_log_never_finished_ends_at_its_last_event_marked_unfinished() {
+    let spans = fold(&[
+        started(1, "t1", 0),
+        env(2, Some("t1"), 5, Event::StepStarted { step: 0 }),
+        tool_started(3, "t1", 40),
+    ]);
+    assert_eq!(spans.len(), 3);
+    let turn = &spans[0];
+    assert_eq!(turn.name, "invoke_agent agent");
+    assert_eq!(
+        turn.attribute("mull.turn.status"),
+        Some(&AttrValue::from("unfinished"))
+    );
+    assert!(turn.error.is_some());
+    let last = Utc.timestamp_millis_opt(1_700_000_000_040).unwrap();
+    assert!(spans.iter().all(|s| s.end == last));
+    assert_eq!(spans[1].parent_id, Some(turn.span_id));
+    assert_eq!(spans[2].parent_id, Some(spans[1].span_id));
+}
+
+#[test]
+fn a_failed_tool_and_an_overflowed_turn_are_errors_with_their_type() {
+    let spans = fold(&[
+        env(
+            1,
+            None,
+            0,
+            Event::SessionOpened {
+                agent: "travel".into(),
+                metadata: Value::Null,
+            },
+        ),
+        started(2, "t1", 0),
+        env(3, Some("t1"), 1, Event::StepStarted { step: 0 }),
+        tool_started(4, "t1", 2),
+        env(
+            5,
+            Some("t1"),
+            9,
+            Event::ToolCallFinished {
+                step: 0,
+                call_id: "c1".into(),
+                tool: "add".into(),
+                success: false,
+                output: None,
+                error: Some("no such city".into()),
+                duration_ms: 7,
+            },
+        ),
+        env(
+            6,
+            Some("t1"),
+            12,
+            Event::TurnFailed {
+                request_id: Some("r".into()),
+                stage: ErrorStage::Stream,
+                messages_persisted: true,
+                classification: Some(ChatErrorClassification::ContextOverflow),
+                error: "too long".into(),
+                model_error: None,
+            },
+        ),
+        env(
+            7,
+            Some("t1"),
+            13,
+            Event::TurnFinished {
+                request_id: "r".into(),
+                status: TurnStatus::Error,
+                error: Some("too long".into()),
+                steps: 0,
+                usage: Usage::default(),
+            },
+        ),
+    ]);
+    let by = |name: &str| spans.iter().find(|s| s.name == name).expect(name);
+    let tool = by("execute_tool add");
+    assert_eq!(tool.error.as_deref(), Some("no such city"));
+    assert_eq!(
+        tool.attribute("error.type"),
+        Some(&AttrValue::from("tool_error"))
+    );
+    let turn = by("invoke_agent travel");
+    assert_eq!(turn.error.as_deref(), Some("too long"));
+    assert_eq!(
+        turn.attribute("error.type"),
+        Some(&AttrValue::from("context_overflow"))
+    );
+    // No usage was reported, so none is claimed.
+    assert_eq!(turn.attribute("gen_ai.usage.input_tokens"), None);
+    // The step the failure cut is closed with the turn and carries the error too.
+    let chat = by("chat");
+    assert_eq!(chat.end, turn.end);
+    assert_eq!(chat.error.as_deref(), Some("too long"));
+}
+#[test]
+fn a_sub_agents_turn_is_a_child_of_the_parents_tool_call_in_the_parents_trace() {
+    let parent = fold(&[
+        started(1, "t1", 0),
+        env(2, Some("t1"), 1, Event::StepStarted { step: 0 }),
+        tool_started(3, "t1", 2),
+    ]);
+    let parent_turn = &parent[0];
+    let call = parent
+        .iter()
+        .find(|s| s.name == "execute_tool add")
+        .expect("the call's span");
+
+    let child_env = |seq: u64, turn: Option<&str>, ms: i64, event: Event| Envelope {
+        session_id: "s.agent_1".into(),
+        ..env(seq, turn, ms, event)
+    };
+    let mut child = SessionSpans::new("s.agent_1", SpanOptions::default());
+    let linked = child_env(
+        10,
+        None,
+        3,
+        Event::SubagentLinked {
+            parent_session_id: "s".into(),
+            parent_turn_id: "t1".into(),
+            parent_call_id: "c1".into(),
+            depth: 1,
+        },
+    );
+    let mut turn = started(11, "t9", 4);
+    turn.session_id = "s.agent_1".into();
+    for e in [
+        linked,
+        turn,
+        child_env(12, Some("t9"), 5, Event::StepStarted { step: 0 }),
+    ] {
+        child.apply(&e);
+    }
+    let child = child.finish();
+    assert_eq!(child[0].name, "invoke_agent agent");
+    assert_eq!(child[0].trace_id, parent_turn.trace_id);
+    assert_eq!(child[0].parent_id, Some(call.span_id));
+    assert_eq!(child[1].trace_id, parent_turn.trace_id);
+    assert_eq!(child[1].parent_id, Some(child[0].span_id));
+    // Its own spans keep ids of their own.
+    assert!(parent
+        .iter()
+        .all(|p| child.iter().all(|c| c.span_id != p.span_id)));
+}
