@@ -170,6 +170,9 @@ struct Statements {
     commit: Statement,
 }
 
+/// The longest a lease statement waits for a row lock (see `Reads::limit_lock_waits`).
+const LEASE_LOCK_WAIT: Duration = Duration::from_secs(1);
+
 /// Locks a batch's lease rows in `session_id` order — the order lease renewal takes them in
 /// too, so a batch and a renewal of the same node (two connections) never wait for each other
 /// in a circle (PostgreSQL would end one of them as a deadlock).
@@ -213,6 +216,10 @@ impl PgLog {
         let reads = Reads::connect(&config, &target).await?;
         config.application_name(format!("mull leases {}", options.node));
         let leases = Reads::connect(&config, &target).await?;
+        // Never longer than a renewal period: a renewal that gives up is retried at the next.
+        leases
+            .limit_lock_waits((options.lease_ttl / 3).min(LEASE_LOCK_WAIT))
+            .await?;
         let (progress, _) = watch::channel(Progress::default());
         let inner = Arc::new(Inner {
             target,

@@ -48,6 +48,19 @@ impl Reads {
         })
     }
 
+    /// Bounds how long a statement on this connection waits for a row lock. The lease
+    /// connection uses it: a lease row can stay locked by a node that was paused halfway
+    /// through a transaction, and a take-over or renewal stuck behind it would stall every
+    /// lease change of this node (one connection runs them in turn). A statement that waits
+    /// longer fails, and the sweep or renewal tries again on its next round.
+    pub(crate) async fn limit_lock_waits(&self, limit: Duration) -> Result<(), StoreError> {
+        let ms = limit.as_millis().max(1);
+        self.client
+            .batch_execute(&format!("SET lock_timeout = {ms}"))
+            .await
+            .map_err(server_error(self.ctx("limiting lock waits")))
+    }
+
     /// Opens the log at `url` for reading only: checks it is a mull database of this schema and
     /// changes nothing.
     pub async fn open(url: &str) -> Result<Reads, StoreError> {
