@@ -133,8 +133,9 @@ fn audit(chat: &str, events: &[Envelope], epochs: &[(u64, i64)]) -> Result<Audit
     Ok(audit)
 }
 
-/// Waits until no lease of `node` is left unreleased (every chat it held was taken over).
-async fn taken_over(url: &str, node: &str, limit: Duration) {
+/// Waits until no lease of `node` is left unreleased (every chat it held was taken over); a
+/// failure shows the leases left and what the nodes wrote.
+async fn taken_over(url: &str, node: &str, limit: Duration, nodes: &[Arc<Node>]) {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connects to the test database");
@@ -151,10 +152,34 @@ async fn taken_over(url: &str, node: &str, limit: Duration) {
         if row.get::<_, i64>(0) == 0 {
             return;
         }
-        assert!(
-            started.elapsed() < limit,
-            "the chats of node {node} were not taken over within {limit:?}"
-        );
+        if started.elapsed() >= limit {
+            let left = client
+                .query(
+                    "SELECT session_id, owner, epoch, released,
+                            (extract(epoch FROM expires_at - now()) * 1000)::int8
+                     FROM mull_leases WHERE NOT released ORDER BY expires_at",
+                    &[],
+                )
+                .await
+                .expect("reads leases");
+            let left: Vec<String> = left
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} epoch {} expires in {} ms",
+                        r.get::<_, String>(0),
+                        r.get::<_, String>(1),
+                        r.get::<_, i64>(2),
+                        r.get::<_, i64>(4)
+                    )
+                })
+                .collect();
+            panic!(
+                "the chats of node {node} were not taken over within {limit:?}; leases left:\n{}\n{}",
+                left.join("\n"),
+                stderr_of(nodes)
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -217,8 +242,8 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
         }
         nodes[0].signal("KILL");
         nodes[1].signal("STOP");
-        taken_over(&url, "n0", Duration::from_secs(60)).await;
-        taken_over(&url, "n1", Duration::from_secs(60)).await;
+        taken_over(&url, "n0", Duration::from_secs(60), &nodes).await;
+        taken_over(&url, "n1", Duration::from_secs(60), &nodes).await;
         // n1 wakes up with writes queued under leases it lost.
         nodes[1].signal("CONT");
 

@@ -4,7 +4,7 @@
 //! # One writer per session
 //! [`PgLog::open_session`] takes the session's lease row (free, expired, or this node's own):
 //! the epoch goes up by one, and every event this node appends for the session is stamped
-//! with that epoch. A batch's transaction first locks the lease rows of its sessions
+//! with that epoch. A batch's statement first locks the lease rows of its sessions
 //! (`FOR SHARE`, so no take-over can commit until it does) and inserts only the rows whose
 //! epoch is still the lease's: a node that was paused or cut off while another took the
 //! session over has its late writes refused in the very transaction that tried them, and the
@@ -14,8 +14,9 @@
 //! # Group commit
 //! Appends assign the session's next seq at once and queue the row; a writer task commits the
 //! queue in batches (up to `batch_max_events` rows, or `batch_max_delay` after the first, or at
-//! once for a barrier): one multi-row `INSERT … SELECT FROM unnest(…)` per batch, pipelined with
-//! `BEGIN`, the lease lock and `COMMIT` — one round trip. No `NOTIFY` is sent: a transaction
+//! once for a barrier): one statement per batch locks the lease rows and inserts every row with a
+//! multi-row `INSERT … SELECT FROM unnest(…)` — one round trip, one implicit transaction, which
+//! a node paused halfway through sending can never leave open. No `NOTIFY` is sent: a transaction
 //! that notifies takes a database-wide lock at commit, which would serialize every commit of
 //! every node; readers on other nodes poll `seq > N` instead.
 
@@ -162,31 +163,29 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The writer connection's statements, prepared once.
-struct Statements {
-    begin: Statement,
-    lock_leases: Statement,
-    insert: Statement,
-    commit: Statement,
-}
-
 /// The longest a lease statement waits for a row lock (see `Reads::limit_lock_waits`).
 const LEASE_LOCK_WAIT: Duration = Duration::from_secs(1);
 
-/// Locks a batch's lease rows in `session_id` order — the order lease renewal takes them in
-/// too, so a batch and a renewal of the same node (two connections) never wait for each other
-/// in a circle (PostgreSQL would end one of them as a deadlock).
-const LOCK_LEASES: &str = "SELECT session_id, epoch, owner FROM mull_leases
-     WHERE session_id = ANY($1) ORDER BY session_id FOR SHARE";
-
-/// Inserts the rows whose epoch is their session's lease epoch, all in one statement.
-const INSERT: &str =
-    "INSERT INTO mull_events (session_id, seq, turn_id, at, v, kind, payload, epoch)
-     SELECT u.session_id, u.seq, u.turn_id, u.at, $5, u.kind, u.payload, u.epoch
-     FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $6::text[], $7::text[], $8::int8[])
-          AS u(session_id, seq, turn_id, at, kind, payload, epoch)
-     WHERE EXISTS (SELECT 1 FROM mull_leases l
-                   WHERE l.session_id = u.session_id AND l.epoch = u.epoch)";
+/// Commits one batch in one statement (so in one implicit transaction): locks the batch's
+/// lease rows in `session_id` order — the order lease renewal takes them in too, so a batch and
+/// a renewal of the same node never wait for each other in a circle — inserts the rows whose
+/// epoch is still their session's lease epoch, and returns the leases as locked.
+///
+/// One statement, not `BEGIN` … `COMMIT`: the server runs it only once the whole request has
+/// arrived and commits before answering, so a node paused or cut off halfway through sending
+/// never leaves a transaction open holding lease rows that another node must take over.
+const COMMIT_BATCH: &str = "WITH locked AS (
+         SELECT session_id, epoch, owner FROM mull_leases
+         WHERE session_id = ANY($9) ORDER BY session_id FOR SHARE
+     ), inserted AS (
+         INSERT INTO mull_events (session_id, seq, turn_id, at, v, kind, payload, epoch)
+         SELECT u.session_id, u.seq, u.turn_id, u.at, $5, u.kind, u.payload, u.epoch
+         FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $6::text[], $7::text[],
+                     $8::int8[])
+              AS u(session_id, seq, turn_id, at, kind, payload, epoch)
+         JOIN locked l ON l.session_id = u.session_id AND l.epoch = u.epoch
+     )
+     SELECT session_id, epoch, owner FROM locked";
 
 impl PgLog {
     /// Connects to the database at `url`, checks it is a mull database (or empty) and migrates
@@ -197,21 +196,12 @@ impl PgLog {
         config.application_name(format!("mull writer {}", options.node));
         let mut client = connect(&config, &target).await?;
         schema::migrate(&mut client, &target).await?;
-        let prepare = |sql: &'static str| {
-            let client = &client;
-            let target = &target;
-            async move {
-                client.prepare(sql).await.map_err(server_error(format!(
-                    "{target}: preparing the writer's statements"
-                )))
-            }
-        };
-        let statements = Statements {
-            begin: prepare("BEGIN").await?,
-            lock_leases: prepare(LOCK_LEASES).await?,
-            insert: prepare(INSERT).await?,
-            commit: prepare("COMMIT").await?,
-        };
+        let commit_batch = client
+            .prepare(COMMIT_BATCH)
+            .await
+            .map_err(server_error(format!(
+                "{target}: preparing the writer's statement"
+            )))?;
         config.application_name(format!("mull reads {}", options.node));
         let reads = Reads::connect(&config, &target).await?;
         config.application_name(format!("mull leases {}", options.node));
@@ -233,7 +223,7 @@ impl PgLog {
             reads,
             leases,
         });
-        tokio::spawn(run_writer(Arc::downgrade(&inner), client, statements));
+        tokio::spawn(run_writer(Arc::downgrade(&inner), client, commit_batch));
         tokio::spawn(run_renewal(Arc::downgrade(&inner)));
         Ok(PgLog { inner })
     }
@@ -512,7 +502,7 @@ impl EventLog for PgLog {
 
 /// The writer task: takes batches off the queue and commits them until every handle is gone or
 /// a commit fails.
-async fn run_writer(inner: std::sync::Weak<Inner>, client: Client, st: Statements) {
+async fn run_writer(inner: std::sync::Weak<Inner>, client: Client, st: Statement) {
     loop {
         let Some(strong) = inner.upgrade() else {
             return;
@@ -611,11 +601,10 @@ async fn next_batch(inner: &Inner) -> Option<Vec<Row>> {
     }
 }
 
-/// Commits one batch in one round trip: `BEGIN`, lock the sessions' leases, insert the rows
-/// whose epoch still holds, `COMMIT`. Returns the sessions whose rows were refused.
+/// Commits one batch ([`COMMIT_BATCH`]). Returns the sessions whose rows were refused.
 async fn commit(
     client: &Client,
-    st: &Statements,
+    st: &Statement,
     batch: &[Row],
 ) -> Result<Vec<(Arc<str>, Fence)>, tokio_postgres::Error> {
     let mut sessions: Vec<&str> = batch.iter().map(|r| &*r.session_id).collect();
@@ -629,8 +618,7 @@ async fn commit(
     let payloads: Vec<&str> = batch.iter().map(|r| r.payload.as_str()).collect();
     let epochs: Vec<i64> = batch.iter().map(|r| r.epoch).collect();
     let v = EVENT_VERSION as i16;
-    let lock_params: [&(dyn ToSql + Sync); 1] = [&sessions];
-    let insert_params: [&(dyn ToSql + Sync); 8] = [
+    let params: [&(dyn ToSql + Sync); 9] = [
         &session_ids,
         &seqs,
         &turns,
@@ -639,18 +627,9 @@ async fn commit(
         &kinds,
         &payloads,
         &epochs,
+        &sessions,
     ];
-    // Polled in this order on the first poll, so sent in this order: one round trip.
-    let (begin, leases, inserted, committed) = futures::join!(
-        client.execute(&st.begin, &[]),
-        client.query(&st.lock_leases, &lock_params),
-        client.execute(&st.insert, &insert_params),
-        client.execute(&st.commit, &[]),
-    );
-    begin?;
-    let leases = leases?;
-    inserted?;
-    committed?;
+    let leases = client.query(st, &params).await?;
     let current: HashMap<&str, (i64, &str)> = leases
         .iter()
         .map(|r| {

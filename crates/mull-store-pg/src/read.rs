@@ -460,14 +460,17 @@ impl Reads {
     }
 
     /// Up to `limit` sessions whose lease expired without being given back, longest expired
-    /// first: their node stopped mid-work, and a turn of theirs may wait to be recovered.
+    /// first: their node stopped mid-work, and a turn of theirs may wait to be recovered. A
+    /// lease row locked at this moment (its node is committing) is skipped, so a sweep taking
+    /// these over never waits on one and the ones after it are not starved.
     pub async fn abandoned(&self, limit: usize) -> Result<Vec<String>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self
             .client
             .query(
                 "SELECT session_id FROM mull_leases
-                 WHERE NOT released AND expires_at <= now() ORDER BY expires_at LIMIT $1",
+                 WHERE NOT released AND expires_at <= now() ORDER BY expires_at LIMIT $1
+                 FOR NO KEY UPDATE SKIP LOCKED",
                 &[&limit],
             )
             .await

@@ -219,6 +219,52 @@ async fn a_lease_is_renewed_while_held() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_row_locked_elsewhere_holds_up_no_other_take_over() {
+    let Some(pg) = TestPg::start("a_lease_row_locked_elsewhere") else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    let b = node(&url, "b").await;
+    for s in ["s1", "s2", "s3"] {
+        a.open_session(s).await.unwrap();
+    }
+    // Node a stalls past its leases, s1's lease row locked by a transaction it left open.
+    sql(
+        &url,
+        "UPDATE mull_leases SET expires_at = now() - interval '1 second' * \
+         (4 - substr(session_id, 2)::int)",
+    )
+    .await;
+    let (holder, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    holder
+        .batch_execute("BEGIN; SELECT 1 FROM mull_leases WHERE session_id = 's1' FOR SHARE")
+        .await
+        .unwrap();
+
+    // The longest expired is s1, but the sweep neither waits on it nor stops at it.
+    let limit = Duration::from_secs(5);
+    let found = tokio::time::timeout(limit, b.abandoned(10)).await;
+    assert_eq!(found.expect("answers at once").unwrap(), ["s2", "s3"]);
+    b.open_session("s2").await.unwrap();
+    assert_eq!(b.epoch("s2"), Some(2));
+    // s1 waits for its lock: taking it fails within the lease connection's bound, naming it.
+    let err = tokio::time::timeout(limit, b.open_session("s1"))
+        .await
+        .expect("gives up within the bound")
+        .unwrap_err();
+    assert!(err.to_string().contains("s1"), "{err}");
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(b.abandoned(10).await.unwrap(), ["s1", "s3"]);
+    b.open_session("s1").await.unwrap();
+    assert_eq!(b.epoch("s1"), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seq_written_by_another_writer_is_a_conflict() {
     let Some(pg) = TestPg::start("a_seq_written_by_another_writer_is_a_conflict") else {
         return;
