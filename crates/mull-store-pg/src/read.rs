@@ -238,8 +238,7 @@ impl Reads {
         let rows = self
             .client
             .query(
-                "SELECT session_id, min(seq), max(seq), min(at), max(at),
-                        count(*) FILTER (WHERE kind = 'turn_started')
+                "SELECT session_id, min(seq), max(seq), min(at), max(at)
                  FROM mull_events GROUP BY session_id ORDER BY min(at), session_id",
                 &[],
             )
@@ -255,7 +254,6 @@ impl Reads {
                     last_seq,
                     first_at: stored_at(first_seq, r.get(3))?,
                     last_at: stored_at(last_seq, r.get(4))?,
-                    turns: r.get::<_, i64>(5).max(0) as u64,
                 })
             })
             .collect()

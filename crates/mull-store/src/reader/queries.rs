@@ -22,8 +22,6 @@ pub struct SessionSummary {
     pub last_seq: u64,
     pub first_at: DateTime<Utc>,
     pub last_at: DateTime<Utc>,
-    /// How many turn attempts started.
-    pub turns: u64,
 }
 
 impl LogReader {
@@ -132,33 +130,42 @@ impl LogReader {
     }
 
     /// Every session that has a lifecycle event (every session the engine writes starts with
-    /// one), oldest first.
+    /// one), oldest first. The sessions and their first seqs come from the lifecycle index
+    /// alone; each session then costs two row lookups (its first and its last event), so the
+    /// listing never reads a session's rows one by one. (How a session's turns ended is an
+    /// overview's: [`LogReader::session_overviews`].)
     pub fn sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let ctx = self.ctx("listing sessions");
         let mut groups = self
             .conn
             .prepare_cached(&format!(
-                "SELECT session_id, min(seq), at, sum(kind = 'turn_started') FROM events \
+                "SELECT session_id, min(seq) FROM events INDEXED BY events_lifecycle \
                  WHERE {LIFECYCLE_PREDICATE} GROUP BY session_id ORDER BY min(seq)"
             ))
             .map_err(StoreError::sqlite(ctx.clone()))?;
-        let firsts: Vec<(String, u64, Value, i64)> = groups
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        let firsts: Vec<(String, u64)> = groups
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .and_then(|rows| rows.collect())
             .map_err(StoreError::sqlite(ctx.clone()))?;
+        let mut first_at = self
+            .conn
+            .prepare_cached("SELECT at FROM events WHERE seq = ?1")
+            .map_err(StoreError::sqlite(ctx.clone()))?;
         let mut out = Vec::with_capacity(firsts.len());
-        for (session_id, first_seq, first_at, turns) in firsts {
+        for (session_id, first_seq) in firsts {
+            let first: Value = first_at
+                .query_row([first_seq], |r| r.get(0))
+                .map_err(StoreError::sqlite(ctx.clone()))?;
             let (last_seq, last_at) = self
                 .last_event(&session_id)
                 .map_err(StoreError::sqlite(ctx.clone()))?
-                .unwrap_or_else(|| (first_seq, first_at.clone()));
+                .unwrap_or_else(|| (first_seq, first.clone()));
             out.push(SessionSummary {
-                first_at: stored_at(first_seq, (&first_at).into())?,
+                first_at: stored_at(first_seq, (&first).into())?,
                 last_at: stored_at(last_seq, (&last_at).into())?,
                 session_id,
                 first_seq,
                 last_seq,
-                turns: turns.max(0) as u64,
             });
         }
         Ok(out)

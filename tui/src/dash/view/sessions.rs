@@ -58,7 +58,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                         .unwrap_or_else(|| "?".to_owned()),
                 ),
                 Line::from(prompt),
-                Line::from(s.turns.to_string()),
+                Line::from(o.map(|o| o.status.total().to_string()).unwrap_or_default()),
                 Line::from(o.map(|o| status_mix_spans(&o.status)).unwrap_or_default()),
                 Line::from(
                     o.map(|o| {
