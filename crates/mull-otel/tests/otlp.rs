@@ -11,7 +11,7 @@ use mull_store::LogReader;
 use serde_json::{json, Value};
 use support::{
     attr, attr_int, attr_str, named, nanos, one_test_at_a_time, run_agent, run_manager, run_turn,
-    Calculator, Receiver,
+    Calculator, ExportTest, Receiver,
 };
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -45,12 +45,15 @@ fn at(events: &[Envelope], pick: impl Fn(&Event) -> bool) -> i64 {
 
 #[test]
 fn a_past_session_is_re_exported_with_the_logs_times_names_tree_and_attributes() {
-    let _turn = one_test_at_a_time();
-    let Some(receiver) = Receiver::start() else {
+    let Some(ExportTest {
+        receiver,
+        db,
+        _dir,
+        _turn,
+    }) = ExportTest::start()
+    else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("log.db");
     runtime().block_on(run_turn(&db, "s1", false));
     let reader = LogReader::open(&db).expect("reader");
     let events = reader.session_events("s1", 0).expect("events");
@@ -172,12 +175,15 @@ fn a_past_session_is_re_exported_with_the_logs_times_names_tree_and_attributes()
 
 #[test]
 fn content_is_exported_when_asked_for_and_a_second_export_sends_the_same_ids() {
-    let _turn = one_test_at_a_time();
-    let Some(receiver) = Receiver::start() else {
+    let Some(ExportTest {
+        receiver,
+        db,
+        _dir,
+        _turn,
+    }) = ExportTest::start()
+    else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("log.db");
     runtime().block_on(run_turn(&db, "s1", false));
     let reader = LogReader::open(&db).expect("reader");
     let config = OtlpConfig::to(&format!("{}/v1/traces", receiver.url));
@@ -213,12 +219,15 @@ fn content_is_exported_when_asked_for_and_a_second_export_sends_the_same_ids() {
 
 #[test]
 fn the_engines_live_spans_arrive_with_the_same_names_tree_and_attributes() {
-    let _turn = one_test_at_a_time();
-    let Some(receiver) = Receiver::start() else {
+    let Some(ExportTest {
+        receiver,
+        db,
+        _dir,
+        _turn,
+    }) = ExportTest::start()
+    else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("log.db");
     export_live(&receiver, || {
         runtime().block_on(run_turn(&db, "live-1", true))
     });
@@ -307,12 +316,15 @@ fn an_unreachable_collector_and_a_missing_session_are_named() {
 
 #[test]
 fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
-    let _turn = one_test_at_a_time();
-    let Some(receiver) = Receiver::start() else {
+    let Some(ExportTest {
+        receiver,
+        db,
+        _dir,
+        _turn,
+    }) = ExportTest::start()
+    else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("log.db");
     export_live(&receiver, || {
         runtime().block_on(run_agent(&db, "bad-1", Calculator::failing(), false))
     });
@@ -386,12 +398,15 @@ fn a_sessions_export_carries_its_sub_agents_spans_in_the_same_trace() {
 /// a task of its own, which would otherwise start a trace of its own).
 #[test]
 fn a_sub_agents_live_spans_hang_under_the_parents_tool_call() {
-    let _turn = one_test_at_a_time();
-    let Some(receiver) = Receiver::start() else {
+    let Some(ExportTest {
+        receiver,
+        db,
+        _dir,
+        _turn,
+    }) = ExportTest::start()
+    else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("log.db");
     export_live(&receiver, || {
         runtime().block_on(run_manager(&db, "live-sub"))
     });

@@ -3,7 +3,7 @@
 
 pub mod receiver;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -25,6 +25,33 @@ pub use receiver::{attr, attr_int, attr_str, named, nanos, Receiver};
 pub fn one_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     TURN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What an export test starts from. `None` when the receiver cannot start (a printed skip
+/// outside CI). Bind every field (`_dir` and `_turn` too): they are held for the whole test.
+pub struct ExportTest {
+    /// The real OTLP receiver.
+    pub receiver: Receiver,
+    /// A fresh log's path, inside `_dir`.
+    pub db: PathBuf,
+    /// The folder, removed when the test ends.
+    pub _dir: tempfile::TempDir,
+    /// This test's turn (see [`one_test_at_a_time`]); dropped last.
+    pub _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+impl ExportTest {
+    pub fn start() -> Option<ExportTest> {
+        let turn = one_test_at_a_time();
+        let receiver = Receiver::start()?;
+        let dir = tempfile::tempdir().expect("tempdir");
+        Some(ExportTest {
+            receiver,
+            db: dir.path().join("log.db"),
+            _dir: dir,
+            _turn: turn,
+        })
+    }
 }
 
 /// `add`: the sum of two integers.
