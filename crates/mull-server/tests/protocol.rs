@@ -15,13 +15,7 @@ use serde_json::{json, Value};
 #[tokio::test]
 async fn a_text_turn_streams_the_ui_message_stream_over_sse() {
     let server = server().await;
-    let client = reqwest::Client::new();
-    let response = client
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("text-1", "hi"))
-        .send()
-        .await
-        .expect("post");
+    let response = server.post_chat(&user_request("text-1", "hi")).await;
     assert_eq!(response.status(), 200);
     let headers = response.headers().clone();
     assert_eq!(headers["content-type"], "text/event-stream");
@@ -69,12 +63,7 @@ async fn a_text_turn_streams_the_ui_message_stream_over_sse() {
 #[tokio::test]
 async fn server_tools_stream_input_preliminary_and_final_outputs() {
     let server = server().await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("tool-1", "weather?"))
-        .send()
-        .await
-        .expect("post");
+    let response = server.post_chat(&user_request("tool-1", "weather?")).await;
     let (events, done) = read_sse(response, usize::MAX).await;
     assert!(done);
     let weather: Vec<&Value> = events
@@ -182,12 +171,7 @@ async fn a_client_tool_result_continues_the_turn() {
 async fn a_dropped_stream_resumes_from_the_turn_start_exactly_once() {
     let server = server().await;
     let client = reqwest::Client::new();
-    let response = client
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("slow-1", "go"))
-        .send()
-        .await
-        .expect("post");
+    let response = server.post_chat(&user_request("slow-1", "go")).await;
     let (partial, done) = read_sse(response, 6).await;
     assert!(!done);
     // The connection is dropped here; the turn goes on.
@@ -225,12 +209,7 @@ async fn a_dropped_stream_resumes_from_the_turn_start_exactly_once() {
 async fn cancel_aborts_the_running_turn_and_keeps_the_partial() {
     let server = server().await;
     let client = reqwest::Client::new();
-    let response = client
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("slow-2", "go"))
-        .send()
-        .await
-        .expect("post");
+    let response = server.post_chat(&user_request("slow-2", "go")).await;
     let mut events = response.bytes_stream();
     let _ = events.next().await;
     // A resumed stream of the same turn sees the abort too.

@@ -19,12 +19,7 @@ fn text_of(chunks: &[Value]) -> String {
 }
 
 async fn post(server: &Server, body: &Value) -> (Vec<Value>, bool) {
-    let response = reqwest::Client::new()
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(body)
-        .send()
-        .await
-        .expect("post");
+    let response = server.post_chat(body).await;
     assert_eq!(response.status(), 200, "{body}");
     read_sse(response, usize::MAX).await
 }
@@ -93,13 +88,10 @@ async fn regenerating_an_unknown_message_is_a_bad_request_that_writes_nothing() 
     let server = server().await;
     post(&server, &user_request("regen-2", "hi")).await;
     let before = session_events(&server.log, "regen-2").await.len();
-    let response = reqwest::Client::new()
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&json!({"id": "regen-2", "trigger": "regenerate-message",
+    let response = server
+        .post_chat(&json!({"id": "regen-2", "trigger": "regenerate-message",
                       "messageId": "nope", "messages": []}))
-        .send()
-        .await
-        .expect("post");
+        .await;
     assert_eq!(response.status(), 400);
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["error"]["code"], "bad_request");
@@ -358,12 +350,7 @@ async fn an_idle_session_is_evicted_and_reopens_from_the_log_with_the_same_state
 #[tokio::test]
 async fn a_session_with_an_open_stream_is_not_evicted() {
     let server = server_with(None, |s| s.with_idle_ttl(Duration::from_millis(30))).await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("slow-9", "go"))
-        .send()
-        .await
-        .expect("post");
+    let response = server.post_chat(&user_request("slow-9", "go")).await;
     let (partial, _) = read_sse(response, 3).await;
     assert_eq!(partial[0]["type"], "start");
     // Many TTLs pass while the turn runs.

@@ -60,12 +60,9 @@ fn desk() -> Arc<dyn Agent> {
 async fn a_sub_agents_progress_streams_as_preliminary_tool_output() {
     let agent = desk();
     let server = server_for(Arc::new(move |_chat: &str| Arc::clone(&agent))).await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{}/api/chat", server.addr))
-        .json(&user_request("desk-1", "How do I get there?"))
-        .send()
-        .await
-        .expect("post");
+    let response = server
+        .post_chat(&user_request("desk-1", "How do I get there?"))
+        .await;
     let (events, done) = read_sse(response, usize::MAX).await;
     assert!(done);
     let outputs: Vec<&Value> = events

@@ -28,6 +28,16 @@ pub struct Server {
 }
 
 impl Server {
+    /// Posts `body` to `/api/chat`, as the AI SDK's `useChat` does.
+    pub async fn post_chat(&self, body: &Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("http://{}/api/chat", self.addr))
+            .json(body)
+            .send()
+            .await
+            .expect("post")
+    }
+
     /// Stops the server and waits until it has.
     pub async fn shut_down(mut self) {
         if let Some(stop) = self.stop.take() {
