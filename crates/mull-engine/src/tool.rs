@@ -260,7 +260,7 @@ impl ToolSet {
 
 /// Checks `input` against `schema`; the error lists every violation with its location.
 pub fn validate_input(tool_name: &str, schema: &Value, input: &Value) -> Result<(), String> {
-    let validator = jsonschema::validator_for(schema)
+    let validator = compiled(schema)
         .map_err(|e| format!("tool {tool_name:?} has an invalid input schema: {e}"))?;
     let problems: Vec<String> = validator
         .iter_errors(input)
@@ -281,6 +281,34 @@ pub fn validate_input(tool_name: &str, schema: &Value, input: &Value) -> Result<
             problems.join("; ")
         ))
     }
+}
+
+/// How many compiled schemas [`compiled`] keeps.
+const COMPILED_SCHEMAS: usize = 256;
+
+/// The validator of `schema`, compiled once and kept: compiling costs far more than checking
+/// an input (hundreds of times a small input's check). Kept by the schema's content, not its
+/// allocation, since agents commonly build their tools (and schemas) afresh for every turn;
+/// the oldest is dropped past [`COMPILED_SCHEMAS`].
+fn compiled(schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
+    static KEPT: OnceLock<Mutex<Vec<(Value, Arc<jsonschema::Validator>)>>> = OnceLock::new();
+    let kept = KEPT.get_or_init(Default::default);
+    let found = kept
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(s, _)| s == schema)
+        .map(|(_, v)| Arc::clone(v));
+    if let Some(validator) = found {
+        return Ok(validator);
+    }
+    let validator = Arc::new(jsonschema::validator_for(schema).map_err(|e| e.to_string())?);
+    let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() >= COMPILED_SCHEMAS {
+        kept.remove(0);
+    }
+    kept.push((schema.clone(), Arc::clone(&validator)));
+    Ok(validator)
 }
 
 /// The JSON Schema of a Rust input type, as tools declare it.
@@ -442,6 +470,19 @@ mod tests {
         let err = validate_input("lookup", &schema, &json!({"limit": "x"})).unwrap_err();
         assert!(err.contains("query"), "{err}");
         assert!(err.contains("lookup"), "{err}");
+    }
+
+    #[test]
+    fn a_kept_validator_serves_only_the_schema_it_was_compiled_from() {
+        let at_least = |n: i64| json!({"type": "object", "properties": {"n": {"minimum": n}}});
+        let input = json!({"n": 5});
+        for _ in 0..2 {
+            assert!(validate_input("t", &at_least(1), &input).is_ok());
+            let err = validate_input("t", &at_least(10), &input).unwrap_err();
+            assert!(err.contains("10"), "{err}");
+        }
+        let err = validate_input("t", &json!({"type": 7}), &input).unwrap_err();
+        assert!(err.contains("invalid input schema"), "{err}");
     }
 
     #[test]
