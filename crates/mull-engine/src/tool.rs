@@ -291,7 +291,8 @@ const COMPILED_SCHEMAS: usize = 256;
 /// allocation, since agents commonly build their tools (and schemas) afresh for every turn;
 /// the oldest is dropped past [`COMPILED_SCHEMAS`].
 fn compiled(schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
-    static KEPT: OnceLock<Mutex<Vec<(Value, Arc<jsonschema::Validator>)>>> = OnceLock::new();
+    type Kept = Vec<(Value, Arc<jsonschema::Validator>)>;
+    static KEPT: OnceLock<Mutex<Kept>> = OnceLock::new();
     let kept = KEPT.get_or_init(Default::default);
     let found = kept
         .lock()
