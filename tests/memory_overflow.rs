@@ -2,7 +2,7 @@
 //! compaction function with a model-backed summarizer, `compact_after`, the proactive guard,
 //! manual compaction, and the projection showing a summary in place of the range it replaced
 //! while the log keeps every original message. Traces are one line per event, as in
-//! `conformance.rs`, from the turn under test on.
+//! `conformance/harness.rs`, from the turn under test on.
 
 use std::sync::Arc;
 
