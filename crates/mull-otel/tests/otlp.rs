@@ -45,17 +45,12 @@ fn at(events: &[Envelope], pick: impl Fn(&Event) -> bool) -> i64 {
 
 #[test]
 fn a_past_session_is_re_exported_with_the_logs_times_names_tree_and_attributes() {
-    let Some(ExportTest {
-        receiver,
-        db,
-        _dir,
-        _turn,
-    }) = ExportTest::start()
-    else {
+    let Some(test) = ExportTest::start() else {
         return;
     };
-    runtime().block_on(run_turn(&db, "s1", false));
-    let reader = LogReader::open(&db).expect("reader");
+    let (receiver, db) = (&test.receiver, &test.db);
+    runtime().block_on(run_turn(db, "s1", false));
+    let reader = LogReader::open(db).expect("reader");
     let events = reader.session_events("s1", 0).expect("events");
 
     let report = export_log(
@@ -175,17 +170,12 @@ fn a_past_session_is_re_exported_with_the_logs_times_names_tree_and_attributes()
 
 #[test]
 fn content_is_exported_when_asked_for_and_a_second_export_sends_the_same_ids() {
-    let Some(ExportTest {
-        receiver,
-        db,
-        _dir,
-        _turn,
-    }) = ExportTest::start()
-    else {
+    let Some(test) = ExportTest::start() else {
         return;
     };
-    runtime().block_on(run_turn(&db, "s1", false));
-    let reader = LogReader::open(&db).expect("reader");
+    let (receiver, db) = (&test.receiver, &test.db);
+    runtime().block_on(run_turn(db, "s1", false));
+    let reader = LogReader::open(db).expect("reader");
     let config = OtlpConfig::to(&format!("{}/v1/traces", receiver.url));
     let content = SpanOptions {
         capture_content: true,
@@ -219,17 +209,12 @@ fn content_is_exported_when_asked_for_and_a_second_export_sends_the_same_ids() {
 
 #[test]
 fn the_engines_live_spans_arrive_with_the_same_names_tree_and_attributes() {
-    let Some(ExportTest {
-        receiver,
-        db,
-        _dir,
-        _turn,
-    }) = ExportTest::start()
-    else {
+    let Some(test) = ExportTest::start() else {
         return;
     };
-    export_live(&receiver, || {
-        runtime().block_on(run_turn(&db, "live-1", true))
+    let (receiver, db) = (&test.receiver, &test.db);
+    export_live(receiver, || {
+        runtime().block_on(run_turn(db, "live-1", true))
     });
     let spans = receiver.wait_for(4);
     assert_eq!(spans.len(), 4, "{spans:#?}");
@@ -316,20 +301,15 @@ fn an_unreachable_collector_and_a_missing_session_are_named() {
 
 #[test]
 fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
-    let Some(ExportTest {
-        receiver,
-        db,
-        _dir,
-        _turn,
-    }) = ExportTest::start()
-    else {
+    let Some(test) = ExportTest::start() else {
         return;
     };
-    export_live(&receiver, || {
-        runtime().block_on(run_agent(&db, "bad-1", Calculator::failing(), false))
+    let (receiver, db) = (&test.receiver, &test.db);
+    export_live(receiver, || {
+        runtime().block_on(run_agent(db, "bad-1", Calculator::failing(), false))
     });
     let live_spans = receiver.wait_for(2);
-    let reader = LogReader::open(&db).expect("reader");
+    let reader = LogReader::open(db).expect("reader");
     export_log(
         &reader,
         Some("bad-1"),
@@ -398,18 +378,11 @@ fn a_sessions_export_carries_its_sub_agents_spans_in_the_same_trace() {
 /// a task of its own, which would otherwise start a trace of its own).
 #[test]
 fn a_sub_agents_live_spans_hang_under_the_parents_tool_call() {
-    let Some(ExportTest {
-        receiver,
-        db,
-        _dir,
-        _turn,
-    }) = ExportTest::start()
-    else {
+    let Some(test) = ExportTest::start() else {
         return;
     };
-    export_live(&receiver, || {
-        runtime().block_on(run_manager(&db, "live-sub"))
-    });
+    let (receiver, db) = (&test.receiver, &test.db);
+    export_live(receiver, || runtime().block_on(run_manager(db, "live-sub")));
     // The manager: a turn, two chats, the `ask` call; the calculator: a turn, two chats, `add`.
     let spans = receiver.wait_for(8);
     assert_eq!(spans.len(), 8, "{spans:#?}");

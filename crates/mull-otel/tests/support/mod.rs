@@ -27,17 +27,17 @@ pub fn one_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What an export test starts from. `None` when the receiver cannot start (a printed skip
-/// outside CI). Bind every field (`_dir` and `_turn` too): they are held for the whole test.
+/// What an export test starts from, held for the whole test. `None` when the receiver cannot
+/// start (a printed skip outside CI).
 pub struct ExportTest {
     /// The real OTLP receiver.
     pub receiver: Receiver,
-    /// A fresh log's path, inside `_dir`.
+    /// A fresh log's path, inside `dir`.
     pub db: PathBuf,
     /// The folder, removed when the test ends.
-    pub _dir: tempfile::TempDir,
-    /// This test's turn (see [`one_test_at_a_time`]); dropped last.
-    pub _turn: std::sync::MutexGuard<'static, ()>,
+    _dir: tempfile::TempDir,
+    /// This test's turn (see [`one_test_at_a_time`]); released last.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl ExportTest {
