@@ -52,6 +52,7 @@ pub mod session_config;
 pub mod stop;
 pub mod subagent;
 pub mod tool;
+mod tool_input;
 pub mod tool_source;
 pub mod transform;
 mod turn;

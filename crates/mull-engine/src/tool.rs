@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::recorder::Recorder;
+pub use crate::tool_input::validate_input;
 
 /// The error a tool's execute returns; the model sees its text as the tool's error.
 pub type ToolError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -258,60 +259,6 @@ impl ToolSet {
     }
 }
 
-/// Checks `input` against `schema`; the error lists every violation with its location.
-pub fn validate_input(tool_name: &str, schema: &Value, input: &Value) -> Result<(), String> {
-    let validator = compiled(schema)
-        .map_err(|e| format!("tool {tool_name:?} has an invalid input schema: {e}"))?;
-    let problems: Vec<String> = validator
-        .iter_errors(input)
-        .map(|e| {
-            let at = e.instance_path().to_string();
-            if at.is_empty() {
-                e.to_string()
-            } else {
-                format!("{e} (at {at})")
-            }
-        })
-        .collect();
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "Invalid input for tool {tool_name:?}: {}",
-            problems.join("; ")
-        ))
-    }
-}
-
-/// How many compiled schemas [`compiled`] keeps.
-const COMPILED_SCHEMAS: usize = 256;
-
-/// The validator of `schema`, compiled once and kept: compiling costs far more than checking
-/// an input (hundreds of times a small input's check). Kept by the schema's content, not its
-/// allocation, since agents commonly build their tools (and schemas) afresh for every turn;
-/// the oldest is dropped past [`COMPILED_SCHEMAS`].
-fn compiled(schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
-    type Kept = Vec<(Value, Arc<jsonschema::Validator>)>;
-    static KEPT: OnceLock<Mutex<Kept>> = OnceLock::new();
-    let kept = KEPT.get_or_init(Default::default);
-    let found = kept
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|(s, _)| s == schema)
-        .map(|(_, v)| Arc::clone(v));
-    if let Some(validator) = found {
-        return Ok(validator);
-    }
-    let validator = Arc::new(jsonschema::validator_for(schema).map_err(|e| e.to_string())?);
-    let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
-    if kept.len() >= COMPILED_SCHEMAS {
-        kept.remove(0);
-    }
-    kept.push((schema.clone(), Arc::clone(&validator)));
-    Ok(validator)
-}
-
 /// The JSON Schema of a Rust input type, as tools declare it.
 ///
 /// Derived once per type and kept: agents commonly build their tools afresh for every turn,
@@ -327,6 +274,7 @@ pub fn schema_of<I: JsonSchema + 'static>() -> Arc<Value> {
     known.unwrap_or_else(|| {
         let schema =
             Arc::new(serde_json::to_value(schemars::schema_for!(I)).unwrap_or(Value::Null));
+        crate::tool_input::compile_ahead(Arc::clone(&schema));
         schemas
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -454,37 +402,7 @@ impl Tool for FnTool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::Deserialize;
     use serde_json::json;
-
-    #[derive(Deserialize, JsonSchema)]
-    #[allow(dead_code)]
-    struct Lookup {
-        query: String,
-        limit: Option<u32>,
-    }
-
-    #[test]
-    fn derived_schemas_validate_inputs() {
-        let schema = schema_of::<Lookup>();
-        assert!(validate_input("lookup", &schema, &json!({"query": "rust"})).is_ok());
-        let err = validate_input("lookup", &schema, &json!({"limit": "x"})).unwrap_err();
-        assert!(err.contains("query"), "{err}");
-        assert!(err.contains("lookup"), "{err}");
-    }
-
-    #[test]
-    fn a_kept_validator_serves_only_the_schema_it_was_compiled_from() {
-        let at_least = |n: i64| json!({"type": "object", "properties": {"n": {"minimum": n}}});
-        let input = json!({"n": 5});
-        for _ in 0..2 {
-            assert!(validate_input("t", &at_least(1), &input).is_ok());
-            let err = validate_input("t", &at_least(10), &input).unwrap_err();
-            assert!(err.contains("10"), "{err}");
-        }
-        let err = validate_input("t", &json!({"type": 7}), &input).unwrap_err();
-        assert!(err.contains("invalid input schema"), "{err}");
-    }
 
     #[test]
     fn later_tools_replace_earlier_ones_in_place() {
