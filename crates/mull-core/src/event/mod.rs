@@ -726,8 +726,15 @@ impl Event {
     /// Encodes the payload as stored: compact JSON with fields in declaration order.
     pub fn encode(&self) -> String {
         // Most rows are deltas: written directly, the same bytes.
-        if let Some(payload) = crate::delta_payload::encode(self) {
-            return payload;
+        if let Event::Chunk {
+            step,
+            part,
+            original: None,
+        } = self
+        {
+            if let Some(payload) = crate::delta_payload::encode(*step, part) {
+                return payload;
+            }
         }
         // Serializing plain data cannot fail: no maps with non-string keys, no foreign types.
         serde_json::to_string(self).unwrap_or_else(|e| {

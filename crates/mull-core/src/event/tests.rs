@@ -83,3 +83,78 @@ fn only_chunks_skip_the_flush_barrier() {
     assert!(!chunk.needs_flush());
     assert!(Event::StepStarted { step: 0 }.needs_flush());
 }
+
+// The direct encoding of deltas writes exactly what serde writes.
+
+/// The direct payload `Event::encode` takes for `event`, if any.
+fn delta_payload(event: &Event) -> Option<String> {
+    match event {
+        Event::Chunk {
+            step,
+            part,
+            original: None,
+        } => crate::delta_payload::encode(*step, part),
+        _ => None,
+    }
+}
+
+fn chunk(step: u32, part: StreamPart, original: Option<StreamPart>) -> Event {
+    Event::Chunk {
+        step,
+        part,
+        original: original.map(Box::new),
+    }
+}
+
+#[test]
+fn deltas_are_written_exactly_as_serde_writes_them() {
+    let texts = [
+        "",
+        "w1 ",
+        "quote \" backslash \\ slash /",
+        "tab\tnewline\ncarriage\rbell\u{7}nul\u{0}del\u{7f}",
+        "é ü 中文 🚀 \u{2028}\u{2029}",
+        "</script><!-- & ' -->",
+    ];
+    for (n, text) in texts.iter().enumerate() {
+        for step in [0, 7, u32::MAX] {
+            let id = format!("txt_{n}\"\\");
+            for part in [
+                StreamPart::TextDelta {
+                    id: id.clone(),
+                    text: (*text).to_owned(),
+                },
+                StreamPart::ReasoningDelta {
+                    id: id.clone(),
+                    text: (*text).to_owned(),
+                },
+            ] {
+                let event = chunk(step, part, None);
+                let serde = serde_json::to_string(&event).expect("serializes");
+                assert_eq!(delta_payload(&event).as_deref(), Some(serde.as_str()));
+                assert_eq!(event.encode(), serde);
+                assert_eq!(Event::decode(1, &serde).expect("decodes"), event);
+            }
+        }
+    }
+}
+
+#[test]
+fn other_chunks_and_events_are_left_to_serde() {
+    let delta = StreamPart::TextDelta {
+        id: "t".into(),
+        text: "x".into(),
+    };
+    let others = [
+        chunk(0, delta.clone(), Some(delta.clone())),
+        chunk(0, StreamPart::TextStart { id: "t".into() }, None),
+        Event::StepStarted { step: 0 },
+    ];
+    for event in others {
+        assert_eq!(delta_payload(&event), None);
+        assert_eq!(
+            event.encode(),
+            serde_json::to_string(&event).expect("serializes")
+        );
+    }
+}
