@@ -110,8 +110,7 @@ impl Log {
             return shared.failure.check();
         }
         let mut store = lock(&shared.store);
-        let rows = shared.take();
-        store.insert_rows(shared, rows);
+        store.insert_queued(shared);
         store.commit(shared);
         store.settle(shared);
         drop(store);

@@ -17,6 +17,9 @@ use super::{lock, OpenBatch, Queue, Shared, Store, WriterWait};
 /// CPU than inserting them (measured on the turn bench).
 const EAGER_ROWS: usize = 64;
 
+/// The most rows a spare queue buffer may hold room for and still be kept.
+const SPARE_ROWS: usize = 4096;
+
 /// What the writer thread was woken for.
 enum Work {
     /// Insert what is queued; commit only full batches.
@@ -42,12 +45,6 @@ impl Shared {
         let queued = queue.rows.len();
         queued >= EAGER_ROWS.min(self.options.batch_max_events)
             || queued + queue.in_batch >= self.options.batch_max_events
-    }
-
-    /// Takes everything queued. Called with the store locked, so what is taken is inserted in
-    /// the order it was taken.
-    pub(super) fn take(&self) -> Vec<Row> {
-        std::mem::take(&mut lock(&self.queue).rows)
     }
 
     /// The writer thread's wait, until there is something to do.
@@ -114,8 +111,7 @@ pub(super) fn run_writer(shared: Arc<Shared>, checkpointer: Connection) {
         }
         let mut store = lock(&shared.store);
         if !matches!(work, Work::Checkpoint) {
-            let rows = shared.take();
-            store.insert_rows(&shared, rows);
+            store.insert_queued(&shared);
         }
         if !matches!(work, Work::Insert) {
             store.commit(&shared);
@@ -132,15 +128,30 @@ pub(super) fn run_writer(shared: Arc<Shared>, checkpointer: Connection) {
 }
 
 impl Store {
+    /// Takes everything queued and inserts it (see [`Store::insert_rows`]). Called with the
+    /// store locked, so what is taken is inserted in the order it was taken. The queue gets the
+    /// store's spare buffer in exchange, and the drained one becomes the spare: appends reuse
+    /// two buffers instead of growing a new one from empty after every take.
+    pub(super) fn insert_queued(&mut self, shared: &Shared) {
+        let spare = std::mem::take(&mut self.spare);
+        let mut rows = std::mem::replace(&mut lock(&shared.queue).rows, spare);
+        self.insert_rows(shared, &rows);
+        // A burst's large buffer is let go rather than held for the log's lifetime.
+        if rows.capacity() <= SPARE_ROWS {
+            rows.clear();
+            self.spare = rows;
+        }
+    }
+
     /// Inserts rows in order into the open transaction (opening one when none is), committing
     /// each time it holds `batch_max_events` rows. The insert statement is looked up once.
-    pub(super) fn insert_rows(&mut self, shared: &Shared, rows: Vec<Row>) {
+    pub(super) fn insert_rows(&mut self, shared: &Shared, rows: &[Row]) {
         if rows.is_empty() || shared.failure.check().is_err() {
             return;
         }
-        let Store { conn, open } = self;
+        let Store { conn, open, .. } = self;
         let result = (|| -> rusqlite::Result<()> {
-            let mut rest = &rows[..];
+            let mut rest = rows;
             while let Some(first) = rest.first() {
                 if open.is_none() {
                     conn.prepare_cached("BEGIN")?.execute([])?;

@@ -109,7 +109,7 @@ impl Store {
         if queue.closed {
             return Err(StoreError::WriterGone);
         }
-        self.insert_rows(shared, std::mem::take(&mut queue.rows));
+        self.insert_rows(shared, &std::mem::take(&mut queue.rows));
         self.commit(shared);
         shared.failure.check()?;
         let context = |what: &str| StoreError::sqlite(format!("{source_name}: {what}"));

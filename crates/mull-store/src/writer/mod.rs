@@ -253,6 +253,8 @@ impl Log {
 struct Store {
     conn: Connection,
     open: Option<OpenBatch>,
+    /// The queue's other buffer, empty, kept for the next take.
+    spare: Vec<Row>,
 }
 
 /// The rows of the transaction in progress.

@@ -77,7 +77,11 @@ impl Log {
             path.display()
         )))?;
         let shared = Arc::new(Shared {
-            store: Mutex::new(Store { conn, open: None }),
+            store: Mutex::new(Store {
+                conn,
+                open: None,
+                spare: Vec::new(),
+            }),
             wal_pages,
             queue: Mutex::new(Queue {
                 next_seq: last + 1,
