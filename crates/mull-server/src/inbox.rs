@@ -6,19 +6,19 @@
 //! background, as one a client's answer starts, for clients to follow with a resume.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use mull_core::{Clock, SystemClock};
 use mull_engine::CommandOptions;
-use mull_store::{Inbox, INBOX_SWEEP_PERIOD};
+use mull_store::{InboxStore, INBOX_SWEEP_PERIOD};
 
 use crate::error::ApiError;
 use crate::state::ServerState;
 
 /// Takes every waiting message once; returns how many inputs the sessions acted on.
-pub async fn take_inbox(state: &ServerState, inbox: &Inbox) -> Result<usize, ApiError> {
+pub async fn take_inbox(state: &ServerState, inbox: &dyn InboxStore) -> Result<usize, ApiError> {
     let waiting = inbox
         .waiting(None)
+        .await
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     let chats: BTreeSet<String> = waiting.iter().map(|e| e.session_id.clone()).collect();
     let mut acted = 0;
@@ -29,8 +29,9 @@ pub async fn take_inbox(state: &ServerState, inbox: &Inbox) -> Result<usize, Api
                 // A message for a chat the log does not hold: refused, so it is not looked at again.
                 for entry in waiting.iter().filter(|e| e.session_id == chat_id) {
                     let now = SystemClock.now();
-                    if inbox.claim(entry.id, now).unwrap_or(false) {
-                        let _ = inbox.finish(entry.id, &format!("refused: no chat {chat_id:?}"));
+                    if inbox.claim(entry.id, now).await.unwrap_or(false) {
+                        let refused = format!("refused: no chat {chat_id:?}");
+                        let _ = inbox.finish(entry.id, &refused).await;
                     }
                 }
                 continue;
@@ -51,8 +52,10 @@ pub async fn take_inbox(state: &ServerState, inbox: &Inbox) -> Result<usize, Api
 }
 
 /// Takes the inbox every [`INBOX_SWEEP_PERIOD`] until the task is aborted.
-pub fn spawn_inbox_sweep(state: ServerState, inbox: Inbox) -> tokio::task::JoinHandle<()> {
-    let inbox = Arc::new(inbox);
+pub fn spawn_inbox_sweep(
+    state: ServerState,
+    inbox: impl InboxStore + 'static,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(INBOX_SWEEP_PERIOD);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

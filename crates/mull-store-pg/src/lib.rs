@@ -12,6 +12,8 @@
 //! - [`copy`] copies a SQLite log into PostgreSQL ([`import`]) and keeps a local SQLite
 //!   [`Mirror`] of a PostgreSQL log, which the SQLite log's readers (dashboard, replay, diff,
 //!   backtest) read.
+//! - [`PgInbox`] is the log's inbox (`mull_inbox`): answers posted by processes that do not
+//!   hold a session, taken by the node that does (see [`inbox`]).
 //! - [`testing`] starts a throwaway server for tests and benches.
 //!
 //! # Storage
@@ -33,6 +35,7 @@
 
 pub mod copy;
 pub mod error;
+pub mod inbox;
 pub mod log;
 pub mod read;
 pub mod schema;
@@ -40,5 +43,6 @@ pub mod testing;
 
 pub use copy::{import, Mirror};
 pub use error::is_postgres_url;
+pub use inbox::PgInbox;
 pub use log::{PgLog, PgOptions};
 pub use read::Reads;
