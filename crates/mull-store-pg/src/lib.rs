@@ -20,7 +20,8 @@
 //! Table `mull_events(session_id, seq, turn_id, at, v, kind, payload, epoch)`, primary key
 //! `(session_id, seq)`: a session's seqs start at 1 and are contiguous, and an append at a seq
 //! the session already has fails with `unique_violation` ([`mull_store::StoreError::Conflict`]).
-//! Table `mull_leases(session_id, owner, epoch, expires_at)`: who writes a session. The
+//! Table `mull_leases(session_id, owner, epoch, expires_at)`: who writes a session. Tables
+//! `mull_cancels` and `mull_inbox` carry requests to the node that holds a session. The
 //! schema is versioned in `mull_meta`; see [`schema`].
 //!
 //! # What a crash or partition can lose

@@ -1,4 +1,4 @@
-//! `mull approve DB --session S APPROVAL_ID [--deny] [--reason R] [--model SPEC]`: answers a
+//! `mull approve DB|URL --session S APPROVAL_ID [--deny] [--reason R] [--model SPEC]`: answers a
 //! tool call waiting for approval. The answer is one input event written through the library;
 //! when it completes its step, the continuation runs with the agent `--model` names (as for
 //! `mull chat`: a model spec, `scripted-demo`, or `MULL_MODEL`). Answers waiting in the log's
@@ -28,7 +28,7 @@ use crate::cli::agent::choose_agent;
 /// What `mull approve` takes.
 #[derive(Debug, Args)]
 pub struct ApproveArgs {
-    /// The database (it must exist).
+    /// The database (it must exist): a SQLite file or a `postgres://` URL.
     pub db: PathBuf,
     /// The session whose tool call waits.
     #[arg(long)]
