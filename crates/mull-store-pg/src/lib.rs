@@ -12,13 +12,16 @@
 //! - [`copy`] copies a SQLite log into PostgreSQL ([`import`]) and keeps a local SQLite
 //!   [`Mirror`] of a PostgreSQL log, which the SQLite log's readers (dashboard, replay, diff,
 //!   backtest) read.
+//! - [`PgInbox`] is the log's inbox (`mull_inbox`): answers posted by processes that do not
+//!   hold a session, taken by the node that does (see [`inbox`]).
 //! - [`testing`] starts a throwaway server for tests and benches.
 //!
 //! # Storage
 //! Table `mull_events(session_id, seq, turn_id, at, v, kind, payload, epoch)`, primary key
 //! `(session_id, seq)`: a session's seqs start at 1 and are contiguous, and an append at a seq
 //! the session already has fails with `unique_violation` ([`mull_store::StoreError::Conflict`]).
-//! Table `mull_leases(session_id, owner, epoch, expires_at)`: who writes a session. The
+//! Table `mull_leases(session_id, owner, epoch, expires_at)`: who writes a session. Tables
+//! `mull_cancels` and `mull_inbox` carry requests to the node that holds a session. The
 //! schema is versioned in `mull_meta`; see [`schema`].
 //!
 //! # What a crash or partition can lose
@@ -33,6 +36,7 @@
 
 pub mod copy;
 pub mod error;
+pub mod inbox;
 pub mod log;
 pub mod read;
 pub mod schema;
@@ -40,5 +44,6 @@ pub mod testing;
 
 pub use copy::{import, Mirror};
 pub use error::is_postgres_url;
+pub use inbox::PgInbox;
 pub use log::{PgLog, PgOptions};
 pub use read::Reads;

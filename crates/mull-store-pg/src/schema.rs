@@ -49,6 +49,18 @@ const MIGRATIONS: &[&str] = &[
          requested_by text        NOT NULL,
          requested_at timestamptz NOT NULL DEFAULT now()
      );",
+    // 4: the log's inbox (see `inbox`): messages for a session from a process that does not
+    // hold it, claimed by one taker (`taken`), with what came of them. Times in microseconds.
+    "CREATE TABLE mull_inbox (
+         id         bigserial PRIMARY KEY,
+         session_id text      NOT NULL,
+         kind       text      NOT NULL,
+         body       text      NOT NULL,
+         at         bigint    NOT NULL,
+         taken      bigint,
+         outcome    text
+     );
+     CREATE INDEX mull_inbox_waiting ON mull_inbox (session_id, id) WHERE taken IS NULL;",
 ];
 
 /// The schema version this build writes and reads.

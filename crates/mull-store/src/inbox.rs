@@ -21,6 +21,11 @@
 //! The events table is untouched: the inbox is created on first use (`CREATE TABLE IF NOT
 //! EXISTS`) and is not part of the log's schema version, exports or imports. The PostgreSQL
 //! backend keeps its cross-node cancellations the same way (`mull_cancels`).
+//!
+//! On PostgreSQL the inbox is a table of the schema (`mull_inbox`, in `mull-store-pg`), with
+//! the same columns and claim rule; both backends implement [`InboxStore`], which every taker
+//! and poster goes through. There each node takes the messages of the chats it holds, and a
+//! message for a chat no node holds is taken by the node that opens it (taking its lease).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -31,6 +36,7 @@ use mull_core::Input;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::LogFuture;
 use crate::error::StoreError;
 use crate::schema;
 use crate::timestamp;
@@ -90,7 +96,9 @@ impl InboxMessage {
         }
     }
 
-    fn body(&self) -> String {
+    /// The `body` column: the message's fields as JSON, without its kind. Every backend
+    /// stores a message this way.
+    pub fn body(&self) -> String {
         let mut value = serde_json::to_value(self).unwrap_or_default();
         if let Some(map) = value.as_object_mut() {
             map.remove("kind");
@@ -98,7 +106,8 @@ impl InboxMessage {
         value.to_string()
     }
 
-    fn decode(kind: &str, body: &str) -> Result<InboxMessage, String> {
+    /// The message a row's `kind` and `body` hold, or why they hold none.
+    pub fn decode(kind: &str, body: &str) -> Result<InboxMessage, String> {
         let mut value: serde_json::Value =
             serde_json::from_str(body).map_err(|e| format!("body is not JSON: {e}"))?;
         let map = value
@@ -123,6 +132,66 @@ pub struct InboxEntry {
     pub taken: Option<DateTime<Utc>>,
     /// What came of it, once acted on (`answered`, or the refusal).
     pub outcome: Option<String>,
+}
+
+/// A log's inbox, whichever backend holds it: the SQLite [`Inbox`] or PostgreSQL's. Takers
+/// and posters (`Session::take_inbox`, the server's sweep, `mull approve`, the dashboard) go
+/// through this, so the claim rule is written once, in the taker.
+pub trait InboxStore: Send + Sync + std::fmt::Debug {
+    /// Posts `message` for the writer of `session_id`; returns its id. Committed when done.
+    fn post<'a>(
+        &'a self,
+        session_id: &'a str,
+        message: &'a InboxMessage,
+        at: DateTime<Utc>,
+    ) -> LogFuture<'a, i64>;
+
+    /// The messages for `session_id` (every session's with `None`) no writer has taken,
+    /// oldest first; rows of kinds this build does not know are left out.
+    fn waiting<'a>(&'a self, session_id: Option<&'a str>) -> LogFuture<'a, Vec<InboxEntry>>;
+
+    /// One message by id.
+    fn get(&self, id: i64) -> LogFuture<'_, Option<InboxEntry>>;
+
+    /// Claims message `id`: true for the one caller that wins, false when it was taken already.
+    fn claim(&self, id: i64, at: DateTime<Utc>) -> LogFuture<'_, bool>;
+
+    /// Gives a claimed message back, so the next sweep tries again.
+    fn release(&self, id: i64) -> LogFuture<'_, ()>;
+
+    /// Records what came of a claimed message.
+    fn finish<'a>(&'a self, id: i64, outcome: &'a str) -> LogFuture<'a, ()>;
+}
+
+impl InboxStore for Inbox {
+    fn post<'a>(
+        &'a self,
+        session_id: &'a str,
+        message: &'a InboxMessage,
+        at: DateTime<Utc>,
+    ) -> LogFuture<'a, i64> {
+        Box::pin(async move { Inbox::post(self, session_id, message, at) })
+    }
+
+    fn waiting<'a>(&'a self, session_id: Option<&'a str>) -> LogFuture<'a, Vec<InboxEntry>> {
+        Box::pin(async move { Inbox::waiting(self, session_id) })
+    }
+
+    fn get(&self, id: i64) -> LogFuture<'_, Option<InboxEntry>> {
+        Box::pin(async move { Inbox::get(self, id) })
+    }
+
+    fn claim(&self, id: i64, at: DateTime<Utc>) -> LogFuture<'_, bool> {
+        Box::pin(async move { Inbox::claim(self, id, at) })
+    }
+
+    fn release(&self, id: i64) -> LogFuture<'_, ()> {
+        Box::pin(async move { Inbox::release(self, id) })
+    }
+
+    fn finish<'a>(&'a self, id: i64, outcome: &'a str) -> LogFuture<'a, ()> {
+        Box::pin(async move { Inbox::finish(self, id, outcome) })
+    }
 }
 
 /// A connection to a log's inbox. Any process may open one, while a writer runs or not.

@@ -132,7 +132,7 @@ pub use approvals::{ApprovalAnswer, PendingApproval};
 pub use backend::{EventLog, LogFuture};
 pub use error::StoreError;
 pub use fork::{ForkError, ForkPoint, ResolvedFork, TurnRef};
-pub use inbox::{Inbox, InboxEntry, InboxMessage, INBOX_SWEEP_PERIOD};
+pub use inbox::{Inbox, InboxEntry, InboxMessage, InboxStore, INBOX_SWEEP_PERIOD};
 pub use integrity::{check, recover, DamagedRange, IntegrityReport, RecoverReport};
 pub use jsonl::{export_jsonl, import_jsonl};
 pub use ledger::{Amount, CostLedger, CostTotals};

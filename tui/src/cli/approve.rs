@@ -1,4 +1,4 @@
-//! `mull approve DB --session S APPROVAL_ID [--deny] [--reason R] [--model SPEC]`: answers a
+//! `mull approve DB|URL --session S APPROVAL_ID [--deny] [--reason R] [--model SPEC]`: answers a
 //! tool call waiting for approval. The answer is one input event written through the library;
 //! when it completes its step, the continuation runs with the agent `--model` names (as for
 //! `mull chat`: a model spec, `scripted-demo`, or `MULL_MODEL`). Answers waiting in the log's
@@ -7,21 +7,28 @@
 //! When another process writes the log (`mull serve`, `mull demo`: SQLite has one writer per
 //! file), the answer is posted to the log's inbox instead, as the dashboard's `a` / `x` do, and
 //! that writer records it when it next looks.
+//!
+//! On a `postgres://` log the answer is always posted to the log's inbox. When a node holds
+//! the session, that node records it at its next sweep; when none does, this process opens the
+//! session (taking its lease, as a node would) and takes the session's waiting messages itself,
+//! then gives the session back.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use mull::engine::{Approval, CommandOptions, Session, SessionOptions};
+use mull::engine::{Approval, CommandOptions, EngineError, Reply, Session, SessionOptions};
 use mull_core::{Clock, SystemClock};
-use mull_store::{Inbox, InboxMessage, Log, StoreError};
+use mull_store::{EventLog, Inbox, InboxMessage, InboxStore, Log, StoreError};
+use mull_store_pg::{PgInbox, PgLog, PgOptions};
 
 use crate::cli::agent::choose_agent;
 
 /// What `mull approve` takes.
 #[derive(Debug, Args)]
 pub struct ApproveArgs {
-    /// The database (it must exist).
+    /// The database (it must exist): a SQLite file or a `postgres://` URL.
     pub db: PathBuf,
     /// The session whose tool call waits.
     #[arg(long)]
@@ -42,6 +49,9 @@ pub struct ApproveArgs {
 
 /// Answers, runs the continuation the answer starts, and prints what happened.
 pub fn run(args: ApproveArgs) -> Result<()> {
+    if let Some(url) = crate::cli::pg::url(&args.db) {
+        return run_postgres(&args, url);
+    }
     anyhow::ensure!(
         args.db.exists(),
         "no database at {} (mull approve answers a request in an existing log)",
@@ -105,11 +115,7 @@ pub fn run(args: ApproveArgs) -> Result<()> {
 fn post_to_inbox(args: &ApproveArgs) -> Result<()> {
     let inbox = Inbox::open(&args.db)
         .with_context(|| format!("opening the inbox of {}", args.db.display()))?;
-    let message = InboxMessage::ApprovalAnswer {
-        approval_id: args.approval_id.clone(),
-        approved: !args.deny,
-        reason: args.reason.clone(),
-    };
+    let message = message(args);
     inbox
         .post(&args.session, &message, SystemClock.now())
         .with_context(|| format!("posting the answer to {}", args.approval_id))?;
@@ -120,4 +126,97 @@ fn post_to_inbox(args: &ApproveArgs) -> Result<()> {
         args.approval_id
     );
     Ok(())
+}
+
+/// The inbox message `args` stand for.
+fn message(args: &ApproveArgs) -> InboxMessage {
+    InboxMessage::ApprovalAnswer {
+        approval_id: args.approval_id.clone(),
+        approved: !args.deny,
+        reason: args.reason.clone(),
+    }
+}
+
+/// A PostgreSQL log: posts the answer to the inbox, and takes it here when no node holds the
+/// session.
+fn run_postgres(args: &ApproveArgs, url: &str) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let verb = if args.deny { "denial" } else { "approval" };
+    runtime.block_on(async {
+        let node = format!("approve-{}", std::process::id());
+        let log = PgLog::connect(url, PgOptions::new(node))
+            .await
+            .context("opening the PostgreSQL log")?;
+        if log.reads().last_seq(&args.session).await? == 0 {
+            bail!("no session {} in {}", args.session, log.database());
+        }
+        let inbox = PgInbox::open(url)
+            .await
+            .context("opening the PostgreSQL log's inbox")?;
+        let id = inbox
+            .post(&args.session, &message(args), SystemClock.now())
+            .await
+            .with_context(|| format!("posting the answer to {}", args.approval_id))?;
+        let held = |owner: &str| {
+            println!(
+                "node {owner} holds session {}: the {verb} of {} is in the log's inbox, and that node records it when it next looks",
+                args.session, args.approval_id
+            )
+        };
+        if let Some(owner) = log.holder(&args.session).await? {
+            held(&owner);
+            return Ok(());
+        }
+        let agent = choose_agent(args.model.as_deref(), false)?;
+        let opened = Session::open_on(
+            Arc::new(log.clone()),
+            agent,
+            SessionOptions::new(args.session.as_str()),
+        )
+        .await;
+        let session = match opened {
+            Ok(session) => session,
+            // A node took the session meanwhile: the answer waits for it.
+            Err(EngineError::Store {
+                source: StoreError::LeaseHeld { owner, .. },
+                ..
+            }) => {
+                held(&owner);
+                return Ok(());
+            }
+            Err(e) => return Err(e).with_context(|| format!("opening session {}", args.session)),
+        };
+        let taken = session.take_inbox(&inbox, CommandOptions::default()).await;
+        drop(session);
+        log.release_session(&args.session).await?;
+        log.flush_all().await?;
+        let taken = taken.context("taking the answers waiting in the inbox")?;
+        let entry = inbox.get(id).await?.context("the posted answer is gone")?;
+        let verb = if args.deny { "denied" } else { "approved" };
+        match entry.outcome.as_deref() {
+            Some("answered") => match taken.iter().rev().find_map(|r| match r {
+                Reply::Turn(turn) => Some(turn),
+                _ => None,
+            }) {
+                Some(turn) => println!(
+                    "{verb} {} · continuation {} {:?}",
+                    args.approval_id, turn.request_id, turn.status
+                ),
+                None => println!(
+                    "{verb} {} · other calls of its step still wait",
+                    args.approval_id
+                ),
+            },
+            Some(refused) => bail!("answering {}: {refused}", args.approval_id),
+            None => println!(
+                "the answer to {} is in the log's inbox, taken by a node that opened the session meanwhile",
+                args.approval_id
+            ),
+        }
+        Ok(())
+    })
 }

@@ -51,7 +51,7 @@ pub fn run(args: DashArgs) -> Result<()> {
         DashOptions {
             follow: args.follow,
             prices,
-            answers: local.mirror().is_none(),
+            inbox_url: crate::cli::pg::url(&args.db).map(str::to_owned),
         },
     )
 }

@@ -91,16 +91,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
     .with_session_options(Arc::new(|id: &str| crate::telemetry::session_options(id)))
     .with_idle_ttl(args.idle_ttl)
     .with_body_timeout(args.body_timeout);
-    // The one writer of a SQLite log takes what the dashboard posts to its inbox.
-    let inbox = match &backend {
-        Backend::Sqlite(log) => Some(
+    // The server takes what the dashboard and `mull approve` post to the log's inbox.
+    let inbox: Box<dyn mull_store::InboxStore> = match &backend {
+        Backend::Sqlite(log) => Box::new(
             mull_store::Inbox::open(log.path())
                 .with_context(|| format!("opening the inbox of {}", args.db.display()))?,
         ),
-        Backend::Postgres(_) => None,
+        Backend::Postgres(_) => Box::new(
+            runtime
+                .block_on(mull_store_pg::PgInbox::open(&args.db.to_string_lossy()))
+                .context("opening the PostgreSQL log's inbox")?,
+        ),
     };
     let result = runtime.block_on(async {
-        let sweep = inbox.map(|inbox| mull_server::inbox::spawn_inbox_sweep(state.clone(), inbox));
+        let sweep = mull_server::inbox::spawn_inbox_sweep(state.clone(), inbox);
         let bound = mull_server::bind(&config, state).await?;
         // Scripts (and tests) read the bound address from this line; port 0 picks one.
         println!("listening on http://{}", bound.local_addr());
@@ -133,9 +137,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             } => Ok(()),
         };
-        if let Some(sweep) = sweep {
-            sweep.abort();
-        }
+        sweep.abort();
         let failed = if watch.is_finished() {
             watch.await.ok()
         } else {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use mull_store::diff::{diff_runs, DiffOptions, Run};
 use mull_store::projection::SessionState;
-use mull_store::{Inbox, InboxMessage, LogReader, StoreError};
+use mull_store::{Inbox, InboxMessage, InboxStore, LogReader, StoreError};
 
 use crate::dash::app::{Effect, Msg, TIMELINE_PAGE};
 
@@ -20,8 +20,48 @@ const BASE_PAGE: usize = 4096;
 #[derive(Debug)]
 pub struct Source {
     reader: LogReader,
+    /// The PostgreSQL log whose inbox answers go to (the reader then reads its mirror).
+    inbox_url: Option<String>,
     /// The log's inbox, opened when the first answer is posted.
-    inbox: std::sync::OnceLock<Inbox>,
+    inbox: std::sync::OnceLock<Poster>,
+}
+
+/// An inbox of either backend. Its calls are awaited on the dashboard's own thread (which may
+/// itself run inside a runtime, as in tests); a PostgreSQL inbox's connection runs on a
+/// one-worker runtime of its own.
+#[derive(Debug)]
+struct Poster {
+    inbox: Box<dyn InboxStore>,
+    _runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Poster {
+    fn open(path: &Path, url: Option<&str>) -> Result<Poster, StoreError> {
+        let Some(url) = url else {
+            return Ok(Poster {
+                inbox: Box::new(Inbox::open(path)?),
+                _runtime: None,
+            });
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|source| StoreError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
+        let url = url.to_owned();
+        let opened = runtime.spawn(async move { mull_store_pg::PgInbox::open(&url).await });
+        let inbox = futures::executor::block_on(opened).map_err(|e| StoreError::Io {
+            path: path.to_owned(),
+            source: std::io::Error::other(e),
+        })??;
+        Ok(Poster {
+            inbox: Box::new(inbox),
+            _runtime: Some(runtime),
+        })
+    }
 }
 
 impl Source {
@@ -29,11 +69,19 @@ impl Source {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         Ok(Self {
             reader: LogReader::open(path)?,
+            inbox_url: None,
             inbox: std::sync::OnceLock::new(),
         })
     }
 
-    /// Posts an approval's answer to the log's inbox, for the session's writer to take.
+    /// Answers go to the inbox of the PostgreSQL log at `url` (this source reads its mirror).
+    pub fn posting_to(mut self, url: Option<&str>) -> Self {
+        self.inbox_url = url.map(str::to_owned);
+        self
+    }
+
+    /// Posts an approval's answer to the log's inbox, for the session's writer to take (on
+    /// PostgreSQL, the node that holds the session or opens it).
     fn post_answer(
         &self,
         session_id: &str,
@@ -43,7 +91,7 @@ impl Source {
         let inbox = match self.inbox.get() {
             Some(inbox) => inbox,
             None => {
-                let opened = Inbox::open(self.reader.path())?;
+                let opened = Poster::open(self.reader.path(), self.inbox_url.as_deref())?;
                 self.inbox.get_or_init(|| opened)
             }
         };
@@ -52,7 +100,7 @@ impl Source {
             approved,
             reason: (!approved).then(|| "denied from the dashboard".to_owned()),
         };
-        inbox.post(session_id, &message, chrono::Utc::now())?;
+        futures::executor::block_on(inbox.inbox.post(session_id, &message, chrono::Utc::now()))?;
         Ok(())
     }
 

@@ -49,12 +49,19 @@ impl Dash {
         Self::open_named(db, &db.display().to_string())
     }
 
-    /// Opens `db` read-only, shown as `name` (a PostgreSQL log's URL, read through a mirror).
+    /// Opens `db` read-only, shown as `name`.
     pub fn open_named(db: &Path, name: &str) -> Result<Self> {
-        let source = Source::open(db).with_context(|| format!("opening {name}"))?;
+        Self::open_posting(db, name, None)
+    }
+
+    /// Opens `db` read-only, shown as `name`; answers go to the inbox of the PostgreSQL log at
+    /// `inbox_url` when given (`db` is then its local mirror), else to `db`'s own.
+    pub fn open_posting(db: &Path, name: &str, inbox_url: Option<&str>) -> Result<Self> {
+        let source = Source::open(db)
+            .with_context(|| format!("opening {name}"))?
+            .posting_to(inbox_url);
         let (mut app, effects) = App::new(name.to_owned());
         app.max_seq = source.max_seq()?;
-        app.answering.enabled = true;
         let mut dash = Self { app, source };
         dash.run_effects(effects);
         Ok(dash)
@@ -134,9 +141,8 @@ pub struct DashOptions {
     pub follow: bool,
     /// The prices costs are shown with.
     pub prices: mull_core::PriceTable,
-    /// Whether pending approvals can be answered here (posted to the log's inbox); off for a
-    /// log read through a mirror, which no writer takes answers from.
-    pub answers: bool,
+    /// The PostgreSQL log whose inbox answers go to, when `db` is its local mirror.
+    pub inbox_url: Option<String>,
 }
 
 impl Default for DashOptions {
@@ -144,7 +150,7 @@ impl Default for DashOptions {
         DashOptions {
             follow: false,
             prices: mull_core::PriceTable::defaults(),
-            answers: true,
+            inbox_url: None,
         }
     }
 }
@@ -157,9 +163,8 @@ pub fn run(db: &Path, options: DashOptions) -> Result<()> {
 
 /// [`run`], the log shown as `name`.
 pub fn run_named(db: &Path, name: &str, options: DashOptions) -> Result<()> {
-    let mut dash = Dash::open_named(db, name)?;
+    let mut dash = Dash::open_posting(db, name, options.inbox_url.as_deref())?;
     dash.app.prices = options.prices;
-    dash.app.answering.enabled = options.answers;
     let follower = Follower::spawn(db.to_owned(), dash.app.max_seq)
         .with_context(|| format!("tailing {}", db.display()))?;
     if options.follow {

@@ -9,7 +9,7 @@ use mull::engine::{
     Agent, HookResult, Session, SessionOptions, ToolCallContext, ToolCallDecision, TurnOptions,
 };
 use mull::providers::scripted::ScriptedModel;
-use mull_store::Log;
+use mull_store::{EventLog, Log};
 use serde_json::json;
 
 /// Asks before every `find_hotels` call.
@@ -60,12 +60,17 @@ pub fn parked(db: &std::path::Path) {
 /// Opens session `s` on `log` and runs a turn whose `find_hotels` call waits for approval
 /// `approval_1`; once approved, the model answers `then` (if given).
 pub async fn park(log: &Log, then: Option<&'static str>) -> Session {
+    park_on(Arc::new(log.clone()), then).await
+}
+
+/// [`park`] on any backend of the log (the PostgreSQL log's tests park on a `PgLog`).
+pub async fn park_on(log: Arc<dyn EventLog>, then: Option<&'static str>) -> Session {
     let mut model = ScriptedModel::builder("scripted-1")
         .step(|s| s.tool_call("call_1", "find_hotels", json!({"near": "Alfama"})));
     if let Some(text) = then {
         model = model.step(|s| s.text(text));
     }
-    let session = Session::open(
+    let session = Session::open_on(
         log,
         Arc::new(Careful(model.build())),
         SessionOptions::deterministic("s"),

@@ -2,7 +2,7 @@
 //! [`mull_store::inbox`]) enter through [`Session::command`] as the inputs they stand for, so
 //! an answer from the dashboard is an input event like any other.
 
-use mull_store::{Inbox, StoreError};
+use mull_store::{InboxStore, StoreError};
 
 use crate::error::EngineError;
 
@@ -19,7 +19,7 @@ impl Session {
     /// ends the sweep with the error.
     pub async fn take_inbox(
         &self,
-        inbox: &Inbox,
+        inbox: &dyn InboxStore,
         opts: CommandOptions,
     ) -> Result<Vec<Reply>, EngineError> {
         let store_err = |source: StoreError| EngineError::Store {
@@ -27,9 +27,9 @@ impl Session {
             source,
         };
         let mut replies = Vec::new();
-        for entry in inbox.waiting(Some(self.id())).map_err(store_err)? {
+        for entry in inbox.waiting(Some(self.id())).await.map_err(store_err)? {
             let now = self.inner.options.clock.now();
-            if !inbox.claim(entry.id, now).map_err(store_err)? {
+            if !inbox.claim(entry.id, now).await.map_err(store_err)? {
                 continue;
             }
             let message = match entry.message {
@@ -38,13 +38,17 @@ impl Session {
                     tracing::warn!(session = %self.id(), id = entry.id, "inbox message refused: {why}");
                     inbox
                         .finish(entry.id, &format!("refused: {why}"))
+                        .await
                         .map_err(store_err)?;
                     continue;
                 }
             };
             match self.command(message.to_input(), opts.clone()).await {
                 Ok(reply) => {
-                    inbox.finish(entry.id, "answered").map_err(store_err)?;
+                    inbox
+                        .finish(entry.id, "answered")
+                        .await
+                        .map_err(store_err)?;
                     replies.push(reply);
                 }
                 Err(
@@ -55,11 +59,12 @@ impl Session {
                     tracing::warn!(session = %self.id(), id = entry.id, "inbox message refused: {e}");
                     inbox
                         .finish(entry.id, &format!("refused: {e}"))
+                        .await
                         .map_err(store_err)?;
                 }
                 Err(e) => {
                     // Nothing may have been recorded: let the next sweep try again.
-                    inbox.release(entry.id).map_err(store_err)?;
+                    inbox.release(entry.id).await.map_err(store_err)?;
                     return Err(e);
                 }
             }

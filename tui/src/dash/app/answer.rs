@@ -20,9 +20,6 @@ pub struct Confirm {
 /// The dashboard's side of answering approvals.
 #[derive(Debug, Default)]
 pub struct Answering {
-    /// Whether answers can be posted here (a SQLite log; a PostgreSQL log is read through a
-    /// local mirror no writer looks at).
-    pub enabled: bool,
     /// The selected waiting call, an index into the unanswered ones.
     pub selected: usize,
     /// The answer waiting for `y`.
@@ -80,13 +77,6 @@ impl App {
             self.answering.notice = Some("no call of this session waits for approval".into());
             return Vec::new();
         };
-        if !self.answering.enabled {
-            self.answering.notice = Some(format!(
-                "answer with: mull approve --session {session_id} {}",
-                pending.approval_id
-            ));
-            return Vec::new();
-        }
         if self.answer_sent(pending) {
             self.answering.notice = Some(format!(
                 "{} is answered already; waiting for the writer",

@@ -3,8 +3,9 @@
 //! continuation has yet to act on — and the keys that answer. The dashboard does not write the
 //! log (SQLite has one writer per file, often the process it watches): `a` / `x` post the answer
 //! to the log's inbox, and the row says "answer sent, waiting for the writer" until the
-//! session's writer has recorded it. On a log read through a mirror, the row names the
-//! `mull approve` command instead.
+//! session's writer has recorded it. A PostgreSQL log, read through a local mirror, is
+//! answered the same way: the answer goes to the database's inbox, for the node that holds the
+//! session (or opens it) to take.
 
 use mull_store::PendingApproval;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -49,11 +50,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let dim = Style::new().fg(Color::DarkGray);
-    let selected = app
-        .answering
-        .enabled
-        .then(|| app.selected_approval().map(|p| p.approval_id.as_str()))
-        .flatten();
+    let selected = app.selected_approval().map(|p| p.approval_id.as_str());
     let mut lines: Vec<Line> = waiting
         .iter()
         .take(usize::from(MAX_ROWS))
@@ -98,16 +95,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             ])
         })
         .collect();
-    let session = app.session_id.as_deref().unwrap_or("S");
     lines.push(Line::styled(
-        if app.answering.enabled {
-            " a approve / x deny the ▶ call · w next call · y confirms".to_owned()
-        } else {
-            format!(
-                " answer: mull approve {} --session {session} ID [--deny --reason R]",
-                app.db_label
-            )
-        },
+        " a approve / x deny the ▶ call · w next call · y confirms",
         dim,
     ));
     frame.render_widget(Paragraph::new(lines), inner);
@@ -392,19 +381,91 @@ mod tests {
         log.close().expect("closes");
     }
 
+    /// A PostgreSQL log is read through a mirror; the answer goes to the database's inbox, and
+    /// the node holding the session takes it there.
     #[test]
-    fn a_log_read_through_a_mirror_names_the_command_instead() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = write_db(dir.path(), &parked_log());
-        let mut dash = Dash::open(&path).expect("open dashboard");
-        dash.app.answering.enabled = false;
+    fn on_a_postgres_log_a_key_press_posts_to_its_inbox_and_the_node_takes_it() {
+        use mull::engine::{CommandOptions, Reply, Session, SessionOptions, TurnOptions};
+        use mull_store::InboxStore;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let Some(pg) = mull_store_pg::testing::TestPg::start("dash_pg_inbox") else {
+            return;
+        };
+        let url = pg.database();
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        let runs = Arc::new(AtomicUsize::new(0));
+        // The node: a library session on the PostgreSQL log that parks a booking and holds it.
+        let (log, session) = runtime.block_on(async {
+            let log = mull_store_pg::PgLog::connect(&url, mull_store_pg::PgOptions::new("n1"))
+                .await
+                .expect("node");
+            let agent = Arc::new(Booker {
+                runs: Arc::clone(&runs),
+                model: Arc::new(
+                    mull::providers::scripted::ScriptedModel::builder("scripted-book")
+                        .step(|s| s.tool_call("c1", "book", json!({"hotel": "Ritz"})))
+                        .step(|s| s.text("Booked."))
+                        .build(),
+                ),
+            });
+            let session =
+                Session::open_on(Arc::new(log.clone()), agent, SessionOptions::new("live"))
+                    .await
+                    .expect("session");
+            session
+                .save_messages(
+                    vec![mull::core::UIMessage::user("u1", "Book the Ritz.")],
+                    TurnOptions::default(),
+                )
+                .await
+                .expect("turn");
+            log.flush_all().await.expect("flush");
+            (log, session)
+        });
+        assert_eq!(session.pending_approvals().len(), 1);
+
+        // The dashboard reads a mirror of the database and posts to its inbox: `a`, then y.
+        let local = crate::cli::pg::Local::open(std::path::Path::new(&url)).expect("mirror");
+        let mut dash = Dash::open_posting(local.path(), &url, Some(&url)).expect("dashboard");
         dash.send(Msg::Action(Action::Enter));
+        assert_eq!(dash.app.session_id.as_deref(), Some("live"));
         dash.send(Msg::Action(Action::Approve));
-        assert!(dash.app.answering.confirm.is_none());
+        dash.send(Msg::Confirm(true));
         let notice = dash.app.answering.notice.clone().unwrap_or_default();
-        assert!(
-            notice.contains("mull approve --session sess_1 approval_1"),
-            "{notice}"
-        );
+        assert!(notice.contains("sent; waiting for the writer"), "{notice}");
+        let inbox = runtime
+            .block_on(mull_store_pg::PgInbox::open(&url))
+            .expect("inbox");
+        let waiting = runtime.block_on(inbox.waiting(None)).expect("reads");
+        assert_eq!(waiting.len(), 1, "the key press wrote one inbox row");
+        assert_eq!(waiting[0].session_id, "live");
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "not yet");
+
+        // The node takes it: one input event, the tool runs once.
+        let replies = runtime
+            .block_on(session.take_inbox(&inbox, CommandOptions::default()))
+            .expect("takes");
+        assert_eq!(replies.len(), 1);
+        assert!(matches!(replies[0], Reply::Turn(_)), "{:?}", replies[0]);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        let taken = runtime
+            .block_on(inbox.get(waiting[0].id))
+            .expect("reads")
+            .expect("row");
+        assert_eq!(taken.outcome.as_deref(), Some("answered"));
+        let events = runtime.block_on(async {
+            log.flush_all().await.expect("flush");
+            let reads = mull_store_pg::Reads::open(&url).await.expect("reads");
+            reads.session_page("live", 0, 1000).await.expect("events")
+        });
+        let answered = events
+            .iter()
+            .filter(|e| e.kind() == "tool_approval_answered")
+            .count();
+        assert_eq!(answered, 1);
+        drop(dash);
+        drop(local);
+        drop(session);
     }
 }

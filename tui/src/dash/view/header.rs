@@ -90,9 +90,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         app.unanswered_approvals().len()
     };
     if waiting > 0 {
-        let key = if app.answering.enabled { " · a" } else { "" };
         right.push(Span::styled(
-            format!(" [⏸ {waiting} to approve{key}]"),
+            format!(" [⏸ {waiting} to approve · a]"),
             Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ));
     }

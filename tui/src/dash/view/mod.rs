@@ -67,7 +67,7 @@ fn hints(app: &App) -> &'static [&'static str] {
             "f follow",
             "space pause",
         ],
-        View::Turns if app.answering.enabled && !app.unanswered_approvals().is_empty() => &[
+        View::Turns if !app.unanswered_approvals().is_empty() => &[
             "a approve",
             "x deny",
             "w next call",
@@ -85,7 +85,7 @@ fn hints(app: &App) -> &'static [&'static str] {
             "& filter",
             "f follow",
         ],
-        View::Timeline if app.answering.enabled && !app.unanswered_approvals().is_empty() => &[
+        View::Timeline if !app.unanswered_approvals().is_empty() => &[
             "a approve",
             "x deny",
             "Enter JSON",
