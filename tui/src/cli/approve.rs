@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use mull::engine::{Approval, CommandOptions, EngineError, Reply, Session, SessionOptions};
+use mull::engine::{
+    Approval, CommandOptions, EngineError, Reply, Session, SessionOptions, TurnOutcome,
+};
 use mull_core::{Clock, SystemClock};
 use mull_store::{EventLog, Inbox, InboxMessage, InboxStore, Log, StoreError};
 use mull_store_pg::{PgInbox, PgLog, PgOptions};
@@ -97,8 +99,14 @@ pub fn run(args: ApproveArgs) -> Result<()> {
     });
     log.close()
         .with_context(|| format!("committing {}", args.db.display()))?;
+    report(&args, outcome?.as_ref());
+    Ok(())
+}
+
+/// Prints what came of an answer: the continuation it started, or that its step still waits.
+fn report(args: &ApproveArgs, continuation: Option<&TurnOutcome>) {
     let verb = if args.deny { "denied" } else { "approved" };
-    match outcome? {
+    match continuation {
         Some(turn) => println!(
             "{verb} {} · continuation {} {:?}",
             args.approval_id, turn.request_id, turn.status
@@ -108,7 +116,6 @@ pub fn run(args: ApproveArgs) -> Result<()> {
             args.approval_id
         ),
     }
-    Ok(())
 }
 
 /// Another process writes the log: the answer goes to its inbox, for that writer to take.
@@ -196,21 +203,14 @@ fn run_postgres(args: &ApproveArgs, url: &str) -> Result<()> {
         log.flush_all().await?;
         let taken = taken.context("taking the answers waiting in the inbox")?;
         let entry = inbox.get(id).await?.context("the posted answer is gone")?;
-        let verb = if args.deny { "denied" } else { "approved" };
         match entry.outcome.as_deref() {
-            Some("answered") => match taken.iter().rev().find_map(|r| match r {
-                Reply::Turn(turn) => Some(turn),
-                _ => None,
-            }) {
-                Some(turn) => println!(
-                    "{verb} {} · continuation {} {:?}",
-                    args.approval_id, turn.request_id, turn.status
-                ),
-                None => println!(
-                    "{verb} {} · other calls of its step still wait",
-                    args.approval_id
-                ),
-            },
+            Some("answered") => report(
+                args,
+                taken.iter().rev().find_map(|r| match r {
+                    Reply::Turn(turn) => Some(&**turn),
+                    _ => None,
+                }),
+            ),
             Some(refused) => bail!("answering {}: {refused}", args.approval_id),
             None => println!(
                 "the answer to {} is in the log's inbox, taken by a node that opened the session meanwhile",
