@@ -5,19 +5,9 @@
 
 mod support;
 
-use std::process::{Command, Output};
-
 use mull_store::{Log, LogReader};
 use serde_json::json;
-use support::parked::{park, parked};
-
-fn mull(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mull"))
-        .args(args)
-        .env_remove("MULL_MODEL")
-        .output()
-        .expect("runs mull")
-}
+use support::parked::{deny_from_terminal, mull, park, parked};
 
 fn events(db: &std::path::Path) -> Vec<mull::core::Envelope> {
     LogReader::open(db)
@@ -32,29 +22,7 @@ fn a_denial_from_the_terminal_is_an_event_and_the_conversation_goes_on() {
     let db = dir.path().join("approve.db");
     parked(&db);
     let path = db.to_str().expect("utf-8 path");
-    let args = [
-        "approve",
-        path,
-        "--session",
-        "s",
-        "approval_1",
-        "--deny",
-        "--reason",
-        "Not today.",
-        "--model",
-        "scripted-demo",
-    ];
-    let out = mull(&args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("denied approval_1 · continuation"),
-        "{stdout}"
-    );
+    let args = deny_from_terminal(path);
     let log = events(&db);
     assert!(log.iter().any(|e| matches!(
         &e.event,

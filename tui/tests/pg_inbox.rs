@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,15 +13,7 @@ use mull_store::{EventLog, InboxStore};
 use mull_store_pg::testing::TestPg;
 use mull_store_pg::{PgInbox, PgLog, PgOptions, Reads};
 use support::nodes::{runtime, Node};
-use support::parked::park_on;
-
-fn mull(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mull"))
-        .args(args)
-        .env_remove("MULL_MODEL")
-        .output()
-        .expect("runs mull")
-}
+use support::parked::{deny_from_terminal, mull, park_on};
 
 /// Parks session `s` (approval `approval_1` waits) on the log at `url`, then gives it back.
 async fn parked(url: &str) {
@@ -141,29 +132,7 @@ fn with_no_node_holding_the_chat_mull_approve_takes_the_answer_itself() {
     let url = pg.database();
     let runtime = runtime();
     runtime.block_on(parked(&url));
-    let args = [
-        "approve",
-        &url,
-        "--session",
-        "s",
-        "approval_1",
-        "--deny",
-        "--reason",
-        "Not today.",
-        "--model",
-        "scripted-demo",
-    ];
-    let out = mull(&args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("denied approval_1 · continuation"),
-        "{stdout}"
-    );
+    let args = deny_from_terminal(&url);
     let log = runtime.block_on(events(&url));
     assert!(log.iter().any(|e| matches!(
         &e.event,

@@ -87,3 +87,42 @@ pub async fn park_on(log: Arc<dyn EventLog>, then: Option<&'static str>) -> Sess
     assert_eq!(session.pending_approvals()[0].approval_id, "approval_1");
     session
 }
+
+/// Runs `mull` with `args`, with no model named by the environment.
+pub fn mull(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(args)
+        .env_remove("MULL_MODEL")
+        .output()
+        .expect("runs mull")
+}
+
+/// Denies `approval_1` of session `s` in the log at `target` (a path or a URL) from the
+/// terminal, "Not today.", the continuation run by the demo's scripted agent, and checks the
+/// run reports the continuation. Hands back the arguments, for a second try.
+pub fn deny_from_terminal(target: &str) -> [&str; 10] {
+    let args = [
+        "approve",
+        target,
+        "--session",
+        "s",
+        "approval_1",
+        "--deny",
+        "--reason",
+        "Not today.",
+        "--model",
+        "scripted-demo",
+    ];
+    let out = mull(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("denied approval_1 · continuation"),
+        "{stdout}"
+    );
+    args
+}
