@@ -10,7 +10,6 @@
 
 use std::collections::BTreeSet;
 
-use mull_core::{Clock, SystemClock};
 use mull_engine::CommandOptions;
 use mull_store::{InboxStore, INBOX_SWEEP_PERIOD};
 
@@ -31,9 +30,11 @@ pub async fn take_inbox(state: &ServerState, inbox: &dyn InboxStore) -> Result<u
             // Another live node holds the chat: it takes the message at its own sweep.
             Ok(Local::Elsewhere(_)) => continue,
             Err(ApiError::UnknownChat(_)) => {
-                // A message for a chat the log does not hold: refused, so it is not looked at again.
+                // A message for a chat the log does not hold: refused, so it is not looked at
+                // again; stamped by the clock that chat's session would run on.
+                let clock = (state.inner.options)(&chat_id).clock;
                 for entry in waiting.iter().filter(|e| e.session_id == chat_id) {
-                    let now = SystemClock.now();
+                    let now = clock.now();
                     if inbox.claim(entry.id, now).await.unwrap_or(false) {
                         let refused = format!("refused: no chat {chat_id:?}");
                         let _ = inbox.finish(entry.id, &refused).await;

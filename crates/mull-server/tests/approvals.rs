@@ -67,3 +67,50 @@ async fn approvals_round_trip_over_sse() {
     assert_eq!(again.status(), 400);
     server.shut_down().await;
 }
+
+/// An answer posted for a chat the log does not hold is refused once, with the reason on its
+/// row, and stamped by the clock that chat's session would run on (the server's session
+/// options), so a deterministic server writes the same inbox every time.
+#[tokio::test]
+async fn an_inbox_answer_for_an_unknown_chat_is_refused_on_the_sessions_clock() {
+    use std::sync::Arc;
+
+    use mull_core::{Clock, FixedClock};
+    use mull_store::{Inbox, InboxMessage};
+
+    let epoch = FixedClock::at_fixture_epoch().now();
+    let server = harness::server_with(None, |state| {
+        state.with_session_options(Arc::new(|id: &str| {
+            mull_engine::SessionOptions::new(id)
+                .with_clock(Arc::new(FixedClock::at_fixture_epoch()))
+        }))
+    })
+    .await;
+    let inbox = Inbox::open(server.log.path()).expect("inbox");
+    let answer = InboxMessage::ApprovalAnswer {
+        approval_id: "approval_1".into(),
+        approved: true,
+        reason: None,
+    };
+    let posted = chrono::Utc::now();
+    let id = inbox.post("ghost", &answer, posted).expect("posts");
+
+    let acted = mull_server::inbox::take_inbox(&server.state, &inbox)
+        .await
+        .expect("sweeps");
+    assert_eq!(
+        acted, 0,
+        "nothing is acted on for a chat that does not exist"
+    );
+    let row = inbox.get(id).expect("reads").expect("row");
+    assert_eq!(row.outcome.as_deref(), Some("refused: no chat \"ghost\""));
+    assert_eq!(row.taken, Some(epoch), "taken on the session's clock");
+    assert!(inbox.waiting(None).expect("reads").is_empty());
+    // A second sweep finds nothing left to refuse.
+    let again = mull_server::inbox::take_inbox(&server.state, &inbox)
+        .await
+        .expect("sweeps");
+    assert_eq!(again, 0);
+    assert_eq!(inbox.get(id).expect("reads").expect("row"), row);
+    server.shut_down().await;
+}
