@@ -128,13 +128,18 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
 impl EventLog for Log {
     fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState> {
         Box::pin(async move {
-            Log::flush(self).await?;
-            // A new session is looked up on the write connection and needs no read at all.
-            if self.has_session(session_id)? {
-                self.with_reader(|r| r.load_session(session_id))
-            } else {
-                Ok(SessionState::new(session_id))
+            // A session with rows not committed yet is committed first, so the read sees them
+            // all; any other is read as the log holds it, with no commit to wait for.
+            if self.has_uncommitted_rows(session_id) {
+                Log::flush(self).await?;
             }
+            self.with_reader(|r| {
+                if r.has_session(session_id)? {
+                    r.load_session(session_id)
+                } else {
+                    Ok(SessionState::new(session_id))
+                }
+            })
         })
     }
 

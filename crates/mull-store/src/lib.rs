@@ -146,4 +146,4 @@ pub use reader::{LogReader, SessionSummary};
 pub use recovery::RecoveredTurn;
 pub use request::{RequestFold, RequestPhase, Verdict};
 pub use tail::{Tail, TAIL_POLL_INTERVAL};
-pub use writer::{Appended, Log, LogOptions};
+pub use writer::{records_path, Appended, Log, LogOptions};

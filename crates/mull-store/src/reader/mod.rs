@@ -20,6 +20,7 @@ mod queries;
 mod rows;
 mod walk;
 
+#[cfg(test)]
 pub(crate) use queries::has_session_sql;
 pub use queries::SessionSummary;
 pub(crate) use rows::{decode_row, RawRow, RowError};

@@ -473,3 +473,113 @@ fn unknown_kinds_are_stored_under_their_own_kind() {
     let unknown = Event::decode(1, r#"{"type":"from_the_future","x":1}"#).expect("decodes");
     assert_eq!(kind_of(&unknown), "from_the_future");
 }
+
+/// A log whose writer thread never commits on its own: only barriers do.
+fn open_without_background_commits(path: &Path) -> Log {
+    Log::open_with(
+        path,
+        LogOptions {
+            batch_max_events: 1_000_000,
+            batch_max_delay: Duration::from_secs(3600),
+            ..LogOptions::default()
+        },
+    )
+    .expect("opens")
+}
+
+/// What a kill leaves: the log's files as they are on disk now, copied to `into`.
+fn files_as_killed(path: &Path, into: &Path) -> PathBuf {
+    std::fs::create_dir_all(into).expect("mkdir");
+    let name = path.file_name().expect("a file name");
+    for suffix in ["", "-wal", "-records"] {
+        let mut from = path.as_os_str().to_owned();
+        from.push(suffix);
+        let mut to = into.join(name).into_os_string();
+        to.push(suffix);
+        if std::path::Path::new(&from).exists() {
+            std::fs::copy(&from, &to).expect("copies");
+        }
+    }
+    into.join(name)
+}
+
+#[test]
+fn rows_a_gate_let_out_survive_a_kill_before_their_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("log.db");
+    let log = open_without_background_commits(&path);
+    let mut last = 0;
+    for step in 0..5 {
+        last = log
+            .append(
+                "s",
+                Some("t"),
+                at(i64::from(step)),
+                Event::StepStarted { step },
+            )
+            .expect("appends")
+            .seq;
+    }
+    futures_executor::block_on(log.durable(last)).expect("durable");
+    assert!(log.is_durable(last));
+    // The gate wrote the rows to the record file; nothing is committed, so no reader sees them.
+    assert_eq!(log.reader().expect("reader").max_seq().expect("reads"), 0);
+    assert!(records_path(&path).metadata().expect("a record file").len() > 0);
+    // The next appended row is not durable until a gate or a commit says so.
+    let later = log
+        .append("s", Some("t"), at(9), Event::StepStarted { step: 9 })
+        .expect("appends")
+        .seq;
+    assert!(!log.is_durable(later));
+
+    let copy = files_as_killed(&path, &dir.path().join("killed"));
+    let reopened = Log::open(&copy).expect("reopens");
+    let events = reopened
+        .reader()
+        .expect("reader")
+        .session_events("s", 0)
+        .expect("reads");
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        [1, 2, 3, 4, 5],
+        "every row the gate let out, and none after"
+    );
+    assert_eq!(events[4].event, Event::StepStarted { step: 4 });
+    assert_eq!(events[4].at, at(4));
+    assert_eq!(events[4].turn_id.as_deref(), Some("t"));
+    // Inserted, the rows leave the file empty; the next append continues after them.
+    assert_eq!(records_path(&copy).metadata().expect("kept").len(), 0);
+    let next = reopened
+        .append("s", None, at(10), Event::StepStarted { step: 10 })
+        .expect("appends")
+        .seq;
+    assert_eq!(next, 6);
+    reopened.close().expect("closes");
+    assert!(
+        !records_path(&copy).exists(),
+        "a clean close leaves no record file"
+    );
+    log.close().expect("closes");
+    assert!(!records_path(&path).exists());
+}
+
+#[test]
+fn a_new_session_is_found_before_its_rows_are_committed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_without_background_commits(&dir.path().join("log.db"));
+    assert!(!log.has_session("s").expect("looks up"));
+    log.append("s", None, at(0), Event::StepStarted { step: 0 })
+        .expect("appends");
+    assert!(log.has_session("s").expect("queued"));
+    // Taken into the open transaction by the writer, still not committed.
+    {
+        let mut store = lock(&log.inner.shared.store);
+        store.insert_queued(&log.inner.shared);
+    }
+    assert_eq!(log.reader().expect("reader").max_seq().expect("reads"), 0);
+    assert!(log.has_session("s").expect("in the open transaction"));
+    assert!(!log.has_session("t").expect("looks up"));
+    log.flush_blocking().expect("flushes");
+    assert!(log.has_session("s").expect("committed"));
+}
