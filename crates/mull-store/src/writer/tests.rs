@@ -382,18 +382,6 @@ fn every_writer_records_where_it_started_and_knows_no_earlier_turn() {
 }
 
 #[test]
-fn a_session_is_found_on_the_write_connection_once_it_has_a_row() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path().join("log.db")).expect("opens");
-    assert!(!log.has_session("s").expect("looks up"));
-    log.append("s", None, at(0), Event::StepStarted { step: 0 })
-        .expect("appends");
-    log.flush_blocking().expect("flushes");
-    assert!(log.has_session("s").expect("looks up"));
-    assert!(!log.has_session("t").expect("looks up"));
-}
-
-#[test]
 fn the_shared_reader_sees_later_commits() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = Log::open(dir.path().join("log.db")).expect("opens");
