@@ -48,6 +48,7 @@ impl LogReader {
     /// Opens an existing log read-only; refuses files that are not mull logs of this schema.
     pub fn open(path: impl AsRef<Path>) -> Result<LogReader, StoreError> {
         let path = path.as_ref().to_owned();
+        crate::writer::settle_dead_writer(&path)?;
         let conn = schema::open_reader(&path)?;
         Ok(LogReader { conn, path })
     }

@@ -35,6 +35,7 @@ mod row;
 #[cfg(test)]
 pub(crate) use import::IMPORT_BATCH;
 pub use records::records_path;
+pub(crate) use records::settle_dead_writer;
 pub(crate) use row::{kind_of, Row};
 
 /// How the writer batches commits.

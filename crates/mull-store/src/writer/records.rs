@@ -313,6 +313,39 @@ pub(super) fn replay(conn: &mut Connection, db: &Path, last: u64) -> Result<u64,
     Ok(rows.last().map_or(last, |row| row.seq))
 }
 
+/// Inserts a dead writer's record file into the database, for a reader about to open it: so
+/// that a reader never shows less than the last writer let out. Does nothing when the file is
+/// empty or missing, or while a writer lives (it commits the file's rows within its batch
+/// delay); otherwise takes the writer's lock for the moment it inserts them.
+pub(crate) fn settle_dead_writer(db: &Path) -> Result<(), StoreError> {
+    let path = records_path(db);
+    if std::fs::metadata(&path).map_or(true, |m| m.len() == 0) {
+        return Ok(());
+    }
+    let lock_path = crate::lock::lock_path(db);
+    let Some(lock) = crate::lock::try_take_lock(&lock_path)? else {
+        return Ok(());
+    };
+    let result = (|| {
+        let mut conn = crate::schema::open_writer(db)?;
+        let last: i64 = conn
+            .query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))
+            .map_err(StoreError::sqlite(format!(
+                "{}: reading the last seq",
+                db.display()
+            )))?;
+        replay(&mut conn, db, last.max(0) as u64)?;
+        std::fs::remove_file(&path).map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })
+    })();
+    // Removed while still held, as a writer does when it closes.
+    let _ = std::fs::remove_file(&lock_path);
+    drop(lock);
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

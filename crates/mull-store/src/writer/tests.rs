@@ -521,6 +521,26 @@ fn rows_a_gate_let_out_survive_a_kill_before_their_commit() {
     assert!(!log.is_durable(later));
 
     let copy = files_as_killed(&path, &dir.path().join("killed"));
+    // A reader of the killed log sees them too: it inserts a dead writer's record file first.
+    let reader_copy = files_as_killed(&path, &dir.path().join("read"));
+    let seen: Vec<u64> = LogReader::open(&reader_copy)
+        .expect("a reader opens")
+        .session_events("s", 0)
+        .expect("reads")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seen, [1, 2, 3, 4, 5]);
+    assert!(!records_path(&reader_copy).exists());
+    // While the writer lives, a reader leaves its record file to it.
+    assert_eq!(
+        LogReader::open(&path)
+            .expect("reader")
+            .max_seq()
+            .expect("reads"),
+        0
+    );
+    assert!(records_path(&path).metadata().expect("kept").len() > 0);
     let reopened = Log::open(&copy).expect("reopens");
     let events = reopened
         .reader()
