@@ -49,6 +49,7 @@ impl LogReader {
     pub fn open(path: impl AsRef<Path>) -> Result<LogReader, StoreError> {
         let path = path.as_ref().to_owned();
         crate::writer::settle_dead_writer(&path)?;
+        crate::writer::commit_for_reader(&path);
         let conn = schema::open_reader(&path)?;
         Ok(LogReader { conn, path })
     }

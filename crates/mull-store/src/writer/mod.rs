@@ -36,6 +36,7 @@ mod row;
 pub(crate) use import::IMPORT_BATCH;
 pub use records::records_path;
 pub(crate) use records::settle_dead_writer;
+// `commit_for_reader` is defined below, beside the registry it reads.
 pub(crate) use row::{kind_of, Row};
 
 /// How the writer batches commits.
@@ -206,6 +207,35 @@ impl Failure {
                 .clone()
                 .unwrap_or_else(|| "a commit failed".to_owned()),
         })
+    }
+}
+
+/// The logs open for writing in this process, by canonical database path. A reader opened in
+/// the same process commits what its writer let out first (see [`commit_for_reader`]), so it
+/// sees every event this process reported, as a gate that committed would have shown it.
+static OPEN_LOGS: Mutex<Vec<(PathBuf, std::sync::Weak<Inner>)>> = Mutex::new(Vec::new());
+
+fn register(path: &Path, inner: &Arc<Inner>) {
+    if let Ok(canonical) = std::fs::canonicalize(path) {
+        let mut open = lock(&OPEN_LOGS);
+        open.retain(|(_, weak)| weak.strong_count() > 0);
+        open.push((canonical, Arc::downgrade(inner)));
+    }
+}
+
+/// Commits what the writer of `db` in this process (if one is open) has queued or recorded,
+/// before a reader opens the file.
+pub(crate) fn commit_for_reader(db: &Path) {
+    let Ok(canonical) = std::fs::canonicalize(db) else {
+        return;
+    };
+    let writer = lock(&OPEN_LOGS)
+        .iter()
+        .find(|(path, _)| *path == canonical)
+        .and_then(|(_, weak)| weak.upgrade());
+    if let Some(inner) = writer {
+        // A failed commit is reported to the writer's own callers; the reader reads what is there.
+        let _ = futures_executor::block_on(Log { inner }.flush());
     }
 }
 

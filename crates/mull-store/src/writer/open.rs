@@ -127,6 +127,7 @@ impl Log {
                 _lock: lock_file,
             }),
         };
+        super::register(&log.inner.path, &log.inner);
         // Turns left open by a writer that is gone are resolved before anything else is
         // appended, whichever session this process goes on to use.
         let recovered = resolve_open_turns(&log)?;
