@@ -133,7 +133,7 @@ impl EventLog for Log {
             if self.has_uncommitted_rows(session_id) {
                 Log::flush(self).await?;
             }
-            self.with_reader(|r| {
+            self.read_committed(|r| {
                 if r.has_session(session_id)? {
                     r.load_session(session_id)
                 } else {

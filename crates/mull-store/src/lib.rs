@@ -34,10 +34,14 @@
 //! which records the rows it takes the same way, commits them behind it with its batch (at
 //! most [`LogOptions::batch_max_delay`] later). When a writer opens the log, the rows of the
 //! file the database lacks are inserted before anything else; once the database holds all of
-//! it, the file is emptied, and a clean close removes it. Readers read the database, so they
-//! see an event once it is committed: a reader in another process sees a reported turn's end
-//! within `batch_max_delay`, or, if the writer was killed first, once a writer reopens the
-//! log. [`Log::flush`] commits at once, for a caller that reads what it just wrote.
+//! it, the file is emptied, and a clean close removes it. Readers read the database, and see
+//! what a gate let out as follows:
+//! - a reader opened in the writer's own process has the writer commit first, so it sees
+//!   everything reported before it opened (a reader kept open sees new commits as they land);
+//! - a reader in another process sees it once the writer commits it, within `batch_max_delay`;
+//! - a reader that finds the writer gone (its lock free) and its record file not empty inserts
+//!   the file's rows before it opens, taking the writer's lock for that moment: so no reader
+//!   shows less than the last writer let out.
 //!
 //! The engine follows one rule (Durable Objects' output gate): **nothing leaves the process
 //! before the events it depends on are durable**. What leaves is a tool run (after its

@@ -145,6 +145,7 @@ impl Log {
     /// its open transaction are committed instead, like [`Log::flush`], on the caller's thread.
     pub async fn durable(&self, seq: u64) -> Result<(), StoreError> {
         let shared = &self.inner.shared;
+        shared.gated.fetch_max(seq, Ordering::AcqRel);
         if self.is_durable(seq) || shared.record_queued(seq)? {
             return shared.failure.check();
         }

@@ -133,6 +133,9 @@ struct Shared {
     records: Mutex<records::Records>,
     /// The highest seq in the record file: with `committed`, what a gate finds durable.
     recorded: AtomicU64,
+    /// The highest seq a gate let out: a read in this process commits first while it is not
+    /// committed, so it sees what was reported.
+    gated: AtomicU64,
     /// The sessions of the rows taken into the open transaction: added while the queue is
     /// locked for the take, cleared by the commit. With the queue's rows, every session that has
     /// a row readers do not see yet. Lock order: `queue`, then this.
@@ -171,6 +174,13 @@ enum WriterWait {
     Idle,
     /// Asleep until the queued batch's deadline.
     Timed,
+}
+
+impl Shared {
+    /// Whether a gate let out an event that is not committed yet.
+    fn gated_uncommitted(&self) -> bool {
+        self.gated.load(Ordering::Acquire) > self.committed.load(Ordering::Acquire)
+    }
 }
 
 impl Queue {
@@ -233,7 +243,7 @@ pub(crate) fn commit_for_reader(db: &Path) {
         .iter()
         .find(|(path, _)| *path == canonical)
         .and_then(|(_, weak)| weak.upgrade());
-    if let Some(inner) = writer {
+    if let Some(inner) = writer.filter(|inner| inner.shared.gated_uncommitted()) {
         // A failed commit is reported to the writer's own callers; the reader reads what is there.
         let _ = futures_executor::block_on(Log { inner }.flush());
     }
@@ -263,7 +273,7 @@ impl Log {
         if self.has_uncommitted_rows(session_id) {
             return Ok(true);
         }
-        self.with_reader(|r| r.has_session(session_id))
+        self.read_committed(|r| r.has_session(session_id))
     }
 
     /// Whether a row of `session_id` is appended but not committed (queued, or taken into the
@@ -279,8 +289,21 @@ impl Log {
 
     /// Runs `f` on the log's own read connection (opened once, on first use), so short reads
     /// don't pay for opening a connection each time. Reads through it are serialized: keep
-    /// them short, and take [`Log::reader`] for long ones.
+    /// them short, and take [`Log::reader`] for long ones. Rows a gate let out are committed
+    /// first, so the read sees everything this process reported.
     pub fn with_reader<R>(
+        &self,
+        f: impl FnOnce(&LogReader) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        if self.inner.shared.gated_uncommitted() {
+            self.flush_blocking()?;
+        }
+        self.read_committed(f)
+    }
+
+    /// [`Log::with_reader`] without committing first: for a read that needs none of the rows
+    /// not committed yet (those of a session it knows has none).
+    pub(crate) fn read_committed<R>(
         &self,
         f: impl FnOnce(&LogReader) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {

@@ -101,6 +101,7 @@ impl Log {
             committed: AtomicU64::new(last),
             records: Mutex::new(records),
             recorded: AtomicU64::new(last),
+            gated: AtomicU64::new(last),
             taken_sessions: Mutex::new(Vec::new()),
             failure: Failure::default(),
             options: LogOptions {
