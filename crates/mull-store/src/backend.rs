@@ -125,14 +125,22 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     }
 }
 
+impl Log {
+    /// Readies a read of one session: a session with rows not committed yet is committed first,
+    /// so the read sees them all; any other is read as the log holds it, with no commit to wait
+    /// for.
+    async fn read_session(&self, session_id: &str) -> Result<(), StoreError> {
+        if self.has_uncommitted_rows(session_id) {
+            Log::flush(self).await?;
+        }
+        Ok(())
+    }
+}
+
 impl EventLog for Log {
     fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState> {
         Box::pin(async move {
-            // A session with rows not committed yet is committed first, so the read sees them
-            // all; any other is read as the log holds it, with no commit to wait for.
-            if self.has_uncommitted_rows(session_id) {
-                Log::flush(self).await?;
-            }
+            self.read_session(session_id).await?;
             self.read_committed(|r| {
                 if r.has_session(session_id)? {
                     r.load_session(session_id)
@@ -166,7 +174,10 @@ impl EventLog for Log {
         session_id: &'a str,
         turn_id: &'a str,
     ) -> LogFuture<'a, Vec<Envelope>> {
-        Box::pin(async move { self.with_reader(|r| r.turn_events(session_id, turn_id)) })
+        Box::pin(async move {
+            self.read_session(session_id).await?;
+            self.read_committed(|r| r.turn_events(session_id, turn_id))
+        })
     }
 
     fn session_page<'a>(
@@ -175,7 +186,10 @@ impl EventLog for Log {
         after_seq: u64,
         limit: usize,
     ) -> LogFuture<'a, Vec<Envelope>> {
-        Box::pin(async move { self.with_reader(|r| r.session_page(session_id, after_seq, limit)) })
+        Box::pin(async move {
+            self.read_session(session_id).await?;
+            self.read_committed(|r| r.session_page(session_id, after_seq, limit))
+        })
     }
 }
 
