@@ -125,16 +125,29 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     }
 }
 
+impl Log {
+    /// Readies a read of one session: a session with rows not committed yet is committed first,
+    /// so the read sees them all; any other is read as the log holds it, with no commit to wait
+    /// for.
+    async fn read_session(&self, session_id: &str) -> Result<(), StoreError> {
+        if self.has_uncommitted_rows(session_id) {
+            Log::flush(self).await?;
+        }
+        Ok(())
+    }
+}
+
 impl EventLog for Log {
     fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState> {
         Box::pin(async move {
-            Log::flush(self).await?;
-            // A new session is looked up on the write connection and needs no read at all.
-            if self.has_session(session_id)? {
-                self.with_reader(|r| r.load_session(session_id))
-            } else {
-                Ok(SessionState::new(session_id))
-            }
+            self.read_session(session_id).await?;
+            self.read_committed(|r| {
+                if r.has_session(session_id)? {
+                    r.load_session(session_id)
+                } else {
+                    Ok(SessionState::new(session_id))
+                }
+            })
         })
     }
 
@@ -161,7 +174,10 @@ impl EventLog for Log {
         session_id: &'a str,
         turn_id: &'a str,
     ) -> LogFuture<'a, Vec<Envelope>> {
-        Box::pin(async move { self.with_reader(|r| r.turn_events(session_id, turn_id)) })
+        Box::pin(async move {
+            self.read_session(session_id).await?;
+            self.read_committed(|r| r.turn_events(session_id, turn_id))
+        })
     }
 
     fn session_page<'a>(
@@ -170,7 +186,10 @@ impl EventLog for Log {
         after_seq: u64,
         limit: usize,
     ) -> LogFuture<'a, Vec<Envelope>> {
-        Box::pin(async move { self.with_reader(|r| r.session_page(session_id, after_seq, limit)) })
+        Box::pin(async move {
+            self.read_session(session_id).await?;
+            self.read_committed(|r| r.session_page(session_id, after_seq, limit))
+        })
     }
 }
 

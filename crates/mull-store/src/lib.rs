@@ -16,16 +16,32 @@
 //! commits cost far more than inserts. The writer thread is woken when a batch begins and once
 //! a few rows wait (so it inserts them while the producer goes on), not once per row.
 //!
-//! A barrier commits on its caller's own thread (after the writer thread's batch, if one is
-//! being inserted): a commit in WAL mode with `synchronous=NORMAL` is a few page writes without
-//! fsync, cheaper than two thread hand-offs. SQLite's automatic checkpoint is replaced by one the writer thread
+//! A barrier ([`Log::flush`]) commits on its caller's own thread (after the writer thread's
+//! batch, if one is being inserted): a commit in WAL mode with `synchronous=NORMAL` is a few
+//! page writes without fsync, cheaper than two thread hand-offs. An output gate
+//! ([`Log::durable`], below) does not commit at all. SQLite's automatic checkpoint is replaced by one the writer thread
 //! runs (at [`LogOptions::checkpoint_pages`]): it copies the WAL back on a connection of its
 //! own while commits go on, and only the last few frames, with their two fsyncs, with the
 //! write connection held.
 //!
 //! # The output gate and what a crash can lose
-//! Durable means committed: a commit is in the WAL, and a killed process (SIGKILL, panic, OOM)
-//! keeps it. Commits are in seq order, so an event is durable once any later one is.
+//! Durable means a killed process (SIGKILL, panic, OOM) keeps it: committed (a commit is in the
+//! WAL), or written to the log's record file `<db>-records` ([`records_path`]). Both are
+//! written in seq order, so an event is durable once any later one is.
+//!
+//! The record file is what makes a gate cheap. A gate whose event is not committed writes the
+//! queued rows to it in one `write` — no B-tree insert, no commit — and the writer thread,
+//! which records the rows it takes the same way, commits them behind it with its batch (at
+//! most [`LogOptions::batch_max_delay`] later). When a writer opens the log, the rows of the
+//! file the database lacks are inserted before anything else; once the database holds all of
+//! it, the file is emptied, and a clean close removes it. Readers read the database, and see
+//! what a gate let out as follows:
+//! - a reader opened in the writer's own process has the writer commit first, so it sees
+//!   everything reported before it opened (a reader kept open sees new commits as they land);
+//! - a reader in another process sees it once the writer commits it, within `batch_max_delay`;
+//! - a reader that finds the writer gone (its lock free) and its record file not empty inserts
+//!   the file's rows before it opens, taking the writer's lock for that moment: so no reader
+//!   shows less than the last writer let out.
 //!
 //! The engine follows one rule (Durable Objects' output gate): **nothing leaves the process
 //! before the events it depends on are durable**. What leaves is a tool run (after its
@@ -34,13 +50,13 @@
 //! acknowledged submission (after its `submission_accepted`). [`Log::append_event`] hands back
 //! the event's seq, a durability ticket, and the gate awaits [`Log::durable`]`(seq)`
 //! ([`EventLog::durable`]) just before the thing leaves; it costs nothing when that seq is
-//! committed already. A new way out of the process goes through the same gate. Work that leaves nothing — starting a model call,
+//! durable already, and one `write` when it is not. A new way out of the process goes through the same gate. Work that leaves nothing — starting a model call,
 //! folding, running the next step — does not wait: the events commit with the batch
 //! ([`LogOptions::batch_max_delay`] at most) or with the next gate, whichever comes first.
 //! [`Log::flush`] is the barrier over everything appended, for callers that want all of it.
 //!
-//! So a killed process loses exactly the events appended after the last completed commit: at
-//! most [`LogOptions::batch_max_delay`] (5 ms) of them, and **only events whose effects nobody
+//! So a killed process loses exactly the events appended after the last durable one: at most
+//! [`LogOptions::batch_max_delay`] (5 ms) of them, and **only events whose effects nobody
 //! outside saw** — a turn's start and user message, streamed chunks, a finished step, a
 //! blocked or substituted decision, whatever followed the last gate. One exception, on
 //! purpose: parts streamed to a live client (and to `on_chunk` subscribers) are not gated, so
@@ -50,12 +66,17 @@
 //! an acknowledged submission, anything before a completed [`Log::flush`]. The seqs in the log
 //! stay contiguous either way.
 //! - The log runs in WAL mode with `synchronous=NORMAL`: a commit is written to the WAL but not
-//!   fsynced. A process crash loses nothing committed; a power loss or OS crash may lose the
-//!   last commits before the next checkpoint (never corrupting the file), the gate's included.
-//!   Durability across power loss would cost an fsync per commit.
-//! - If a commit fails (disk full …), that batch is not in the log; the writer stops and every
-//!   later `append`, `durable` and `flush` returns [`StoreError::WriterFailed`], so nothing that
-//!   depends on the lost batch leaves. Commits before it stay. Reopen the log to go on.
+//!   fsynced, and the record file is not fsynced either. A process crash loses nothing durable;
+//!   a power loss or OS crash may lose the last commits before the next checkpoint (never
+//!   corrupting the file) and the record file's last writes (a frame cut short or altered ends
+//!   the file: each carries a CRC-32), the gate's included. Durability across power loss would
+//!   cost an fsync per gate.
+//! - A record file whose rows do not continue the database (rows missing between them) is
+//!   refused at open, naming the file; nothing in either is changed.
+//! - If a commit or a record write fails (disk full …), that batch is not committed; the writer
+//!   stops and every later `append`, `durable` and `flush` returns [`StoreError::WriterFailed`],
+//!   so nothing that depends on the lost batch leaves. What is durable stays: reopening the log
+//!   inserts the rows its record file holds, and goes on.
 //!
 //! Dropping the last `Log` handle (or [`Log::close`]) commits what is queued and joins the
 //! writer thread.
@@ -146,4 +167,4 @@ pub use reader::{LogReader, SessionSummary};
 pub use recovery::RecoveredTurn;
 pub use request::{RequestFold, RequestPhase, Verdict};
 pub use tail::{Tail, TAIL_POLL_INTERVAL};
-pub use writer::{Appended, Log, LogOptions};
+pub use writer::{records_path, Appended, Log, LogOptions};

@@ -50,6 +50,25 @@ pub(crate) fn take_lock(lock_path: &Path) -> Result<File, StoreError> {
     }
 }
 
+/// The single-writer lock if no writer holds it now (no waiting): `None` while one lives.
+pub(crate) fn try_take_lock(lock_path: &Path) -> Result<Option<File>, StoreError> {
+    let io = |source| StoreError::Io {
+        path: lock_path.to_owned(),
+        source,
+    };
+    let lock_file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path)
+        .map_err(io)?;
+    match lock_file.try_lock() {
+        Ok(()) if still_at_path(&lock_file, lock_path) => Ok(Some(lock_file)),
+        Ok(()) | Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(source)) => Err(io(source)),
+    }
+}
+
 /// Whether `file` is the file at `path` now (not one removed since it was opened).
 #[cfg(unix)]
 fn still_at_path(file: &File, path: &Path) -> bool {

@@ -20,6 +20,7 @@ mod queries;
 mod rows;
 mod walk;
 
+#[cfg(test)]
 pub(crate) use queries::has_session_sql;
 pub use queries::SessionSummary;
 pub(crate) use rows::{decode_row, RawRow, RowError};
@@ -47,6 +48,12 @@ impl LogReader {
     /// Opens an existing log read-only; refuses files that are not mull logs of this schema.
     pub fn open(path: impl AsRef<Path>) -> Result<LogReader, StoreError> {
         let path = path.as_ref().to_owned();
+        if let Err(err) = crate::writer::settle_dead_writer(&path) {
+            // The reader still opens, on what the database holds; a writer opening the log
+            // reports the same error and refuses.
+            tracing::warn!(path = %path.display(), error = %err, "inserting a dead writer's record file");
+        }
+        crate::writer::commit_for_reader(&path);
         let conn = schema::open_reader(&path)?;
         Ok(LogReader { conn, path })
     }

@@ -113,6 +113,7 @@ impl Log {
         store.insert_queued(shared);
         store.commit(shared);
         store.settle(shared);
+        shared.settle_records();
         drop(store);
         if shared.wants_checkpoint() {
             shared.nudge_writer();
@@ -120,10 +121,13 @@ impl Log {
         shared.failure.check()
     }
 
-    /// Whether the event appended at `seq` is durable (committed, so a killed process keeps
-    /// it). Commits are in seq order: then so is every event before it.
+    /// Whether the event appended at `seq` is durable — committed, or in the record file (see
+    /// [`Log::durable`]) — so that a killed process keeps it. Both are written in seq order:
+    /// then so is every event before it.
     pub fn is_durable(&self, seq: u64) -> bool {
-        self.inner.shared.committed.load(Ordering::Acquire) >= seq
+        let shared = &self.inner.shared;
+        shared.committed.load(Ordering::Acquire) >= seq
+            || shared.recorded.load(Ordering::Acquire) >= seq
     }
 
     /// The output gate: resolves once the event appended at `seq` — the seq
@@ -132,12 +136,18 @@ impl Log {
     ///
     /// Await it only where something is about to leave the process that depends on that event
     /// (a tool run, a reply to a caller); work that leaves nothing goes on while the batch
-    /// commits on its own (within [`LogOptions::batch_max_delay`](crate::LogOptions::batch_max_delay)) or with the next gate.
-    /// Costs nothing when the seq is committed already; otherwise it commits like
-    /// [`Log::flush`], on the caller's thread.
+    /// commits on its own (within [`LogOptions::batch_max_delay`](crate::LogOptions::batch_max_delay)).
+    ///
+    /// Costs nothing when the seq is durable already. Otherwise the queued rows are written to
+    /// the log's record file in one `write` (see [`records_path`](crate::records_path)), which a
+    /// killed process keeps and the next writer inserts; the writer thread commits them with
+    /// its batch. Readers see them once committed. Only rows the writer thread has taken into
+    /// its open transaction are committed instead, like [`Log::flush`], on the caller's thread.
     pub async fn durable(&self, seq: u64) -> Result<(), StoreError> {
-        if self.is_durable(seq) {
-            return self.inner.shared.failure.check();
+        let shared = &self.inner.shared;
+        shared.gated.fetch_max(seq, Ordering::AcqRel);
+        if self.is_durable(seq) || shared.record_queued(seq)? {
+            return shared.failure.check();
         }
         self.flush().await
     }

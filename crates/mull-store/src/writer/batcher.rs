@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use rusqlite::Connection;
 
+use super::records::{Records, RECORDS_RESET_BYTES};
 use super::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
 use super::{lock, OpenBatch, Queue, Shared, Store, WriterWait};
 
@@ -110,12 +111,31 @@ pub(super) fn run_writer(shared: Arc<Shared>, checkpointer: Connection) {
             checkpoint(&checkpointer, "copying the WAL back while commits go on");
         }
         let mut store = lock(&shared.store);
-        if !matches!(work, Work::Checkpoint) {
-            store.insert_queued(&shared);
+        let mut records = Some(lock(&shared.records));
+        // A record file grown past its bound is emptied: gates wait on its lock while this
+        // commit catches up with every row they wrote.
+        let catch_up = records
+            .as_ref()
+            .is_some_and(|r| r.len > RECORDS_RESET_BYTES);
+        if !matches!(work, Work::Checkpoint) || catch_up {
+            // Recorded as they are taken, so that a gate finds every row it needs either
+            // recorded or still queued, and never waits for this transaction's commit.
+            let rows = store.take_queued(&shared, records.as_deref_mut());
+            if !catch_up {
+                records = None;
+            }
+            store.insert_taken(&shared, rows);
+        } else {
+            records = None;
         }
-        if !matches!(work, Work::Insert) {
+        if !matches!(work, Work::Insert) || catch_up {
             store.commit(&shared);
         }
+        match records.as_mut() {
+            Some(records) => records.reset_if_caught_up(shared.committed.load(Ordering::Acquire)),
+            None => shared.settle_records(),
+        }
+        drop(records);
         if store.open.is_none() && shared.wants_checkpoint() {
             store.checkpoint(&shared);
         }
@@ -133,8 +153,45 @@ impl Store {
     /// store's spare buffer in exchange, and the drained one becomes the spare: appends reuse
     /// two buffers instead of growing a new one from empty after every take.
     pub(super) fn insert_queued(&mut self, shared: &Shared) {
+        let rows = self.take_queued(shared, None);
+        self.insert_taken(shared, rows);
+    }
+
+    /// Takes everything queued, giving the queue the spare buffer; with `records` (the record
+    /// file, locked by the caller), writes the taken rows it lacks to it first.
+    pub(super) fn take_queued(
+        &mut self,
+        shared: &Shared,
+        records: Option<&mut Records>,
+    ) -> Vec<Row> {
         let spare = std::mem::take(&mut self.spare);
-        let mut rows = std::mem::replace(&mut lock(&shared.queue).rows, spare);
+        let rows = {
+            let mut queue = lock(&shared.queue);
+            let rows = std::mem::replace(&mut queue.rows, spare);
+            // Taken under the queue's lock: a row is always in the queue or named here until
+            // it is committed (see `Log::has_uncommitted_rows`).
+            let mut taken = lock(&shared.taken_sessions);
+            let mut last: Option<&Arc<str>> = None;
+            for row in &rows {
+                if last != Some(&row.session_id) {
+                    last = Some(&row.session_id);
+                    if !taken.contains(&row.session_id) {
+                        taken.push(Arc::clone(&row.session_id));
+                    }
+                }
+            }
+            drop(taken);
+            drop(queue);
+            rows
+        };
+        if let Some(records) = records {
+            shared.record_rows(records, &rows);
+        }
+        rows
+    }
+
+    /// Inserts taken rows (see [`Store::insert_rows`]) and keeps their buffer as the spare.
+    pub(super) fn insert_taken(&mut self, shared: &Shared, mut rows: Vec<Row>) {
         self.insert_rows(shared, &rows);
         // A burst's large buffer is let go rather than held for the log's lifetime.
         if rows.capacity() <= SPARE_ROWS {
@@ -213,6 +270,8 @@ impl Store {
             Ok(()) => {
                 self.open = None;
                 shared.committed.store(last, Ordering::Release);
+                // Every row taken is committed: inserting takes them all before a commit.
+                lock(&shared.taken_sessions).clear();
             }
             Err(err) => self.abandon(shared, &err),
         }

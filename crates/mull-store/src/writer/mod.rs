@@ -29,10 +29,14 @@ mod append;
 mod batcher;
 mod import;
 mod open;
+mod records;
 mod row;
 
 #[cfg(test)]
 pub(crate) use import::IMPORT_BATCH;
+pub use records::records_path;
+pub(crate) use records::settle_dead_writer;
+// `commit_for_reader` is defined below, beside the registry it reads.
 pub(crate) use row::{kind_of, Row};
 
 /// How the writer batches commits.
@@ -124,6 +128,18 @@ struct Shared {
     wake: Condvar,
     /// The highest seq known committed: a barrier with nothing newer queued is already met.
     committed: AtomicU64,
+    /// The record file, where an output gate writes rows not committed yet. Lock order: `store`,
+    /// then `records`, then `queue`.
+    records: Mutex<records::Records>,
+    /// The highest seq in the record file: with `committed`, what a gate finds durable.
+    recorded: AtomicU64,
+    /// The highest seq a gate let out: a read in this process commits first while it is not
+    /// committed, so it sees what was reported.
+    gated: AtomicU64,
+    /// The sessions of the rows taken into the open transaction: added while the queue is
+    /// locked for the take, cleared by the commit. With the queue's rows, every session that has
+    /// a row readers do not see yet. Lock order: `queue`, then this.
+    taken_sessions: Mutex<Vec<Arc<str>>>,
     failure: Failure,
     options: LogOptions,
 }
@@ -158,6 +174,13 @@ enum WriterWait {
     Idle,
     /// Asleep until the queued batch's deadline.
     Timed,
+}
+
+impl Shared {
+    /// Whether a gate let out an event that is not committed yet.
+    fn gated_uncommitted(&self) -> bool {
+        self.gated.load(Ordering::Acquire) > self.committed.load(Ordering::Acquire)
+    }
 }
 
 impl Queue {
@@ -197,6 +220,35 @@ impl Failure {
     }
 }
 
+/// The logs open for writing in this process, by canonical database path. A reader opened in
+/// the same process commits what its writer let out first (see [`commit_for_reader`]), so it
+/// sees every event this process reported, as a gate that committed would have shown it.
+static OPEN_LOGS: Mutex<Vec<(PathBuf, std::sync::Weak<Inner>)>> = Mutex::new(Vec::new());
+
+fn register(path: &Path, inner: &Arc<Inner>) {
+    if let Ok(canonical) = std::fs::canonicalize(path) {
+        let mut open = lock(&OPEN_LOGS);
+        open.retain(|(_, weak)| weak.strong_count() > 0);
+        open.push((canonical, Arc::downgrade(inner)));
+    }
+}
+
+/// Commits what the writer of `db` in this process (if one is open) has queued or recorded,
+/// before a reader opens the file.
+pub(crate) fn commit_for_reader(db: &Path) {
+    let Ok(canonical) = std::fs::canonicalize(db) else {
+        return;
+    };
+    let writer = lock(&OPEN_LOGS)
+        .iter()
+        .find(|(path, _)| *path == canonical)
+        .and_then(|(_, weak)| weak.upgrade());
+    if let Some(inner) = writer.filter(|inner| inner.shared.gated_uncommitted()) {
+        // A failed commit is reported to the writer's own callers; the reader reads what is there.
+        let _ = futures_executor::block_on(Log { inner }.flush());
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
@@ -214,26 +266,44 @@ impl Log {
         LogReader::open(&self.inner.path)
     }
 
-    /// Whether the log holds an event of `session_id` (committed, or inserted into the
-    /// transaction being filled). Asked on the write connection: its page cache survives the
-    /// commits, where a read connection starts cold after each one and reads the lookup's pages
-    /// again — what opening a new session costs most.
+    /// Whether the log holds an event of `session_id`, committed or not yet. Rows not committed
+    /// are looked for in memory; the rest on the log's read connection, not the write
+    /// connection, which the writer thread may hold for a commit.
     pub fn has_session(&self, session_id: &str) -> Result<bool, StoreError> {
-        let store = lock(&self.inner.shared.store);
-        store
-            .conn
-            .prepare_cached(&crate::reader::has_session_sql())
-            .and_then(|mut s| s.query_row([session_id], |r| r.get(0)))
-            .map_err(StoreError::sqlite(format!(
-                "{}: looking up a session",
-                self.inner.path.display()
-            )))
+        if self.has_uncommitted_rows(session_id) {
+            return Ok(true);
+        }
+        self.read_committed(|r| r.has_session(session_id))
+    }
+
+    /// Whether a row of `session_id` is appended but not committed (queued, or taken into the
+    /// writer's open transaction): a read of the session must commit first to see it.
+    pub(crate) fn has_uncommitted_rows(&self, session_id: &str) -> bool {
+        let shared = &self.inner.shared;
+        let queue = lock(&shared.queue);
+        queue.rows.iter().any(|row| &*row.session_id == session_id)
+            || lock(&shared.taken_sessions)
+                .iter()
+                .any(|s| &**s == session_id)
     }
 
     /// Runs `f` on the log's own read connection (opened once, on first use), so short reads
     /// don't pay for opening a connection each time. Reads through it are serialized: keep
-    /// them short, and take [`Log::reader`] for long ones.
+    /// them short, and take [`Log::reader`] for long ones. Rows a gate let out are committed
+    /// first, so the read sees everything this process reported.
     pub fn with_reader<R>(
+        &self,
+        f: impl FnOnce(&LogReader) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        if self.inner.shared.gated_uncommitted() {
+            self.flush_blocking()?;
+        }
+        self.read_committed(f)
+    }
+
+    /// [`Log::with_reader`] without committing first: for a read that needs none of the rows
+    /// not committed yet (those of a session it knows has none).
+    pub(crate) fn read_committed<R>(
         &self,
         f: impl FnOnce(&LogReader) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
@@ -277,8 +347,13 @@ impl Drop for Inner {
                 tracing::error!(path = %self.path.display(), "event log writer thread panicked");
             }
         }
-        if let Err(err) = self.shared.failure.check() {
-            tracing::error!(path = %self.path.display(), error = %err, "event log closed after a failed commit");
+        match self.shared.failure.check() {
+            // Everything is committed: the record file has nothing the database lacks.
+            Ok(()) => lock(&self.shared.records).remove(),
+            // Kept: it may hold rows the database lacks, for the next writer to insert.
+            Err(err) => {
+                tracing::error!(path = %self.path.display(), error = %err, "event log closed after a failed commit")
+            }
         }
         // The write connection closes last, so SQLite copies the WAL back and removes it (a
         // read-only connection closing last cannot), and the lock file goes while still held.

@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use mull_core::{Event, TurnStatus};
 
 use super::batcher::run_writer;
+use super::records::{self, Records};
 use super::{Failure, Inner, Log, LogOptions, Queue, Shared, Store, WriterWait};
 use crate::error::StoreError;
 use crate::lock::{lock_path, take_lock};
@@ -47,12 +48,15 @@ impl Log {
     /// The rest of [`Log::open_with`], with the single-writer lock held.
     fn start(path: PathBuf, options: LogOptions, lock_file: File) -> Result<Log, StoreError> {
         let mut conn = schema::open_writer(&path)?;
-        let last: i64 = conn
+        let committed: i64 = conn
             .query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))
             .map_err(StoreError::sqlite(format!(
                 "{}: reading the last seq",
                 path.display()
             )))?;
+        // Rows a gate let out that the last writer did not commit come first.
+        let last = records::replay(&mut conn, &path, committed.max(0) as u64)?;
+        let records = Records::open(&path, last)?;
         // Where this writer's rows begin: the turns it finds open are not its own, and their
         // chunks are all before this seq (see `open_turns`).
         conn.execute(
@@ -63,7 +67,6 @@ impl Log {
             "{}: recording the writer's start",
             path.display()
         )))?;
-        let last = last.max(0) as u64;
         // The WAL hook replaces SQLite's auto-checkpoint: a commit made by a barrier's caller
         // must not also copy the WAL back and fsync; the writer thread does that.
         let wal_pages = Arc::new(AtomicU32::new(0));
@@ -96,6 +99,10 @@ impl Log {
             }),
             wake: Condvar::new(),
             committed: AtomicU64::new(last),
+            records: Mutex::new(records),
+            recorded: AtomicU64::new(last),
+            gated: AtomicU64::new(last),
+            taken_sessions: Mutex::new(Vec::new()),
             failure: Failure::default(),
             options: LogOptions {
                 batch_max_events: options.batch_max_events.max(1),
@@ -121,6 +128,7 @@ impl Log {
                 _lock: lock_file,
             }),
         };
+        super::register(&log.inner.path, &log.inner);
         // Turns left open by a writer that is gone are resolved before anything else is
         // appended, whichever session this process goes on to use.
         let recovered = resolve_open_turns(&log)?;

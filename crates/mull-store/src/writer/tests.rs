@@ -382,18 +382,6 @@ fn every_writer_records_where_it_started_and_knows_no_earlier_turn() {
 }
 
 #[test]
-fn a_session_is_found_on_the_write_connection_once_it_has_a_row() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path().join("log.db")).expect("opens");
-    assert!(!log.has_session("s").expect("looks up"));
-    log.append("s", None, at(0), Event::StepStarted { step: 0 })
-        .expect("appends");
-    log.flush_blocking().expect("flushes");
-    assert!(log.has_session("s").expect("looks up"));
-    assert!(!log.has_session("t").expect("looks up"));
-}
-
-#[test]
 fn the_shared_reader_sees_later_commits() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = Log::open(dir.path().join("log.db")).expect("opens");
@@ -472,4 +460,140 @@ fn unknown_kinds_are_stored_under_their_own_kind() {
     assert_eq!(kind_of(&Event::StepStarted { step: 1 }), "step_started");
     let unknown = Event::decode(1, r#"{"type":"from_the_future","x":1}"#).expect("decodes");
     assert_eq!(kind_of(&unknown), "from_the_future");
+}
+
+/// Rows committed to the database at `path`, counted on a connection of its own (a reader
+/// would have this process's writer commit first).
+fn committed_rows(path: &Path) -> i64 {
+    Connection::open(path)
+        .expect("a raw connection")
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .expect("counts")
+}
+
+/// A log whose writer thread never commits on its own: only barriers do.
+fn open_without_background_commits(path: &Path) -> Log {
+    Log::open_with(
+        path,
+        LogOptions {
+            batch_max_events: 1_000_000,
+            batch_max_delay: Duration::from_secs(3600),
+            ..LogOptions::default()
+        },
+    )
+    .expect("opens")
+}
+
+/// What a kill leaves: the log's files as they are on disk now, copied to `into`.
+fn files_as_killed(path: &Path, into: &Path) -> PathBuf {
+    std::fs::create_dir_all(into).expect("mkdir");
+    let name = path.file_name().expect("a file name");
+    for suffix in ["", "-wal", "-records"] {
+        let mut from = path.as_os_str().to_owned();
+        from.push(suffix);
+        let mut to = into.join(name).into_os_string();
+        to.push(suffix);
+        if std::path::Path::new(&from).exists() {
+            std::fs::copy(&from, &to).expect("copies");
+        }
+    }
+    into.join(name)
+}
+
+#[test]
+fn rows_a_gate_let_out_survive_a_kill_before_their_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("log.db");
+    let log = open_without_background_commits(&path);
+    let mut last = 0;
+    for step in 0..5 {
+        last = log
+            .append(
+                "s",
+                Some("t"),
+                at(i64::from(step)),
+                Event::StepStarted { step },
+            )
+            .expect("appends")
+            .seq;
+    }
+    futures_executor::block_on(log.durable(last)).expect("durable");
+    assert!(log.is_durable(last));
+    // The gate wrote the rows to the record file; nothing is committed yet.
+    assert_eq!(committed_rows(&path), 0);
+    assert!(records_path(&path).metadata().expect("a record file").len() > 0);
+    // The next appended row is not durable until a gate or a commit says so.
+    let later = log
+        .append("s", Some("t"), at(9), Event::StepStarted { step: 9 })
+        .expect("appends")
+        .seq;
+    assert!(!log.is_durable(later));
+
+    let copy = files_as_killed(&path, &dir.path().join("killed"));
+    // A reader of the killed log sees them too: it inserts a dead writer's record file first.
+    let reader_copy = files_as_killed(&path, &dir.path().join("read"));
+    let seen: Vec<u64> = LogReader::open(&reader_copy)
+        .expect("a reader opens")
+        .session_events("s", 0)
+        .expect("reads")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seen, [1, 2, 3, 4, 5]);
+    assert!(!records_path(&reader_copy).exists());
+    // A reader in the writer's own process has the writer commit first: it sees what was let
+    // out, and the record file empties.
+    let in_process = LogReader::open(&path).expect("reader");
+    assert_eq!(in_process.max_seq().expect("reads"), 6);
+    assert_eq!(committed_rows(&path), 6);
+    assert_eq!(records_path(&path).metadata().expect("kept").len(), 0);
+    let reopened = Log::open(&copy).expect("reopens");
+    let events = reopened
+        .reader()
+        .expect("reader")
+        .session_events("s", 0)
+        .expect("reads");
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        [1, 2, 3, 4, 5],
+        "every row the gate let out, and none after"
+    );
+    assert_eq!(events[4].event, Event::StepStarted { step: 4 });
+    assert_eq!(events[4].at, at(4));
+    assert_eq!(events[4].turn_id.as_deref(), Some("t"));
+    // Inserted, the rows leave the file empty; the next append continues after them.
+    assert_eq!(records_path(&copy).metadata().expect("kept").len(), 0);
+    let next = reopened
+        .append("s", None, at(10), Event::StepStarted { step: 10 })
+        .expect("appends")
+        .seq;
+    assert_eq!(next, 6);
+    reopened.close().expect("closes");
+    assert!(
+        !records_path(&copy).exists(),
+        "a clean close leaves no record file"
+    );
+    log.close().expect("closes");
+    assert!(!records_path(&path).exists());
+}
+
+#[test]
+fn a_new_session_is_found_before_its_rows_are_committed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_without_background_commits(&dir.path().join("log.db"));
+    assert!(!log.has_session("s").expect("looks up"));
+    log.append("s", None, at(0), Event::StepStarted { step: 0 })
+        .expect("appends");
+    assert!(log.has_session("s").expect("queued"));
+    // Taken into the open transaction by the writer, still not committed.
+    {
+        let mut store = lock(&log.inner.shared.store);
+        store.insert_queued(&log.inner.shared);
+    }
+    assert_eq!(committed_rows(&dir.path().join("log.db")), 0);
+    assert!(log.has_session("s").expect("in the open transaction"));
+    assert!(!log.has_session("t").expect("looks up"));
+    log.flush_blocking().expect("flushes");
+    assert!(log.has_session("s").expect("committed"));
 }
