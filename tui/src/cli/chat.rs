@@ -107,6 +107,7 @@ async fn chat(log: &Log, agent: Arc<dyn Agent>, args: &ChatArgs) -> Result<()> {
         }
         let message = UIMessage::user(RandomIds.next_id("msg"), text);
         if !turn(
+            log,
             &session,
             message,
             &mut signals,
@@ -152,6 +153,7 @@ fn listen(interactive: bool) -> mpsc::UnboundedReceiver<Signal> {
 
 /// Runs one turn, printing its answer as it streams. Returns false when the user asked to exit.
 async fn turn(
+    log: &Log,
     session: &Session,
     message: UIMessage,
     signals: &mut mpsc::UnboundedReceiver<Signal>,
@@ -185,6 +187,9 @@ async fn turn(
         }
     }
     let outcome = stream.finish().await?;
+    // The turn's end is durable; committed now, it is also what any other process reading the
+    // log sees by the time the prompt returns.
+    log.flush().await?;
     view.finish()?;
     match outcome.status {
         OutcomeStatus::Aborted => eprintln!("[cancelled: the partial answer is kept]"),
