@@ -15,17 +15,9 @@ const LOCK_TRIES: u32 = 20;
 /// holding it), so a lock taken on a file that was removed meanwhile is taken again on the
 /// file now at the path.
 pub(crate) fn take_lock(lock_path: &Path) -> Result<File, StoreError> {
-    let io = |source| StoreError::Io {
-        path: lock_path.to_owned(),
-        source,
-    };
+    let io = io_error(lock_path);
     loop {
-        let lock_file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(lock_path)
-            .map_err(io)?;
+        let lock_file = open_lock_file(lock_path)?;
         // A reader probes the lock with a shared lock it lets go at once (to tell whether a
         // writer is alive), so a refusal is retried for a moment before it counts.
         let mut tries = 0;
@@ -52,20 +44,30 @@ pub(crate) fn take_lock(lock_path: &Path) -> Result<File, StoreError> {
 
 /// The single-writer lock if no writer holds it now (no waiting): `None` while one lives.
 pub(crate) fn try_take_lock(lock_path: &Path) -> Result<Option<File>, StoreError> {
-    let io = |source| StoreError::Io {
-        path: lock_path.to_owned(),
-        source,
-    };
-    let lock_file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(lock_path)
-        .map_err(io)?;
+    let io = io_error(lock_path);
+    let lock_file = open_lock_file(lock_path)?;
     match lock_file.try_lock() {
         Ok(()) if still_at_path(&lock_file, lock_path) => Ok(Some(lock_file)),
         Ok(()) | Err(TryLockError::WouldBlock) => Ok(None),
         Err(TryLockError::Error(source)) => Err(io(source)),
+    }
+}
+
+/// Opens (creating) the lock file, unlocked.
+fn open_lock_file(lock_path: &Path) -> Result<File, StoreError> {
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_path)
+        .map_err(io_error(lock_path))
+}
+
+/// An I/O error naming the lock file.
+fn io_error(lock_path: &Path) -> impl Fn(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: lock_path.to_owned(),
+        source,
     }
 }
 

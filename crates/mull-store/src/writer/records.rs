@@ -27,7 +27,7 @@ use crate::error::StoreError;
 use crate::timestamp;
 
 /// Past this size the writer thread empties the file even if it must hold gates back for one
-/// commit to catch up (see `Shared::settle_records`).
+/// commit to catch up (see `run_writer`).
 pub(super) const RECORDS_RESET_BYTES: u64 = 4 << 20;
 
 /// The record file of the log at `db`.
