@@ -20,6 +20,10 @@ struct Cli {
     /// The OTEL_EXPORTER_OTLP_* variables work too.
     #[arg(long, global = true, value_name = "URL")]
     otlp: Option<String>,
+    /// How RUST_LOG output is written on standard error: `text` (coloured only on a terminal)
+    /// or `json` (one object per line, for log collectors).
+    #[arg(long, global = true, value_enum, default_value_t = telemetry::LogFormat::Text)]
+    log_format: telemetry::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,7 +112,7 @@ fn run() -> Result<()> {
         Command::Export { .. } => None,
         _ => cli.otlp.as_deref(),
     };
-    let _telemetry = telemetry::init(live_otlp)?;
+    let _telemetry = telemetry::init(live_otlp, cli.log_format)?;
     match cli.command {
         Command::Chat(args) => cli::chat::run(args),
         Command::Serve(args) => cli::serve::run(args),

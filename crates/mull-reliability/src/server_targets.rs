@@ -18,7 +18,7 @@ use mull_core::LanguageModel;
 use mull_engine::Agent;
 use mull_providers::scripted::ScriptedModel;
 use mull_server::wire::{messages_to_wire, ChatRequest, WireError};
-use mull_server::{bind, decode_client_frame, ConnectionLimits, ServerConfig, ServerState};
+use mull_server::{bind, decode_client_frame, ServerConfig, ServerState};
 use mull_store::Log;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -122,7 +122,7 @@ impl HttpTarget {
         let config = ServerConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             token: None,
-            limits: ConnectionLimits::default(),
+            ..ServerConfig::default()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let addr = runtime.block_on(async {
@@ -144,8 +144,9 @@ impl HttpTarget {
     /// `POST /api/chat` with `body`.
     pub fn chat_body(&self, body: &[u8]) {
         let mut request = format!(
-            "POST /api/chat HTTP/1.1\r\nhost: fuzz\r\ncontent-type: application/json\r\n\
+            "POST /api/chat HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
              content-length: {}\r\nconnection: close\r\n\r\n",
+            self.addr,
             body.len()
         )
         .into_bytes();
@@ -165,7 +166,8 @@ impl HttpTarget {
             })
             .collect();
         let request = format!(
-            "GET /api/chat/{encoded}/stream HTTP/1.1\r\nhost: fuzz\r\nconnection: close\r\n\r\n"
+            "GET /api/chat/{encoded}/stream HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+            self.addr
         );
         self.check_answer(request.as_bytes(), true);
     }
@@ -189,11 +191,12 @@ impl HttpTarget {
             Some(answer) => check_response(&answer, routed),
             None => assert!(!routed, "a whole request got no answer"),
         }
+        let probe = format!(
+            "GET /api/chat/alive/stream HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+            self.addr
+        );
         let alive = self
-            .exchange(
-                b"GET /api/chat/alive/stream HTTP/1.1\r\nhost: fuzz\r\nconnection: close\r\n\r\n",
-                REQUEST_DEADLINE,
-            )
+            .exchange(probe.as_bytes(), REQUEST_DEADLINE)
             .expect("the server answers after a fuzzed request");
         let alive = String::from_utf8_lossy(&alive);
         assert!(

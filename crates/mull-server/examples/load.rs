@@ -113,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
     let config = ServerConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         token: None,
-        limits: mull_server::ConnectionLimits::default(),
+        ..ServerConfig::default()
     };
     let bound = bind(&config, state).await?;
     let url = format!("http://{}/api/chat", bound.local_addr());

@@ -273,6 +273,7 @@ fn engine_error(chat_id: &str, error: EngineError) -> ApiError {
 
 /// Starts what `request` asks for and returns the stream of its turn.
 pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started, ApiError> {
+    crate::ids::check_request(&request)?;
     let regenerate = request.trigger == Trigger::RegenerateMessage;
     // Only an existing chat has an answer to regenerate.
     let session = if regenerate {
@@ -382,6 +383,7 @@ async fn submit(
 /// The active request of a chat, for resume: its stream from its first attempt's first chunk.
 /// `None` when no request is active.
 pub async fn resume(state: &ServerState, chat_id: &str) -> Result<Option<Started>, ApiError> {
+    crate::ids::check_id("id", chat_id)?;
     let session = match state.existing_or_holder(chat_id).await? {
         Local::Here(session) => session,
         Local::Elsewhere(owner) => return resume_remote(state, chat_id, &owner).await,
@@ -466,6 +468,7 @@ pub enum Cancel {
 
 /// Cancels the active requests of a chat, or asks the node that runs it to.
 pub async fn cancel(state: &ServerState, chat_id: &str) -> Result<Cancel, ApiError> {
+    crate::ids::check_id("id", chat_id)?;
     // A turn runs where its chat is held; another node's turn is reached through the log.
     match state.existing_or_holder(chat_id).await? {
         Local::Here(_) => Ok(Cancel::Here(cancel_here(state, chat_id).await?)),

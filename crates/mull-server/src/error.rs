@@ -41,6 +41,31 @@ pub enum ApiError {
          with GET /api/chat/{chat_id}/stream on any node"
     )]
     Busy { chat_id: String, owner: String },
+    /// A browser page of an origin the server does not allow, or a `Host` that does not name
+    /// the server (DNS rebinding): see [`crate::edge`].
+    #[error("{0}")]
+    Forbidden(String),
+    /// A chat request whose body is not declared `application/json`.
+    #[error(
+        "a chat request must be sent with content-type: application/json (got {0}); \
+         browsers send text/plain only from forms and simple requests, which are refused"
+    )]
+    UnsupportedMediaType(String),
+    /// An id the client chose is too long or uses characters ids may not have.
+    #[error("{field}: {reason}")]
+    InvalidId { field: String, reason: String },
+    /// The request line (its URI) is longer than the server reads.
+    #[error("the request URI is longer than the limit of {limit} bytes")]
+    UriTooLong { limit: usize },
+    /// One client address holds all the connections it may.
+    #[error(
+        "this client address already holds {connections} open connections, its share; \
+         close some or retry shortly"
+    )]
+    ClientOverloaded { connections: usize },
+    /// The server is shutting down: it finishes running turns but starts no new one.
+    #[error("the server is shutting down and starts no new turn; retry on another node or after it restarts")]
+    Draining,
     /// The engine or the log failed.
     #[error("{0}")]
     Internal(String),
@@ -58,6 +83,13 @@ impl ApiError {
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Busy { .. } => StatusCode::CONFLICT,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::InvalidId { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            ApiError::ClientOverloaded { .. } | ApiError::Draining => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -74,6 +106,12 @@ impl ApiError {
             ApiError::BodyTimeout { .. } => "body_timeout",
             ApiError::Overloaded { .. } => "overloaded",
             ApiError::Busy { .. } => "busy",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::InvalidId { .. } => "invalid_id",
+            ApiError::UriTooLong { .. } => "uri_too_long",
+            ApiError::ClientOverloaded { .. } => "client_overloaded",
+            ApiError::Draining => "draining",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -88,7 +126,11 @@ impl ApiError {
     fn closes_connection(&self) -> bool {
         matches!(
             self,
-            ApiError::TooLarge { .. } | ApiError::BodyTimeout { .. } | ApiError::Unauthorized
+            ApiError::TooLarge { .. }
+                | ApiError::BodyTimeout { .. }
+                | ApiError::Unauthorized
+                | ApiError::Forbidden(_)
+                | ApiError::UnsupportedMediaType(_)
         )
     }
 }

@@ -3,6 +3,7 @@
 //! `POST /api/chat/{id}/cancel` aborts it. Every refusal is JSON (see [`crate::error`]).
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -10,12 +11,13 @@ use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 
 use crate::chat::{self, TurnStream};
 use crate::error::ApiError;
+use crate::health::Lifecycle;
 use crate::state::ServerState;
 use crate::ui_stream::UiChunk;
 use crate::wire::ChatRequest;
@@ -126,8 +128,13 @@ fn body_error(state: &ServerState, rejection: BytesRejection) -> ApiError {
 /// `POST /api/chat`: runs what the request asks and streams the turn back.
 pub(crate) async fn post_chat(
     State(state): State<ServerState>,
+    lifecycle: Option<Extension<Arc<Lifecycle>>>,
     request: Request,
 ) -> Result<Response, ApiError> {
+    crate::edge::require_json(request.headers())?;
+    if let Some(Extension(lifecycle)) = &lifecycle {
+        lifecycle.admit()?;
+    }
     let body = read_body(&state, request).await?;
     let request = match ChatRequest::from_slice(&body) {
         Ok(request) => request,
@@ -147,7 +154,8 @@ pub(crate) async fn post_chat(
 async fn record_parse_failure(state: &ServerState, body: &[u8], message: &str) {
     let chat_id = serde_json::from_slice::<Value>(body)
         .ok()
-        .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned));
+        .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned))
+        .filter(|id| crate::ids::check_id("id", id).is_ok());
     if let Some(chat_id) = chat_id {
         if let Ok(session) = state.existing_session(&chat_id).await {
             session.record_parse_failure(message).await;

@@ -9,6 +9,7 @@
 //! | `GET /api/chat/{id}/stream` | resume: the running turn from its first chunk, then live; 204 when none runs |
 //! | `POST /api/chat/{id}/cancel` | abort the running turn (its partial message is kept); on another node's chat, 202: the cancellation is recorded for that node |
 //! | `GET /api/chat/ws` | WebSocket: `WebSocketChatTransport` frames, several chats per socket |
+//! | `GET /healthz`, `GET /readyz` | probes: the process serves; it starts turns (not draining, log writable) |
 //!
 //! Where things are:
 //! - [`wire`]: the AI SDK's camelCase messages and chat requests, mapped to mull's model.
@@ -18,30 +19,45 @@
 //! - [`chat`]: what a request asks of its session, and the numbered chunk stream of a turn.
 //! - `http` and `ws`: the two framings; [`error`]: refusals as JSON; [`state`]: the open
 //!   sessions, leased per request and stream, evicted when idle and re-opened from the log.
+//! - [`edge`]: which hosts and browser origins may use the server; [`ids`]: the ids clients
+//!   choose, bounded; `listen`: connection caps; [`health`] and [`drain`]: probes and the clean
+//!   stop.
 //!
 //! One session per chat id; a stream only ever carries events of its own chat's session.
 
 pub mod chat;
+pub mod drain;
+pub mod edge;
 pub mod error;
 pub mod follow;
+pub mod health;
 mod http;
+pub mod ids;
 pub mod inbox;
 mod listen;
+mod prefixed;
 pub mod state;
 pub mod ui_stream;
 pub mod wire;
 mod ws;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 
+pub use drain::DEFAULT_GRACE;
+pub use edge::{EdgeConfigError, EdgePolicy};
 pub use error::ApiError;
+pub use health::Lifecycle;
 pub use http::{sse_frame, SSE_DONE, UI_MESSAGE_STREAM_HEADERS};
-pub use listen::{ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+pub use listen::{
+    ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT, MAX_REQUEST_LINE,
+};
 pub use state::{
     AgentSource, ChatSession, OptionsSource, ServerState, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TTL,
     DEFAULT_LEASE_WAIT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_OPEN_SESSIONS,
@@ -78,24 +94,44 @@ pub struct ServerConfig {
     pub addr: SocketAddr,
     /// The bearer token every request must carry (`MULL_TOKEN`).
     pub token: Option<String>,
-    /// The connection cap and the request-head deadline.
+    /// The connection caps and the request-head deadline.
     pub limits: ConnectionLimits,
+    /// Host names the server answers besides its address (behind a proxy, the public name).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins, besides the server's own, whose pages may use it.
+    pub allowed_origins: Vec<String>,
+    /// How long running turns get to finish once a stop is asked for.
+    pub grace: Duration,
+}
+
+impl Default for ServerConfig {
+    /// Loopback port 3000, no token, default limits, only the server's own origin.
+    fn default() -> Self {
+        ServerConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            token: None,
+            limits: ConnectionLimits::default(),
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            grace: DEFAULT_GRACE,
+        }
+    }
 }
 
 impl ServerConfig {
-    /// Loopback port 3000, token from `MULL_TOKEN` when set (even to an empty value, which
-    /// [`ServerConfig::check`] then refuses), default limits.
+    /// The defaults, with the token from `MULL_TOKEN` when set (even to an empty value, which
+    /// [`ServerConfig::check`] then refuses).
     pub fn from_env() -> ServerConfig {
         ServerConfig {
-            addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
             token: std::env::var("MULL_TOKEN").ok(),
-            limits: ConnectionLimits::default(),
+            ..ServerConfig::default()
         }
     }
 
     /// Refuses a token no request could match (empty, or with whitespace around it: the
     /// header's value is trimmed), a non-loopback address without a token (anyone on the
-    /// network could read and drive every chat), and a cap of no connections.
+    /// network could read and drive every chat), a cap of no connections, and hosts or
+    /// origins that are not ones.
     pub fn check(&self) -> Result<(), ServeError> {
         if let Some(token) = &self.token {
             if token.trim().is_empty() || token.trim() != token {
@@ -105,10 +141,20 @@ impl ServerConfig {
         if !self.addr.ip().is_loopback() && self.token.is_none() {
             return Err(ServeError::TokenRequired(self.addr));
         }
-        if self.limits.max_connections == 0 {
+        if self.limits.max_connections == 0 || self.limits.max_per_client == 0 {
             return Err(ServeError::NoConnections);
         }
+        self.edge(self.addr)?;
         Ok(())
+    }
+
+    /// The edge policy of this config once bound to `addr`.
+    pub fn edge(&self, addr: SocketAddr) -> Result<EdgePolicy, ServeError> {
+        Ok(EdgePolicy::new(
+            addr,
+            &self.allowed_hosts,
+            &self.allowed_origins,
+        )?)
     }
 }
 
@@ -125,8 +171,10 @@ pub enum ServeError {
          set it to the token clients send, or unset it"
     )]
     BlankToken,
-    #[error("the connection cap must allow at least one connection")]
+    #[error("the connection caps (in total and per client) must allow at least one connection")]
     NoConnections,
+    #[error(transparent)]
+    Edge(#[from] EdgeConfigError),
     #[error("binding {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -142,7 +190,12 @@ pub struct Bound {
     app: Router,
     addr: SocketAddr,
     state: ServerState,
+    lifecycle: Arc<Lifecycle>,
+    grace: Duration,
 }
+
+/// How long, after the turns ended, open connections and sockets get to deliver their ends.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 impl Bound {
     /// The address the server listens on.
@@ -150,9 +203,16 @@ impl Bound {
         self.addr
     }
 
-    /// Serves until `shutdown` resolves, then finishes open requests and returns. Meanwhile
-    /// idle sessions are evicted every half idle TTL (at least every minute); on a shared log,
-    /// chats other nodes left behind are taken over every [`TAKE_OVER_PERIOD`].
+    /// Whether it drains; `/readyz` answers from it.
+    pub fn lifecycle(&self) -> Arc<Lifecycle> {
+        Arc::clone(&self.lifecycle)
+    }
+
+    /// Serves until `shutdown` resolves, then stops cleanly: accepts nothing more, lets
+    /// running turns finish within the grace period and cancels the rest (see [`drain`]),
+    /// lets every stream deliver its turn's end, and gives the chats back. Meanwhile idle
+    /// sessions are evicted every half idle TTL (at least every minute); on a shared log, chats
+    /// other nodes left behind are taken over every [`TAKE_OVER_PERIOD`].
     pub async fn run(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -160,6 +220,7 @@ impl Bound {
         let period =
             (self.state.idle_ttl() / 2).clamp(Duration::from_millis(10), Duration::from_secs(60));
         let state = self.state;
+        let lifecycle = self.lifecycle;
         let taker = state.log().is_shared().then(|| {
             let state = state.clone();
             tokio::spawn(async move {
@@ -198,17 +259,40 @@ impl Bound {
                 }
             }
         });
-        listen::serve_connections(self.listener, self.app, self.limits, shutdown).await;
+        let drained = Arc::clone(&lifecycle);
+        let closing = listen::serve_connections(self.listener, self.app, self.limits, async move {
+            shutdown.await;
+            drained.start_draining();
+        })
+        .await;
+        tracing::info!(
+            grace_ms = self.grace.as_millis() as u64,
+            "stopping: no new connections or turns"
+        );
+        let cancelled = drain::finish_turns(&state, self.grace).await;
+        let delivered = tokio::time::timeout(CLOSE_WAIT, async {
+            closing.finished().await;
+            lifecycle.sockets_closed().await;
+        })
+        .await;
+        if delivered.is_err() {
+            tracing::warn!(
+                sockets = lifecycle.open_sockets(),
+                "connections still open after the turns ended; closing them"
+            );
+        }
         sweeper.abort();
         if let Some(taker) = taker {
             taker.abort();
         }
         state.give_back_all().await;
+        tracing::info!(cancelled = cancelled.len(), "stopped");
         Ok(())
     }
 }
 
-/// Checks the config, applies its token to the state and binds the address.
+/// Checks the config, applies its token to the state and binds the address. The router gets
+/// the probes and, in front, the edge (hosts and origins, see [`edge`]).
 pub async fn bind(config: &ServerConfig, state: ServerState) -> Result<Bound, ServeError> {
     config.check()?;
     let state = state.with_token(config.token.clone());
@@ -222,12 +306,19 @@ pub async fn bind(config: &ServerConfig, state: ServerState) -> Result<Bound, Se
         addr: config.addr,
         source,
     })?;
+    let lifecycle = Arc::new(Lifecycle::default());
+    let app = health::routes(state.clone(), Arc::clone(&lifecycle))
+        .merge(router(state.clone()))
+        .layer(axum::Extension(Arc::clone(&lifecycle)));
+    let app = edge::protect(app, config.edge(addr)?);
     Ok(Bound {
         listener,
         limits: config.limits,
-        app: router(state.clone()),
+        app,
         addr,
         state,
+        lifecycle,
+        grace: config.grace,
     })
 }
 

@@ -1,12 +1,16 @@
-//! The accept loop under hostile clients: a cap on open connections (one past it is answered
-//! with a JSON 503 and closed, never queued), and a deadline for each request head, so a
-//! client that trickles its headers, or keeps a connection open without asking anything, is
-//! closed instead of holding a slot forever. Request bodies have their own deadline in the
-//! router (`http`), and a WebSocket its idle timeout (`ws`).
+//! The accept loop under hostile clients: a cap on open connections in total and another per
+//! client address, so one client cannot take every slot (one past either is answered with a
+//! JSON 503 and closed, never queued); a deadline for each request head, so a client that
+//! trickles its headers, or keeps a connection open without asking anything, is closed instead
+//! of holding a slot forever; and a request line longer than [`MAX_REQUEST_LINE`] is answered
+//! with a JSON 414 (see `prefixed`). Request bodies have their own deadline in the router
+//! (`http`), and a WebSocket its idle timeout (`ws`).
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -18,9 +22,19 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use crate::error::ApiError;
+use crate::prefixed::{read_request_line, Prefixed, RequestLine};
 
 /// The default most connections open at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// The default most connections one client address may hold at once: a quarter of the total,
+/// so one client leaves the rest to the others. Behind a proxy every connection comes from the
+/// proxy's address: raise it to the total there.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
+
+/// The longest request line read (method, URI, version). Every route's URI is short (ids are
+/// at most [`crate::ids::MAX_ID_LEN`] bytes); a longer one is refused with a JSON 414.
+pub const MAX_REQUEST_LINE: usize = 8 * 1024;
 
 /// The default time a request head (request line and headers) may take to arrive, counted from
 /// when the connection starts waiting for it: a new connection, or a kept-alive one between
@@ -35,6 +49,8 @@ const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct ConnectionLimits {
     /// The most connections open at once (WebSockets and streams included).
     pub max_connections: usize,
+    /// The most connections one client address may hold at once.
+    pub max_per_client: usize,
     /// See [`DEFAULT_HEADER_TIMEOUT`].
     pub header_timeout: Duration,
 }
@@ -43,24 +59,78 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
         }
     }
 }
 
-/// Accepts connections until `shutdown` resolves, then lets open requests finish.
+/// Connections open per client address.
+#[derive(Default)]
+struct PerClient {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection counted against its client's share until dropped.
+struct ClientSlot {
+    clients: Arc<PerClient>,
+    ip: IpAddr,
+}
+
+impl PerClient {
+    fn take(self: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<ClientSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(ip).or_insert(0);
+        if *count >= cap {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot {
+            clients: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.clients.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Connections that stopped being accepted and are finishing.
+pub(crate) struct Closing {
+    done: watch::Sender<()>,
+}
+
+impl Closing {
+    /// Resolves once every connection has ended.
+    pub(crate) async fn finished(self) {
+        self.done.closed().await;
+    }
+}
+
+/// Accepts connections until `shutdown` resolves, then asks open ones to finish: what is in
+/// flight completes, idle kept-alive connections close. [`Closing::finished`] waits for them.
 pub(crate) async fn serve_connections(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
-) {
+) -> Closing {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let clients = Arc::new(PerClient::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = watch::channel(());
     let mut shutdown = pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -73,57 +143,101 @@ pub(crate) async fn serve_connections(
             },
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            tokio::spawn(refuse(stream, limits.max_connections));
+            let refusal = ApiError::Overloaded {
+                connections: limits.max_connections,
+            };
+            tokio::spawn(refuse(stream, refusal));
+            continue;
+        };
+        let Some(slot) = clients.take(peer.ip(), limits.max_per_client.max(1)) else {
+            drop(permit);
+            tracing::debug!(client = %peer, "connection refused: the client holds its share");
+            let refusal = ApiError::ClientOverloaded {
+                connections: limits.max_per_client,
+            };
+            tokio::spawn(refuse(stream, refusal));
             continue;
         };
         let app = app.clone();
-        let mut stop = stop_rx.clone();
+        let stop = stop_rx.clone();
         let done = done_rx.clone();
         tokio::spawn(async move {
-            let _permit = permit;
-            let _done = done;
-            let _ = stream.set_nodelay(true);
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout);
-            let service = TowerToHyperService::new(app);
-            let mut conn = pin!(builder
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades());
-            loop {
-                tokio::select! {
-                    result = conn.as_mut() => {
-                        if let Err(error) = result {
-                            tracing::debug!(%error, "connection ended");
-                        }
-                        break;
-                    }
-                    changed = stop.changed() => {
-                        conn.as_mut().graceful_shutdown();
-                        if changed.is_err() {
-                            // The loop is gone; finish without listening for it again.
-                            let _ = conn.as_mut().await;
-                            break;
-                        }
-                    }
-                }
-            }
+            let _held = (permit, slot, done);
+            serve_one(stream, peer, app, limits, stop).await;
         });
     }
     drop(listener);
     let _ = stop_tx.send(true);
     drop(done_rx);
-    done_tx.closed().await;
+    Closing { done: done_tx }
 }
 
-/// Answers a connection past the cap with a JSON 503 and closes it.
-async fn refuse(mut stream: TcpStream, cap: usize) {
-    let error = ApiError::Overloaded { connections: cap };
+/// Serves one connection: its first request line read here (so an overlong one gets a JSON
+/// answer), the rest by hyper.
+async fn serve_one(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: ConnectionLimits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let head = tokio::select! {
+        head = tokio::time::timeout(
+            limits.header_timeout,
+            read_request_line(&mut stream, MAX_REQUEST_LINE),
+        ) => head,
+        _ = stop.changed() => return,
+    };
+    let prefix = match head {
+        Ok(Ok(RequestLine::Read(prefix))) => prefix,
+        Ok(Ok(RequestLine::TooLong)) => {
+            tracing::debug!(client = %peer, "request line too long");
+            let refusal = ApiError::UriTooLong {
+                limit: MAX_REQUEST_LINE,
+            };
+            return refuse(stream, refusal).await;
+        }
+        // Closed, failed or silent before a request began: nothing to answer.
+        Ok(Ok(RequestLine::Closed)) | Ok(Err(_)) | Err(_) => return,
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let service = TowerToHyperService::new(app);
+    let io = TokioIo::new(Prefixed::new(prefix, stream));
+    let mut conn = pin!(builder.serve_connection(io, service).with_upgrades());
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended");
+                }
+                break;
+            }
+            changed = stop.changed() => {
+                conn.as_mut().graceful_shutdown();
+                if changed.is_err() {
+                    // The loop is gone; finish without listening for it again.
+                    let _ = conn.as_mut().await;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Answers a connection the server will not serve (past a cap, an overlong request line) with
+/// the refusal's JSON and closes it.
+async fn refuse(mut stream: TcpStream, error: ApiError) {
     let body = error.body().to_string();
+    let status = error.status();
     let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\n\
          content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
         body.len()
     );
     let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {

@@ -268,6 +268,40 @@ impl ServerState {
         lock(&self.inner.sessions.map).len()
     }
 
+    /// The open chats where a turn runs or something waits in the session: a server draining
+    /// waits for them to end.
+    pub fn busy_chats(&self) -> Vec<String> {
+        lock(&self.inner.sessions.map)
+            .iter()
+            .filter(|(_, slot)| !slot.is_quiet())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Drops the session of `chat_id` at once if nobody uses it (its client went away): it
+    /// reopens from the log on its next request. Returns whether it was dropped.
+    pub fn release_if_unused(&self, chat_id: &str) -> bool {
+        let mut map = lock(&self.inner.sessions.map);
+        let unused = map
+            .get(chat_id)
+            .is_some_and(|slot| Arc::strong_count(slot) == 1 && slot.is_quiet());
+        if !unused {
+            return false;
+        }
+        map.remove(chat_id);
+        if self.inner.log.is_shared() {
+            // Under the map lock, as in `evict_idle`: the release names the lease held now.
+            let release = self.inner.log.release_session(chat_id);
+            let id = chat_id.to_owned();
+            tokio::spawn(async move {
+                if let Err(e) = release.await {
+                    tracing::warn!(chat = %id, "giving the chat back: {e}");
+                }
+            });
+        }
+        true
+    }
+
     /// Whether the session of `chat_id` is open.
     pub fn is_open(&self, chat_id: &str) -> bool {
         lock(&self.inner.sessions.map).contains_key(chat_id)

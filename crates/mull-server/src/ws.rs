@@ -7,11 +7,14 @@
 //! each with the `requestId` it answers. Sequences count a turn's chunks from 0; `resume` with
 //! `lastSequence` continues right after that chunk, replayed from the log, then live.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use axum::extract::{State, WebSocketUpgrade};
 use axum::response::Response;
+use axum::Extension;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -20,6 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::chat::{self, Started};
 use crate::error::ApiError;
+use crate::health::Lifecycle;
 use crate::state::ServerState;
 use crate::wire::{decode_at_path, ChatRequest, Trigger, WireMessage};
 
@@ -57,20 +61,45 @@ fn submit() -> Trigger {
     Trigger::SubmitMessage
 }
 
-/// `GET /api/chat/ws`: upgrades to the chat transport.
-pub(crate) async fn upgrade(State(state): State<ServerState>, ws: WebSocketUpgrade) -> Response {
+/// The most requests one socket streams at once; a `send` or `resume` past it is answered with
+/// an error frame.
+pub const MAX_REQUESTS_PER_SOCKET: usize = 32;
+
+/// The most frames queued for a client that does not read: past it, the socket's requests wait
+/// (their turns run on, and stay resumable from the log).
+const OUTBOX_FRAMES: usize = 256;
+
+/// The most chats a socket remembers to release when it closes (the rest go when idle).
+const MAX_CHATS_RELEASED: usize = 1024;
+
+/// How often a draining socket looks whether its requests have finished.
+const DRAIN_POLL: Duration = Duration::from_millis(50);
+
+/// `GET /api/chat/ws`: upgrades to the chat transport. A message, and so a frame (browsers send
+/// each message as one frame), is at most the body limit; the read buffer starts small.
+pub(crate) async fn upgrade(
+    State(state): State<ServerState>,
+    lifecycle: Option<Extension<Arc<Lifecycle>>>,
+    ws: WebSocketUpgrade,
+) -> Response {
     let limit = state.inner.max_body_bytes;
+    let lifecycle = lifecycle.map(|Extension(l)| l);
     ws.max_message_size(limit)
-        .on_upgrade(move |socket| serve_socket(state, socket))
+        .max_frame_size(limit)
+        .read_buffer_size(16 * 1024)
+        .write_buffer_size(16 * 1024)
+        .on_upgrade(move |socket| serve_socket(state, lifecycle, socket))
 }
 
 /// What a request task tells the socket: a frame to send.
-type Outbox = mpsc::UnboundedSender<Value>;
+type Outbox = mpsc::Sender<Value>;
 
-/// Runs one socket: reads client frames, runs one task per request, writes their frames.
-async fn serve_socket(state: ServerState, socket: WebSocket) {
+/// Runs one socket: reads client frames, runs one task per request, writes their frames. Once
+/// the server drains, it takes no new request, and closes when its running ones have ended.
+async fn serve_socket(state: ServerState, lifecycle: Option<Arc<Lifecycle>>, socket: WebSocket) {
+    let _open = lifecycle.as_ref().map(Lifecycle::socket_opened);
     let (mut sink, mut source) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Value>();
+    let (out_tx, mut out_rx) = mpsc::channel::<Value>(OUTBOX_FRAMES);
     let writer = tokio::spawn(async move {
         while let Some(frame) = out_rx.recv().await {
             if sink
@@ -84,9 +113,33 @@ async fn serve_socket(state: ServerState, socket: WebSocket) {
         let _ = sink.close().await;
     });
     let mut requests: HashMap<String, Request> = HashMap::new();
+    // The chats this socket asked for (bounded), released when it closes.
+    let mut chats: HashSet<String> = HashSet::new();
     let idle = state.inner.socket_idle_timeout;
+    let draining = async {
+        match &lifecycle {
+            Some(lifecycle) => lifecycle.draining().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut draining = std::pin::pin!(draining);
+    let mut drained = false;
     loop {
-        let message = match tokio::time::timeout(idle, source.next()).await {
+        let next = tokio::select! {
+            next = tokio::time::timeout(idle, source.next()) => next,
+            () = &mut draining, if !drained => {
+                drained = true;
+                continue;
+            }
+            () = tokio::time::sleep(DRAIN_POLL), if drained => {
+                requests.retain(|_, r| !r.task.is_finished());
+                if requests.is_empty() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let message = match next {
             Ok(Some(Ok(message))) => message,
             Ok(_) => break,
             Err(_) => {
@@ -105,14 +158,24 @@ async fn serve_socket(state: ServerState, socket: WebSocket) {
             Message::Ping(_) | Message::Pong(_) => continue,
         };
         requests.retain(|_, r| !r.task.is_finished());
-        handle_frame(&state, &text, &out_tx, &mut requests).await;
+        handle_frame(&state, lifecycle.as_deref(), &text, &out_tx, &mut requests).await;
+        for request in requests.values() {
+            if chats.len() < MAX_CHATS_RELEASED && !chats.contains(&request.chat_id) {
+                chats.insert(request.chat_id.clone());
+            }
+        }
     }
-    // The client is gone: stop streaming to it; turns go on and stay resumable.
+    // The client is gone, or the server drained: stop streaming to it; turns go on and stay
+    // resumable.
     for (_, request) in requests {
         request.task.abort();
     }
     drop(out_tx);
     let _ = writer.await;
+    // Its chats leave memory now unless something still runs or waits in them.
+    for chat_id in chats {
+        state.release_if_unused(&chat_id);
+    }
 }
 
 /// A request being served on the socket.
@@ -125,6 +188,7 @@ struct Request {
 
 async fn handle_frame(
     state: &ServerState,
+    lifecycle: Option<&Lifecycle>,
     text: &str,
     out: &Outbox,
     requests: &mut HashMap<String, Request>,
@@ -133,9 +197,34 @@ async fn handle_frame(
         Ok(frame) => frame,
         Err(refused) => {
             tracing::debug!(error = %refused.error, "websocket frame refused");
-            return send_error(out, refused.request_id.as_deref(), &refused.error);
+            let echo = refused
+                .request_id
+                .as_deref()
+                .filter(|id| crate::ids::check_id("requestId", id).is_ok());
+            return send_error(out, echo, &refused.error).await;
         }
     };
+    if let ClientFrame::Send { request_id, .. } | ClientFrame::Resume { request_id, .. } = &frame {
+        let admitted = crate::ids::check_id("requestId", request_id)
+            .and_then(|()| lifecycle.map_or(Ok(()), Lifecycle::admit))
+            .and_then(|()| {
+                if requests.len() >= MAX_REQUESTS_PER_SOCKET {
+                    Err(ApiError::BadRequest(format!(
+                        "this socket already streams {MAX_REQUESTS_PER_SOCKET} requests, its \
+                         limit; abort one or open another socket"
+                    )))
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(error) = admitted {
+            // A refused request id is not echoed back: it may be what was wrong.
+            let echo = crate::ids::check_id("requestId", request_id)
+                .is_ok()
+                .then_some(request_id.as_str());
+            return send_error(out, echo, &error.to_string()).await;
+        }
+    }
     match frame {
         ClientFrame::Abort { request_id } => {
             if let Some(request) = requests.remove(&request_id) {
@@ -157,7 +246,7 @@ async fn handle_frame(
         } => {
             let request = ChatRequest::new(id.clone(), messages, trigger, message_id, body);
             let started = chat::start(state, request).await;
-            spawn_request(out, requests, request_id, id, started.map(Some), None);
+            spawn_request(out, requests, request_id, id, started.map(Some), None).await;
         }
         ClientFrame::Resume {
             request_id,
@@ -165,7 +254,7 @@ async fn handle_frame(
             last_sequence,
         } => {
             let started = chat::resume(state, &id).await;
-            spawn_request(out, requests, request_id, id, started, last_sequence);
+            spawn_request(out, requests, request_id, id, started, last_sequence).await;
         }
     }
 }
@@ -204,15 +293,15 @@ pub fn decode_client_frame(text: &str) -> Result<(&'static str, String), String>
     }
 }
 
-fn send_error(out: &Outbox, request_id: Option<&str>, text: &str) {
+async fn send_error(out: &Outbox, request_id: Option<&str>, text: &str) {
     let mut frame = json!({"type": "error", "errorText": text});
     if let Some(request_id) = request_id {
         frame["requestId"] = json!(request_id);
     }
-    let _ = out.send(frame);
+    let _ = out.send(frame).await;
 }
 
-fn spawn_request(
+async fn spawn_request(
     out: &Outbox,
     requests: &mut HashMap<String, Request>,
     request_id: String,
@@ -223,20 +312,22 @@ fn spawn_request(
     let started = match started {
         Ok(Some(started)) => started,
         Ok(None) => {
-            let _ = out.send(json!({"type": "no-active", "requestId": request_id}));
+            let _ = out
+                .send(json!({"type": "no-active", "requestId": request_id}))
+                .await;
             return;
         }
-        Err(error) => return send_error(out, Some(&request_id), &error.to_string()),
+        Err(error) => return send_error(out, Some(&request_id), &error.to_string()).await,
     };
     let turn_request = started.request_id().map(str::to_owned);
     let out = out.clone();
     let id = request_id.clone();
     let task = tokio::spawn(async move {
         let mut stream = started.stream;
-        let _ = out.send(json!({"type": "start", "requestId": id}));
+        let _ = out.send(json!({"type": "start", "requestId": id})).await;
         if let Some(last) = last_sequence {
             if let Err(error) = stream.skip_through(last).await {
-                return send_error(&out, Some(&id), &error.to_string());
+                return send_error(&out, Some(&id), &error.to_string()).await;
             }
         }
         loop {
@@ -248,15 +339,15 @@ fn spawn_request(
                         "sequence": sequence,
                         "chunk": chunk,
                     });
-                    if out.send(frame).is_err() {
+                    if out.send(frame).await.is_err() {
                         return;
                     }
                 }
                 Ok(None) => {
-                    let _ = out.send(json!({"type": "end", "requestId": id}));
+                    let _ = out.send(json!({"type": "end", "requestId": id})).await;
                     return;
                 }
-                Err(error) => return send_error(&out, Some(&id), &error.to_string()),
+                Err(error) => return send_error(&out, Some(&id), &error.to_string()).await,
             }
         }
     });

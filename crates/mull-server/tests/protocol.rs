@@ -297,7 +297,7 @@ async fn a_token_is_required_when_set() {
     let open = ServerConfig {
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         token: None,
-        limits: mull_server::ConnectionLimits::default(),
+        ..ServerConfig::default()
     };
     let err = open.check().expect_err("a public address needs a token");
     assert!(err.to_string().contains("MULL_TOKEN"), "{err}");
@@ -306,7 +306,7 @@ async fn a_token_is_required_when_set() {
         let config = ServerConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             token: Some(blank.to_owned()),
-            limits: mull_server::ConnectionLimits::default(),
+            ..ServerConfig::default()
         };
         let err = config.check().expect_err("a blank token is refused");
         assert!(err.to_string().contains("MULL_TOKEN is empty"), "{err}");

@@ -482,6 +482,17 @@ impl EventLog for PgLog {
         )
     }
 
+    /// Not ready once the writer task stopped (its connection lost, a commit refused).
+    fn health(&self) -> Result<(), StoreError> {
+        if let Some(failure) = &lock(&self.inner.state).failure {
+            return Err(failure.error());
+        }
+        if self.inner.progress.borrow().stopped {
+            return Err(StoreError::WriterGone);
+        }
+        Ok(())
+    }
+
     /// One statement, and none at all while this node holds no session.
     fn take_cancel_requests(&self) -> LogFuture<'_, Vec<String>> {
         let held: Vec<String> = lock(&self.inner.state)

@@ -123,6 +123,13 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     fn take_cancel_requests(&self) -> LogFuture<'_, Vec<String>> {
         Box::pin(async { Ok(Vec::new()) })
     }
+
+    /// Whether the log takes writes now, or the error an append would get: what a server's
+    /// readiness probe reports. Answers from what the handle already knows, without a round
+    /// trip (a probe must stay cheap).
+    fn health(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl Log {
@@ -178,6 +185,10 @@ impl EventLog for Log {
             self.read_session(session_id).await?;
             self.read_committed(|r| r.turn_events(session_id, turn_id))
         })
+    }
+
+    fn health(&self) -> Result<(), StoreError> {
+        Log::health(self)
     }
 
     fn session_page<'a>(
@@ -259,5 +270,9 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
 
     fn take_cancel_requests(&self) -> LogFuture<'_, Vec<String>> {
         (**self).take_cancel_requests()
+    }
+
+    fn health(&self) -> Result<(), StoreError> {
+        (**self).health()
     }
 }

@@ -3,6 +3,10 @@
 //!
 //! `--db` is a SQLite file (one node) or a `postgres://` URL: then any number of nodes serve
 //! the same chats, each chat written by one node at a time (see `mull-store-pg`).
+//!
+//! It stops cleanly on SIGTERM (how systemd, Docker and Kubernetes stop a service) and Ctrl-C:
+//! no new connections or turns, running turns get `--grace` to finish and are then cancelled,
+//! every client gets its turn's end, and the log is closed.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,6 +53,21 @@ pub struct ServeArgs {
     /// The most connections open at once; one more is answered 503 and closed.
     #[arg(long, default_value_t = mull_server::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// The most connections one client address may hold (behind a proxy every connection
+    /// comes from the proxy: raise it to --max-connections there).
+    #[arg(long, default_value_t = mull_server::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
+    pub max_connections_per_client: usize,
+    /// A browser origin whose pages may use the server, besides its own (repeatable), e.g.
+    /// `--allow-origin http://localhost:5173`. Requests from other origins are refused (403).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// A host name the server answers besides its address (repeatable): the public name a
+    /// proxy in front passes as `Host`. Other names are refused (403), which stops DNS rebinding.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+    /// On SIGTERM or Ctrl-C: how long running turns get to finish before they are cancelled.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub grace: Duration,
     /// How long a request's headers may take to arrive (also how long an idle connection stays
     /// open between requests).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
@@ -58,7 +77,7 @@ pub struct ServeArgs {
     pub body_timeout: Duration,
 }
 
-/// Serves until Ctrl-C, then finishes open requests and commits the log.
+/// Serves until SIGTERM or Ctrl-C, then stops cleanly (see the module docs) and closes the log.
 pub fn run(args: ServeArgs) -> Result<()> {
     // Resolve the agent first, so a missing key is reported before anything binds.
     let shared = choose_agent(args.model.as_deref(), args.tools)?;
@@ -67,8 +86,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         addr: args.addr,
         limits: ConnectionLimits {
             max_connections: args.max_connections,
+            max_per_client: args.max_connections_per_client,
             header_timeout: args.header_timeout,
         },
+        allowed_hosts: args.allow_hosts.clone(),
+        allowed_origins: args.allow_origins.clone(),
+        grace: args.grace,
         ..ServerConfig::from_env()
     };
     config.check()?;
@@ -108,6 +131,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let bound = mull_server::bind(&config, state).await?;
         // Scripts (and tests) read the bound address from this line; port 0 picks one.
         println!("listening on http://{}", bound.local_addr());
+        startup_line(&args, &backend, &config, bound.local_addr());
         let lost = match &backend {
             Backend::Postgres(log) => Some(log.clone()),
             Backend::Sqlite(_) => None,
@@ -122,9 +146,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
             error
         });
         let (gone, mut writer_gone) = tokio::sync::watch::channel(false);
+        let grace = config.grace;
         let run = bound.run(async move {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                signal = stop_signal() => match signal {
+                    Ok(name) => say(&format!(
+                        "{name}: stopping; running turns get {} to finish",
+                        humantime::format_duration(grace)
+                    )),
+                    Err(e) => say(&format!("listening for stop signals: {e}; stopping")),
+                },
                 _ = stopped => { let _ = gone.send(true); }
             }
         });
@@ -163,6 +194,65 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "the log's writer stopped, so this node stopped serving: {error}"
         )),
         None => Ok(()),
+    }
+}
+
+/// A line for the operator: a `tracing` event when logs are on, else on standard error.
+fn say(line: &str) {
+    if crate::telemetry::installed().logs {
+        tracing::info!("{line}");
+    } else {
+        eprintln!("mull serve: {line}");
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C (SIGINT) with the signal's name.
+async fn stop_signal() -> std::io::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+/// One line on standard error saying what this server is: where it listens, its log, its
+/// model, whether spans are exported and whether requests need the token.
+fn startup_line(args: &ServeArgs, backend: &Backend, config: &ServerConfig, addr: SocketAddr) {
+    let database = match backend {
+        Backend::Sqlite(log) => format!("{} (SQLite)", log.path().display()),
+        Backend::Postgres(log) => format!("{} (PostgreSQL, node {})", log.database(), log.node()),
+    };
+    let model = args
+        .model
+        .clone()
+        .or_else(|| std::env::var("MULL_MODEL").ok())
+        .unwrap_or_else(|| "?".to_owned());
+    let installed = crate::telemetry::installed();
+    let otlp = match &installed.otlp {
+        Some(endpoint) => format!("on ({endpoint})"),
+        None => "off".to_owned(),
+    };
+    let token = if config.token.is_some() {
+        "required"
+    } else {
+        "not required"
+    };
+    if installed.logs {
+        tracing::info!(
+            %addr,
+            database = %database,
+            model = %model,
+            otlp = %otlp,
+            token,
+            "mull serve started"
+        );
+    } else {
+        eprintln!(
+            "mull serve: listening on http://{addr}; log {database}; model {model}; \
+             OTLP export {otlp}; token {token}"
+        );
     }
 }
 

@@ -67,6 +67,23 @@ impl Node {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `limit` for the process to exit; `None` if it still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Waits up to `limit` for the process to exit on its own, then stops it with Ctrl-C;
     /// returns its exit status.
     pub fn interrupt_or_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
@@ -87,6 +104,7 @@ impl Drop for Node {
         // A paused process cannot die of SIGKILL until it runs again.
         let _ = Command::new("kill")
             .args(["-CONT", &self.child.id().to_string()])
+            .stderr(Stdio::null())
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -89,20 +89,39 @@ pub async fn server_for(agents: mull_server::AgentSource) -> Server {
     start(None, ConnectionLimits::default(), agents, |s| s).await
 }
 
+/// A server with the scripted agent and its own config (origins, hosts, caps); the address is
+/// 127.0.0.1:0.
+pub async fn server_configured(configure: impl FnOnce(&mut ServerConfig)) -> Server {
+    let mut config = ServerConfig::default();
+    configure(&mut config);
+    let agents: mull_server::AgentSource =
+        std::sync::Arc::new(|chat_id: &str| agent::ScriptAgent::for_chat(chat_id));
+    start_with(config, agents, |s| s).await
+}
+
 async fn start(
     token: Option<&str>,
     limits: ConnectionLimits,
     agents: mull_server::AgentSource,
     configure: impl FnOnce(ServerState) -> ServerState,
 ) -> Server {
+    let config = ServerConfig {
+        token: token.map(str::to_owned),
+        limits,
+        ..ServerConfig::default()
+    };
+    start_with(config, agents, configure).await
+}
+
+async fn start_with(
+    mut config: ServerConfig,
+    agents: mull_server::AgentSource,
+    configure: impl FnOnce(ServerState) -> ServerState,
+) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = Log::open(dir.path().join("chat.db")).expect("log");
     let state = configure(ServerState::with_agents(log.clone(), agents));
-    let config = ServerConfig {
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        token: token.map(str::to_owned),
-        limits,
-    };
+    config.addr = SocketAddr::from(([127, 0, 0, 1], 0));
     let bound = bind(&config, state.clone()).await.expect("bind");
     let addr = bound.local_addr();
     let (stop, stopped) = oneshot::channel::<()>();

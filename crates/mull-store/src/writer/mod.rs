@@ -256,6 +256,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Log {
+    /// Whether the writer takes appends: its thread runs and no commit failed (after one it
+    /// refuses everything, with that error).
+    pub fn health(&self) -> Result<(), StoreError> {
+        self.inner.shared.failure.check()?;
+        match &*lock(&self.inner.thread) {
+            Some(thread) if !thread.is_finished() => Ok(()),
+            _ => Err(StoreError::WriterGone),
+        }
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
