@@ -1,5 +1,5 @@
-//! `mull serve` (the real binary, on SQLite) keeps serving normal chats while one client
-//! attacks it: an address holding more idle sockets than its share, WebSockets flooding frames
+//! `mull serve` (the real binary, on SQLite) keeps serving normal chats while it is attacked:
+//! one address holding more idle sockets than its share, another's WebSockets flooding frames
 //! (large junk frames, and `send`s of big messages on fresh chats), oversized ids in bodies and
 //! paths, and bodies over the limit. Normal chats, from another address, all succeed; their
 //! latency is printed next to the idle run's; the server's RSS before, at the peak and after
@@ -80,16 +80,16 @@ fn p99(times: &[Duration]) -> Duration {
     sorted[((sorted.len() * 99).div_ceil(100)).saturating_sub(1)]
 }
 
-/// A connection from the attacker's own loopback address.
-async fn attacker_socket(addr: &str) -> std::io::Result<tokio::net::TcpStream> {
+/// A connection from an attacker's own loopback address (`from`, such as `127.0.0.2`).
+async fn attacker_socket(from: &str, addr: &str) -> std::io::Result<tokio::net::TcpStream> {
     let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.bind("127.0.0.2:0".parse().expect("address"))?;
+    socket.bind(format!("{from}:0").parse().expect("address"))?;
     socket.connect(addr.parse().expect("server address")).await
 }
 
 /// One flooding WebSocket: junk frames and big `send`s on fresh chats, then it closes.
 async fn flood(addr: String, index: usize, frames: usize) -> usize {
-    let stream = match attacker_socket(&addr).await {
+    let stream = match attacker_socket("127.0.0.3", &addr).await {
         Ok(stream) => stream,
         Err(_) => return 0,
     };
@@ -153,7 +153,7 @@ fn normal_chats_go_on_while_one_client_attacks() {
         let mut held = Vec::new();
         let mut refused_503 = 0;
         for _ in 0..scale.idle_sockets {
-            match attacker_socket(&addr).await {
+            match attacker_socket("127.0.0.2", &addr).await {
                 Ok(stream) => held.push(stream),
                 Err(_) => refused_503 += 1,
             }
@@ -233,6 +233,7 @@ fn normal_chats_go_on_while_one_client_attacks() {
         println!("server RSS MiB: before {rss_before:.1}, peak {peak:.1}, after {rss_after:.1}");
 
         assert!(refused_503 > 0 || scale.idle_sockets <= 256, "the attacker's share held");
+        assert!(frames_sent > 0, "the flooders got their sockets");
         // A body over the limit is refused from its head; the client may still be writing
         // it when the connection closes, and then reads no answer (0).
         assert!(
