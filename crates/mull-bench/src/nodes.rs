@@ -155,11 +155,14 @@ impl Node {
     async fn start_with(url: &str, options: PgOptions, agent: AgentSource) -> anyhow::Result<Node> {
         let log = PgLog::connect(url, options).await?;
         let state = ServerState::on(Arc::new(log), agent);
-        let config = ServerConfig {
+        // Every client of the bench is 127.0.0.1: no per-client share.
+        let mut config = ServerConfig {
             addr: "127.0.0.1:0".parse()?,
             token: None,
+            max_turns_per_client: usize::MAX,
             ..ServerConfig::from_env()
         };
+        config.limits.max_per_client = config.limits.max_connections;
         let bound = mull_server::bind(&config, state).await?;
         let addr = bound.local_addr().to_string();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

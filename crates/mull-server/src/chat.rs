@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::follow::{FollowError, TurnFollower};
+use crate::quota::TurnPermit;
 use crate::state::{ChatSession, Local, ServerState};
 use crate::ui_stream::{UiChunk, UiStreamMapper};
 use crate::wire::{ApprovalResponse, ChatRequest, Trigger};
@@ -251,12 +252,13 @@ fn remote_follower(
 
 /// Lets a started turn run to its end whether or not anyone listens (its parts reach clients
 /// from the log); the lease keeps the session open meanwhile.
-fn run_to_end(chat: ChatStream, lease: ChatSession) {
+fn run_to_end(chat: ChatStream, lease: ChatSession, permit: Option<TurnPermit>) {
     tokio::spawn(async move {
         if let Err(error) = chat.finish().await {
             tracing::warn!(%error, "chat turn ended without an outcome");
         }
         drop(lease);
+        drop(permit);
     });
 }
 
@@ -273,6 +275,15 @@ fn engine_error(chat_id: &str, error: EngineError) -> ApiError {
 
 /// Starts what `request` asks for and returns the stream of its turn.
 pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started, ApiError> {
+    start_holding(state, request, None).await
+}
+
+/// [`start`], the turn holding `permit` (its client's share of running turns) until it ends.
+pub async fn start_holding(
+    state: &ServerState,
+    request: ChatRequest,
+    permit: Option<TurnPermit>,
+) -> Result<Started, ApiError> {
     crate::ids::check_request(&request)?;
     let regenerate = request.trigger == Trigger::RegenerateMessage;
     // Only an existing chat has an answer to regenerate.
@@ -303,7 +314,7 @@ pub async fn start(state: &ServerState, request: ChatRequest) -> Result<Started,
         });
     };
     let follower = follower(state, &session, after_seq, chat.request_id.clone());
-    run_to_end(chat, session.lease());
+    run_to_end(chat, session.lease(), permit);
     Ok(Started {
         stream: TurnStream::new(state, Some(follower), Some(session)),
     })

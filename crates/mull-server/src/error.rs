@@ -63,6 +63,12 @@ pub enum ApiError {
          close some or retry shortly"
     )]
     ClientOverloaded { connections: usize },
+    /// One client address runs all the turns it may at once.
+    #[error(
+        "this client address already runs {turns} turns at once, its share; wait for one to \
+         end or retry shortly"
+    )]
+    TooManyTurns { turns: usize },
     /// The server is shutting down: it finishes running turns but starts no new one.
     #[error("the server is shutting down and starts no new turn; retry on another node or after it restarts")]
     Draining,
@@ -87,6 +93,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::InvalidId { .. } => StatusCode::BAD_REQUEST,
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            ApiError::TooManyTurns { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::ClientOverloaded { .. } | ApiError::Draining => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -111,6 +118,7 @@ impl ApiError {
             ApiError::InvalidId { .. } => "invalid_id",
             ApiError::UriTooLong { .. } => "uri_too_long",
             ApiError::ClientOverloaded { .. } => "client_overloaded",
+            ApiError::TooManyTurns { .. } => "too_many_turns",
             ApiError::Draining => "draining",
             ApiError::Internal(_) => "internal",
         }

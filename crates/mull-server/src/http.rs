@@ -18,6 +18,7 @@ use subtle::ConstantTimeEq;
 use crate::chat::{self, TurnStream};
 use crate::error::ApiError;
 use crate::health::Lifecycle;
+use crate::quota::{self, ClientAddr, ClientTurns};
 use crate::state::ServerState;
 use crate::ui_stream::UiChunk;
 use crate::wire::ChatRequest;
@@ -129,12 +130,15 @@ fn body_error(state: &ServerState, rejection: BytesRejection) -> ApiError {
 pub(crate) async fn post_chat(
     State(state): State<ServerState>,
     lifecycle: Option<Extension<Arc<Lifecycle>>>,
+    turns: Option<Extension<Arc<ClientTurns>>>,
     request: Request,
 ) -> Result<Response, ApiError> {
     crate::edge::require_json(request.headers())?;
     if let Some(Extension(lifecycle)) = &lifecycle {
         lifecycle.admit()?;
     }
+    let client = request.extensions().get::<ClientAddr>().copied();
+    let permit = quota::permit(turns.as_ref().map(|Extension(t)| t), client)?;
     let body = read_body(&state, request).await?;
     let request = match ChatRequest::from_slice(&body) {
         Ok(request) => request,
@@ -144,7 +148,7 @@ pub(crate) async fn post_chat(
             return Err(ApiError::BadRequest(message));
         }
     };
-    let started = chat::start(&state, request).await?;
+    let started = chat::start_holding(&state, request, permit).await?;
     Ok(sse_response(started.stream))
 }
 

@@ -36,6 +36,7 @@ pub mod ids;
 pub mod inbox;
 mod listen;
 mod prefixed;
+pub mod quota;
 pub mod state;
 pub mod ui_stream;
 pub mod wire;
@@ -58,6 +59,7 @@ pub use listen::{
     ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT, MAX_REQUEST_LINE,
 };
+pub use quota::DEFAULT_MAX_TURNS_PER_CLIENT;
 pub use state::{
     AgentSource, ChatSession, OptionsSource, ServerState, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TTL,
     DEFAULT_LEASE_WAIT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_OPEN_SESSIONS,
@@ -102,6 +104,8 @@ pub struct ServerConfig {
     pub allowed_origins: Vec<String>,
     /// How long running turns get to finish once a stop is asked for.
     pub grace: Duration,
+    /// The most turns one client address runs at once.
+    pub max_turns_per_client: usize,
 }
 
 impl Default for ServerConfig {
@@ -114,6 +118,7 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             grace: DEFAULT_GRACE,
+            max_turns_per_client: DEFAULT_MAX_TURNS_PER_CLIENT,
         }
     }
 }
@@ -309,7 +314,10 @@ pub async fn bind(config: &ServerConfig, state: ServerState) -> Result<Bound, Se
     let lifecycle = Arc::new(Lifecycle::default());
     let app = health::routes(state.clone(), Arc::clone(&lifecycle))
         .merge(router(state.clone()))
-        .layer(axum::Extension(Arc::clone(&lifecycle)));
+        .layer(axum::Extension(Arc::clone(&lifecycle)))
+        .layer(axum::Extension(quota::ClientTurns::new(
+            config.max_turns_per_client,
+        )));
     let app = edge::protect(app, config.edge(addr)?);
     Ok(Bound {
         listener,

@@ -13,6 +13,7 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::http::Request;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -20,9 +21,11 @@ use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
+use tower::ServiceExt;
 
 use crate::error::ApiError;
 use crate::prefixed::{read_request_line, Prefixed, RequestLine};
+use crate::quota::ClientAddr;
 
 /// The default most connections open at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -205,7 +208,14 @@ async fn serve_one(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
-    let service = TowerToHyperService::new(app);
+    // Each request carries its client's address (per-client turn shares).
+    let client = ClientAddr(peer.ip());
+    let service = TowerToHyperService::new(app.map_request(
+        move |mut request: Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(client);
+            request
+        },
+    ));
     let io = TokioIo::new(Prefixed::new(prefix, stream));
     let mut conn = pin!(builder.serve_connection(io, service).with_upgrades());
     loop {

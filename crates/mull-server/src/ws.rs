@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use crate::chat::{self, Started};
 use crate::error::ApiError;
 use crate::health::Lifecycle;
+use crate::quota::{self, ClientAddr, ClientTurns};
 use crate::state::ServerState;
 use crate::wire::{decode_at_path, ChatRequest, Trigger, WireMessage};
 
@@ -80,10 +81,16 @@ const DRAIN_POLL: Duration = Duration::from_millis(50);
 pub(crate) async fn upgrade(
     State(state): State<ServerState>,
     lifecycle: Option<Extension<Arc<Lifecycle>>>,
+    turns: Option<Extension<Arc<ClientTurns>>>,
+    client: Option<Extension<ClientAddr>>,
     ws: WebSocketUpgrade,
 ) -> Response {
     let limit = state.inner.max_body_bytes;
-    let lifecycle = lifecycle.map(|Extension(l)| l);
+    let lifecycle = Socket {
+        lifecycle: lifecycle.map(|Extension(l)| l),
+        turns: turns.map(|Extension(t)| t),
+        client: client.map(|Extension(c)| c),
+    };
     ws.max_message_size(limit)
         .max_frame_size(limit)
         .read_buffer_size(16 * 1024)
@@ -91,13 +98,20 @@ pub(crate) async fn upgrade(
         .on_upgrade(move |socket| serve_socket(state, lifecycle, socket))
 }
 
+/// What a socket knows of the server and its client.
+struct Socket {
+    lifecycle: Option<Arc<Lifecycle>>,
+    turns: Option<Arc<ClientTurns>>,
+    client: Option<ClientAddr>,
+}
+
 /// What a request task tells the socket: a frame to send.
 type Outbox = mpsc::Sender<Value>;
 
 /// Runs one socket: reads client frames, runs one task per request, writes their frames. Once
 /// the server drains, it takes no new request, and closes when its running ones have ended.
-async fn serve_socket(state: ServerState, lifecycle: Option<Arc<Lifecycle>>, socket: WebSocket) {
-    let _open = lifecycle.as_ref().map(Lifecycle::socket_opened);
+async fn serve_socket(state: ServerState, edge: Socket, socket: WebSocket) {
+    let _open = edge.lifecycle.as_ref().map(Lifecycle::socket_opened);
     let (mut sink, mut source) = socket.split();
     let (out_tx, mut out_rx) = mpsc::channel::<Value>(OUTBOX_FRAMES);
     let writer = tokio::spawn(async move {
@@ -117,7 +131,7 @@ async fn serve_socket(state: ServerState, lifecycle: Option<Arc<Lifecycle>>, soc
     let mut chats: HashSet<String> = HashSet::new();
     let idle = state.inner.socket_idle_timeout;
     let draining = async {
-        match &lifecycle {
+        match &edge.lifecycle {
             Some(lifecycle) => lifecycle.draining().await,
             None => std::future::pending().await,
         }
@@ -158,7 +172,7 @@ async fn serve_socket(state: ServerState, lifecycle: Option<Arc<Lifecycle>>, soc
             Message::Ping(_) | Message::Pong(_) => continue,
         };
         requests.retain(|_, r| !r.task.is_finished());
-        handle_frame(&state, lifecycle.as_deref(), &text, &out_tx, &mut requests).await;
+        handle_frame(&state, &edge, &text, &out_tx, &mut requests).await;
         for request in requests.values() {
             if chats.len() < MAX_CHATS_RELEASED && !chats.contains(&request.chat_id) {
                 chats.insert(request.chat_id.clone());
@@ -188,7 +202,7 @@ struct Request {
 
 async fn handle_frame(
     state: &ServerState,
-    lifecycle: Option<&Lifecycle>,
+    edge: &Socket,
     text: &str,
     out: &Outbox,
     requests: &mut HashMap<String, Request>,
@@ -206,7 +220,7 @@ async fn handle_frame(
     };
     if let ClientFrame::Send { request_id, .. } | ClientFrame::Resume { request_id, .. } = &frame {
         let admitted = crate::ids::check_id("requestId", request_id)
-            .and_then(|()| lifecycle.map_or(Ok(()), Lifecycle::admit))
+            .and_then(|()| edge.lifecycle.as_deref().map_or(Ok(()), Lifecycle::admit))
             .and_then(|()| {
                 if requests.len() >= MAX_REQUESTS_PER_SOCKET {
                     Err(ApiError::BadRequest(format!(
@@ -245,7 +259,10 @@ async fn handle_frame(
             body,
         } => {
             let request = ChatRequest::new(id.clone(), messages, trigger, message_id, body);
-            let started = chat::start(state, request).await;
+            let started = match quota::permit(edge.turns.as_ref(), edge.client) {
+                Ok(permit) => chat::start_holding(state, request, permit).await,
+                Err(refused) => Err(refused),
+            };
             spawn_request(out, requests, request_id, id, started.map(Some), None).await;
         }
         ClientFrame::Resume {

@@ -361,3 +361,77 @@ async fn probes_answer_without_a_token() {
     let chat = server.post_chat(&user_request("t-1", "hi")).await;
     assert_eq!(chat.status(), 401);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_address_runs_only_its_share_of_turns() {
+    let server = server_configured(|config| config.max_turns_per_client = 1).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/api/chat", server.addr);
+    // A slow turn runs for this client (127.0.0.1) …
+    let running = client
+        .post(&url)
+        .json(&user_request("slow-share", "hi"))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(running.status(), 200);
+    // … so its next one is refused, over HTTP and WebSocket …
+    let (status, body) = error_of(
+        client
+            .post(&url)
+            .json(&user_request("second", "hi"))
+            .send()
+            .await
+            .expect("post"),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_turns");
+    let mut ws = ws_connect(server.addr, None).await.expect("upgrade");
+    let frame = json!({"type": "send", "requestId": "r1", "id": "ws-second",
+        "messages": user_request("ws-second", "hi")["messages"]});
+    ws.send(Message::Text(frame.to_string().into()))
+        .await
+        .expect("send");
+    let reply = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("a reply")
+        .expect("a frame")
+        .expect("ok");
+    let frame: Value = serde_json::from_str(&reply.into_text().expect("text")).unwrap();
+    assert_eq!(frame["type"], "error", "{frame}");
+    assert!(frame["errorText"].as_str().unwrap().contains("1 turns"));
+    // … while another address still chats, and once the turn ends the slot is free again.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(server.addr).await.expect("connects");
+    let body = user_request("other-address", "hi").to_string();
+    let head = format!(
+        "POST /api/chat HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        server.addr,
+        body.len()
+    );
+    other.write_all(head.as_bytes()).await.expect("writes");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), other.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("data: [DONE]"), "{answer}");
+    let (_, done) = read_sse(running, 10_000).await;
+    assert!(done);
+    let started = std::time::Instant::now();
+    loop {
+        let response = server.post_chat(&user_request("after-share", "hi")).await;
+        if response.status() == 200 {
+            assert!(read_sse(response, 1000).await.1);
+            break;
+        }
+        assert_eq!(response.status(), 429);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the slot came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

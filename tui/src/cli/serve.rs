@@ -57,6 +57,9 @@ pub struct ServeArgs {
     /// comes from the proxy: raise it to --max-connections there).
     #[arg(long, default_value_t = mull_server::DEFAULT_MAX_CONNECTIONS_PER_CLIENT)]
     pub max_connections_per_client: usize,
+    /// The most turns one client address runs at once; one more is answered 429.
+    #[arg(long, default_value_t = mull_server::DEFAULT_MAX_TURNS_PER_CLIENT)]
+    pub max_turns_per_client: usize,
     /// A browser origin whose pages may use the server, besides its own (repeatable), e.g.
     /// `--allow-origin http://localhost:5173`. Requests from other origins are refused (403).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
@@ -92,6 +95,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         allowed_hosts: args.allow_hosts.clone(),
         allowed_origins: args.allow_origins.clone(),
         grace: args.grace,
+        max_turns_per_client: args.max_turns_per_client,
         ..ServerConfig::from_env()
     };
     config.check()?;

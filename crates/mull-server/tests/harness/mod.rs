@@ -105,9 +105,11 @@ async fn start(
     agents: mull_server::AgentSource,
     configure: impl FnOnce(ServerState) -> ServerState,
 ) -> Server {
+    // Every client of these tests is 127.0.0.1: its share of turns is its share of connections.
     let config = ServerConfig {
         token: token.map(str::to_owned),
         limits,
+        max_turns_per_client: limits.max_per_client,
         ..ServerConfig::default()
     };
     start_with(config, agents, configure).await
