@@ -190,3 +190,90 @@ fn an_answer_in_the_inbox_is_taken_by_the_server_and_the_tool_runs_once() {
         events.iter().map(|e| e.kind()).collect::<Vec<_>>()
     );
 }
+
+/// Starts `mull serve` with `args` and `env`, its standard error in a file (not a terminal);
+/// stops it with SIGTERM once it listens and returns what it wrote there.
+fn serve_stderr(args: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err_path = dir.path().join("stderr");
+    let err = std::fs::File::create(&err_path).expect("stderr file");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mull"));
+    command
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--model",
+            "scripted-demo",
+            "--db",
+        ])
+        .arg(dir.path().join("serve.db"))
+        .args(args)
+        .env_remove("MULL_TOKEN")
+        .env_remove("RUST_LOG")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .stdout(Stdio::piped())
+        .stderr(err);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("starts mull serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("reads the address line");
+    assert!(line.starts_with("listening on http://"), "{line:?}");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().expect("exits");
+    assert!(status.success(), "{status}");
+    std::fs::read_to_string(&err_path).expect("reads stderr")
+}
+
+#[test]
+fn the_startup_line_says_what_the_server_is() {
+    let stderr = serve_stderr(&[], &[]);
+    let first = stderr.lines().next().unwrap_or("");
+    for part in [
+        "listening on http://127.0.0.1:",
+        "serve.db (SQLite)",
+        "model scripted-demo",
+        "OTLP export off",
+        "token not required",
+    ] {
+        assert!(first.contains(part), "missing {part:?} in {first:?}");
+    }
+    let with_token = serve_stderr(&[], &[("MULL_TOKEN", "s3cret")]);
+    assert!(with_token.contains("token required"), "{with_token}");
+}
+
+#[test]
+fn logs_have_no_colour_off_a_terminal_and_a_json_switch() {
+    let text = serve_stderr(&[], &[("RUST_LOG", "info")]);
+    assert!(text.contains("mull serve started"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "no escape codes in a file: {text:?}"
+    );
+
+    let json = serve_stderr(&["--log-format", "json"], &[("RUST_LOG", "info")]);
+    let events: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let started = events
+        .iter()
+        .find(|e| e["fields"]["message"] == "mull serve started")
+        .unwrap_or_else(|| panic!("no startup event in {json}"));
+    assert_eq!(started["fields"]["model"], "scripted-demo", "{started}");
+    assert_eq!(started["fields"]["otlp"], "off", "{started}");
+    assert_eq!(started["fields"]["token"], "not required", "{started}");
+    assert!(
+        events.iter().any(|e| e["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("SIGTERM"))),
+        "the stop is logged: {json}"
+    );
+}

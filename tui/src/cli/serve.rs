@@ -131,6 +131,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ),
     };
     let result = runtime.block_on(async {
+        // Listen for the stop signals before the address is announced: a SIGTERM sent right
+        // after it must stop the server cleanly, not kill it.
+        let stop_signal = stop_signal()?;
         let sweep = mull_server::inbox::spawn_inbox_sweep(state.clone(), inbox);
         let bound = mull_server::bind(&config, state).await?;
         // Scripts (and tests) read the bound address from this line; port 0 picks one.
@@ -153,13 +156,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let grace = config.grace;
         let run = bound.run(async move {
             tokio::select! {
-                signal = stop_signal() => match signal {
-                    Ok(name) => say(&format!(
-                        "{name}: stopping; running turns get {} to finish",
-                        humantime::format_duration(grace)
-                    )),
-                    Err(e) => say(&format!("listening for stop signals: {e}; stopping")),
-                },
+                name = stop_signal => say(&format!(
+                    "{name}: stopping; running turns get {} to finish",
+                    humantime::format_duration(grace)
+                )),
                 _ = stopped => { let _ = gone.send(true); }
             }
         });
@@ -210,14 +210,17 @@ fn say(line: &str) {
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C (SIGINT) with the signal's name.
-async fn stop_signal() -> std::io::Result<&'static str> {
+/// Listens for SIGTERM and Ctrl-C (SIGINT) from now on; the future resolves with the name of
+/// the first one.
+fn stop_signal() -> Result<impl std::future::Future<Output = &'static str>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     })
 }
 
