@@ -22,6 +22,8 @@ pub struct Server {
     pub log: Log,
     /// Shares the open sessions with the running router.
     pub state: ServerState,
+    /// Whether it drains (what `/readyz` answers from).
+    pub lifecycle: std::sync::Arc<mull_server::Lifecycle>,
     _dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -125,6 +127,7 @@ async fn start_with(
     let state = configure(ServerState::with_agents(log.clone(), agents));
     config.addr = SocketAddr::from(([127, 0, 0, 1], 0));
     let bound = bind(&config, state.clone()).await.expect("bind");
+    let lifecycle = bound.lifecycle();
     let addr = bound.local_addr();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -138,6 +141,7 @@ async fn start_with(
         addr,
         log,
         state,
+        lifecycle,
         _dir: dir,
         stop: Some(stop),
         task: Some(task),
