@@ -5,11 +5,12 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde_json::{json, Value};
@@ -32,13 +33,15 @@ pub const UI_MESSAGE_STREAM_HEADERS: [(&str, &str); 5] = [
     ("x-accel-buffering", "no"),
 ];
 
-/// One SSE event carrying a chunk.
-pub fn sse_frame(chunk: &UiChunk) -> Bytes {
-    Bytes::from(format!("data: {}\n\n", chunk.to_json()))
+/// The SSE event carrying a chunk.
+fn chunk_event(chunk: &UiChunk) -> Event {
+    Event::default().data(chunk.to_json())
 }
 
-/// The SSE event that ends a UI message stream.
-pub const SSE_DONE: &[u8] = b"data: [DONE]\n\n";
+/// The SSE event that ends a UI message stream: `data: [DONE]`.
+fn done_event() -> Event {
+    Event::default().data("[DONE]")
+}
 
 /// Whether the request carries the server's bearer token (always true when none is set).
 /// Also accepts `?token=` on the query string, for WebSocket clients that cannot set headers.
@@ -206,24 +209,36 @@ pub(crate) async fn cancel_chat(
     })
 }
 
-/// Streams a turn as SSE: one `data:` event per chunk, then `data: [DONE]`.
+/// Where a turn's SSE stream is.
+enum SseState {
+    Streaming(Box<TurnStream>),
+    /// An error part was sent: `[DONE]` follows.
+    Failed,
+    Over,
+}
+
+/// Streams a turn as SSE (axum's `Sse`): one `data:` event per chunk, then `data: [DONE]`; a
+/// stream that fails sends an error part, then `[DONE]`.
 fn sse_response(stream: TurnStream) -> Response {
-    let frames = futures::stream::unfold(Some(stream), |stream| async move {
-        let mut stream = stream?;
-        match stream.next().await {
-            Ok(Some((_, chunk))) => Some((Ok::<_, Infallible>(sse_frame(&chunk)), Some(stream))),
-            Ok(None) => Some((Ok(Bytes::from_static(SSE_DONE)), None)),
-            Err(error) => {
-                let chunk = UiChunk::Error {
-                    error_text: error.to_string(),
-                };
-                let mut bytes = sse_frame(&chunk).to_vec();
-                bytes.extend_from_slice(SSE_DONE);
-                Some((Ok(Bytes::from(bytes)), None))
-            }
-        }
-    });
-    let mut response = Body::from_stream(frames).into_response();
+    let events =
+        futures::stream::unfold(SseState::Streaming(Box::new(stream)), |state| async move {
+            let (event, next) = match state {
+                SseState::Streaming(mut stream) => match stream.next().await {
+                    Ok(Some((_, chunk))) => (chunk_event(&chunk), SseState::Streaming(stream)),
+                    Ok(None) => (done_event(), SseState::Over),
+                    Err(error) => {
+                        let chunk = UiChunk::Error {
+                            error_text: error.to_string(),
+                        };
+                        (chunk_event(&chunk), SseState::Failed)
+                    }
+                },
+                SseState::Failed => (done_event(), SseState::Over),
+                SseState::Over => return None,
+            };
+            Some((Ok::<_, Infallible>(event), next))
+        });
+    let mut response = Sse::new(events).into_response();
     for (name, value) in UI_MESSAGE_STREAM_HEADERS {
         response
             .headers_mut()

@@ -54,7 +54,7 @@ pub use drain::DEFAULT_GRACE;
 pub use edge::{EdgeConfigError, EdgePolicy};
 pub use error::ApiError;
 pub use health::Lifecycle;
-pub use http::{sse_frame, SSE_DONE, UI_MESSAGE_STREAM_HEADERS};
+pub use http::UI_MESSAGE_STREAM_HEADERS;
 pub use listen::{
     ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT, MAX_REQUEST_LINE,
