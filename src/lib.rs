@@ -86,14 +86,15 @@
 //!
 //! Beyond the prelude: [`core`] (the vocabulary: events, messages, stream parts, the model
 //! trait), [`store`] (the log, its readers and folds), [`engine`] (sessions, hooks, tools,
-//! sub-agents, approvals, replay) and [`providers`] (OpenAI-compatible and Anthropic models, the
-//! scripted and replay models). [`demo`], [`tool_desk`] and [`agents`] are the built-in agents
-//! the `mull` binary runs, [`policy`] lays stricter tool policies over any agent, and
+//! sub-agents, approvals, replay), [`providers`] (OpenAI-compatible and Anthropic models, the
+//! scripted and replay models) and [`mcp`] (MCP servers' tools in turns). [`demo`],
+//! [`tool_desk`] and [`agents`] are the built-in agents the `mull` binary runs, [`policy`] lays stricter tool policies over any agent, and
 //! [`replay`] re-executes recorded sessions against new hook code. The contributors' map of
 //! the code is ARCHITECTURE.md in the repository.
 
 pub use mull_core as core;
 pub use mull_engine as engine;
+pub use mull_mcp as mcp;
 pub use mull_providers as providers;
 pub use mull_store as store;
 

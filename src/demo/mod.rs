@@ -59,6 +59,21 @@ pub struct DemoOptions {
     pub approval_wait: Duration,
     /// Told when the paced demo starts waiting for a person's approval (the CLI prints it).
     pub on_approval_wait: Option<ApprovalNotice>,
+    /// MCP servers (or other outside tool sources) whose tools join the demo session's turns
+    /// beside the travel desk's own. The scripted model calls only its own tools; the turns'
+    /// `turn_configured` events list the servers' tools.
+    pub tool_sources: ToolSources,
+}
+
+/// Outside tool sources for a session (see [`DemoOptions::tool_sources`]).
+#[derive(Clone, Default)]
+pub struct ToolSources(pub Vec<Arc<dyn mull_engine::ToolSource>>);
+
+impl std::fmt::Debug for ToolSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(|s| s.name()).collect();
+        f.debug_tuple("ToolSources").field(&names).finish()
+    }
 }
 
 /// What an [`ApprovalNotice`] calls: the approval waited for, and how long the demo waits.
@@ -92,6 +107,7 @@ impl Default for DemoOptions {
             fast: false,
             approval_wait: APPROVAL_WAIT,
             on_approval_wait: None,
+            tool_sources: ToolSources::default(),
         }
     }
 }
@@ -482,6 +498,9 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         session_options = session_options
             .with_clock(Arc::new(SystemClock))
             .with_ids(Arc::new(RandomIds));
+    }
+    for source in &options.tool_sources.0 {
+        session_options = session_options.with_mcp_server(Arc::clone(source));
     }
     let clock = Arc::clone(&session_options.clock);
     let session = Session::open(log, agent, session_options)

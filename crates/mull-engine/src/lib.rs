@@ -43,6 +43,7 @@ mod fork;
 mod guard;
 pub mod hooks;
 pub mod memory;
+mod otel_fields;
 pub mod outside;
 mod recorder;
 pub mod replay;

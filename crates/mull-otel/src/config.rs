@@ -15,6 +15,7 @@ pub const CONTENT_VARIABLE: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_C
 const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
 const PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+const METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
 const TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
 
 /// Where and how to send spans.
@@ -60,16 +61,7 @@ impl OtlpConfig {
     /// An OTLP/HTTP span exporter (protobuf, or JSON when the protocol variable says
     /// `http/json`); headers, timeout and compression come from the standard variables.
     pub(crate) fn exporter(&self) -> Result<opentelemetry_otlp::SpanExporter, OtelError> {
-        let protocol = match var(TRACES_PROTOCOL).or_else(|| var(PROTOCOL)).as_deref() {
-            None | Some("http/protobuf") => Protocol::HttpBinary,
-            Some("http/json") => Protocol::HttpJson,
-            Some(other) => {
-                return Err(OtelError::Config(format!(
-                    "OTLP protocol {other:?} is not supported: mull sends OTLP over HTTP \
-                     (http/protobuf or http/json, usually port 4318)"
-                )))
-            }
-        };
+        let protocol = self.protocol()?;
         let mut builder = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(protocol);
@@ -80,6 +72,59 @@ impl OtlpConfig {
             endpoint: self.describe(),
             message: e.to_string(),
         })
+    }
+}
+
+impl OtlpConfig {
+    /// Where the metrics will be sent, for messages: the traces URL's `…/v1/metrics`
+    /// sibling, or what the standard variables name.
+    pub fn describe_metrics(&self) -> String {
+        match &self.endpoint {
+            Some(url) => metrics_url(url),
+            None => var(METRICS_ENDPOINT)
+                .or_else(|| var(ENDPOINT).map(|u| metrics_url(&u)))
+                .unwrap_or_else(|| "http://localhost:4318/v1/metrics".into()),
+        }
+    }
+
+    /// An OTLP/HTTP metric exporter to [`OtlpConfig::describe_metrics`], with the protocol,
+    /// headers, timeout and compression the standard variables ask for.
+    pub(crate) fn metric_exporter(
+        &self,
+        temporality: opentelemetry_sdk::metrics::Temporality,
+    ) -> Result<opentelemetry_otlp::MetricExporter, OtelError> {
+        let mut builder = opentelemetry_otlp::MetricExporter::builder()
+            .with_http()
+            .with_protocol(self.protocol()?)
+            .with_temporality(temporality);
+        if let Some(url) = &self.endpoint {
+            builder = builder.with_endpoint(metrics_url(url));
+        }
+        builder.build().map_err(|e| OtelError::Build {
+            endpoint: self.describe_metrics(),
+            message: e.to_string(),
+        })
+    }
+
+    /// OTLP over HTTP as protobuf, or JSON when the protocol variable says `http/json`.
+    fn protocol(&self) -> Result<Protocol, OtelError> {
+        match var(TRACES_PROTOCOL).or_else(|| var(PROTOCOL)).as_deref() {
+            None | Some("http/protobuf") => Ok(Protocol::HttpBinary),
+            Some("http/json") => Ok(Protocol::HttpJson),
+            Some(other) => Err(OtelError::Config(format!(
+                "OTLP protocol {other:?} is not supported: mull sends OTLP over HTTP \
+                 (http/protobuf or http/json, usually port 4318)"
+            ))),
+        }
+    }
+}
+
+/// `…/v1/metrics` beside the traces URL `url` would give (a base URL gets the path added).
+fn metrics_url(url: &str) -> String {
+    let traces = traces_url(url);
+    match traces.strip_suffix("/v1/traces") {
+        Some(base) => format!("{base}/v1/metrics"),
+        None => traces,
     }
 }
 
@@ -135,6 +180,14 @@ mod tests {
         assert_eq!(
             traces_url("http://h:4318/v1/traces"),
             "http://h:4318/v1/traces"
+        );
+        assert_eq!(
+            OtlpConfig::to("http://h:4318/v1/traces").describe_metrics(),
+            "http://h:4318/v1/metrics"
+        );
+        assert_eq!(
+            OtlpConfig::to("http://h:4318").describe_metrics(),
+            "http://h:4318/v1/metrics"
         );
         assert_eq!(
             OtlpConfig::requested(Some("http://h:1")).map(|c| c.describe()),

@@ -14,7 +14,8 @@ use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
 
 use crate::config::{resource, OtlpConfig};
-use crate::spans::{AttrValue, Kind, LogSpan, SessionSpans, SpanOptions};
+use crate::conventions::Conventions;
+use crate::spans::{AttrValue, Inference, Kind, LogSpan, SessionSpans, SpanOptions};
 use crate::OtelError;
 
 /// Spans per OTLP request.
@@ -22,11 +23,14 @@ const BATCH: usize = 512;
 
 /// What an export sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExportReport {
     /// Sessions read.
     pub sessions: usize,
     /// Spans sent.
     pub spans: usize,
+    /// Model calls whose metrics were sent.
+    pub model_calls: usize,
     /// Where they went.
     pub endpoint: String,
 }
@@ -38,6 +42,27 @@ pub fn log_spans(
     session: Option<&str>,
     options: SpanOptions,
 ) -> Result<(usize, Vec<LogSpan>), OtelError> {
+    let folded = log_telemetry(reader, session, options)?;
+    Ok((folded.sessions, folded.spans))
+}
+
+/// What one fold of the log gives the exporters: spans and the model calls' measurements.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LogTelemetry {
+    /// Sessions read.
+    pub sessions: usize,
+    pub spans: Vec<LogSpan>,
+    /// Every model call, for the metrics.
+    pub inferences: Vec<Inference>,
+}
+
+/// [`log_spans`], with the measurements of every model call for the metrics.
+pub fn log_telemetry(
+    reader: &LogReader,
+    session: Option<&str>,
+    options: SpanOptions,
+) -> Result<LogTelemetry, OtelError> {
     let mut pending: Vec<String> = match session {
         Some(id) => {
             if !reader.has_session(id)? {
@@ -54,6 +79,7 @@ pub fn log_spans(
     };
     let mut seen = std::collections::HashSet::new();
     let mut spans = Vec::new();
+    let mut inferences = Vec::new();
     while let Some(id) = pending.pop() {
         if !seen.insert(id.clone()) {
             continue;
@@ -63,24 +89,33 @@ pub fn log_spans(
         if session.is_some() {
             pending.extend(fold.children().iter().rev().cloned());
         }
-        spans.extend(fold.finish());
+        let (folded, calls) = fold.finish_with_inferences();
+        spans.extend(folded);
+        inferences.extend(calls);
     }
-    Ok((seen.len(), spans))
+    Ok(LogTelemetry {
+        sessions: seen.len(),
+        spans,
+        inferences,
+    })
 }
 
-/// Re-exports the session (or every session) of `reader` to the OTLP endpoint of `config`.
-/// Blocking: call it outside an async runtime.
+/// Re-exports the session (or every session) of `reader` to the OTLP endpoint of `config`:
+/// its spans, then the GenAI client metrics of its model calls. Blocking: call it outside an
+/// async runtime.
 pub fn export_log(
     reader: &LogReader,
     session: Option<&str>,
     config: &OtlpConfig,
     options: SpanOptions,
 ) -> Result<ExportReport, OtelError> {
-    let (sessions, spans) = log_spans(reader, session, options)?;
-    export_spans(config, &spans)?;
+    let folded = log_telemetry(reader, session, options)?;
+    export_spans_named(config, &folded.spans, options.conventions)?;
+    crate::metrics::export_metrics(config, &folded.inferences, options.conventions)?;
     Ok(ExportReport {
-        sessions,
-        spans: spans.len(),
+        sessions: folded.sessions,
+        spans: folded.spans.len(),
+        model_calls: folded.inferences.len(),
         endpoint: config.describe(),
     })
 }
@@ -89,13 +124,23 @@ pub fn export_log(
 /// exporter's reason when a request is refused or the endpoint cannot be reached. Blocking:
 /// call it outside an async runtime.
 pub fn export_spans(config: &OtlpConfig, spans: &[LogSpan]) -> Result<(), OtelError> {
+    let names = Conventions::from_env();
+    export_spans_named(config, spans, names)
+}
+
+/// [`export_spans`] with the attribute names of `names`.
+pub fn export_spans_named(
+    config: &OtlpConfig,
+    spans: &[LogSpan],
+    names: Conventions,
+) -> Result<(), OtelError> {
     let mut exporter = config.exporter()?;
     exporter.set_resource(&resource());
     let scope = InstrumentationScope::builder("mull")
         .with_version(env!("CARGO_PKG_VERSION"))
         .build();
     for batch in spans.chunks(BATCH) {
-        let data = batch.iter().map(|s| span_data(s, &scope)).collect();
+        let data = batch.iter().map(|s| span_data(s, &scope, names)).collect();
         futures_executor::block_on(exporter.export(data)).map_err(|e| OtelError::Send {
             endpoint: config.describe(),
             message: e.to_string(),
@@ -105,7 +150,7 @@ pub fn export_spans(config: &OtlpConfig, spans: &[LogSpan]) -> Result<(), OtelEr
     Ok(())
 }
 
-fn span_data(span: &LogSpan, scope: &InstrumentationScope) -> SpanData {
+fn span_data(span: &LogSpan, scope: &InstrumentationScope, names: Conventions) -> SpanData {
     let context = SpanContext::new(
         TraceId::from_bytes(span.trace_id),
         SpanId::from_bytes(span.span_id),
@@ -120,7 +165,7 @@ fn span_data(span: &LogSpan, scope: &InstrumentationScope) -> SpanData {
             opentelemetry::trace::Event::new(
                 e.name,
                 SystemTime::from(e.at),
-                e.attributes.iter().map(key_value).collect(),
+                e.attributes.iter().map(|a| key_value(a, names)).collect(),
                 0,
             )
         })
@@ -136,7 +181,11 @@ fn span_data(span: &LogSpan, scope: &InstrumentationScope) -> SpanData {
         name: Cow::Owned(span.name.clone()),
         start_time: SystemTime::from(span.start),
         end_time: SystemTime::from(span.end),
-        attributes: span.attributes.iter().map(key_value).collect(),
+        attributes: span
+            .attributes
+            .iter()
+            .map(|a| key_value(a, names))
+            .collect(),
         dropped_attributes_count: 0,
         events: span_events(events),
         links: SpanLinks::default(),
@@ -154,14 +203,15 @@ fn span_events(events: Vec<opentelemetry::trace::Event>) -> SpanEvents {
     all
 }
 
-fn key_value((key, value): &(&'static str, AttrValue)) -> KeyValue {
+fn key_value((key, value): &(&'static str, AttrValue), names: Conventions) -> KeyValue {
     let value = match value {
         AttrValue::Str(s) => Value::String(s.clone().into()),
         AttrValue::Int(n) => Value::I64(*n),
+        AttrValue::Float(x) => Value::F64(*x),
         AttrValue::Bool(b) => Value::Bool(*b),
         AttrValue::StrList(items) => Value::Array(Array::String(
             items.iter().cloned().map(StringValue::from).collect(),
         )),
     };
-    KeyValue::new(*key, value)
+    KeyValue::new(names.name(key), value)
 }

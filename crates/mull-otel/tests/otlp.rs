@@ -5,13 +5,13 @@
 mod support;
 
 use chrono::{DateTime, Utc};
-use mull_core::{Envelope, Event};
-use mull_otel::{export_log, LiveExport, OtelError, OtlpConfig, SpanOptions};
+use mull_core::{Envelope, Event, StreamPart};
+use mull_otel::{export_log, Conventions, LiveExport, OtelError, OtlpConfig, SpanOptions};
 use mull_store::LogReader;
 use serde_json::{json, Value};
 use support::{
-    attr, attr_int, attr_str, named, nanos, one_test_at_a_time, run_agent, run_manager, run_turn,
-    Calculator, ExportTest, Receiver,
+    attr, attr_bool, attr_f64, attr_int, attr_str, named, nanos, one_test_at_a_time, run_agent,
+    run_manager, run_turn, Calculator, ExportTest, Receiver,
 };
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -140,13 +140,36 @@ fn a_past_session_is_re_exported_with_the_logs_times_names_tree_and_attributes()
     assert_eq!(attr_int(chat0, "gen_ai.usage.input_tokens"), Some(120));
     assert_eq!(attr_int(chat0, "gen_ai.usage.output_tokens"), Some(9));
     assert_eq!(
-        attr_int(chat0, "gen_ai.usage.cache_creation.input_tokens"),
+        attr_int(chat0, "gen_ai.usage.cache_write.input_tokens"),
         Some(100)
     );
+    assert_eq!(attr(chat1, "gen_ai.usage.cache_write.input_tokens"), None);
+    // The v0.1.0 names: a streaming request, the model that answered, the time to the first
+    // chunk (from the request's `step_configured` to the first output chunk, in seconds).
+    assert_eq!(attr_bool(chat0, "gen_ai.request.stream"), Some(true));
     assert_eq!(
-        attr(chat1, "gen_ai.usage.cache_creation.input_tokens"),
-        None
+        attr_str(chat0, "gen_ai.response.model"),
+        Some("claude-test")
     );
+    let configured = at(&events, |e| {
+        matches!(e, Event::StepConfigured { step: 1, .. })
+    });
+    let first_chunk = at(&events, |e| {
+        matches!(
+            e,
+            Event::Chunk {
+                step: 1,
+                part: StreamPart::TextDelta { .. },
+                ..
+            }
+        )
+    });
+    assert_eq!(
+        attr_f64(chat1, "gen_ai.response.time_to_first_chunk"),
+        Some((first_chunk - configured) as f64 / 1e9)
+    );
+    assert_eq!(attr(chat0, "gen_ai.conversation.compacted"), None);
+    assert!(spans.iter().all(|s| attr(s, "target").is_none()));
     assert_eq!(
         attr(chat0, "gen_ai.response.finish_reasons"),
         Some(&json!({"array_value": {"values": [{"string_value": "tool-calls"}]}}))
@@ -177,9 +200,7 @@ fn content_is_exported_when_asked_for_and_a_second_export_sends_the_same_ids() {
     runtime().block_on(run_turn(db, "s1", false));
     let reader = LogReader::open(db).expect("reader");
     let config = OtlpConfig::to(&format!("{}/v1/traces", receiver.url));
-    let content = SpanOptions {
-        capture_content: true,
-    };
+    let content = SpanOptions::new(true, Conventions::Current);
     export_log(&reader, None, &config, content).expect("export");
     export_log(&reader, None, &config, content).expect("export again");
     let spans = receiver.wait_for(8);
@@ -242,9 +263,26 @@ fn the_engines_live_spans_arrive_with_the_same_names_tree_and_attributes() {
     assert_eq!(attr_int(step0, "gen_ai.usage.input_tokens"), Some(120));
     assert_eq!(attr_int(step0, "gen_ai.usage.output_tokens"), Some(9));
     assert_eq!(
-        attr_int(step0, "gen_ai.usage.cache_creation.input_tokens"),
+        attr_int(step0, "gen_ai.usage.cache_write.input_tokens"),
         Some(100)
     );
+    assert_eq!(attr_bool(step0, "gen_ai.request.stream"), Some(true));
+    assert_eq!(
+        attr_str(step0, "gen_ai.response.model"),
+        Some("claude-test")
+    );
+    assert!(
+        attr_f64(step0, "gen_ai.response.time_to_first_chunk").is_some_and(|s| s >= 0.0),
+        "{step0:#}"
+    );
+    // Like a re-exported turn, a live one carries the usage of its model calls.
+    assert_eq!(attr_int(turn, "gen_ai.usage.input_tokens"), Some(260));
+    assert_eq!(attr_int(turn, "gen_ai.usage.output_tokens"), Some(16));
+    // Only the engine's own attributes: no `target`, code location or thread.
+    for span in &spans {
+        assert!(attr(span, "target").is_none(), "{span:#}");
+        assert!(attr(span, "code.filepath").is_none(), "{span:#}");
+    }
     assert_eq!(
         attr_str(step0, "gen_ai.response.finish_reasons"),
         Some("tool-calls")
@@ -396,4 +434,238 @@ fn a_sub_agents_live_spans_hang_under_the_parents_tool_call() {
     }
     assert!(nanos(call, "start_time_unix_nano") <= nanos(child, "start_time_unix_nano"));
     assert!(nanos(child, "end_time_unix_nano") <= nanos(call, "end_time_unix_nano"));
+}
+
+/// The demo's log holds a call its policy blocked and a call a person approved: the blocked
+/// call's span is an error saying so, and the approved call's span (in the turn that ran it)
+/// says who answered, with the request and the answer as events on the timeline.
+#[test]
+fn decisions_and_approvals_are_on_the_tool_spans() {
+    let Some(test) = ExportTest::start() else {
+        return;
+    };
+    let (receiver, db) = (&test.receiver, &test.db);
+    let log = mull_store::Log::open(db).expect("log");
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/demo.jsonl");
+    let file = std::fs::File::open(fixture).expect("the demo fixture");
+    mull_store::import_jsonl(std::io::BufReader::new(file), "demo.jsonl", &log).expect("imports");
+    log.close().expect("closes");
+    let reader = LogReader::open(db).expect("reader");
+    let report = export_log(
+        &reader,
+        Some("sess_1"),
+        &OtlpConfig::to(&receiver.url),
+        SpanOptions::default(),
+    )
+    .expect("export");
+    let spans = receiver.wait_for(report.spans);
+
+    let blocked = named(&spans, "execute_tool cancel_booking");
+    assert_eq!(
+        blocked["status"]["code"], "STATUS_CODE_ERROR",
+        "{blocked:#}"
+    );
+    let message = blocked["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("blocked: Cancelling bookings needs a human"),
+        "{message}"
+    );
+    assert_eq!(attr_str(blocked, "error.type"), Some("tool_blocked"));
+    assert_eq!(attr_str(blocked, "mull.tool.decision"), Some("block"));
+    let decided = blocked["events"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["name"] == "mull.tool.decided"))
+        .expect("the decision is an event on the span");
+    assert_eq!(attr_str(decided, "mull.tool.decision"), Some("block"));
+
+    let booking: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "execute_tool book_hotel")
+        .collect();
+    assert_eq!(
+        booking.len(),
+        2,
+        "the asking turn's span and the running turn's span"
+    );
+    let asked = booking
+        .iter()
+        .find(|s| attr_str(s, "mull.tool.decision") == Some("approval_requested"))
+        .expect("the call that waited");
+    assert!(asked["events"]
+        .as_array()
+        .is_some_and(|e| e.iter().any(|e| e["name"] == "mull.approval.requested")));
+    let ran = booking
+        .iter()
+        .find(|s| attr_str(s, "mull.tool.decision") == Some("allow"))
+        .expect("the call that ran once approved");
+    assert_eq!(attr_bool(ran, "mull.approval.approved"), Some(true));
+    assert_eq!(attr_str(ran, "mull.approval.answered_by"), Some("person"));
+    assert_eq!(attr_str(ran, "mull.approval.id"), Some("approval_1"));
+    assert!(ran["events"]
+        .as_array()
+        .is_some_and(|e| e.iter().any(|e| e["name"] == "mull.approval.answered")));
+    assert_ne!(
+        ran["trace_id"], asked["trace_id"],
+        "each turn is a trace of its own"
+    );
+    // Every other call ran unattended, and says so.
+    let unattended = spans
+        .iter()
+        .filter(|s| attr_str(s, "gen_ai.operation.name") == Some("execute_tool"))
+        .filter(|s| attr(s, "mull.approval.answered_by").is_none())
+        .count();
+    assert_eq!(
+        unattended,
+        spans
+            .iter()
+            .filter(|s| attr_str(s, "gen_ai.operation.name") == Some("execute_tool"))
+            .count()
+            - 1
+    );
+}
+
+/// A call `before_tool_call` blocks is an error span live too, with the reason.
+#[test]
+fn a_blocked_call_is_an_error_span_live() {
+    let Some(test) = ExportTest::start() else {
+        return;
+    };
+    let (receiver, db) = (&test.receiver, &test.db);
+    export_live(receiver, || {
+        runtime().block_on(run_agent(
+            db,
+            "blocked-1",
+            Calculator::blocking("sums need a person today"),
+            false,
+        ))
+    });
+    let spans = receiver.wait_for(4);
+    let tool = named(&spans, "execute_tool add");
+    assert_eq!(tool["status"]["code"], "STATUS_CODE_ERROR", "{tool:#}");
+    assert_eq!(
+        tool["status"]["message"], "blocked: sums need a person today",
+        "{tool:#}"
+    );
+    assert_eq!(attr_str(tool, "error.type"), Some("tool_blocked"));
+    assert_eq!(attr_str(tool, "mull.tool.decision"), Some("block"));
+    assert_eq!(
+        attr_str(tool, "mull.tool.decision_reason"),
+        Some("sums need a person today")
+    );
+    // The turn itself went on: the model saw the reason and answered.
+    let turn = named(&spans, "invoke_agent calculator");
+    assert!(turn["status"].get("code").is_none(), "{turn:#}");
+}
+
+/// The `gen_ai.client.*` metrics of a re-exported session, measured from the log's own
+/// timestamps: one duration per model call (request to step end), its time to first chunk,
+/// the gaps between its output chunks, and its tokens; with the older names on request.
+#[test]
+fn a_re_export_sends_the_genai_client_metrics_from_the_logs_timestamps() {
+    let Some(test) = ExportTest::start() else {
+        return;
+    };
+    let (receiver, db) = (&test.receiver, &test.db);
+    runtime().block_on(run_turn(db, "m1", false));
+    let reader = LogReader::open(db).expect("reader");
+    let events = reader.session_events("m1", 0).expect("events");
+    let report = export_log(
+        &reader,
+        Some("m1"),
+        &OtlpConfig::to(&receiver.url),
+        SpanOptions::default(),
+    )
+    .expect("export");
+    assert_eq!(report.model_calls, 2);
+    let metrics = receiver.wait_for_metric("gen_ai.client.operation.duration");
+    let metric = |name: &str| {
+        metrics
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no metric {name} in {metrics:#?}"))
+    };
+    let points = |name: &str| -> Vec<Value> {
+        metric(name)["histogram"]["data_points"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let count = |name: &str| -> i64 {
+        points(name)
+            .iter()
+            .map(|p| {
+                p["count"]
+                    .as_str()
+                    .and_then(|c| c.parse().ok())
+                    .or(p["count"].as_i64())
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    let sum = |name: &str| -> f64 { points(name).iter().filter_map(|p| p["sum"].as_f64()).sum() };
+
+    // Durations: step_configured → step_finished of each step, as the log dates them.
+    let configured: Vec<i64> = events
+        .iter()
+        .filter(|e| matches!(e.event, Event::StepConfigured { .. }))
+        .map(|e| ns(e.at))
+        .collect();
+    let finished: Vec<i64> = events
+        .iter()
+        .filter(|e| matches!(e.event, Event::StepFinished { .. }))
+        .map(|e| ns(e.at))
+        .collect();
+    let expected: f64 = configured
+        .iter()
+        .zip(&finished)
+        .map(|(c, f)| (f - c) as f64 / 1e9)
+        .sum();
+    assert_eq!(count("gen_ai.client.operation.duration"), 2);
+    assert!((sum("gen_ai.client.operation.duration") - expected).abs() < 1e-9);
+    assert_eq!(metric("gen_ai.client.operation.duration")["unit"], "s");
+    assert_eq!(count("gen_ai.client.operation.time_to_first_chunk"), 2);
+    // Tokens: per direction, as the usage the log holds.
+    assert_eq!(count("gen_ai.client.inference.operation.input_tokens"), 2);
+    assert_eq!(sum("gen_ai.client.inference.operation.input_tokens"), 260.0);
+    assert_eq!(sum("gen_ai.client.inference.operation.output_tokens"), 16.0);
+    let point = &points("gen_ai.client.operation.duration")[0];
+    assert_eq!(attr_str(point, "gen_ai.provider.name"), Some("anthropic"));
+    assert_eq!(attr_str(point, "gen_ai.request.model"), Some("claude-test"));
+    assert_eq!(attr_str(point, "gen_ai.operation.name"), Some("chat"));
+
+    // The older names, asked for: one token histogram split by type, and the cache writes
+    // under their older name on the spans.
+    let legacy = SpanOptions::new(false, Conventions::Legacy);
+    export_log(&reader, Some("m1"), &OtlpConfig::to(&receiver.url), legacy).expect("export");
+    let metrics = receiver.wait_for_metric("gen_ai.client.token.usage");
+    let usage = metrics
+        .iter()
+        .find(|m| m["name"] == "gen_ai.client.token.usage")
+        .expect("the older token histogram");
+    let types: Vec<&str> = usage["histogram"]["data_points"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .filter_map(|p| attr_str(p, "gen_ai.token.type"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        types.contains(&"input") && types.contains(&"output"),
+        "{usage:#}"
+    );
+    let spans = receiver.wait_for(8);
+    let old = spans
+        .iter()
+        .filter(|s| attr(s, "gen_ai.usage.cache_creation.input_tokens").is_some())
+        .count();
+    let new = spans
+        .iter()
+        .filter(|s| attr(s, "gen_ai.usage.cache_write.input_tokens").is_some())
+        .count();
+    assert_eq!(
+        (old, new),
+        (1, 1),
+        "one step under each name, one export each"
+    );
 }

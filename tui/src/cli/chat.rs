@@ -16,12 +16,13 @@ use anyhow::{Context, Result};
 use clap::Args;
 use futures::StreamExt;
 use mull::core::{IdSource, RandomIds, UIMessage};
-use mull::engine::{Agent, OutcomeStatus, Session, TurnOptions};
+use mull::engine::{Agent, OutcomeStatus, Session, ToolSource, TurnOptions};
 use mull_store::Log;
 use tokio::sync::mpsc;
 
 use super::agent::{choose_agent, SCRIPTED_DEMO};
 use super::chat_view::TurnView;
+use super::mcp::{with_servers, McpArgs};
 
 /// Arguments of `mull chat`.
 #[derive(Debug, Args)]
@@ -40,18 +41,21 @@ pub struct ChatArgs {
     /// Continue this session instead of starting a new one.
     #[arg(long)]
     pub session: Option<String>,
+    #[command(flatten)]
+    pub mcp: McpArgs,
 }
 
 /// Runs the chat until input ends, `/quit`, or Ctrl-C at the prompt.
 pub fn run(args: ChatArgs) -> Result<()> {
     let agent = choose_agent(args.model.as_deref(), args.tools)?;
+    let servers = args.mcp.servers()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the chat's runtime")?;
     let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
-    let result = runtime.block_on(chat(&log, agent, &args));
+    let result = runtime.block_on(chat(&log, agent, &servers, &args));
     log.close()
         .with_context(|| format!("committing {}", args.db.display()))?;
     result
@@ -64,14 +68,20 @@ enum Signal {
     Interrupt,
 }
 
-async fn chat(log: &Log, agent: Arc<dyn Agent>, args: &ChatArgs) -> Result<()> {
+async fn chat(
+    log: &Log,
+    agent: Arc<dyn Agent>,
+    servers: &[Arc<dyn ToolSource>],
+    args: &ChatArgs,
+) -> Result<()> {
     let interactive = std::io::stdin().is_terminal();
     let session_id = args
         .session
         .clone()
         .unwrap_or_else(|| RandomIds.next_id("chat"));
     let model = agent.model();
-    let session = Session::open(log, agent, crate::telemetry::session_options(&session_id))
+    let options = with_servers(crate::telemetry::session_options(&session_id), servers);
+    let session = Session::open(log, agent, options)
         .await
         .with_context(|| format!("opening session {session_id}"))?;
     if interactive {

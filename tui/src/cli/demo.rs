@@ -37,6 +37,8 @@ pub struct DemoArgs {
     /// approved at once).
     #[arg(long)]
     pub fast: bool,
+    #[command(flatten)]
+    pub mcp: crate::cli::mcp::McpArgs,
 }
 
 /// How long the dashboard waits for the demo's first turn before opening anyway.
@@ -50,6 +52,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         deterministic: args.deterministic,
         policy,
         fast: args.fast,
+        tool_sources: demo::ToolSources(args.mcp.servers()?),
         ..DemoOptions::default()
     };
     if let Some(session) = &args.session {

@@ -15,6 +15,7 @@ pub mod fork;
 pub mod gen_bench_log;
 pub mod import;
 pub mod integrity;
+pub mod mcp;
 pub mod otlp_export;
 pub mod pg;
 pub mod replay;

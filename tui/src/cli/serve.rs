@@ -19,6 +19,7 @@ use mull_server::{AgentSource, ConnectionLimits, ServerConfig, ServerState};
 use mull_store_pg::{is_postgres_url, PgLog, PgOptions};
 
 use super::agent::{choose_agent, SCRIPTED_DEMO};
+use super::mcp::{with_servers, McpArgs};
 
 /// Arguments of `mull serve`.
 #[derive(Debug, clap::Args)]
@@ -78,12 +79,16 @@ pub struct ServeArgs {
     /// How long a request's body may take to arrive once its headers have.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub body_timeout: Duration,
+    #[command(flatten)]
+    pub mcp: McpArgs,
 }
 
 /// Serves until SIGTERM or Ctrl-C, then stops cleanly (see the module docs) and closes the log.
 pub fn run(args: ServeArgs) -> Result<()> {
     // Resolve the agent first, so a missing key is reported before anything binds.
     let shared = choose_agent(args.model.as_deref(), args.tools)?;
+    // Every chat lists the same servers' tools (their connections are shared).
+    let servers = args.mcp.servers()?;
     // And a token no request could match before the log is created.
     let config = ServerConfig {
         addr: args.addr,
@@ -115,7 +120,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     } else {
         ServerState::on(log, Arc::new(move |_: &str| Arc::clone(&shared)))
     }
-    .with_session_options(Arc::new(|id: &str| crate::telemetry::session_options(id)))
+    .with_session_options(Arc::new(move |id: &str| {
+        with_servers(crate::telemetry::session_options(id), &servers)
+    }))
     .with_idle_ttl(args.idle_ttl)
     .with_body_timeout(args.body_timeout);
     // The server takes what the dashboard and `mull approve` post to the log's inbox.

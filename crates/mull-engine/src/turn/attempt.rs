@@ -206,6 +206,8 @@ impl TurnRun<'_> {
                 usage: self.usage.clone(),
             },
         )?;
+        // The attempt's `invoke_agent` span carries its usage, as a re-exported one does.
+        crate::otel_fields::record_usage(&tracing::Span::current(), &self.usage, None);
         // The gate: the turn's end is reported (outcome, hooks) only once it is durable.
         self.inner.recorder.durable(finished.seq).await?;
         let shown = match error {
@@ -276,6 +278,7 @@ impl TurnRun<'_> {
             steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
             usage: self.usage.clone(),
         })?;
+        crate::otel_fields::record_usage(&tracing::Span::current(), &self.usage, None);
         // The gate: a retry or the failure's report follows.
         self.inner.recorder.durable(finished).await?;
         if !self.spec.signal.is_cancelled()

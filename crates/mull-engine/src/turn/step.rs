@@ -42,15 +42,24 @@ impl TurnRun<'_> {
                 gen_ai.provider.name = tracing::field::Empty,
                 gen_ai.request.model = tracing::field::Empty,
                 gen_ai.conversation.id = %self.inner.session_id,
+                gen_ai.request.stream = true,
                 gen_ai.response.finish_reasons = tracing::field::Empty,
+                gen_ai.response.id = tracing::field::Empty,
+                gen_ai.response.model = tracing::field::Empty,
+                gen_ai.response.time_to_first_chunk = tracing::field::Empty,
                 gen_ai.usage.input_tokens = tracing::field::Empty,
                 gen_ai.usage.output_tokens = tracing::field::Empty,
                 gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
-                gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+                gen_ai.usage.cache_write.input_tokens = tracing::field::Empty,
+                gen_ai.usage.reasoning.output_tokens = tracing::field::Empty,
+                gen_ai.conversation.compacted = tracing::field::Empty,
                 error.type = tracing::field::Empty,
                 otel.status_description = tracing::field::Empty,
                 mull.step = i64::from(step),
             );
+            if compactions > 0 {
+                span.record("gen_ai.conversation.compacted", true);
+            }
             match self
                 .run_step(&resolved, step, &span)
                 .instrument(span.clone())
@@ -194,6 +203,7 @@ impl TurnRun<'_> {
             Err(end) => return Ok(end),
         };
         let mut parts = StepParts::default();
+        let mut first_chunk_seen = false;
         let stall = Duration::from_millis(resolved.stall_timeout_ms);
         loop {
             let next = tokio::select! {
@@ -220,6 +230,12 @@ impl TurnRun<'_> {
                 }
                 Next::Part(part) => part,
             };
+            if !first_chunk_seen && crate::otel_fields::is_output_chunk(&part) {
+                first_chunk_seen = true;
+                let waited = self.inner.recorder.clock().now() - opened_at;
+                let seconds = waited.num_microseconds().unwrap_or(0).max(0) as f64 / 1e6;
+                span.record("gen_ai.response.time_to_first_chunk", seconds);
+            }
             match &part {
                 StreamPart::Error { message } => {
                     let message = message.clone();
@@ -288,22 +304,7 @@ impl TurnRun<'_> {
             response: response_metadata(&parts.response, step_model.as_ref(), opened_at),
             provider_metadata: parts.provider_metadata.clone(),
         };
-        span.record(
-            "gen_ai.response.finish_reasons",
-            record.finish_reason.as_str(),
-        );
-        if let Some(n) = record.usage.input_tokens {
-            span.record("gen_ai.usage.input_tokens", otel_int(n));
-        }
-        if let Some(n) = record.usage.output_tokens {
-            span.record("gen_ai.usage.output_tokens", otel_int(n));
-        }
-        if let Some(n) = record.usage.cached_input_tokens {
-            span.record("gen_ai.usage.cache_read.input_tokens", otel_int(n));
-        }
-        if let Some(n) = mull_core::price::cache_write_tokens(record.provider_metadata.as_ref()) {
-            span.record("gen_ai.usage.cache_creation.input_tokens", otel_int(n));
-        }
+        crate::otel_fields::record_step(span, &record);
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
         let appended = self.inner.recorder.append(
@@ -600,10 +601,4 @@ fn last_step_messages(draft: &UIMessage) -> Vec<ModelMessage> {
         ..draft.clone()
     };
     to_model_messages(std::slice::from_ref(&last))
-}
-
-/// A count as the signed integer OpenTelemetry attributes hold (`tracing-opentelemetry` turns
-/// an unsigned field into a string).
-fn otel_int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -83,8 +83,13 @@ impl TurnRun<'_> {
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = %tool_name,
             gen_ai.tool.call.id = %call_id,
+            gen_ai.tool.type = "function",
             gen_ai.tool.call.arguments = tracing::field::Empty,
             gen_ai.tool.call.result = tracing::field::Empty,
+            mull.tool.decision = tracing::field::Empty,
+            mull.tool.decision_reason = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
         );
         if self.inner.options.capture_content {
             exec_span.record(
@@ -166,6 +171,7 @@ impl TurnRun<'_> {
                 input,
                 reason,
             };
+            exec_span.record("mull.tool.decision", "approval_requested");
             return self.park_for_approval(ask, parts).await;
         }
         let (action, effective_input, reason, skip_output) = match decided {
@@ -202,6 +208,7 @@ impl TurnRun<'_> {
                 None,
             ),
         };
+        crate::otel_fields::record_decision(&exec_span, action, reason.as_deref());
         let decided = self.append(Event::ToolDecided {
             step,
             call_id: call_id.clone(),

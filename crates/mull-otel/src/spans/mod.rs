@@ -13,9 +13,14 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use mull_core::price::cache_write_tokens;
-use mull_core::{wire_name, Envelope, Event, StepRecord, TurnStatus, Usage};
+use mull_core::{wire_name, Envelope, Event, StepRecord, StreamPart, TurnStatus, Usage};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::conventions::Conventions;
+use decisions::{answer_attributes, decision_attributes, Answer};
+
+mod decisions;
 
 /// What kind of operation a span is, as OpenTelemetry's `SpanKind` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +38,7 @@ pub enum Kind {
 pub enum AttrValue {
     Str(String),
     Int(i64),
+    Float(f64),
     Bool(bool),
     StrList(Vec<String>),
 }
@@ -55,6 +61,11 @@ impl From<u64> for AttrValue {
 impl From<u32> for AttrValue {
     fn from(n: u32) -> AttrValue {
         AttrValue::Int(i64::from(n))
+    }
+}
+impl From<f64> for AttrValue {
+    fn from(x: f64) -> AttrValue {
+        AttrValue::Float(x)
     }
 }
 impl From<bool> for AttrValue {
@@ -112,20 +123,73 @@ impl LogSpan {
     }
 }
 
-/// What the mapping includes beyond the default attributes.
+/// What the mapping includes beyond the default attributes, and the names it goes out under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SpanOptions {
     /// Message content: tool arguments and results, and each step's answer text. Off by
     /// default, as the GenAI conventions ask, since content may be sensitive.
     pub capture_content: bool,
+    /// The attribute and metric names (the fold itself always writes the current ones; the
+    /// exporter renames).
+    pub conventions: Conventions,
+}
+
+impl SpanOptions {
+    /// Content as `capture_content` says, names as `conventions` says.
+    pub fn new(capture_content: bool, conventions: Conventions) -> SpanOptions {
+        SpanOptions {
+            capture_content,
+            conventions,
+        }
+    }
+
+    /// What the standard variables ask for: content when
+    /// `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` is true, the older names when
+    /// `MULL_OTEL_GENAI_CONVENTIONS=legacy`.
+    pub fn from_env() -> SpanOptions {
+        SpanOptions::new(crate::config::content_requested(), Conventions::from_env())
+    }
+}
+
+/// One model call as the metrics see it: what the `gen_ai.client.*` instruments record,
+/// measured from the log's timestamps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inference {
+    /// The `chat` span of the call.
+    pub span_id: [u8; 8],
+    pub provider: Option<String>,
+    pub request_model: Option<String>,
+    pub response_model: Option<String>,
+    pub server_address: Option<String>,
+    /// `step_configured` (the request sent) to `step_finished`, or to where the call was cut.
+    pub duration_s: f64,
+    /// The request to its first output chunk; `None` when none arrived.
+    pub time_to_first_chunk_s: Option<f64>,
+    /// Each output chunk after the first: the time since the one before it.
+    pub time_per_output_chunk_s: Vec<f64>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    /// Set when the call failed.
+    pub error_type: Option<String>,
+}
+
+/// A `chat` span being built, with what its call's metrics need.
+struct OpenStep {
+    span: LogSpan,
+    /// When the request was sent (`step_configured`).
+    opened_at: Option<DateTime<Utc>>,
+    /// When each output chunk was logged.
+    chunks: Vec<DateTime<Utc>>,
 }
 
 /// A turn attempt whose `turn_finished` has not been applied yet.
 struct OpenTurn {
     span: LogSpan,
+    request_id: String,
     provider: Option<String>,
     /// Open `chat` spans by step.
-    steps: BTreeMap<u32, LogSpan>,
+    steps: BTreeMap<u32, OpenStep>,
     /// Open `execute_tool` spans by call id, with their step.
     tools: HashMap<String, (u32, LogSpan)>,
     last_at: DateTime<Utc>,
@@ -150,6 +214,13 @@ pub struct SessionSpans {
     children: Vec<String>,
     open: HashMap<String, OpenTurn>,
     done: Vec<LogSpan>,
+    /// The model calls closed so far, for the metrics.
+    inferences: Vec<Inference>,
+    /// Approval answers by call id, until the call is decided.
+    answers: HashMap<String, Answer>,
+    /// Requests whose history was compacted: their later model calls saw the compacted
+    /// conversation.
+    compacted: std::collections::HashSet<String>,
 }
 
 impl SessionSpans {
@@ -163,6 +234,9 @@ impl SessionSpans {
             children: Vec::new(),
             open: HashMap::new(),
             done: Vec::new(),
+            inferences: Vec::new(),
+            answers: HashMap::new(),
+            compacted: std::collections::HashSet::new(),
         }
     }
 
@@ -190,6 +264,24 @@ impl SessionSpans {
             Event::SubagentStarted {
                 child_session_id, ..
             } => self.children.push(child_session_id.clone()),
+            Event::ToolApprovalAnswered {
+                approval_id,
+                call_id,
+                approved,
+                reason,
+                expired,
+                ..
+            } => {
+                let answer = Answer {
+                    approval_id: approval_id.clone(),
+                    approved: *approved,
+                    expired: *expired,
+                    reason: reason.clone(),
+                    at: env.at,
+                };
+                self.answers.insert(call_id.clone(), answer);
+                return;
+            }
             _ => {}
         }
         let Some(turn_id) = env.turn_id.as_deref() else {
@@ -217,6 +309,7 @@ impl SessionSpans {
             span.set("mull.entry", wire_name(entry));
             let open = OpenTurn {
                 span,
+                request_id: request_id.clone(),
                 provider: None,
                 steps: BTreeMap::new(),
                 tools: HashMap::new(),
@@ -270,16 +363,40 @@ impl SessionSpans {
                 span.kind = Kind::Client;
                 span.set("gen_ai.operation.name", "chat");
                 span.set("gen_ai.conversation.id", self.session_id.as_str());
+                // Every model call mull makes is a streaming one.
+                span.set("gen_ai.request.stream", true);
                 if let Some(provider) = &turn.provider {
                     span.set("gen_ai.provider.name", provider.as_str());
                 }
+                if self.compacted.contains(&turn.request_id) {
+                    span.set("gen_ai.conversation.compacted", true);
+                }
                 span.set("mull.step", *step);
-                turn.steps.insert(*step, span);
+                let open = OpenStep {
+                    span,
+                    opened_at: None,
+                    chunks: Vec::new(),
+                };
+                turn.steps.insert(*step, open);
             }
             Event::StepConfigured { step, model_id, .. } => {
-                if let Some(span) = turn.steps.get_mut(step) {
-                    span.name = format!("chat {model_id}");
-                    span.set("gen_ai.request.model", model_id.as_str());
+                if let Some(open) = turn.steps.get_mut(step) {
+                    open.span.name = format!("chat {model_id}");
+                    open.span.set("gen_ai.request.model", model_id.as_str());
+                    open.opened_at = Some(env.at);
+                }
+            }
+            Event::Chunk { step, part, .. } if is_output_chunk(part) => {
+                if let Some(open) = turn.steps.get_mut(step) {
+                    if open.chunks.is_empty() {
+                        if let Some(opened) = open.opened_at {
+                            open.span.set(
+                                "gen_ai.response.time_to_first_chunk",
+                                seconds(opened, env.at),
+                            );
+                        }
+                    }
+                    open.chunks.push(env.at);
                 }
             }
             Event::ModelRetried {
@@ -288,8 +405,8 @@ impl SessionSpans {
                 error,
                 delay_ms,
             } => {
-                if let Some(span) = turn.steps.get_mut(step) {
-                    span.events.push(SpanEvent {
+                if let Some(open) = turn.steps.get_mut(step) {
+                    open.span.events.push(SpanEvent {
                         name: "mull.model_retried",
                         at: env.at,
                         attributes: vec![
@@ -307,16 +424,7 @@ impl SessionSpans {
                 input,
                 client,
             } => {
-                let parent = turn
-                    .steps
-                    .get(step)
-                    .map_or(turn.span.span_id, |s| s.span_id);
-                let mut span = self.span(turn_id, &format!("tool/{call_id}"), env.at, Some(parent));
-                span.name = format!("execute_tool {tool}");
-                span.set("gen_ai.operation.name", "execute_tool");
-                span.set("gen_ai.tool.name", tool.as_str());
-                span.set("gen_ai.tool.call.id", call_id.as_str());
-                span.set("gen_ai.tool.type", "function");
+                let mut span = self.tool_span(turn, turn_id, *step, call_id, tool, env.at);
                 if *client {
                     span.set("mull.tool.client", true);
                 }
@@ -325,16 +433,53 @@ impl SessionSpans {
                 }
                 turn.tools.insert(call_id.clone(), (*step, span));
             }
-            Event::ToolDecided {
+            Event::ToolApprovalRequested {
                 call_id,
-                action,
+                approval_id,
                 reason,
+                expires_at,
                 ..
             } => {
                 if let Some((_, span)) = turn.tools.get_mut(call_id) {
-                    span.set("mull.tool.decision", action.as_str());
+                    span.set("mull.tool.decision", "approval_requested");
+                    span.set("mull.approval.id", approval_id.as_str());
+                    let mut attributes = vec![("mull.approval.id", approval_id.as_str().into())];
                     if let Some(reason) = reason {
-                        span.set("mull.tool.decision_reason", reason.as_str());
+                        attributes.push(("mull.approval.reason", reason.as_str().into()));
+                    }
+                    if let Some(at) = expires_at {
+                        attributes.push(("mull.approval.expires_at", at.to_rfc3339().into()));
+                    }
+                    span.events.push(SpanEvent {
+                        name: "mull.approval.requested",
+                        at: env.at,
+                        attributes,
+                    });
+                }
+            }
+            Event::ToolDecided {
+                step,
+                call_id,
+                tool,
+                action,
+                reason,
+                effective_input,
+                ..
+            } => {
+                if !turn.tools.contains_key(call_id) {
+                    // A call approved (or denied) in an earlier turn runs in this one: its
+                    // span starts with the decision.
+                    let mut span = self.tool_span(turn, turn_id, *step, call_id, tool, env.at);
+                    if content {
+                        span.set("gen_ai.tool.call.arguments", json_text(effective_input));
+                    }
+                    turn.tools.insert(call_id.clone(), (*step, span));
+                }
+                let answer = self.answers.remove(call_id);
+                if let Some((_, span)) = turn.tools.get_mut(call_id) {
+                    decision_attributes(span, *action, reason.as_deref(), env.at);
+                    if let Some(answer) = answer {
+                        answer_attributes(span, &answer);
                     }
                 }
             }
@@ -346,7 +491,7 @@ impl SessionSpans {
                 ..
             } => {
                 if let Some((_, mut span)) = turn.tools.remove(call_id) {
-                    if !success {
+                    if !success && span.error.is_none() {
                         span.set("error.type", "tool_error");
                         span.error = Some(error.clone().unwrap_or_else(|| "tool failed".into()));
                     }
@@ -360,17 +505,21 @@ impl SessionSpans {
             }
             Event::StepFinished { record } => {
                 self.close_tools(turn, Some(record.step), env.at);
-                if let Some(mut span) = turn.steps.remove(&record.step) {
-                    step_attributes(&mut span, record, content);
-                    span.close(env.at, &mut self.done);
+                if let Some(mut open) = turn.steps.remove(&record.step) {
+                    step_attributes(&mut open.span, record, content);
+                    self.close_step(open, env.at);
                 }
             }
             Event::CompactionApplied {
                 reason,
                 tokens_before,
                 tokens_after,
+                shortened,
                 ..
             } => {
+                if *shortened {
+                    self.compacted.insert(turn.request_id.clone());
+                }
                 let reason = wire_name(reason);
                 turn.span.events.push(SpanEvent {
                     name: "mull.compaction",
@@ -389,7 +538,12 @@ impl SessionSpans {
                 ..
             } => {
                 let error_type = failure_type(stage, classification);
-                for span in turn.steps.values_mut().chain([&mut turn.span]) {
+                for span in turn
+                    .steps
+                    .values_mut()
+                    .map(|o| &mut o.span)
+                    .chain([&mut turn.span])
+                {
                     span.set("error.type", error_type.as_str());
                     span.error = Some(error.clone());
                 }
@@ -402,8 +556,8 @@ impl SessionSpans {
                 ..
             } => {
                 self.close_tools(turn, None, env.at);
-                for (_, span) in std::mem::take(&mut turn.steps) {
-                    span.close(env.at, &mut self.done);
+                for (_, open) in std::mem::take(&mut turn.steps) {
+                    self.close_step(open, env.at);
                 }
                 turn.span.set("mull.turn.status", status.as_str());
                 turn.span.set("mull.turn.steps", *steps);
@@ -416,6 +570,69 @@ impl SessionSpans {
             _ => {}
         }
         false
+    }
+
+    /// A new `execute_tool` span for `call_id`, under its step's `chat` span when that is open
+    /// (else under the turn's).
+    fn tool_span(
+        &self,
+        turn: &OpenTurn,
+        turn_id: &str,
+        step: u32,
+        call_id: &str,
+        tool: &str,
+        at: DateTime<Utc>,
+    ) -> LogSpan {
+        let parent = turn
+            .steps
+            .get(&step)
+            .map_or(turn.span.span_id, |s| s.span.span_id);
+        let mut span = self.span(turn_id, &format!("tool/{call_id}"), at, Some(parent));
+        span.name = format!("execute_tool {tool}");
+        span.set("gen_ai.operation.name", "execute_tool");
+        span.set("gen_ai.tool.name", tool);
+        span.set("gen_ai.tool.call.id", call_id);
+        span.set("gen_ai.tool.type", "function");
+        span
+    }
+
+    /// Ends a `chat` span at `at` and notes its model call for the metrics.
+    fn close_step(&mut self, open: OpenStep, at: DateTime<Utc>) {
+        let span = &open.span;
+        let text = |key: &str| match span.attribute(key) {
+            Some(AttrValue::Str(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let count = |key: &str| match span.attribute(key) {
+            Some(AttrValue::Int(n)) => u64::try_from(*n).ok(),
+            _ => None,
+        };
+        let start = open.opened_at.unwrap_or(span.start);
+        let end = at.max(start);
+        let first = open.chunks.first().copied();
+        let inference = Inference {
+            span_id: span.span_id,
+            provider: text("gen_ai.provider.name"),
+            request_model: text("gen_ai.request.model"),
+            response_model: text("gen_ai.response.model"),
+            server_address: text("server.address"),
+            duration_s: seconds(start, end),
+            time_to_first_chunk_s: first.map(|f| seconds(start, f)),
+            time_per_output_chunk_s: open
+                .chunks
+                .windows(2)
+                .map(|w| seconds(w[0], w[1]))
+                .collect(),
+            input_tokens: count("gen_ai.usage.input_tokens"),
+            output_tokens: count("gen_ai.usage.output_tokens"),
+            error_type: text("error.type").or_else(|| {
+                span.attribute("gen_ai.response.finish_reasons")
+                    .is_none()
+                    .then(|| "unfinished".to_owned())
+            }),
+        };
+        self.inferences.push(inference);
+        open.span.close(at, &mut self.done);
     }
 
     /// Ends the open tool spans of `step` (all steps when `None`) at `at`: a client tool's call
@@ -438,6 +655,7 @@ impl SessionSpans {
     /// span closed without a finish reason).
     fn late_failure(&mut self, turn_id: &str, error_type: &str, error: &str) {
         let (_, invoke) = self.ids(turn_id, "invoke");
+        let mut cut = std::collections::HashSet::new();
         for span in &mut self.done {
             let cut_step = span.parent_id == Some(invoke)
                 && span.kind == Kind::Client
@@ -445,6 +663,15 @@ impl SessionSpans {
             if span.span_id == invoke || cut_step {
                 span.set("error.type", error_type);
                 span.error = Some(error.to_owned());
+            }
+            if cut_step {
+                cut.insert(span.span_id);
+            }
+        }
+        // The metrics of the cut call carry the failure's type too.
+        for inference in self.inferences.iter_mut() {
+            if cut.contains(&inference.span_id) {
+                inference.error_type = Some(error_type.to_owned());
             }
         }
     }
@@ -454,8 +681,8 @@ impl SessionSpans {
     fn abandon(&mut self, mut turn: OpenTurn) {
         let at = turn.last_at;
         self.close_tools(&mut turn, None, at);
-        for (_, span) in std::mem::take(&mut turn.steps) {
-            span.close(at, &mut self.done);
+        for (_, open) in std::mem::take(&mut turn.steps) {
+            self.close_step(open, at);
         }
         turn.span.set("mull.turn.status", "unfinished");
         turn.span.error = Some("the turn has no turn_finished in the log".into());
@@ -470,7 +697,12 @@ impl SessionSpans {
 
     /// Every span, turns that never finished included, ordered by start time (a parent before
     /// its children when they start together).
-    pub fn finish(mut self) -> Vec<LogSpan> {
+    pub fn finish(self) -> Vec<LogSpan> {
+        self.finish_with_inferences().0
+    }
+
+    /// [`SessionSpans::finish`], and every model call for the metrics.
+    pub fn finish_with_inferences(mut self) -> (Vec<LogSpan>, Vec<Inference>) {
         let mut open: Vec<OpenTurn> = self.open.drain().map(|(_, t)| t).collect();
         open.sort_by_key(|t| t.span.start);
         for turn in open {
@@ -478,9 +710,8 @@ impl SessionSpans {
         }
         let mut spans = self.done;
         spans.sort_by_key(|s| (s.start, s.parent_id.is_some()));
-        spans
+        (spans, self.inferences)
     }
-
     /// The trace id of `turn_id` and the span id of its `part`, derived from the log's ids; a
     /// sub-agent's turns join the trace of the parent turn that called them.
     fn ids(&self, turn_id: &str, part: &str) -> ([u8; 16], [u8; 8]) {
@@ -574,8 +805,31 @@ fn usage_attributes(span: &mut LogSpan, usage: &Usage, cache_write: Option<u64>)
         span.set("gen_ai.usage.cache_read.input_tokens", n);
     }
     if let Some(n) = cache_write {
-        span.set("gen_ai.usage.cache_creation.input_tokens", n);
+        span.set("gen_ai.usage.cache_write.input_tokens", n);
     }
+    if let Some(n) = usage.reasoning_tokens {
+        span.set("gen_ai.usage.reasoning.output_tokens", n);
+    }
+}
+
+/// The parts a model streams as its answer (text, reasoning, tool calls, sources, files), as
+/// opposed to call metadata and tool results: what "first chunk" and "per output chunk" time.
+fn is_output_chunk(part: &StreamPart) -> bool {
+    matches!(
+        part,
+        StreamPart::TextDelta { .. }
+            | StreamPart::ReasoningDelta { .. }
+            | StreamPart::ToolInputDelta { .. }
+            | StreamPart::ToolCall { .. }
+            | StreamPart::Source { .. }
+            | StreamPart::File { .. }
+    )
+}
+
+/// `to - from` in seconds (0 when the log's clock went backwards).
+fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    let micros = (to - from).num_microseconds().unwrap_or(i64::MAX).max(0);
+    micros as f64 / 1_000_000.0
 }
 
 fn step_attributes(span: &mut LogSpan, record: &StepRecord, content: bool) {
@@ -583,11 +837,25 @@ fn step_attributes(span: &mut LogSpan, record: &StepRecord, content: bool) {
         "gen_ai.response.finish_reasons",
         AttrValue::StrList(vec![record.finish_reason.as_str().to_owned()]),
     );
-    if !record.model_id.is_empty() {
-        span.set("gen_ai.response.model", record.model_id.as_str());
+    // The model that answered, as the provider named it (else the one asked).
+    let response_model = record
+        .response
+        .get("model_id")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(record.model_id.as_str());
+    if !response_model.is_empty() {
+        span.set("gen_ai.response.model", response_model);
     }
     if let Some(id) = record.response.get("id").and_then(Value::as_str) {
         span.set("gen_ai.response.id", id);
+    }
+    if let Some(address) = record
+        .response
+        .get("server_address")
+        .and_then(Value::as_str)
+    {
+        span.set("server.address", address);
     }
     usage_attributes(
         span,

@@ -11,12 +11,12 @@ use mull_core::{LanguageModel, UIMessage};
 use mull_engine::{
     Agent, AgentTool, Session, SessionOptions, Tool, ToolError, ToolExecution, ToolOutput,
 };
-use mull_engine::{ToolSet, TurnOptions};
+use mull_engine::{HookResult, ToolCallContext, ToolCallDecision, ToolSet, TurnOptions};
 use mull_providers::scripted::ScriptedModel;
 use mull_store::Log;
 use serde_json::{json, Value};
 
-pub use receiver::{attr, attr_int, attr_str, named, nanos, Receiver};
+pub use receiver::{attr, attr_bool, attr_f64, attr_int, attr_str, named, nanos, Receiver};
 
 /// Held by each test for its whole run: the tests take turns. `tracing` caches per span site
 /// whether any subscriber wants it; a site first reached on one test's thread while another
@@ -86,6 +86,8 @@ impl Tool for Add {
 /// way Anthropic does.
 pub struct Calculator {
     model: ScriptedModel,
+    /// Set: `before_tool_call` blocks every call with this reason.
+    block: Option<String>,
 }
 
 impl Calculator {
@@ -99,7 +101,15 @@ impl Calculator {
             })
             .step(|s| s.text("2 + 3 = 5.").usage(140, 7))
             .build();
-        Calculator { model }
+        Calculator { model, block: None }
+    }
+
+    /// The same model, with every tool call blocked by `before_tool_call` for `reason`.
+    pub fn blocking(reason: &str) -> Calculator {
+        Calculator {
+            block: Some(reason.to_owned()),
+            ..Calculator::new()
+        }
     }
 
     /// A model whose stream breaks with an error after a few words.
@@ -108,7 +118,7 @@ impl Calculator {
             .provider("anthropic")
             .step(|s| s.text("Let me").error("the model broke"))
             .build();
-        Calculator { model }
+        Calculator { model, block: None }
     }
 }
 
@@ -125,6 +135,14 @@ impl Agent for Calculator {
     }
     fn system_prompt(&self) -> String {
         "You add.".into()
+    }
+    async fn before_tool_call(
+        &self,
+        _ctx: &ToolCallContext,
+    ) -> HookResult<Option<ToolCallDecision>> {
+        Ok(self.block.clone().map(|reason| ToolCallDecision::Block {
+            reason: Some(reason),
+        }))
     }
 }
 

@@ -95,6 +95,30 @@ impl Receiver {
             .collect()
     }
 
+    /// Every metric received so far (one entry per metric per request), as the receiver
+    /// decoded it.
+    pub fn metrics(&self) -> Vec<Value> {
+        let mut path = self.out.clone().into_os_string();
+        path.push(".metrics");
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a metric line is JSON"))
+            .collect()
+    }
+
+    /// The metrics received once one named `name` has arrived (waiting up to 30 s).
+    pub fn wait_for_metric(&self, name: &str) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let metrics = self.metrics();
+            if metrics.iter().any(|m| m["name"] == name) || Instant::now() > deadline {
+                return metrics;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The spans received once at least `n` have arrived (waiting up to 30 s).
     pub fn wait_for(&self, n: usize) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -141,6 +165,16 @@ pub fn attr_str<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
 pub fn attr_int(span: &Value, key: &str) -> Option<i64> {
     let v = attr(span, key)?.get("int_value")?;
     v.as_i64().or_else(|| v.as_str()?.parse().ok())
+}
+
+/// A floating-point attribute.
+pub fn attr_f64(span: &Value, key: &str) -> Option<f64> {
+    attr(span, key)?.get("double_value")?.as_f64()
+}
+
+/// A boolean attribute.
+pub fn attr_bool(span: &Value, key: &str) -> Option<bool> {
+    attr(span, key)?.get("bool_value")?.as_bool()
 }
 
 /// A time field of a received span, in nanoseconds since the epoch.
