@@ -91,6 +91,27 @@ fn the_demo_sends_its_spans_live_and_export_resends_them_from_the_log_with_its_t
     live_names.sort();
     log_names.sort();
     assert_eq!(live_names, log_names);
+    // The booking waited for approval: live and from the log alike, the span of the turn that
+    // ran it says who answered, and the asking turn's span says it waited.
+    for spans in [&sent_live, &exported] {
+        let booking: Vec<&Value> = spans
+            .iter()
+            .filter(|s| s["name"] == "execute_tool book_hotel")
+            .collect();
+        assert!(
+            booking
+                .iter()
+                .any(|s| attr_str(s, "mull.tool.decision") == Some("approval_requested")),
+            "{booking:#?}"
+        );
+        assert!(
+            booking.iter().any(
+                |s| attr_str(s, "mull.approval.answered_by") == Some("person")
+                    && attr_str(s, "mull.tool.decision") == Some("allow")
+            ),
+            "{booking:#?}"
+        );
+    }
 
     // Each turn's span starts and ends when the log says its turn did.
     let time = |turn: &str, kind: &str| {

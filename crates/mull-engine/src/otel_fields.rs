@@ -83,3 +83,27 @@ pub(crate) fn record_decision(span: &tracing::Span, action: DecisionAction, reas
         span.record("otel.status_description", description.as_str());
     }
 }
+
+/// The `execute_tool` span of a call a person answered, in the turn that acts on the answer:
+/// who answered and how, beside the decision recorded on it next.
+pub(crate) fn approved_call_span(
+    pending: &mull_store::PendingApproval,
+    answer: &mull_store::ApprovalAnswer,
+) -> tracing::Span {
+    let answered_by = if answer.expired { "expiry" } else { "person" };
+    tracing::info_span!(
+        "execute_tool",
+        otel.name = %format!("execute_tool {}", pending.tool),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %pending.tool,
+        gen_ai.tool.call.id = %pending.call_id,
+        gen_ai.tool.type = "function",
+        mull.approval.id = %pending.approval_id,
+        mull.approval.approved = answer.approved,
+        mull.approval.answered_by = answered_by,
+        mull.tool.decision = tracing::field::Empty,
+        mull.tool.decision_reason = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    )
+}

@@ -20,6 +20,7 @@ use futures::{FutureExt, StreamExt};
 use mull_core::{to_model_messages, DecisionAction, Event, UIPart};
 use mull_store::PendingApproval;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::run::{StepParts, ToolEnd, TurnRun, ABORTED_TOOL_CALL};
 use crate::context::ToolCallResultContext;
@@ -131,6 +132,8 @@ impl TurnRun<'_> {
                 )
             }
         };
+        let exec_span = crate::otel_fields::approved_call_span(pending, answer);
+        crate::otel_fields::record_decision(&exec_span, action, reason.as_deref());
         self.append(Event::ToolDecided {
             step: pending.step,
             call_id: pending.call_id.clone(),
@@ -159,6 +162,7 @@ impl TurnRun<'_> {
                 let started = self.inner.recorder.clock().timer();
                 let result = self
                     .run_approved(&*tool, pending.input.clone(), &execution)
+                    .instrument(exec_span.clone())
                     .await;
                 let elapsed = self.inner.recorder.clock().timer() - started;
                 let duration_ms = match execution.served_duration_ms.get() {
