@@ -88,8 +88,9 @@
 //! trait), [`store`] (the log, its readers and folds), [`engine`] (sessions, hooks, tools,
 //! sub-agents, approvals, replay), [`providers`] (OpenAI-compatible and Anthropic models, the
 //! scripted and replay models) and [`mcp`] (MCP servers' tools in turns). [`demo`],
-//! [`tool_desk`] and [`agents`] are the built-in agents the `mull` binary runs, [`policy`] lays stricter tool policies over any agent, and
-//! [`replay`] re-executes recorded sessions against new hook code. The contributors' map of
+//! [`tool_desk`] and [`agents`] are the built-in agents the `mull` binary runs, [`policy`] lays
+//! stricter tool policies over any agent, and [`replay`] re-executes recorded sessions against
+//! new hook code. The contributors' map of
 //! the code is ARCHITECTURE.md in the repository.
 
 pub use mull_core as core;
