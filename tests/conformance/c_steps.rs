@@ -169,6 +169,7 @@ async fn c08_on_step_finish_receives_the_full_step_record() {
                 model_id: Some("scripted-1-2026".into()),
                 timestamp: None,
                 headers: Some([("x-request-id".to_string(), "abc".to_string())].into()),
+                streamed: None,
             })
             .reasoning("hmm")
             .text("Answer.")

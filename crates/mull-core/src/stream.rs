@@ -157,6 +157,12 @@ pub enum StreamPart {
         /// The HTTP response headers (names lower-case; cookies left out).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         headers: Option<BTreeMap<String, String>>,
+        /// `Some(false)` when the answer was served without streaming: the server was asked
+        /// for one JSON response (configured so, or because its stream ended empty) and the
+        /// parts were made from it. Absent for a streamed answer, and in logs written before
+        /// the field existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        streamed: Option<bool>,
     },
     /// A text block opens.
     TextStart { id: String },

@@ -156,7 +156,7 @@ impl LanguageModel for AnthropicModel {
             builder = builder.header(name.as_str(), value.as_str());
         }
         let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
-        let opening = http::opening_parts(warnings(&request), response.headers());
+        let opening = http::opening_parts(warnings(&request), response.headers(), None);
         let decoder = MessagesDecoder::new(self.provider.clone())
             .answering_with_json_tool(request.output_schema.is_some());
         let stream = http::decode_sse(

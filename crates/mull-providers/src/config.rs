@@ -8,6 +8,12 @@
 //! - `openai-compatible:http://127.0.0.1:8080/v1#model-name` — any Chat Completions server
 //!   (llama.cpp, vLLM, Ollama …); no key needed, `OPENAI_COMPATIBLE_API_KEY` is sent when set.
 //!
+//! The two Chat Completions specs take options after the model, query-style:
+//! `?stream=auto|on|off` chooses whether calls stream ([`Streaming`]; default `auto`: stream,
+//! and fall back to — then stay with — non-streaming when a stream ends empty), e.g.
+//! `openai-compatible:http://127.0.0.1:8080/v1#local?stream=off`. A caller's
+//! [`ModelOverrides`] (a command-line flag) win over the spec's options.
+//!
 //! [`model_from_spec`] takes the environment as a lookup function, so tests never touch the
 //! process environment; [`model_from_env`] reads the real one.
 
@@ -17,7 +23,7 @@ use mull_core::LanguageModel;
 
 use crate::anthropic::{AnthropicConfig, AnthropicModel, ANTHROPIC_BASE_URL};
 use crate::http::Secret;
-use crate::openai::{OpenAiConfig, OpenAiModel, OPENAI_BASE_URL};
+use crate::openai::{OpenAiConfig, OpenAiModel, Streaming, OPENAI_BASE_URL};
 
 /// The variable that names the model.
 pub const MODEL_VARIABLE: &str = "MULL_MODEL";
@@ -50,13 +56,65 @@ pub enum ConfigError {
 
 /// A parsed model spec: which provider, which model, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ModelSpec {
-    /// `openai:MODEL`.
-    OpenAi { model: String },
+    /// `openai:MODEL[?stream=…]`.
+    OpenAi {
+        model: String,
+        /// `?stream=`, when given.
+        streaming: Option<Streaming>,
+    },
     /// `anthropic:MODEL`.
     Anthropic { model: String },
-    /// `openai-compatible:BASE_URL#MODEL`.
-    OpenAiCompatible { base_url: String, model: String },
+    /// `openai-compatible:BASE_URL#MODEL[?stream=…]`.
+    OpenAiCompatible {
+        base_url: String,
+        model: String,
+        /// `?stream=`, when given.
+        streaming: Option<Streaming>,
+    },
+}
+
+/// What a caller sets over a spec's own options, e.g. from command-line flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelOverrides {
+    /// Whether calls stream; wins over the spec's `?stream=`.
+    pub streaming: Option<Streaming>,
+}
+
+impl ModelOverrides {
+    /// Sets whether calls stream.
+    pub fn streaming(mut self, streaming: Option<Streaming>) -> Self {
+        self.streaming = streaming;
+        self
+    }
+}
+
+/// Splits `model?options` into the model and its `stream` option; any other option is an error
+/// naming the ones there are.
+fn model_and_options(
+    rest: &str,
+    invalid: impl Fn(&str) -> ConfigError,
+) -> Result<(String, Option<Streaming>), ConfigError> {
+    let (model, options) = match rest.split_once('?') {
+        Some((model, options)) => (model, Some(options)),
+        None => (rest, None),
+    };
+    let mut streaming = None;
+    for option in options.into_iter().flat_map(|o| o.split('&')) {
+        match option.split_once('=') {
+            Some(("stream", value)) => {
+                streaming = Some(value.parse::<Streaming>().map_err(|e| invalid(&e))?);
+            }
+            _ => {
+                return Err(invalid(&format!(
+                    "unknown option `{option}`: the options are `stream=auto|on|off`"
+                )))
+            }
+        }
+    }
+    Ok((model.trim().to_owned(), streaming))
 }
 
 impl ModelSpec {
@@ -74,15 +132,24 @@ impl ModelSpec {
             return Err(invalid("expected `provider:model`"));
         };
         match provider {
-            "openai" | "anthropic" => {
+            "openai" => {
+                let (model, streaming) = model_and_options(rest, invalid)?;
+                if model.is_empty() {
+                    return Err(invalid("the model name after `:` is empty"));
+                }
+                Ok(ModelSpec::OpenAi { model, streaming })
+            }
+            "anthropic" => {
+                if rest.contains('?') {
+                    return Err(invalid(
+                        "anthropic takes no options: its Messages API always streams",
+                    ));
+                }
                 if rest.trim().is_empty() {
                     return Err(invalid("the model name after `:` is empty"));
                 }
-                let model = rest.trim().to_owned();
-                Ok(if provider == "openai" {
-                    ModelSpec::OpenAi { model }
-                } else {
-                    ModelSpec::Anthropic { model }
+                Ok(ModelSpec::Anthropic {
+                    model: rest.trim().to_owned(),
                 })
             }
             "openai-compatible" => {
@@ -96,12 +163,14 @@ impl ModelSpec {
                         "base URL `{base_url}` must be http or https"
                     )));
                 }
-                if model.trim().is_empty() {
+                let (model, streaming) = model_and_options(model, invalid)?;
+                if model.is_empty() {
                     return Err(invalid("the model name after `#` is empty"));
                 }
                 Ok(ModelSpec::OpenAiCompatible {
                     base_url: base_url.to_owned(),
-                    model: model.trim().to_owned(),
+                    model,
+                    streaming,
                 })
             }
             other => Err(ConfigError::UnknownProvider {
@@ -117,6 +186,16 @@ pub fn model_from_spec(
     spec: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn LanguageModel>, ConfigError> {
+    model_from_spec_with(spec, ModelOverrides::default(), env)
+}
+
+/// Like [`model_from_spec`], with `overrides` winning over the spec's options. An override the
+/// provider cannot honour (streaming off for Anthropic) is an error, not silently dropped.
+pub fn model_from_spec_with(
+    spec: &str,
+    overrides: ModelOverrides,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn LanguageModel>, ConfigError> {
     let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     let build = |provider: &'static str| {
         move |e: mull_core::ModelError| ConfigError::Build {
@@ -125,16 +204,26 @@ pub fn model_from_spec(
         }
     };
     match ModelSpec::parse(spec)? {
-        ModelSpec::OpenAi { model } => {
+        ModelSpec::OpenAi { model, streaming } => {
             let key = var("OPENAI_API_KEY").ok_or(ConfigError::MissingKey {
                 provider: "openai",
                 variable: "OPENAI_API_KEY",
             })?;
             let mut config = OpenAiConfig::openai(model, Secret::new(key));
             config.base_url = var("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI_BASE_URL.into());
+            config.streaming = overrides.streaming.or(streaming).unwrap_or_default();
             Ok(Arc::new(OpenAiModel::new(config).map_err(build("openai"))?))
         }
         ModelSpec::Anthropic { model } => {
+            if let Some(streaming) = overrides.streaming.filter(|s| *s != Streaming::On) {
+                return Err(ConfigError::InvalidSpec {
+                    spec: spec.to_owned(),
+                    reason: format!(
+                        "streaming `{streaming}` is not available for anthropic: its Messages \
+                         API always streams"
+                    ),
+                });
+            }
             let key = var("ANTHROPIC_API_KEY").ok_or(ConfigError::MissingKey {
                 provider: "anthropic",
                 variable: "ANTHROPIC_API_KEY",
@@ -146,8 +235,13 @@ pub fn model_from_spec(
                 AnthropicModel::new(config).map_err(build("anthropic"))?,
             ))
         }
-        ModelSpec::OpenAiCompatible { base_url, model } => {
+        ModelSpec::OpenAiCompatible {
+            base_url,
+            model,
+            streaming,
+        } => {
             let mut config = OpenAiConfig::compatible(base_url, model);
+            config.streaming = overrides.streaming.or(streaming).unwrap_or_default();
             config.api_key = var("OPENAI_COMPATIBLE_API_KEY").map(Secret::new);
             Ok(Arc::new(
                 OpenAiModel::new(config).map_err(build("openai-compatible"))?,
@@ -180,7 +274,8 @@ mod tests {
         assert_eq!(
             ModelSpec::parse("openai:gpt-4o-mini"),
             Ok(ModelSpec::OpenAi {
-                model: "gpt-4o-mini".into()
+                model: "gpt-4o-mini".into(),
+                streaming: None
             })
         );
         assert_eq!(
@@ -193,9 +288,50 @@ mod tests {
             ModelSpec::parse("openai-compatible:http://127.0.0.1:8080/v1#qwen3:8b"),
             Ok(ModelSpec::OpenAiCompatible {
                 base_url: "http://127.0.0.1:8080/v1".into(),
-                model: "qwen3:8b".into()
+                model: "qwen3:8b".into(),
+                streaming: None
             })
         );
+    }
+
+    #[test]
+    fn the_stream_option_is_read_after_the_model() {
+        assert_eq!(
+            ModelSpec::parse("openai-compatible:http://127.0.0.1:8080/v1?x=1#qwen3:8b?stream=off"),
+            Ok(ModelSpec::OpenAiCompatible {
+                base_url: "http://127.0.0.1:8080/v1?x=1".into(),
+                model: "qwen3:8b".into(),
+                streaming: Some(Streaming::Off)
+            })
+        );
+        assert_eq!(
+            ModelSpec::parse("openai:gpt-4o-mini?stream=on"),
+            Ok(ModelSpec::OpenAi {
+                model: "gpt-4o-mini".into(),
+                streaming: Some(Streaming::On)
+            })
+        );
+        let err = ModelSpec::parse("openai:gpt-4o-mini?stream=sometimes").err();
+        assert!(
+            err.as_ref()
+                .is_some_and(|e| e.to_string().contains("not one of `auto`, `on`, `off`")),
+            "{err:?}"
+        );
+        let err = ModelSpec::parse("openai:gpt-4o-mini?temperature=0").err();
+        assert!(
+            err.as_ref()
+                .is_some_and(|e| e.to_string().contains("unknown option `temperature=0`")),
+            "{err:?}"
+        );
+        assert!(matches!(
+            ModelSpec::parse("anthropic:claude?stream=off"),
+            Err(ConfigError::InvalidSpec { .. })
+        ));
+        let off = ModelOverrides::default().streaming(Some(Streaming::Off));
+        assert!(matches!(
+            model_from_spec_with("anthropic:claude", off, env(&[("ANTHROPIC_API_KEY", "k")])),
+            Err(ConfigError::InvalidSpec { .. })
+        ));
     }
 
     #[test]

@@ -494,10 +494,12 @@ pub(crate) fn in_band_error(provider: &str, error: &serde_json::Value, data: &st
 
 /// The parts a provider's stream opens with: what it warns about the request (`stream-start`)
 /// and the HTTP response's headers (`response-metadata`; names lower-case, cookies left out —
-/// they are credentials, and the log keeps what it is given forever).
+/// they are credentials, and the log keeps what it is given forever). `streamed` is
+/// `Some(false)` for an answer served without streaming.
 pub(crate) fn opening_parts(
     warnings: Vec<mull_core::CallWarning>,
     headers: &HeaderMap,
+    streamed: Option<bool>,
 ) -> Vec<mull_core::StreamPart> {
     let headers = headers
         .iter()
@@ -513,6 +515,7 @@ pub(crate) fn opening_parts(
             model_id: None,
             timestamp: None,
             headers: Some(headers),
+            streamed,
         },
     ]
 }

@@ -12,5 +12,7 @@ mod probe;
 pub mod replay;
 pub mod scripted;
 
-pub use config::{model_from_env, model_from_spec, ConfigError};
+pub use config::{
+    model_from_env, model_from_spec, model_from_spec_with, ConfigError, ModelOverrides,
+};
 pub use http::{HttpOptions, Secret};

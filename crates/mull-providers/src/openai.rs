@@ -27,13 +27,29 @@
 //! `[DONE]` (an empty 200 included) is followed by one non-streaming probe of the same request,
 //! whose answer becomes the error (the crate's `probe` module): an overflow refused only
 //! without streaming is then classified as one.
+//!
+//! **Streaming or not** ([`Streaming`]). By default a stream that ends empty — before any text,
+//! reasoning or tool call — is not a failure yet: the whole request goes again without
+//! streaming, and when that is answered its `chat.completion` becomes the same parts a stream
+//! would have given (the response metadata marked `streamed: false` in the log), and this model
+//! sends its later calls without streaming, so they do not pay for the empty stream again.
+//! llama-cpp-python's server needs this: it cannot stream an automatic tool choice.
+//! [`Streaming::Off`] asks without streaming from the first call; [`Streaming::On`] never falls
+//! back (an empty stream is then explained by the probe above).
+//!
+//! **Usage.** Asked for in the stream with `stream_options.include_usage`; a server that ignores
+//! it (llama-cpp-python does) leaves the finish part's counts absent — recorded as unknown,
+//! never estimated. Answers without streaming carry `usage` in the body.
 
 use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use mull_core::{
-    Clock, LanguageModel, ModelError, ModelErrorKind, ModelRequest, ModelStream, SystemClock,
+    Clock, LanguageModel, ModelError, ModelErrorKind, ModelRequest, ModelStream, StreamPart,
+    SystemClock,
 };
 use serde_json::{json, Value};
 
@@ -70,6 +86,53 @@ impl MaxTokensField {
     }
 }
 
+/// Whether a model's calls stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Streaming {
+    /// Stream; when a stream ends empty and the same request without streaming is answered,
+    /// use that answer and send this model's later calls without streaming.
+    #[default]
+    Auto,
+    /// Always stream; an empty stream is an error (explained by a one-token probe).
+    On,
+    /// Never stream: each call is one JSON answer, turned into the same parts.
+    Off,
+}
+
+impl Streaming {
+    /// The name a spec option or flag gives it: `auto`, `on` or `off`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Streaming::Auto => "auto",
+            Streaming::On => "on",
+            Streaming::Off => "off",
+        }
+    }
+}
+
+impl fmt::Display for Streaming {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Streaming {
+    type Err = String;
+
+    /// `auto`, `on` (or `true`) and `off` (or `false`).
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Streaming::Auto),
+            "on" | "true" => Ok(Streaming::On),
+            "off" | "false" => Ok(Streaming::Off),
+            other => Err(format!(
+                "streaming `{other}` is not one of `auto`, `on`, `off`"
+            )),
+        }
+    }
+}
+
 /// Where and how to reach a Chat Completions server.
 #[derive(Debug, Clone)]
 pub struct OpenAiConfig {
@@ -87,6 +150,8 @@ pub struct OpenAiConfig {
     pub send_top_k: bool,
     /// Timeouts.
     pub http: HttpOptions,
+    /// Whether calls stream (see [`Streaming`]).
+    pub streaming: Streaming,
 }
 
 impl OpenAiConfig {
@@ -100,6 +165,7 @@ impl OpenAiConfig {
             max_tokens_field: MaxTokensField::MaxCompletionTokens,
             send_top_k: false,
             http: HttpOptions::default(),
+            streaming: Streaming::default(),
         }
     }
 
@@ -113,6 +179,7 @@ impl OpenAiConfig {
             max_tokens_field: MaxTokensField::MaxTokens,
             send_top_k: true,
             http: HttpOptions::default(),
+            streaming: Streaming::default(),
         }
     }
 }
@@ -123,6 +190,9 @@ pub struct OpenAiModel {
     client: reqwest::Client,
     clock: Arc<dyn Clock>,
     provider: Arc<str>,
+    /// Set once a stream of this model ended empty and the same request without streaming
+    /// was answered ([`Streaming::Auto`]): later calls go straight to non-streaming.
+    streaming_failed: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for OpenAiModel {
@@ -147,6 +217,7 @@ impl OpenAiModel {
             config,
             client,
             clock: Arc::new(SystemClock),
+            streaming_failed: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -154,6 +225,16 @@ impl OpenAiModel {
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// Whether this model's next call streams: not when configured off, nor once a stream of
+    /// it ended empty and the answer came without streaming.
+    pub fn streams(&self) -> bool {
+        match self.config.streaming {
+            Streaming::On => true,
+            Streaming::Off => false,
+            Streaming::Auto => !self.streaming_failed.load(Ordering::Relaxed),
+        }
     }
 
     /// The JSON body this model sends for `request`.
@@ -181,23 +262,88 @@ impl LanguageModel for OpenAiModel {
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.request_body(&request);
+        if !self.streams() {
+            return self.complete(body, &request).await;
+        }
         let builder = self
             .post(&body, &request)
             .header(reqwest::header::ACCEPT, "text/event-stream");
         let response = http::send(&self.provider, builder, self.clock.as_ref()).await?;
-        let opening = http::opening_parts(warnings(&self.config, &request), response.headers());
+        let opening =
+            http::opening_parts(warnings(&self.config, &request), response.headers(), None);
         let stream = decode_sse(self.provider.clone(), http::response_bytes(response));
-        // Ended with no answer: ask once without streaming what the server objects to.
-        let probe = self.post(&probe_body(&self.config, body), &request);
+        // Ended with no answer: ask once without streaming what the server objects to — or,
+        // when nothing streamed and falling back is allowed, for the answer itself.
+        let probe = self.post(&probe_body(&self.config, body.clone()), &request);
+        let whole = (self.config.streaming == Streaming::Auto)
+            .then(|| self.post(&non_streaming_body(body), &request));
         let (provider, clock) = (self.provider.clone(), Arc::clone(&self.clock));
-        let stream = probe::probe_when_ended_early(stream, move || async move {
-            probe::send_probe(&provider, probe, clock.as_ref()).await
+        let streaming_failed = Arc::clone(&self.streaming_failed);
+        let stream = probe::on_ended_early(stream, move |ended, content_seen| async move {
+            let whole = whole.filter(|_| !content_seen);
+            let Some(whole) = whole else {
+                let answer = probe::send_after_empty_stream(&provider, probe, clock.as_ref());
+                return Err(probe::explain(ended, answer.await.map(drop)));
+            };
+            match answer_parts(&provider, whole, clock.as_ref()).await {
+                Ok((_, parts)) => {
+                    streaming_failed.store(true, Ordering::Relaxed);
+                    tracing::warn!(
+                        provider = %provider,
+                        "{}; the same request without streaming was answered and is used; \
+                         this model's later calls will not stream",
+                        ended.message
+                    );
+                    Ok(parts)
+                }
+                Err(error) => Err(probe::explain(ended, Err(error))),
+            }
         });
         Ok(http::prepend(opening, stream))
     }
 }
 
+/// The JSON answer of a non-streaming `request` as stream parts, with the response's headers.
+async fn answer_parts(
+    provider: &Arc<str>,
+    request: reqwest::RequestBuilder,
+    clock: &dyn Clock,
+) -> Result<(reqwest::header::HeaderMap, Vec<StreamPart>), ModelError> {
+    let response = probe::send_after_empty_stream(provider, request, clock).await?;
+    let headers = response.headers().clone();
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| http::transport_error(provider, &e))?;
+    let completion: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        let text = String::from_utf8_lossy(&bytes);
+        let mut shown: String = text.chars().take(200).collect();
+        if shown.len() < text.len() {
+            shown.push('…');
+        }
+        ModelError::new(
+            ModelErrorKind::Protocol,
+            format!("{provider}: the answer without streaming is not JSON ({e}): {shown}"),
+        )
+    })?;
+    let parts = stream::completion_parts(Arc::clone(provider), &completion)?;
+    Ok((headers, parts))
+}
+
 impl OpenAiModel {
+    /// One call without streaming: the JSON answer as the parts a stream would have given.
+    async fn complete(
+        &self,
+        body: Value,
+        request: &ModelRequest,
+    ) -> Result<ModelStream, ModelError> {
+        let post = self.post(&non_streaming_body(body), request);
+        let (headers, parts) = answer_parts(&self.provider, post, self.clock.as_ref()).await?;
+        let mut all = http::opening_parts(warnings(&self.config, request), &headers, Some(false));
+        all.extend(parts);
+        Ok(Box::pin(futures::stream::iter(all.into_iter().map(Ok))))
+    }
+
     /// A POST of `body` to the endpoint with the key and the request's headers.
     fn post(&self, body: &Value, request: &ModelRequest) -> reqwest::RequestBuilder {
         let mut builder = self.client.post(self.endpoint()).json(body);
@@ -212,11 +358,20 @@ impl OpenAiModel {
 }
 
 /// The streaming `body` as the non-streaming probe sends it: the same request, one output token.
-fn probe_body(config: &OpenAiConfig, mut body: Value) -> Value {
+fn probe_body(config: &OpenAiConfig, body: Value) -> Value {
+    let mut body = non_streaming_body(body);
+    if let Value::Object(fields) = &mut body {
+        fields.insert(config.max_tokens_field.name().into(), json!(1));
+    }
+    body
+}
+
+/// The streaming `body` as the same request without streaming (no `stream_options` either:
+/// a non-streaming answer carries its usage in the body).
+fn non_streaming_body(mut body: Value) -> Value {
     if let Value::Object(fields) = &mut body {
         fields.insert("stream".into(), json!(false));
         fields.remove("stream_options");
-        fields.insert(config.max_tokens_field.name().into(), json!(1));
     }
     body
 }

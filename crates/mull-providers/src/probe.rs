@@ -9,11 +9,19 @@
 //! error the turn sees is the probe's, named as such: an overflow is then classified like its
 //! non-streaming twin and a refusal is not retried. When the probe succeeds the failure did not
 //! repeat, and the stream error is reported as transient (a retry may well succeed).
+//!
+//! Some servers cannot stream some answers at all: llama-cpp-python's server ends the stream of
+//! an automatic tool choice empty (saying why only in its own log) while the same request
+//! without streaming is answered. So a provider may instead recover (see [`on_ended_early`]):
+//! send the whole request without streaming and use that answer; its error, when it has one,
+//! is explained the same way as a probe's.
 
 use std::future::Future;
 
+use std::collections::VecDeque;
+
 use futures::StreamExt;
-use mull_core::{ModelError, ModelErrorKind, ModelStream};
+use mull_core::{ModelError, ModelErrorKind, ModelStream, StreamPart};
 
 /// What the end of a stream that owed an answer says, after the provider name.
 const ENDED_EARLY: &str = "the stream ended before the server said it was finished";
@@ -39,46 +47,70 @@ fn is_ended_early(error: &ModelError) -> bool {
         && error.message.contains(ENDED_EARLY)
 }
 
-/// Passes `stream` through; when it ends early (see [`ended_early`]), runs `probe` once and
-/// yields the error [`explain`] makes of both instead.
-pub(crate) fn probe_when_ended_early<F, Fut>(stream: ModelStream, probe: F) -> ModelStream
+/// Passes `stream` through; when it ends early (see [`ended_early`]), calls `recover` once with
+/// that error and whether any content (a part other than call metadata) had already been
+/// yielded. `recover` gives either the parts that stand in for the missing answer (yielded
+/// next, in order) or the error the turn sees instead.
+pub(crate) fn on_ended_early<F, Fut>(stream: ModelStream, recover: F) -> ModelStream
 where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<(), ModelError>> + Send + 'static,
+    F: FnOnce(ModelError, bool) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Vec<StreamPart>, ModelError>> + Send + 'static,
 {
-    let probed = futures::stream::unfold(
-        (stream, Some(probe)),
-        |(mut stream, mut probe)| async move {
-            let item = stream.next().await?;
-            let item = match item {
-                Err(error) if is_ended_early(&error) => match probe.take() {
-                    Some(probe) => Err(explain(error, probe().await)),
-                    None => Err(error),
+    struct State<F> {
+        stream: ModelStream,
+        recover: Option<F>,
+        pending: VecDeque<StreamPart>,
+        content_seen: bool,
+    }
+    let state = State {
+        stream,
+        recover: Some(recover),
+        pending: VecDeque::new(),
+        content_seen: false,
+    };
+    let recovered = futures::stream::unfold(state, |mut state| async move {
+        if let Some(part) = state.pending.pop_front() {
+            return Some((Ok(part), state));
+        }
+        let item = match state.stream.next().await? {
+            Err(error) if is_ended_early(&error) => match state.recover.take() {
+                Some(recover) => match recover(error, state.content_seen).await {
+                    Ok(parts) => {
+                        state.pending.extend(parts);
+                        Ok(state.pending.pop_front()?)
+                    }
+                    Err(error) => Err(error),
                 },
-                other => other,
-            };
-            Some((item, (stream, probe)))
-        },
-    );
-    Box::pin(probed)
+                None => Err(error),
+            },
+            Ok(part) => {
+                state.content_seen |= !part.is_call_metadata();
+                Ok(part)
+            }
+            Err(error) => Err(error),
+        };
+        Some((item, state))
+    });
+    Box::pin(recovered)
 }
 
-/// Sends the probe; a probe the connection failed under (no HTTP status) is sent once more.
+/// Sends `request`; one the connection failed under (no HTTP status) is sent once more.
 /// llama.cpp's server keeps the connection of an empty-200 stream alive but drops it as soon
-/// as the next request is written on it, so the probe, sent on that pooled connection, gets a
-/// reset; the second send goes out on a fresh connection and reads the real error.
-pub(crate) async fn send_probe(
+/// as the next request is written on it, so a request sent on that pooled connection right
+/// after (the probe, or the same request without streaming) gets a reset; the second send goes
+/// out on a fresh connection and reads the real answer.
+pub(crate) async fn send_after_empty_stream(
     provider: &str,
-    probe: reqwest::RequestBuilder,
+    request: reqwest::RequestBuilder,
     clock: &dyn mull_core::Clock,
-) -> Result<(), ModelError> {
-    let again = probe.try_clone();
-    match crate::http::send(provider, probe, clock).await {
+) -> Result<reqwest::Response, ModelError> {
+    let again = request.try_clone();
+    match crate::http::send(provider, request, clock).await {
         Err(error) if error.status.is_none() => match again {
-            Some(again) => crate::http::send(provider, again, clock).await.map(drop),
+            Some(again) => crate::http::send(provider, again, clock).await,
             None => Err(error),
         },
-        other => other.map(drop),
+        other => other,
     }
 }
 

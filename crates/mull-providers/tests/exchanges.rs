@@ -93,11 +93,6 @@ fn step_records(run: &exchanges_support::Run) -> Vec<mull_core::StepRecord> {
         .collect()
 }
 
-/// The model the llama.cpp captures talked to: its OpenAI-compatible endpoint, alias `local`.
-fn local_model(base_url: String) -> Arc<dyn LanguageModel> {
-    Arc::new(OpenAiModel::new(OpenAiConfig::compatible(base_url, "local")).expect("model"))
-}
-
 /// The request bodies a capture's server accepted (or answered), in order.
 fn accepted(exchanges: &[exchanges_support::Exchange]) -> Vec<Value> {
     exchanges.iter().filter_map(|x| x.request.clone()).collect()
@@ -108,7 +103,7 @@ async fn llama_cpps_tool_turn_completes_on_the_requests_it_accepted() {
     let exchanges = load("llama-cpp-tool-turn");
     let (server, base_url) = replay(&exchanges).await;
     let run = run_turn(
-        AddAgent::new(local_model(base_url), Scenario::ToolTurn),
+        AddAgent::new(Scenario::ToolTurn.local_model(base_url), Scenario::ToolTurn),
         Scenario::ToolTurn.prompt(),
     )
     .await;
@@ -145,12 +140,71 @@ async fn llama_cpps_tool_turn_completes_on_the_requests_it_accepted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_cpps_empty_stream_for_an_automatic_tool_choice_is_answered_without_streaming() {
+    let exchanges = load("llama-cpp-auto-tool-turn");
+    // What the real server did: HTTP 200 and not one event (a keep-alive comment at most) for
+    // the streamed automatic tool choice, then the whole answer for the same request without
+    // streaming.
+    let first = exchanges[0].request.as_ref().expect("recorded request");
+    assert_eq!(first["stream"], true);
+    assert_eq!(first["tool_choice"], "auto");
+    assert_eq!(exchanges[0].status, 200);
+    assert!(
+        !exchanges[0].body.contains("data:"),
+        "{}",
+        exchanges[0].body
+    );
+    assert_eq!(exchanges[1].status, 200);
+    assert!(exchanges[1].content_type.starts_with("application/json"));
+
+    let (server, base_url) = replay(&exchanges).await;
+    let run = run_turn(
+        AddAgent::new(
+            Scenario::AutoToolTurn.local_model(base_url),
+            Scenario::AutoToolTurn,
+        ),
+        Scenario::AutoToolTurn.prompt(),
+    )
+    .await;
+    assert_eq!(run.status, TurnStatus::Completed, "{:#?}", run.events);
+    assert!(
+        run.events.iter().any(|e| matches!(
+            e,
+            Event::ToolCallFinished { tool, success: true, .. } if tool == "add"
+        )),
+        "{:#?}",
+        run.events
+    );
+    // Each step's record says its answer came without streaming, with the usage the server
+    // reported in the body (its stream never reports any).
+    let records = step_records(&run);
+    assert_eq!(records.len(), 2);
+    for record in &records {
+        assert_eq!(record.response["streamed"], false, "{}", record.response);
+        assert!(record.usage.input_tokens.is_some(), "{:?}", record.usage);
+    }
+    // One empty stream, its answer without streaming, and the next step straight without
+    // streaming: mull sent exactly what the real server answered.
+    let sent: Vec<Value> = server.received().into_iter().map(|r| r.body).collect();
+    assert_eq!(sent, accepted(&exchanges));
+    let streamed: Vec<&Value> = sent.iter().map(|b| &b["stream"]).collect();
+    assert_eq!(
+        streamed,
+        [&Value::Bool(true), &Value::Bool(false), &Value::Bool(false)]
+    );
+    assert_eq!(
+        sent[1]["max_tokens"], sent[0]["max_tokens"],
+        "the whole request, not a probe"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_cpps_empty_stream_for_an_overflow_is_probed_and_classified() {
     let exchanges = load("llama-cpp-overflow");
     assert_eq!((exchanges[0].status, exchanges[0].body.as_str()), (200, ""));
     let (server, base_url) = replay(&exchanges).await;
     let run = run_turn(
-        AddAgent::new(local_model(base_url), Scenario::Overflow),
+        AddAgent::new(Scenario::Overflow.local_model(base_url), Scenario::Overflow),
         Scenario::Overflow.prompt(),
     )
     .await;
@@ -184,7 +238,10 @@ async fn llama_cpps_stream_cut_mid_answer_fails_the_turn_at_the_stream_keeping_w
     assert!(exchanges[0].cut);
     let (server, base_url) = replay(&exchanges).await;
     let run = run_turn(
-        AddAgent::new(local_model(base_url), Scenario::CutStream),
+        AddAgent::new(
+            Scenario::CutStream.local_model(base_url),
+            Scenario::CutStream,
+        ),
         Scenario::CutStream.prompt(),
     )
     .await;

@@ -4,12 +4,12 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{collect, one_read, say_hi, serve, serve_sse, stream_from_sse, Reply};
+use common::{collect, collect_all, one_read, say_hi, serve, serve_sse, stream_from_sse, Reply};
 use mull_core::{
     CallSettings, FinishReason, LanguageModel, ModelContent, ModelErrorKind, ModelMessage,
     ModelRequest, ModelRole, StreamPart, ToolChoice, ToolSpec, Usage,
 };
-use mull_providers::openai::{OpenAiConfig, OpenAiModel};
+use mull_providers::openai::{OpenAiConfig, OpenAiModel, Streaming};
 use mull_providers::Secret;
 use serde_json::json;
 
@@ -380,6 +380,162 @@ async fn an_empty_200_is_explained_by_the_probe_refusal_and_classified() {
         mull_core::default_context_overflow_classifier(&error),
         Some(mull_core::ChatErrorClassification::ContextOverflow)
     );
+}
+
+/// The non-streaming twin of [`tool_stream`]: one `chat.completion` with the same answer.
+fn tool_completion() -> String {
+    json!({
+        "id": "chatcmpl-2", "object": "chat.completion", "created": 2, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "logprobs": null, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "Héllo 👋",
+            "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "search", "arguments": "{\"q\":\"rust\"}"}},
+                {"id": "call_b", "type": "function", "function": {"name": "clock", "arguments": "{}"}}
+            ]
+        }}],
+        "usage": {
+            "prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150,
+            "prompt_tokens_details": {"cached_tokens": 64},
+            "completion_tokens_details": {"reasoning_tokens": 8}
+        }
+    })
+    .to_string()
+}
+
+/// What [`tool_completion`] decodes to: [`expected_tool_parts`] with each input in one delta.
+fn expected_completion_parts() -> Vec<StreamPart> {
+    let mut parts = expected_tool_parts();
+    parts.retain(|p| !matches!(p, StreamPart::ToolInputDelta { .. }));
+    let delta = |call_id: &str, delta: &str| StreamPart::ToolInputDelta {
+        call_id: call_id.into(),
+        delta: delta.into(),
+    };
+    parts.insert(3, delta("call_a", "{\"q\":\"rust\"}"));
+    parts.insert(5, delta("call_b", "{}"));
+    parts
+}
+
+fn completion_reply() -> Reply {
+    Reply::Status {
+        status: 200,
+        headers: vec![("content-type", "application/json".into())],
+        body: tool_completion(),
+    }
+}
+
+fn model_streaming(base_url: &str, streaming: Streaming) -> OpenAiModel {
+    let mut config = OpenAiConfig::compatible(base_url, "local");
+    config.streaming = streaming;
+    OpenAiModel::new(config).expect("model")
+}
+
+/// The `streamed` marks of a call's `response-metadata` parts.
+fn streamed_marks(parts: &[StreamPart]) -> Vec<Option<bool>> {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            StreamPart::ResponseMetadata { streamed, .. } => Some(*streamed),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_empty_stream_falls_back_to_the_answer_without_streaming_and_stays_there() {
+    let empty = Reply::Sse {
+        pieces: Vec::new(),
+        cut: false,
+    };
+    let server = serve(Reply::Sequence(vec![empty, completion_reply()])).await;
+    let model = model_streaming(&server.base_url, Streaming::Auto);
+    assert!(model.streams());
+    let (parts, error) = collect_all(model.stream(say_hi()).await.expect("stream")).await;
+    assert_eq!(error, None);
+    // The answer, as the same parts a stream gives, marked as served without streaming.
+    assert_eq!(streamed_marks(&parts), [None, Some(false)]);
+    let content: Vec<StreamPart> = parts
+        .into_iter()
+        .filter(|p| !p.is_call_metadata())
+        .collect();
+    assert_eq!(content, expected_completion_parts());
+    // The whole request went again without streaming (not a one-token probe) ...
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    assert_eq!(received[0].body["stream"], json!(true));
+    assert_eq!(received[1].body["stream"], json!(false));
+    assert!(received[1].body.get("stream_options").is_none());
+    assert_eq!(
+        received[1].body["max_tokens"],
+        received[0].body["max_tokens"]
+    );
+    // ... and the model remembers: the next call does not stream at all.
+    assert!(!model.streams());
+    let (parts, error) = collect_all(model.stream(say_hi()).await.expect("stream")).await;
+    assert_eq!(error, None);
+    assert!(matches!(parts[0], StreamPart::StreamStart { .. }));
+    assert_eq!(streamed_marks(&parts), [Some(false), Some(false)]);
+    let content: Vec<StreamPart> = parts
+        .into_iter()
+        .filter(|p| !p.is_call_metadata())
+        .collect();
+    assert_eq!(content, expected_completion_parts());
+    let received = server.received();
+    assert_eq!(received.len(), 3);
+    assert_eq!(received[2].body["stream"], json!(false));
+}
+
+#[tokio::test]
+async fn streaming_on_never_falls_back_and_streaming_off_never_streams() {
+    let empty = Reply::Sse {
+        pieces: Vec::new(),
+        cut: false,
+    };
+    let server = serve(Reply::Sequence(vec![empty, completion_reply()])).await;
+    let model = model_streaming(&server.base_url, Streaming::On);
+    let (parts, error) = collect(model.stream(say_hi()).await.expect("stream")).await;
+    assert!(parts.is_empty());
+    let error = error.expect("an empty stream is an error when streaming is on");
+    assert!(
+        error.message.contains("HTTP 200 with an empty stream")
+            && error.message.contains("without streaming succeeded"),
+        "{}",
+        error.message
+    );
+    assert_eq!(server.received()[1].body["max_tokens"], json!(1), "a probe");
+    assert!(model.streams());
+
+    let server = serve(completion_reply()).await;
+    let model = model_streaming(&server.base_url, Streaming::Off);
+    let (parts, error) = collect(model.stream(say_hi()).await.expect("stream")).await;
+    assert_eq!(error, None);
+    assert_eq!(parts, expected_completion_parts());
+    let received = server.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body["stream"], json!(false));
+}
+
+#[tokio::test]
+async fn a_fallback_answer_that_is_not_json_is_a_protocol_error_showing_it() {
+    let empty = Reply::Sse {
+        pieces: Vec::new(),
+        cut: false,
+    };
+    let html = Reply::Status {
+        status: 200,
+        headers: vec![("content-type", "text/html".into())],
+        body: "<html>busy</html>".into(),
+    };
+    let server = serve(Reply::Sequence(vec![empty, html])).await;
+    let model = model_streaming(&server.base_url, Streaming::Auto);
+    let (_, error) = collect(model.stream(say_hi()).await.expect("stream")).await;
+    let error = error.expect("error");
+    assert_eq!(error.kind, ModelErrorKind::Protocol);
+    assert!(
+        error.message.contains("not JSON") && error.message.contains("<html>busy</html>"),
+        "{}",
+        error.message
+    );
+    assert!(model.streams(), "a failed fallback teaches nothing");
 }
 
 #[tokio::test]

@@ -105,6 +105,8 @@ pub(super) struct ResponseMeta {
     pub(super) model_id: Option<String>,
     pub(super) timestamp: Option<chrono::DateTime<chrono::Utc>>,
     pub(super) headers: Option<std::collections::BTreeMap<String, String>>,
+    /// `Some(false)` when the provider served the answer without streaming.
+    pub(super) streamed: Option<bool>,
 }
 
 impl StepParts {
@@ -139,8 +141,10 @@ impl StepParts {
                 model_id,
                 timestamp,
                 headers,
+                streamed,
             } => {
                 let r = &mut self.response;
+                r.streamed = r.streamed.or(*streamed);
                 r.id = r.id.take().or_else(|| id.clone());
                 r.model_id = r.model_id.take().or_else(|| model_id.clone());
                 r.timestamp = r.timestamp.or(*timestamp);

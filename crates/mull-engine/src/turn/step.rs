@@ -586,6 +586,9 @@ fn response_metadata(
     if let Some(headers) = &meta.headers {
         out["headers"] = json!(headers);
     }
+    if let Some(streamed) = meta.streamed {
+        out["streamed"] = json!(streamed);
+    }
     out
 }
 

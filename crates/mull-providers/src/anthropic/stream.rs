@@ -442,6 +442,7 @@ impl WireDecoder for MessagesDecoder {
                         model_id: model.map(str::to_owned),
                         timestamp: None,
                         headers: None,
+                        streamed: None,
                     });
                     let usage = self.field(
                         kind,

@@ -137,6 +137,7 @@ impl ChatCompletionsDecoder {
                     model_id: model.map(str::to_owned),
                     timestamp: created.and_then(|secs| chrono::DateTime::from_timestamp(secs, 0)),
                     headers: None,
+                    streamed: None,
                 });
             }
         }
@@ -388,6 +389,64 @@ impl WireDecoder for ChatCompletionsDecoder {
     fn is_done(&self) -> bool {
         self.done
     }
+}
+
+/// Turns one non-streaming `chat.completion` response into the parts its stream would have
+/// given, by the same decoder: each choice's `message` is read as one chunk's `delta` (tool
+/// calls are whole, so their position is their index), then the stream's end. The first part is
+/// `response-metadata` marked `streamed: false`. A completion without `finish_reason` finishes
+/// as `unknown` rather than failing: nothing is left to arrive.
+pub(crate) fn completion_parts(
+    provider: Arc<str>,
+    completion: &Value,
+) -> Result<Vec<StreamPart>, ModelError> {
+    const COMPLETION: &str = "chat.completion";
+    if let Some(error) = completion.get("error").filter(|e| !e.is_null()) {
+        return Err(http::in_band_error(
+            &provider,
+            error,
+            &completion.to_string(),
+        ));
+    }
+    if !completion.is_object() {
+        return Err(http::wrong_shape(
+            &provider,
+            COMPLETION,
+            &format!(
+                "the answer should be an object, found {}",
+                http::json_kind(completion)
+            ),
+        ));
+    }
+    let mut chunk = completion.clone();
+    if let Some(choices) = chunk.get_mut("choices").and_then(Value::as_array_mut) {
+        for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
+            if let Some(message) = choice.remove("message") {
+                choice.insert("delta".into(), message);
+            }
+        }
+    }
+    let mut decoder = ChatCompletionsDecoder::new(provider);
+    let mut out = Vec::new();
+    decoder.chunk(&chunk, &mut out)?;
+    decoder.finish(&mut out)?;
+    match out
+        .iter_mut()
+        .find(|p| matches!(p, StreamPart::ResponseMetadata { .. }))
+    {
+        Some(StreamPart::ResponseMetadata { streamed, .. }) => *streamed = Some(false),
+        _ => out.insert(
+            0,
+            StreamPart::ResponseMetadata {
+                id: None,
+                model_id: None,
+                timestamp: None,
+                headers: None,
+                streamed: Some(false),
+            },
+        ),
+    }
+    Ok(out)
 }
 
 /// Maps a Chat Completions `finish_reason` to [`FinishReason`].

@@ -39,6 +39,7 @@ fn the_first_chunk_names_the_response() {
             model_id: Some("gpt-4o-2024-08-06".into()),
             timestamp: chrono::DateTime::from_timestamp(1_733_097_600, 0),
             headers: None,
+            streamed: None,
         }]
     );
 }

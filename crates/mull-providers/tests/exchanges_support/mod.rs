@@ -98,6 +98,8 @@ pub async fn replay(exchanges: &[Exchange]) -> (TestServer, String) {
 pub enum Scenario {
     /// Step 0 must call `add` (the small model would not choose to), step 1 answers.
     ToolTurn,
+    /// Step 0 leaves the choice to the model (`tool_choice: "auto"`), step 1 answers.
+    AutoToolTurn,
     /// A prompt longer than the server's context.
     Overflow,
     /// A plain answer whose stream the capture cut after its first events.
@@ -107,9 +109,25 @@ pub enum Scenario {
 }
 
 impl Scenario {
+    /// How the scenario's model streams: the overflow capture shows the one-token probe of an
+    /// empty stream, which only `on` sends (`auto` sends the whole request again instead).
+    pub fn streaming(self) -> mull_providers::openai::Streaming {
+        match self {
+            Scenario::Overflow => mull_providers::openai::Streaming::On,
+            _ => mull_providers::openai::Streaming::Auto,
+        }
+    }
+
+    /// The model of a llama.cpp scenario: the captured server's endpoint, alias `local`.
+    pub fn local_model(self, base_url: String) -> Arc<dyn LanguageModel> {
+        let mut config = mull_providers::openai::OpenAiConfig::compatible(base_url, "local");
+        config.streaming = self.streaming();
+        Arc::new(mull_providers::openai::OpenAiModel::new(config).expect("model"))
+    }
+
     pub fn prompt(self) -> &'static str {
         match self {
-            Scenario::ToolTurn => "What is 2 + 3? Use the add tool.",
+            Scenario::ToolTurn | Scenario::AutoToolTurn => "What is 2 + 3? Use the add tool.",
             Scenario::Overflow => {
                 static LONG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
                 LONG.get_or_init(|| "Tell me about the sea and the ships on it. ".repeat(700))
@@ -173,6 +191,7 @@ impl Agent for AddAgent {
             (Scenario::ToolTurn, 0) => ToolChoice::Tool {
                 tool_name: "add".into(),
             },
+            (Scenario::AutoToolTurn, 0) => ToolChoice::Auto,
             _ => ToolChoice::None,
         };
         Ok(Some(StepConfig {
@@ -390,12 +409,7 @@ async fn capture_one(upstream: &str, name: &str, scenario: Scenario, cut: usize)
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    let model: Arc<dyn LanguageModel> = Arc::new(
-        mull_providers::openai::OpenAiModel::new(mull_providers::openai::OpenAiConfig::compatible(
-            base_url, "local",
-        ))
-        .expect("model"),
-    );
+    let model = scenario.local_model(base_url);
     let run = run_turn(AddAgent::new(model, scenario), scenario.prompt()).await;
     task.abort();
     let exchanges = recorded.lock().expect("lock").clone();
@@ -406,6 +420,13 @@ async fn capture_one(upstream: &str, name: &str, scenario: Scenario, cut: usize)
 
 /// Re-captures every `llama-cpp-*` scenario from `upstream`.
 pub async fn capture(upstream: &str) {
+    capture_one(
+        upstream,
+        "llama-cpp-auto-tool-turn",
+        Scenario::AutoToolTurn,
+        0,
+    )
+    .await;
     let turn = capture_one(upstream, "llama-cpp-tool-turn", Scenario::ToolTurn, 0).await;
     capture_one(upstream, "llama-cpp-overflow", Scenario::Overflow, 0).await;
     capture_one(upstream, "llama-cpp-cut-stream", Scenario::CutStream, 1).await;
