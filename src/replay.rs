@@ -6,7 +6,7 @@ use std::sync::Arc;
 use mull_core::LanguageModel;
 use mull_engine::Agent;
 use mull_providers::replay::ReplayModel;
-use mull_store::{Log, LogReader};
+use mull_store::{Log, ReadLog};
 
 pub use mull_engine::replay::*;
 
@@ -17,7 +17,7 @@ pub use mull_engine::replay::*;
 /// re-executions go to a scratch log that is deleted afterwards. See
 /// [`mull_engine::replay::backtest()`].
 pub async fn backtest(
-    log: &LogReader,
+    log: &dyn ReadLog,
     sessions: &[String],
     agent: Arc<dyn Agent>,
 ) -> Result<BacktestReport, BacktestError> {
@@ -26,7 +26,7 @@ pub async fn backtest(
 
 /// [`backtest()`] with extensions (the new hook code may be one) and a concurrency.
 pub async fn backtest_with(
-    log: &LogReader,
+    log: &dyn ReadLog,
     sessions: &[String],
     agent: Arc<dyn Agent>,
     options: BacktestOptions,

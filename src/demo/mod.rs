@@ -34,7 +34,9 @@ use mull_engine::{
     ToolCallDecision, ToolError, ToolSet, TurnOptions, TurnOutcome,
 };
 use mull_providers::scripted::ScriptedModel;
-use mull_store::{Inbox, InboxMessage, Log, PendingApproval, INBOX_SWEEP_PERIOD};
+use mull_store::{
+    EventLog, Inbox, InboxMessage, InboxStore, Log, PendingApproval, INBOX_SWEEP_PERIOD,
+};
 use serde::Deserialize;
 
 use crate::policy::{Guarded, ToolPolicy};
@@ -463,6 +465,19 @@ pub fn guarded_agent(policy: ToolPolicy) -> Arc<dyn Agent> {
 /// Runs the demo's seven turns into `log` under `options.session_id`, answering the booking's
 /// approval through the log's inbox (see the module docs).
 pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoError> {
+    let inbox = Inbox::open(log.path()).map_err(|source| DemoError::Inbox {
+        session_id: options.session_id.clone(),
+        source,
+    })?;
+    run_on(Arc::new(log.clone()), &inbox, options).await
+}
+
+/// [`run`] on any log and its inbox (a PostgreSQL log and its `mull_inbox`, say).
+pub async fn run_on(
+    log: Arc<dyn EventLog>,
+    inbox: &dyn InboxStore,
+    options: DemoOptions,
+) -> Result<DemoReport, DemoError> {
     let session_id = options.session_id.clone();
     let engine_err = |source| DemoError::Engine {
         session_id: session_id.clone(),
@@ -503,13 +518,9 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
         session_options = session_options.with_mcp_server(Arc::clone(source));
     }
     let clock = Arc::clone(&session_options.clock);
-    let session = Session::open(log, agent, session_options)
+    let session = Session::open_on(log, agent, session_options)
         .await
         .map_err(engine_err)?;
-    let inbox = Inbox::open(log.path()).map_err(|source| DemoError::Inbox {
-        session_id: session_id.clone(),
-        source,
-    })?;
     let prompts = [
         ("u_1", "What's Lisbon like, in one breath?"),
         (
@@ -525,7 +536,7 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
     let mut turns = Vec::new();
     // Answers posted while no writer ran (a session reopened) are taken first.
     for reply in session
-        .take_inbox(&inbox, CommandOptions::default())
+        .take_inbox(inbox, CommandOptions::default())
         .await
         .map_err(engine_err)?
     {
@@ -550,7 +561,7 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
             .await
             .map_err(engine_err)?;
         turns.push(completed(outcome).map_err(|e| *e)?);
-        for outcome in approve(&session, &inbox, clock.as_ref(), paced, &options).await? {
+        for outcome in approve(&session, inbox, clock.as_ref(), paced, &options).await? {
             turns.push(completed(outcome).map_err(|e| *e)?);
         }
     }
@@ -567,7 +578,7 @@ pub async fn run(log: &Log, options: DemoOptions) -> Result<DemoReport, DemoErro
 /// or at once unpaced, the demo posts the approval itself. Returns the continuations' outcomes.
 async fn approve(
     session: &Session,
-    inbox: &Inbox,
+    inbox: &dyn InboxStore,
     clock: &dyn Clock,
     paced: bool,
     options: &DemoOptions,
@@ -617,6 +628,7 @@ async fn approve(
         };
         inbox
             .post(session.id(), &answer, clock.now())
+            .await
             .map_err(inbox_err)?;
     }
     take(

@@ -148,10 +148,7 @@ fn run() -> Result<()> {
             }
             Ok(())
         }
-        Command::Stats { db, prices } => match cli::pg::url(&db) {
-            Some(url) => cli::pg::stats(url, prices.as_deref()),
-            None => cli::stats::run(&db, prices.as_deref()),
-        },
+        Command::Stats { db, prices } => cli::stats::run(&db, prices.as_deref()),
         Command::Check { db } => {
             let sound = match cli::pg::url(&db) {
                 Some(url) => cli::pg::check(url)?,

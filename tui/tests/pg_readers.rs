@@ -1,6 +1,6 @@
 //! The log's readers on a PostgreSQL log give what they give on a SQLite file: a recorded log
 //! imported into both, then replayed, re-executed, compared, counted, checked, backtested and
-//! forked on the database; and the dashboard shows a PostgreSQL log live.
+//! forked on the database; the demo writes one; and the dashboard shows a PostgreSQL log live.
 
 mod support;
 
@@ -299,4 +299,36 @@ fn the_dashboard_follows_a_postgres_log_live() {
     };
     assert!(screen.contains("[FOLLOW]"), "{screen}");
     tmux.run(&["send-keys", "-t", "dash", "q"]);
+}
+
+#[test]
+fn the_demo_writes_a_postgres_log_as_it_writes_a_sqlite_file() {
+    let Some(pg) = TestPg::start("the_demo_writes_a_postgres_log") else {
+        return;
+    };
+    let url = pg.database();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("demo.db");
+    let file = file.to_str().expect("utf-8 path");
+    let on_postgres = ok(
+        dir.path(),
+        &["demo", "--headless", "--deterministic", "--db", &url],
+    );
+    assert!(
+        on_postgres.starts_with("demo session demo · "),
+        "{on_postgres}"
+    );
+    assert!(
+        on_postgres.contains(&url),
+        "names the database: {on_postgres}"
+    );
+    ok(
+        dir.path(),
+        &["demo", "--headless", "--deterministic", "--db", file],
+    );
+    // The same clock and ids: the same sessions, turns, events and costs either way.
+    assert_eq!(
+        ok(dir.path(), &["stats", &url]),
+        ok(dir.path(), &["stats", file])
+    );
 }

@@ -3,6 +3,7 @@
 //! Each bench prints a table, or one JSON object per result with `--json`. Speed goals live
 //! here, never in timed tests.
 
+mod dash_pg;
 mod log;
 mod nodes;
 mod otlp;
@@ -37,6 +38,9 @@ enum Bench {
     /// One measured run of one turn shape, run as a child process.
     #[command(hide = true)]
     TurnsCell(turns::CellArgs),
+    /// The dashboard on a large PostgreSQL log: first frame, peak RSS, idle refresh (starts a
+    /// throwaway PostgreSQL and imports a generated log into it).
+    DashPg(dash_pg::DashPgArgs),
     /// Time travel: backtest sessions/s over recorded demo sessions, and forking a long session.
     Timetravel(timetravel::TimeTravelArgs),
 }
@@ -50,5 +54,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Otlp(args) => otlp::run(&args),
         Bench::Timetravel(args) => timetravel::run(&args),
         Bench::Nodes(args) => nodes::run(&args),
+        Bench::DashPg(args) => dash_pg::run(&args),
     }
 }

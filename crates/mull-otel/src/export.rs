@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::time::SystemTime;
 
-use mull_store::LogReader;
+use mull_store::ReadLog;
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
@@ -38,7 +38,7 @@ pub struct ExportReport {
 /// The spans of one session (`Some`, with the sub-agent sessions its tool calls ran, so its
 /// traces are whole) or of every session in the log, folded from the events.
 pub fn log_spans(
-    reader: &LogReader,
+    reader: &dyn ReadLog,
     session: Option<&str>,
     options: SpanOptions,
 ) -> Result<(usize, Vec<LogSpan>), OtelError> {
@@ -59,7 +59,7 @@ pub struct LogTelemetry {
 
 /// [`log_spans`], with the measurements of every model call for the metrics.
 pub fn log_telemetry(
-    reader: &LogReader,
+    reader: &dyn ReadLog,
     session: Option<&str>,
     options: SpanOptions,
 ) -> Result<LogTelemetry, OtelError> {
@@ -85,7 +85,7 @@ pub fn log_telemetry(
             continue;
         }
         let mut fold = SessionSpans::new(&id, options);
-        reader.for_each_session_event(&id, 0, |env| fold.apply(&env))?;
+        reader.for_each_session_event(&id, 0, &mut |env| fold.apply(&env))?;
         if session.is_some() {
             pending.extend(fold.children().iter().rev().cloned());
         }
@@ -104,7 +104,7 @@ pub fn log_telemetry(
 /// its spans, then the GenAI client metrics of its model calls. Blocking: call it outside an
 /// async runtime.
 pub fn export_log(
-    reader: &LogReader,
+    reader: &dyn ReadLog,
     session: Option<&str>,
     config: &OtlpConfig,
     options: SpanOptions,

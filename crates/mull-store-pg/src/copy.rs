@@ -1,23 +1,20 @@
-//! Copying events between the two backends: a SQLite log into PostgreSQL ([`import`], what
-//! `mull import FILE postgres://…` does after checking the file into a scratch SQLite log), and
-//! PostgreSQL into a local SQLite mirror ([`Mirror`]) that the SQLite log's readers read — the
-//! dashboard, replay, diff, fork points and backtests see a PostgreSQL log through it.
+//! Copying a SQLite log into PostgreSQL ([`import`], what `mull import FILE postgres://…` does
+//! after checking the file into a scratch SQLite log). Readers never copy: both backends are
+//! read where they are, through the read contract (`mull_store::ReadLog`).
 //!
 //! The event encoding is the same on both sides; only the numbering differs. SQLite numbers
-//! events across the file, PostgreSQL per session (from 1, contiguous). Each copy renumbers,
+//! events across the file, PostgreSQL per session (from 1, contiguous). An import renumbers,
 //! keeping every session's order, and translates the one event that names a seq — a fork's
-//! `session_forked {origin, origin_seq}` — into the numbering of the log it goes to. So a
-//! fork's origin is copied before the fork (a fork is made after its origin's events, so the
-//! log's own order does this; a fork whose origin is missing is an error naming it).
+//! `session_forked {origin, origin_seq}` — into the numbering of the database. So a fork's
+//! origin is imported before the fork (a fork is made after its origin's events, so the log's
+//! own order does this; a fork whose origin is missing is an error naming it).
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use mull_core::{Envelope, Event, EVENT_VERSION};
-use mull_store::{timestamp, Log, LogReader, StoreError};
+use mull_store::{timestamp, LogReader, StoreError};
 
 use crate::error::{connect, parse, server_error};
-use crate::read::Reads;
 use crate::schema;
 
 /// Events read (and inserted) per statement.
@@ -132,6 +129,13 @@ pub async fn import(url: &str, from: &LogReader) -> Result<u64, StoreError> {
         numbering.insert(id.clone(), old);
     }
     total += insert_batch(&tx, &insert, batch, &ctx).await?;
+    let touch = format!(
+        "WITH imported AS (SELECT session_id, seq, at FROM mull_events WHERE session_id = ANY($1)) {}",
+        schema::touch_sessions("imported")
+    );
+    tx.execute(&touch, &[&ids])
+        .await
+        .map_err(server_error(ctx.clone()))?;
     tx.commit().await.map_err(server_error(ctx))?;
     Ok(total)
 }
@@ -177,136 +181,4 @@ fn translate_origin(
         })?;
     }
     Ok(())
-}
-
-/// A local SQLite copy of a PostgreSQL log, caught up by `seq > N` reads per session (never
-/// a notification per commit): what the SQLite log's readers read to show a PostgreSQL log.
-/// Only this process writes the copy; it is thrown away after.
-pub struct Mirror {
-    reads: Reads,
-    log: Log,
-    /// Per session, the copy's seq of each event (index: the session's seq here minus 1).
-    seqs: HashMap<String, Vec<u64>>,
-}
-
-impl std::fmt::Debug for Mirror {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Mirror")
-            .field("reads", &self.reads)
-            .field("sessions", &self.seqs.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Mirror {
-    /// Opens the PostgreSQL log at `url` for reading and a new SQLite log at `path` to copy it
-    /// into; copies nothing yet ([`Mirror::catch_up`] does).
-    pub async fn open(url: &str, path: &Path) -> Result<Mirror, StoreError> {
-        let reads = Reads::open(url).await?;
-        let log = Log::open(path)?;
-        Ok(Mirror {
-            reads,
-            log,
-            seqs: HashMap::new(),
-        })
-    }
-
-    /// Copies every event committed since the last catch-up and waits until the copy holds
-    /// them; returns how many were copied.
-    pub async fn catch_up(&mut self) -> Result<u64, StoreError> {
-        let mut pending: Vec<(String, u64)> = self
-            .reads
-            .heads()
-            .await?
-            .into_iter()
-            .filter(|(s, last)| *last > self.seqs.get(s).map_or(0, |v| v.len() as u64))
-            .collect();
-        let mut copied = 0;
-        while !pending.is_empty() {
-            let mut deferred = Vec::new();
-            let mut moved = false;
-            for (session, last) in std::mem::take(&mut pending) {
-                match self.copy_session(&session, last).await? {
-                    Some(n) => {
-                        copied += n;
-                        moved = true;
-                    }
-                    None => deferred.push((session, last)),
-                }
-            }
-            if let (false, Some((session, _))) = (moved, deferred.first()) {
-                // No session moved on: a fork's origin point is not in the log at all.
-                let why = match self.reads.fork_origin(session).await? {
-                    Some((o, seq)) => {
-                        format!("starts at seq {seq} of {o}, which the log does not hold")
-                    }
-                    None => "cannot be followed".to_owned(),
-                };
-                return Err(StoreError::ForkChain {
-                    session_id: session.clone(),
-                    why,
-                });
-            }
-            pending = deferred;
-        }
-        self.log.flush().await?;
-        Ok(copied)
-    }
-
-    /// Copies a session's events up to `last`; `None` when it is a fork whose origin's fork
-    /// point is not copied yet (it is tried again after the other sessions).
-    async fn copy_session(&mut self, session: &str, last: u64) -> Result<Option<u64>, StoreError> {
-        let mut have = self.seqs.get(session).map_or(0, |v| v.len() as u64);
-        let mut copied = 0;
-        while have < last {
-            let page = self.reads.session_page(session, have, PAGE).await?;
-            if page.is_empty() {
-                break;
-            }
-            for env in page {
-                let mut env = env;
-                if let Event::SessionForked {
-                    origin, origin_seq, ..
-                } = &mut env.event
-                {
-                    let Some(seq) = self.mirror_seq(origin, *origin_seq) else {
-                        return Ok(None);
-                    };
-                    *origin_seq = seq;
-                }
-                let appended =
-                    self.log
-                        .append(session, env.turn_id.as_deref(), env.at, env.event)?;
-                self.seqs
-                    .entry(session.to_owned())
-                    .or_default()
-                    .push(appended.seq);
-                have = env.seq;
-                copied += 1;
-            }
-        }
-        Ok(Some(copied))
-    }
-
-    /// The copy's seq of a session's event at `seq` (the PostgreSQL log's seq).
-    pub fn mirror_seq(&self, session: &str, seq: u64) -> Option<u64> {
-        let index = usize::try_from(seq.checked_sub(1)?).ok()?;
-        self.seqs.get(session)?.get(index).copied()
-    }
-
-    /// The PostgreSQL log's seq of the copy's event at `mirror_seq` of `session`.
-    pub fn log_seq(&self, session: &str, mirror_seq: u64) -> Option<u64> {
-        let seqs = self.seqs.get(session)?;
-        seqs.binary_search(&mirror_seq).ok().map(|i| i as u64 + 1)
-    }
-
-    /// The PostgreSQL log's reads (one connection).
-    pub fn reads(&self) -> &Reads {
-        &self.reads
-    }
-
-    /// Commits what was copied and closes the copy.
-    pub fn close(self) -> Result<(), StoreError> {
-        self.log.close()
-    }
 }

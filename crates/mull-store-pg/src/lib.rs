@@ -7,11 +7,11 @@
 //! - [`PgLog`] is one node's writer. It implements [`mull_store::EventLog`], the interface the
 //!   engine drives a session through, with a lease per session and every event stamped with the
 //!   lease's epoch, so a node that lost a session can never write to it again (see [`log`]).
-//! - [`Reads`] reads the whole log or one session on any node, for streaming a session another
-//!   node owns, export and stats.
-//! - [`copy`] copies a SQLite log into PostgreSQL ([`import`]) and keeps a local SQLite
-//!   [`Mirror`] of a PostgreSQL log, which the SQLite log's readers (dashboard, replay, diff,
-//!   backtest) read.
+//! - [`PgReader`] implements [`mull_store::ReadLog`], the read contract every reader takes
+//!   (dashboard, replay, diff, fork, backtest, stats, the OTLP re-export): the log is read where
+//!   it is, never copied (see [`reader`]). [`Reads`] holds its queries, for any node, and the
+//!   JSONL export.
+//! - [`copy`] copies a SQLite log into PostgreSQL ([`import`]).
 //! - [`PgInbox`] is the log's inbox (`mull_inbox`): answers posted by processes that do not
 //!   hold a session, taken by the node that does (see [`inbox`]).
 //! - [`testing`] starts a throwaway server for tests and benches.
@@ -20,6 +20,9 @@
 //! Table `mull_events(session_id, seq, turn_id, at, v, kind, payload, epoch)`, primary key
 //! `(session_id, seq)`: a session's seqs start at 1 and are contiguous, and an append at a seq
 //! the session already has fails with `unique_violation` ([`mull_store::StoreError::Conflict`]).
+//! Table `mull_sessions(session_id, first_seq, last_seq, first_at, last_at, changed)`: one row
+//! per session, kept current by the statement that commits each batch, for listing the newest
+//! sessions and the sessions changed since a cursor without reading events.
 //! Table `mull_leases(session_id, owner, epoch, expires_at)`: who writes a session. Tables
 //! `mull_cancels` and `mull_inbox` carry requests to the node that holds a session. The
 //! schema is versioned in `mull_meta`; see [`schema`].
@@ -39,11 +42,13 @@ pub mod error;
 pub mod inbox;
 pub mod log;
 pub mod read;
+pub mod reader;
 pub mod schema;
 pub mod testing;
 
-pub use copy::{import, Mirror};
+pub use copy::import;
 pub use error::is_postgres_url;
 pub use inbox::PgInbox;
 pub use log::{PgLog, PgOptions};
 pub use read::Reads;
+pub use reader::PgReader;

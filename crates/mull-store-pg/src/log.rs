@@ -169,23 +169,31 @@ const LEASE_LOCK_WAIT: Duration = Duration::from_secs(1);
 /// Commits one batch in one statement (so in one implicit transaction): locks the batch's
 /// lease rows in `session_id` order — the order lease renewal takes them in too, so a batch and
 /// a renewal of the same node never wait for each other in a circle — inserts the rows whose
-/// epoch is still their session's lease epoch, and returns the leases as locked.
+/// epoch is still their session's lease epoch, brings their sessions' rows of `mull_sessions`
+/// up to date (the same statement: the session list never lags the events), and returns the
+/// leases as locked.
 ///
 /// One statement, not `BEGIN` … `COMMIT`: the server runs it only once the whole request has
 /// arrived and commits before answering, so a node paused or cut off halfway through sending
 /// never leaves a transaction open holding lease rows that another node must take over.
-const COMMIT_BATCH: &str = "WITH locked AS (
-         SELECT session_id, epoch, owner FROM mull_leases
-         WHERE session_id = ANY($9) ORDER BY session_id FOR SHARE
-     ), inserted AS (
-         INSERT INTO mull_events (session_id, seq, turn_id, at, v, kind, payload, epoch)
-         SELECT u.session_id, u.seq, u.turn_id, u.at, $5, u.kind, u.payload, u.epoch
-         FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $6::text[], $7::text[],
-                     $8::int8[])
-              AS u(session_id, seq, turn_id, at, kind, payload, epoch)
-         JOIN locked l ON l.session_id = u.session_id AND l.epoch = u.epoch
-     )
-     SELECT session_id, epoch, owner FROM locked";
+fn commit_batch_sql() -> String {
+    format!(
+        "WITH locked AS (
+             SELECT session_id, epoch, owner FROM mull_leases
+             WHERE session_id = ANY($9) ORDER BY session_id FOR SHARE
+         ), inserted AS (
+             INSERT INTO mull_events (session_id, seq, turn_id, at, v, kind, payload, epoch)
+             SELECT u.session_id, u.seq, u.turn_id, u.at, $5, u.kind, u.payload, u.epoch
+             FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $6::text[], $7::text[],
+                         $8::int8[])
+                  AS u(session_id, seq, turn_id, at, kind, payload, epoch)
+             JOIN locked l ON l.session_id = u.session_id AND l.epoch = u.epoch
+             RETURNING session_id, seq, at
+         ), touched AS ({touch})
+         SELECT session_id, epoch, owner FROM locked",
+        touch = schema::touch_sessions("inserted")
+    )
+}
 
 impl PgLog {
     /// Connects to the database at `url`, checks it is a mull database (or empty) and migrates
@@ -197,7 +205,7 @@ impl PgLog {
         let mut client = connect(&config, &target).await?;
         schema::migrate(&mut client, &target).await?;
         let commit_batch = client
-            .prepare(COMMIT_BATCH)
+            .prepare(&commit_batch_sql())
             .await
             .map_err(server_error(format!(
                 "{target}: preparing the writer's statement"
@@ -612,7 +620,7 @@ async fn next_batch(inner: &Inner) -> Option<Vec<Row>> {
     }
 }
 
-/// Commits one batch ([`COMMIT_BATCH`]). Returns the sessions whose rows were refused.
+/// Commits one batch ([`commit_batch_sql`]). Returns the sessions whose rows were refused.
 async fn commit(
     client: &Client,
     st: &Statement,

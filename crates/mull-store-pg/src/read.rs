@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event};
-use mull_store::{timestamp, SessionState, SessionSummary, StoreError};
+use mull_store::{
+    timestamp, ChangeCursor, Changes, SessionChange, SessionKey, SessionState, SessionSummary,
+    StoreError,
+};
 use tokio_postgres::{Client, Config, Row};
 
 use crate::error::{connect, parse, server_error, Target};
@@ -16,6 +19,9 @@ use crate::schema;
 
 /// The columns every event read selects, in [`envelope`]'s order.
 const COLUMNS: &str = "seq, session_id, turn_id, at, v, payload";
+
+/// The columns a session summary selects, in [`summary`]'s order.
+const SESSION_COLUMNS: &str = "session_id, first_seq, last_seq, first_at, last_at";
 
 /// How many rows a long read takes per statement.
 const PAGE: i64 = 4096;
@@ -165,13 +171,12 @@ impl Reads {
     }
 
     /// Every session with its last seq, oldest first: what a reader catching up compares with
-    /// what it has read (one index scan; no event is read).
+    /// what it has read (the session table; no event is read).
     pub async fn heads(&self) -> Result<Vec<(String, u64)>, StoreError> {
         let rows = self
             .client
             .query(
-                "SELECT session_id, max(seq) FROM mull_events GROUP BY session_id \
-                 ORDER BY min(at), session_id",
+                "SELECT session_id, last_seq FROM mull_sessions ORDER BY first_at, session_id",
                 &[],
             )
             .await
@@ -233,30 +238,155 @@ impl Reads {
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 
-    /// Every session, oldest first.
+    /// Every session, oldest first (the session table; no event is read).
     pub async fn sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let rows = self
             .client
             .query(
-                "SELECT session_id, min(seq), max(seq), min(at), max(at)
-                 FROM mull_events GROUP BY session_id ORDER BY min(at), session_id",
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM mull_sessions ORDER BY first_at, session_id"
+                ),
                 &[],
             )
             .await
             .map_err(server_error(self.ctx("listing sessions")))?;
-        rows.iter()
+        rows.iter().map(summary).collect()
+    }
+
+    /// Up to `limit` sessions, newest first by their last event, after `before`: one range of
+    /// the session table's `(last_at, session_id)` index.
+    pub async fn newest_sessions(
+        &self,
+        before: Option<&SessionKey>,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = match before {
+            None => {
+                self.client
+                    .query(
+                        &format!(
+                            "SELECT {SESSION_COLUMNS} FROM mull_sessions \
+                             ORDER BY last_at DESC, session_id DESC LIMIT $1"
+                        ),
+                        &[&limit],
+                    )
+                    .await
+            }
+            Some(key) => {
+                let at = timestamp::to_stored(key.last_at);
+                self.client
+                    .query(
+                        &format!(
+                            "SELECT {SESSION_COLUMNS} FROM mull_sessions \
+                             WHERE (last_at, session_id) < ($1, $2) \
+                             ORDER BY last_at DESC, session_id DESC LIMIT $3"
+                        ),
+                        &[&at, &key.session_id, &limit],
+                    )
+                    .await
+            }
+        }
+        .map_err(server_error(self.ctx("listing the newest sessions")))?;
+        rows.iter().map(summary).collect()
+    }
+
+    /// Where the log's changes stand: the oldest transaction that may still be running (its
+    /// rows, and every later one's, are not seen yet).
+    pub async fn cursor(&self) -> Result<ChangeCursor, StoreError> {
+        let row = self
+            .client
+            .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])
+            .await
+            .map_err(server_error(self.ctx("reading the change cursor")))?;
+        let text: &str = row.get(0);
+        text.parse()
+            .map(ChangeCursor)
+            .map_err(|_| StoreError::Server {
+                context: self.ctx("reading the change cursor"),
+                message: format!("{text:?} is not a transaction id"),
+            })
+    }
+
+    /// The sessions changed by transactions at or after `since` (a cursor: every transaction
+    /// that could commit after it was taken is one of them), and the cursor to ask from next.
+    /// One index range of the session table: nothing when nothing changed.
+    pub async fn changes(&self, since: ChangeCursor) -> Result<Changes, StoreError> {
+        // Taken first: whatever commits after this is at or after it.
+        let cursor = self.cursor().await?;
+        let rows = self
+            .client
+            .query(
+                "SELECT session_id, last_seq, last_at FROM mull_sessions \
+                 WHERE changed >= $1::text::xid8 ORDER BY changed",
+                &[&since.0.to_string()],
+            )
+            .await
+            .map_err(server_error(self.ctx("reading what changed")))?;
+        let sessions = rows
+            .iter()
             .map(|r| {
-                let first_seq = r.get::<_, i64>(1) as u64;
-                let last_seq = r.get::<_, i64>(2) as u64;
-                Ok(SessionSummary {
+                let last_seq = r.get::<_, i64>(1).max(0) as u64;
+                Ok(SessionChange {
                     session_id: r.get(0),
-                    first_seq,
                     last_seq,
-                    first_at: stored_at(first_seq, r.get(3))?,
-                    last_at: stored_at(last_seq, r.get(4))?,
+                    last_at: stored_at(last_seq, r.get(2))?,
                 })
             })
-            .collect()
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Changes { sessions, cursor })
+    }
+
+    /// How many events the log holds: the sum of the sessions' last seqs (each session's
+    /// seqs run from 1 without a gap).
+    pub async fn event_count(&self) -> Result<u64, StoreError> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT coalesce(sum(last_seq), 0)::int8 FROM mull_sessions",
+                &[],
+            )
+            .await
+            .map_err(server_error(self.ctx("counting events")))?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// The event named by `session_id` and `seq`.
+    pub async fn event_at(
+        &self,
+        session_id: &str,
+        seq: u64,
+    ) -> Result<Option<Envelope>, StoreError> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(None);
+        };
+        let found = self
+            .envelopes(
+                &format!("SELECT {COLUMNS} FROM mull_events WHERE session_id = $1 AND seq = $2"),
+                &[&session_id, &seq],
+                "reading an event",
+            )
+            .await?;
+        Ok(found.into_iter().next())
+    }
+
+    /// The lifecycle events (every kind but chunks) of the given sessions whose kind is one of
+    /// `kinds` (all when empty), by session then seq: from the lifecycle index.
+    pub async fn lifecycle(
+        &self,
+        sessions: &[String],
+        kinds: &[&str],
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let kinds: Vec<&str> = kinds.to_vec();
+        self.envelopes(
+            &format!(
+                "SELECT {COLUMNS} FROM mull_events WHERE session_id = ANY($1) AND kind <> 'chunk' \
+                 AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) ORDER BY session_id, seq"
+            ),
+            &[&sessions, &kinds],
+            "reading lifecycle events",
+        )
+        .await
     }
 
     /// How many events the log holds.
@@ -539,6 +669,19 @@ fn stored_at(seq: u64, micros: i64) -> Result<DateTime<Utc>, StoreError> {
     timestamp::from_stored(micros).ok_or_else(|| StoreError::BadTimestamp {
         seq,
         text: micros.to_string(),
+    })
+}
+
+/// One row of [`SESSION_COLUMNS`] as a summary.
+fn summary(r: &Row) -> Result<SessionSummary, StoreError> {
+    let first_seq = r.get::<_, i64>(1).max(0) as u64;
+    let last_seq = r.get::<_, i64>(2).max(0) as u64;
+    Ok(SessionSummary {
+        session_id: r.get(0),
+        first_seq,
+        last_seq,
+        first_at: stored_at(first_seq, r.get(3))?,
+        last_at: stored_at(last_seq, r.get(4))?,
     })
 }
 

@@ -61,7 +61,40 @@ const MIGRATIONS: &[&str] = &[
          outcome    text
      );
      CREATE INDEX mull_inbox_waiting ON mull_inbox (session_id, id) WHERE taken IS NULL;",
+    // 5: one row per session, kept current by the statement that commits each batch: its
+    // first and last seq and time, and the transaction that last changed it (`changed`), so a
+    // session list reads the newest sessions from an index and a follower reads only what
+    // changed since it last looked (see `read`). Lifecycle events (every kind but `chunk`)
+    // are indexed by session, as in the SQLite log, so turns and overviews never read chunks.
+    "CREATE TABLE mull_sessions (
+         session_id text   PRIMARY KEY,
+         first_seq  bigint NOT NULL,
+         last_seq   bigint NOT NULL,
+         first_at   bigint NOT NULL,
+         last_at    bigint NOT NULL,
+         changed    xid8   NOT NULL
+     );
+     INSERT INTO mull_sessions
+         SELECT session_id, min(seq), max(seq), min(at), max(at), pg_current_xact_id()
+         FROM mull_events GROUP BY session_id;
+     CREATE INDEX mull_sessions_newest ON mull_sessions (last_at, session_id);
+     CREATE INDEX mull_sessions_changed ON mull_sessions (changed);
+     CREATE INDEX mull_events_lifecycle ON mull_events (session_id, seq) WHERE kind <> 'chunk';",
 ];
+
+/// Brings the rows of `mull_sessions` up to date with events just written: `rows` names a
+/// CTE (or table) of their `(session_id, seq, at)`. Part of the statement that writes them.
+pub(crate) fn touch_sessions(rows: &str) -> String {
+    format!(
+        "INSERT INTO mull_sessions AS s (session_id, first_seq, last_seq, first_at, last_at, changed)
+         SELECT session_id, min(seq), max(seq), min(at), max(at), pg_current_xact_id()
+         FROM {rows} GROUP BY session_id ORDER BY session_id
+         ON CONFLICT (session_id) DO UPDATE
+             SET last_seq = greatest(s.last_seq, EXCLUDED.last_seq),
+                 last_at = greatest(s.last_at, EXCLUDED.last_at),
+                 changed = EXCLUDED.changed"
+    )
+}
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

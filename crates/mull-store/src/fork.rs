@@ -2,26 +2,24 @@
 //!
 //! A fork is not a copy. Its first event, `session_forked {origin, origin_seq}`, says "my
 //! history is `origin`'s events up to and including `origin_seq`"; readers that rebuild a
-//! conversation ([`LogReader::load_session`], [`LogReader::session_history`]) fold the origin's
+//! conversation ([`ReadLog::load_session`], [`ReadLog::session_history`]) fold the origin's
 //! prefix first, then the fork's own events. So forking costs one event however long the
 //! origin is, the origin is never touched, and a fork of a fork resolves the same way (the
 //! chain is followed to its root; each ancestor is read up to the lowest fork point below it,
-//! since seqs grow across a database).
+//! in a log whose seqs grow across the database).
 //!
 //! Other reads (pages, tails, a turn's events, export) see the rows as stored: a fork's own
 //! events. The projection closes what a fork point cuts (see
 //! [`SessionState`](crate::SessionState)): a turn running at the fork point is aborted, and the
 //! text it streamed so far is the partial assistant message.
 //!
-//! [`LogReader::fork_point`] turns what a user names — a seq, a turn, a chunk of a turn — into
+//! `<dyn ReadLog>::fork_point` turns what a user names — a seq, a turn, a chunk of a turn — into
 //! the exact `(origin, seq)`, or a [`ForkError`] naming what does not exist.
 
 use mull_core::{Envelope, Event, UIMessage};
-use rusqlite::{params, OptionalExtension};
 
 use crate::error::StoreError;
-use crate::reader::{decode_row, LogReader, RowError};
-use crate::schema::LIFECYCLE_PREDICATE;
+use crate::read::{ReadLog, READ_PAGE};
 
 /// A turn of a session: its ordinal (from 1) or its id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +118,7 @@ pub enum ForkError {
     Store(#[from] StoreError),
 }
 
-impl LogReader {
+impl dyn ReadLog + '_ {
     /// Makes a fork point exact, or says which part of it does not exist.
     pub fn fork_point(&self, origin: &str, point: &ForkPoint) -> Result<ResolvedFork, ForkError> {
         if !self.has_session(origin)? {
@@ -187,69 +185,50 @@ impl LogReader {
         }
     }
 
-    /// The last `user_messages_saved` of `request_id` before `seq`, from the lifecycle index.
+    /// The last `user_messages_saved` of `request_id` before `seq`.
     fn saved_before(
         &self,
         session: &str,
         seq: u64,
         request_id: &str,
     ) -> Result<Option<Envelope>, StoreError> {
-        let mut stmt = self
-            .connection()
-            .prepare_cached(&format!(
-                "SELECT seq, session_id, turn_id, at, v, payload FROM events
-                 WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND kind = 'user_messages_saved'
-                   AND seq < ?2 ORDER BY seq DESC"
-            ))
-            .map_err(StoreError::sqlite(format!(
-                "{}: reading user messages",
-                self.path().display()
-            )))?;
-        let mut rows = stmt
-            .query(params![session, i64::try_from(seq).unwrap_or(i64::MAX)])
-            .map_err(StoreError::sqlite("reading user messages"))?;
-        while let Some(row) = rows
-            .next()
-            .map_err(StoreError::sqlite("reading user messages"))?
-        {
-            let env = decode_row(row).map_err(RowError::into_store)?;
-            if matches!(&env.event, Event::UserMessagesSaved { request_id: Some(r), .. } if r == request_id)
-            {
-                return Ok(Some(env));
+        let mut found = None;
+        let mut after = 0;
+        'pages: loop {
+            let page = self.session_page(session, after, READ_PAGE)?;
+            let done = page.len() < READ_PAGE;
+            for env in page {
+                if env.seq >= seq {
+                    break 'pages;
+                }
+                after = env.seq;
+                if matches!(&env.event, Event::UserMessagesSaved { request_id: Some(r), .. } if r == request_id)
+                {
+                    found = Some(env);
+                }
+            }
+            if done {
+                break;
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// The session and turn of the event at `seq`, which must be an event of `session`'s
-    /// history.
+    /// history (the session's own first, then its origins', nearest first).
     fn event_of(&self, session: &str, seq: u64) -> Result<(String, Option<String>), ForkError> {
-        let row: Option<(String, Option<String>)> = i64::try_from(seq)
-            .ok()
-            .map(|s| {
-                self.connection()
-                    .prepare_cached("SELECT session_id, turn_id FROM events WHERE seq = ?1")
-                    .and_then(|mut st| {
-                        st.query_row(params![s], |r| Ok((r.get(0)?, r.get(1)?)))
-                            .optional()
-                    })
-            })
-            .transpose()
-            .map_err(StoreError::sqlite(format!(
-                "{}: looking up seq {seq}",
-                self.path().display()
-            )))?
-            .flatten();
-        let chain = self.fork_chain(session)?;
-        match row {
-            Some((of, turn)) if chain.iter().any(|(s, upto)| *s == of && seq <= *upto) => {
-                Ok((of, turn))
+        for (of, upto) in self.fork_chain(session)?.into_iter().rev() {
+            if seq > upto {
+                continue;
             }
-            _ => Err(ForkError::NoEvent {
-                session: session.to_owned(),
-                seq,
-            }),
+            if let Some(env) = self.event_at(&of, seq)? {
+                return Ok((of, env.turn_id));
+            }
         }
+        Err(ForkError::NoEvent {
+            session: session.to_owned(),
+            seq,
+        })
     }
 
     /// The turns of a session's history (a fork's inherited ones first), each with the
@@ -297,5 +276,20 @@ impl LogReader {
                 turns: 0,
             }),
         }
+    }
+}
+
+impl crate::reader::LogReader {
+    /// [`fork_point`](#method.fork_point) of the read contract, on a SQLite reader.
+    pub fn fork_point(&self, origin: &str, point: &ForkPoint) -> Result<ResolvedFork, ForkError> {
+        <dyn ReadLog>::fork_point(self, origin, point)
+    }
+
+    /// The turns of a session's history, each with the session that wrote it.
+    pub fn history_turns(
+        &self,
+        session_id: &str,
+    ) -> Result<Vec<(String, crate::TurnSummary)>, StoreError> {
+        <dyn ReadLog>::history_turns(self, session_id)
     }
 }

@@ -135,11 +135,16 @@ pub mod integrity;
 pub mod jsonl;
 pub mod ledger;
 mod lock;
+pub mod memory;
 mod open_check;
 mod open_turns;
 pub mod overview;
 pub mod pacing;
 pub mod projection;
+pub mod read;
+#[doc(hidden)]
+pub mod read_conformance;
+mod read_sqlite;
 pub mod reader;
 pub mod recovery;
 pub mod request;
@@ -157,12 +162,14 @@ pub use inbox::{Inbox, InboxEntry, InboxMessage, InboxStore, INBOX_SWEEP_PERIOD}
 pub use integrity::{check, recover, DamagedRange, IntegrityReport, RecoverReport};
 pub use jsonl::{export_jsonl, import_jsonl};
 pub use ledger::{Amount, CostLedger, CostTotals};
+pub use memory::MemoryLog;
 pub use overview::{SessionOverview, SessionOverviews, StatusMix};
 pub use pacing::TurnPacing;
 pub use projection::{
     PendingClientCall, SessionState, SessionToolCalls, SubagentParent, SubagentRun, Submission,
     SubmissionPhase, ToolCallRecord, ToolStats, TurnSummary,
 };
+pub use read::{ChangeCursor, Changes, ReadLog, SessionChange, SessionKey};
 pub use reader::{LogReader, SessionSummary};
 pub use recovery::RecoveredTurn;
 pub use request::{RequestFold, RequestPhase, Verdict};

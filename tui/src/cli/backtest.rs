@@ -18,7 +18,7 @@ use mull::engine::{Agent, Extension, Session, SessionOptions, TurnOptions};
 use mull::policy::{Guarded, ToolPolicy};
 use mull::replay::{BacktestOptions, BacktestReport, ReplayOptions, StopKind};
 use mull_extensions::{start_all, Manifest};
-use mull_store::{ForkPoint, Log, LogReader, TurnRef};
+use mull_store::{ForkPoint, Log, ReadLog, TurnRef};
 
 use crate::cli::agent::SCRIPTED_DEMO;
 use crate::cli::demo::builtin_policy;
@@ -67,21 +67,19 @@ pub fn run(args: BacktestArgs) -> Result<bool> {
             args.db.display()
         );
     }
-    // A PostgreSQL log is read through a mirror, as every reader of the SQLite log reads it.
-    let local = super::pg::Local::open(&args.db)?;
+    let reader = super::pg::open_log(&args.db)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting a runtime")?;
-    let changed = runtime.block_on(backtest(args, local.path()));
+    let changed = runtime.block_on(backtest(args, &*reader));
     drop(runtime);
     changed
 }
 
-async fn backtest(args: BacktestArgs, db: &Path) -> Result<bool> {
+async fn backtest(args: BacktestArgs, reader: &dyn ReadLog) -> Result<bool> {
     let policy = load_policy(&args.policy).await?;
-    let reader = LogReader::open(db).with_context(|| format!("opening {}", args.db.display()))?;
     let options = BacktestOptions {
         replay: ReplayOptions {
             extensions: policy.extensions.clone(),
@@ -90,10 +88,9 @@ async fn backtest(args: BacktestArgs, db: &Path) -> Result<bool> {
         ..BacktestOptions::default()
     };
     let report =
-        mull::replay::backtest_with(&reader, &args.sessions, Arc::clone(&policy.agent), options)
+        mull::replay::backtest_with(reader, &args.sessions, Arc::clone(&policy.agent), options)
             .await
             .with_context(|| format!("backtesting {}", args.db.display()))?;
-    drop(reader);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -210,6 +207,7 @@ async fn continue_live(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mull_store::LogReader;
 
     /// A log holding the deterministic demo session `demo`.
     fn demo_log(dir: &Path) -> PathBuf {

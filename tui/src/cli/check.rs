@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use mull::engine::replay::{reexecute, Recording, ReplayOptions};
 use mull::providers::replay::ReplayModel;
-use mull_store::{import_jsonl, Log, LogReader};
+use mull_store::{import_jsonl, Log, LogReader, ReadLog};
 
 /// Replays every file; returns whether every one was identical.
 pub fn run_all(files: &[PathBuf]) -> Result<bool> {
@@ -35,20 +35,14 @@ pub fn run(file: &Path) -> Result<bool> {
         .build()
         .context("starting the replay's runtime")?;
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let (reader, mirror) = recorded(file, dir.path())?;
-    let identical = runtime.block_on(check(file, &reader, dir.path()));
-    drop(mirror);
-    identical
+    let reader = recorded(file, dir.path())?;
+    runtime.block_on(check(file, &*reader, dir.path()))
 }
 
-/// The recorded log as a SQLite log: a JSONL file imported into `dir`, or a PostgreSQL log's
-/// mirror (kept in the returned value).
-fn recorded(file: &Path, dir: &Path) -> Result<(LogReader, Option<super::pg::Local>)> {
+/// The recorded log: a JSONL file imported into `dir`, or a PostgreSQL log read where it is.
+fn recorded(file: &Path, dir: &Path) -> Result<Box<dyn ReadLog>> {
     if super::pg::url(file).is_some() {
-        let local = super::pg::Local::open(file)?;
-        let reader = LogReader::open(local.path())
-            .with_context(|| format!("opening the mirror of {}", file.display()))?;
-        return Ok((reader, Some(local)));
+        return super::pg::open_log(file);
     }
     let recorded_db = dir.join("recorded.db");
     let recorded =
@@ -59,10 +53,10 @@ fn recorded(file: &Path, dir: &Path) -> Result<(LogReader, Option<super::pg::Loc
     recorded
         .close()
         .with_context(|| format!("committing {}", recorded_db.display()))?;
-    Ok((LogReader::open(&recorded_db)?, None))
+    Ok(Box::new(LogReader::open(&recorded_db)?))
 }
 
-async fn check(file: &Path, reader: &LogReader, dir: &Path) -> Result<bool> {
+async fn check(file: &Path, reader: &dyn ReadLog, dir: &Path) -> Result<bool> {
     let sessions = reader.sessions()?;
     if sessions.is_empty() {
         anyhow::bail!("{}: the log holds no session to replay", file.display());

@@ -5,12 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use crate::cli::pg::Local;
 use crate::dash::{self, DashOptions};
-
-/// How often the mirror of a PostgreSQL log catches up (bounds how late the dashboard shows
-/// another node's events; each catch-up is one index scan and a read per changed session).
-const MIRROR_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Arguments of `mull dash`.
 #[derive(Debug, Args)]
@@ -43,15 +38,12 @@ pub fn run(args: DashArgs) -> Result<()> {
         return Ok(());
     }
     let prices = crate::cli::stats::price_table(args.prices.as_deref())?;
-    // A PostgreSQL log is read through a local mirror kept caught up (see `cli::pg::Local`).
-    let local = Local::follow(&args.db, MIRROR_PERIOD)?;
     dash::run_named(
-        local.path(),
+        &args.db,
         &args.db.display().to_string(),
         DashOptions {
             follow: args.follow,
             prices,
-            inbox_url: crate::cli::pg::url(&args.db).map(str::to_owned),
         },
     )
 }

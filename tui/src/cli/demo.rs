@@ -10,14 +10,15 @@ use clap::Args;
 use mull::demo::{self, ApprovalNotice, DemoOptions, DemoReport};
 use mull::policy::ToolPolicy;
 use mull_core::{IdSource, RandomIds};
-use mull_store::{Log, LogReader};
+use mull_store::{EventLog, Log};
+use mull_store_pg::{PgInbox, PgLog, PgOptions};
 
 use crate::dash::{self as dashboard, DashOptions};
 
 /// Arguments of `mull demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// The database the demo writes.
+    /// The database the demo writes: a SQLite file or a `postgres://` URL.
     #[arg(long, default_value = "mull.db")]
     pub db: PathBuf,
     /// Run without the dashboard and print what happened.
@@ -46,7 +47,12 @@ const FIRST_TURN_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs the demo, headless or under the dashboard.
 pub fn run(args: DemoArgs) -> Result<()> {
-    let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let log = match crate::cli::pg::url(&args.db) {
+        Some(url) => DemoLog::Postgres(url.to_owned()),
+        None => DemoLog::Sqlite(
+            Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?,
+        ),
+    };
     let policy = args.policy.as_deref().map(builtin_policy).transpose()?;
     let mut options = DemoOptions {
         deterministic: args.deterministic,
@@ -115,22 +121,55 @@ pub fn builtin_policy(name: &str) -> Result<ToolPolicy> {
     })
 }
 
-fn run_demo(log: &Log, options: DemoOptions) -> Result<DemoReport> {
+/// The log the demo writes.
+#[derive(Clone)]
+enum DemoLog {
+    Sqlite(Log),
+    /// A PostgreSQL database: the demo is a node of its own, for its run.
+    Postgres(String),
+}
+
+impl DemoLog {
+    /// Commits what is queued (a PostgreSQL node commits and gives back its session when
+    /// its run ends).
+    fn close(self) -> Result<()> {
+        match self {
+            DemoLog::Sqlite(log) => log.close().context("committing the demo's log"),
+            DemoLog::Postgres(_) => Ok(()),
+        }
+    }
+}
+
+fn run_demo(log: &DemoLog, options: DemoOptions) -> Result<DemoReport> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the demo's runtime")?;
-    let report = runtime.block_on(demo::run(log, options))?;
-    Ok(report)
+    match log {
+        DemoLog::Sqlite(log) => Ok(runtime.block_on(demo::run(log, options))?),
+        DemoLog::Postgres(url) => runtime.block_on(async {
+            let session_id = options.session_id.clone();
+            let node = PgLog::connect(url, PgOptions::new(format!("demo-{}", std::process::id())))
+                .await
+                .context("opening the PostgreSQL log")?;
+            let inbox = PgInbox::open(url)
+                .await
+                .context("opening the PostgreSQL log's inbox")?;
+            let report = demo::run_on(Arc::new(node.clone()), &inbox, options).await;
+            node.flush_all().await?;
+            node.release_session(&session_id).await?;
+            Ok(report?)
+        }),
+    }
 }
 
 /// Lets the dashboard open on a running turn rather than an empty log.
 fn wait_for_first_turn(db: &Path, session_id: &str) {
     let start = Instant::now();
     while start.elapsed() < FIRST_TURN_WAIT {
-        let started = LogReader::open(db)
-            .and_then(|reader| reader.turns(session_id))
+        let started = crate::cli::pg::open_log(db)
+            .and_then(|reader| Ok(reader.turns(session_id)?))
             .map(|turns| !turns.is_empty())
             .unwrap_or(false);
         if started {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use mull_store::diff::{diff_runs, read_run, DiffOptions, Run};
-use mull_store::LogReader;
+use mull_store::ReadLog;
 
 use crate::cli::import::import_into;
 
@@ -70,7 +70,7 @@ fn only_turn(run: &Run, turn: usize) -> Result<Run> {
 }
 
 /// Reads `PATH[@SESSION]`; a JSONL file is imported into a scratch database first, a
-/// PostgreSQL log is read through a mirror.
+/// PostgreSQL log is read where it is.
 fn load(spec: &str, scratch: &Path, side: &str) -> Result<Run> {
     let (path, session) = split_spec(spec);
     let path = PathBuf::from(path);
@@ -78,28 +78,22 @@ fn load(spec: &str, scratch: &Path, side: &str) -> Result<Run> {
     if !postgres && !path.exists() {
         bail!("{}: no such file", path.display());
     }
-    let mirror = if postgres {
-        Some(super::pg::Local::open(&path)?)
-    } else {
-        None
-    };
-    let db = if let Some(mirror) = &mirror {
-        mirror.path().to_owned()
-    } else if path.extension().is_some_and(|e| e == "jsonl") {
+    let db = if !postgres && path.extension().is_some_and(|e| e == "jsonl") {
         let db = scratch.join(format!("{side}.db"));
         import_into(&path, &db)?;
         db
     } else {
         path.clone()
     };
-    let reader = LogReader::open(&db).with_context(|| format!("opening {}", db.display()))?;
+    let reader = super::pg::open_log(&db)?;
+    let reader = &*reader;
     let session = match session {
         Some(session) => {
             if !reader.has_session(session)? {
                 bail!(
                     "{} holds no session {session:?} (sessions: {})",
                     path.display(),
-                    session_list(&reader)?
+                    session_list(reader)?
                 );
             }
             session.to_owned()
@@ -114,13 +108,13 @@ fn load(spec: &str, scratch: &Path, side: &str) -> Result<Run> {
                     path.display(),
                     sessions.len(),
                     path.display(),
-                    session_list(&reader)?
+                    session_list(reader)?
                 ),
             }
         }
     };
     let label = format!("{}@{session}", path.display());
-    Ok(read_run(&reader, &session, label)?)
+    Ok(read_run(reader, &session, label)?)
 }
 
 /// `PATH@SESSION` → (PATH, SESSION); the last `@` splits, so a path may hold one.
@@ -133,7 +127,7 @@ fn split_spec(spec: &str) -> (&str, Option<&str>) {
     }
 }
 
-fn session_list(reader: &LogReader) -> Result<String> {
+fn session_list(reader: &dyn ReadLog) -> Result<String> {
     let ids: Vec<String> = reader
         .sessions()?
         .into_iter()

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use mull::core::{IdSource, RandomIds, SystemClock, UIMessage};
 use mull::engine::{Agent, Session, SessionOptions, TurnOptions};
-use mull_store::{EventLog, ForkError, ForkPoint, Log, LogReader, ResolvedFork, TurnRef};
+use mull_store::{EventLog, ForkError, ForkPoint, Log, ResolvedFork, TurnRef};
 use mull_store_pg::{PgLog, PgOptions};
 
 use crate::cli::demo::builtin_policy;
@@ -142,9 +142,9 @@ async fn go_on(session: Session, fork: &ResolvedFork, args: &ForkArgs, into: &st
     Ok(())
 }
 
-/// The fork on a PostgreSQL log: the fork point is found in a mirror of the log (the same
-/// resolution as on a SQLite file) and mapped back to the origin's seq in the database; the
-/// fork's first event is written under a lease of its own, and the session opened on it.
+/// The fork on a PostgreSQL log: the fork point is found in the database (the same resolution
+/// as on a SQLite file, through the read contract; seqs are the database's own); the fork's
+/// first event is written under a lease of its own, and the session opened on it.
 fn fork_on_postgres(
     runtime: &tokio::runtime::Runtime,
     url: &str,
@@ -154,19 +154,12 @@ fn fork_on_postgres(
     options: SessionOptions,
 ) -> Result<()> {
     let into = options.session_id.clone();
-    let local = super::pg::Local::open(&args.db)?;
-    let mut fork = {
-        let reader = LogReader::open(local.path())
-            .with_context(|| format!("opening the mirror of {}", args.db.display()))?;
+    let fork = {
+        let reader = super::pg::open_log(&args.db)?;
         reader
             .fork_point(&args.session, point)
             .with_context(|| format!("forking {} into {into}", args.session))?
     };
-    let mirror = local.mirror().context("the mirror of the PostgreSQL log")?;
-    fork.origin_seq = mirror
-        .log_seq(&fork.origin, fork.origin_seq)
-        .with_context(|| format!("seq {} is not in the mirror", fork.origin_seq))?;
-    drop(local);
     runtime.block_on(async {
         let node = format!("fork-{}", std::process::id());
         let log = PgLog::connect(url, PgOptions::new(node))

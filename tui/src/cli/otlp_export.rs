@@ -6,13 +6,12 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use mull_otel::{export_log, OtlpConfig, SpanOptions};
-use mull_store::LogReader;
 
 /// Sends the spans and metrics and says how many went where on standard error.
 pub fn run(db: &Path, session: Option<&str>, url: &str) -> Result<()> {
-    let reader = LogReader::open(db).with_context(|| format!("opening {}", db.display()))?;
+    let reader = crate::cli::pg::open_log(db)?;
     let options = SpanOptions::from_env();
-    let report = export_log(&reader, session, &OtlpConfig::to(url), options)
+    let report = export_log(&*reader, session, &OtlpConfig::to(url), options)
         .with_context(|| format!("exporting {} over OTLP", db.display()))?;
     eprintln!(
         "sent {} spans of {} session{} to {}, and the metrics of {} model call{}",

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use mull_core::{Role, UIPart};
 use mull_store::projection::SessionState;
-use mull_store::LogReader;
+use mull_store::{LogReader, ReadLog};
 
 use crate::cli::import::import_into;
 
@@ -29,14 +29,12 @@ pub fn run(files: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// Imports `file` into a temporary database (or mirrors a PostgreSQL log) and prints every
-/// session.
+/// Imports `file` into a temporary database (a PostgreSQL log is read where it is) and prints
+/// every session.
 fn run_one(file: &Path) -> Result<()> {
     if super::pg::url(file).is_some() {
-        let local = super::pg::Local::open(file)?;
-        let reader = LogReader::open(local.path())
-            .with_context(|| format!("opening the mirror of {}", file.display()))?;
-        print!("{}", report(&reader)?);
+        let reader = super::pg::open_log(file)?;
+        print!("{}", report(&*reader)?);
         return Ok(());
     }
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
@@ -48,7 +46,7 @@ fn run_one(file: &Path) -> Result<()> {
 }
 
 /// Every session's conversation and turn table, as printed.
-pub fn report(reader: &LogReader) -> Result<String> {
+pub fn report(reader: &dyn ReadLog) -> Result<String> {
     let mut out = String::new();
     for session in reader.sessions()? {
         let state = reader.load_session(&session.session_id)?;

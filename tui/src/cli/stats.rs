@@ -6,16 +6,13 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use mull_core::{PriceTable, Usage};
-use mull_store::{CostLedger, CostTotals, LogReader, TurnSummary};
-
-/// Events read per page while counting kinds.
-const PAGE: usize = 8192;
+use mull_store::{CostLedger, CostTotals, ReadLog, TurnSummary};
 
 /// Prints the counts of a log, its costs priced with `prices` (a price file) over the defaults.
 pub fn run(db: &Path, prices: Option<&Path>) -> Result<()> {
     let table = price_table(prices)?;
-    let reader = LogReader::open(db).with_context(|| format!("opening {}", db.display()))?;
-    print!("{}", report(&reader, &table)?);
+    let reader = crate::cli::pg::open_log(db)?;
+    print!("{}", report(&*reader, &table)?);
     Ok(())
 }
 
@@ -34,26 +31,18 @@ pub fn price_table(prices: Option<&Path>) -> Result<PriceTable> {
 }
 
 /// The counts, as printed.
-pub fn report(reader: &LogReader, prices: &PriceTable) -> Result<String> {
+pub fn report(reader: &dyn ReadLog, prices: &PriceTable) -> Result<String> {
     let sessions = reader.sessions()?;
     let mut tally = Tally::new(sessions.len());
     for session in &sessions {
         let mut ledger = CostLedger::new();
-        reader.for_each_session_event(&session.session_id, 0, |env| ledger.apply(&env))?;
+        reader.for_each_session_event(&session.session_id, 0, &mut |env| {
+            ledger.apply(&env);
+            tally.event(env.kind());
+        })?;
         tally.cost.add(&ledger.totals(prices));
         for turn in reader.turns(&session.session_id)? {
             tally.turn(&turn);
-        }
-    }
-    let mut after = 0u64;
-    loop {
-        let page = reader.page(after, PAGE)?;
-        for env in &page {
-            tally.event(env.kind());
-            after = env.seq;
-        }
-        if page.len() < PAGE {
-            break;
         }
     }
     Ok(tally.render())

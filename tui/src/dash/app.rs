@@ -272,7 +272,7 @@ pub struct App {
     pub diff: Option<DiffView>,
     pub filter: Filter,
     pub help: bool,
-    /// The newest seq seen in the log.
+    /// How many events the log holds (as it was opened, plus those followed since).
     pub max_seq: u64,
     /// Events committed by others since the dashboard opened.
     pub live_events: u64,

@@ -4,7 +4,7 @@
 //! shows as unknown, never as free).
 
 use mull_core::{Envelope, PriceTable};
-use mull_store::{CostLedger, LogReader, StoreError};
+use mull_store::{CostLedger, ReadLog, StoreError};
 
 /// One session's ledger and the last seq folded into it.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,13 +16,13 @@ pub struct SessionCost {
 
 impl SessionCost {
     /// Folds every event of `session_id` in the log.
-    pub fn read(reader: &LogReader, session_id: &str) -> Result<SessionCost, StoreError> {
+    pub fn read(reader: &dyn ReadLog, session_id: &str) -> Result<SessionCost, StoreError> {
         let mut cost = SessionCost {
             session_id: session_id.to_owned(),
             last_seq: 0,
             ledger: CostLedger::new(),
         };
-        reader.for_each_session_event(session_id, 0, |env| cost.apply(&env))?;
+        reader.for_each_session_event(session_id, 0, &mut |env| cost.apply(&env))?;
         Ok(cost)
     }
 

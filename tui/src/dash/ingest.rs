@@ -1,7 +1,8 @@
-//! Reading the log for the dashboard: performs the [`Effect`]s the app asks for with a
-//! read-only [`LogReader`] (one page at a time, never the whole log) and tails new events on a
-//! background thread.
+//! Reading the log for the dashboard: performs the [`Effect`]s the app asks for through the
+//! read contract ([`ReadLog`]: a SQLite file or a PostgreSQL database, read where it is; one
+//! page at a time, never the whole log) and follows what changes on a background thread.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
@@ -9,19 +10,22 @@ use std::time::Duration;
 
 use mull_store::diff::{diff_runs, DiffOptions, Run};
 use mull_store::projection::SessionState;
-use mull_store::{Inbox, InboxMessage, InboxStore, LogReader, StoreError};
+use mull_store::{ChangeCursor, Inbox, InboxMessage, InboxStore, ReadLog, StoreError};
 
 use crate::dash::app::{Effect, Msg, TIMELINE_PAGE};
 
 /// Events of the session folded per read when rebuilding the state before a turn.
 const BASE_PAGE: usize = 4096;
 
-/// Performs the app's reads against one read-only connection.
+/// Performs the app's reads against one reader of the log.
 #[derive(Debug)]
 pub struct Source {
-    reader: LogReader,
-    /// The PostgreSQL log whose inbox answers go to (the reader then reads its mirror).
-    inbox_url: Option<String>,
+    reader: Box<dyn ReadLog>,
+    /// The log: a SQLite file or a `postgres://` URL (whose inbox answers go to).
+    db: PathBuf,
+    /// Each session's last seq as the last session listing found it: where following it
+    /// starts.
+    listed: HashMap<String, u64>,
     /// The log's inbox, opened when the first answer is posted.
     inbox: std::sync::OnceLock<Poster>,
 }
@@ -65,19 +69,24 @@ impl Poster {
 }
 
 impl Source {
-    /// Opens `path` read-only.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
+    /// Opens the log `db` (a SQLite file or a `postgres://` URL) for reading.
+    pub fn open(db: &Path) -> anyhow::Result<Self> {
         Ok(Self {
-            reader: LogReader::open(path)?,
-            inbox_url: None,
+            reader: crate::cli::pg::open_log(db)?,
+            db: db.to_owned(),
+            listed: HashMap::new(),
             inbox: std::sync::OnceLock::new(),
         })
     }
 
-    /// Answers go to the inbox of the PostgreSQL log at `url` (this source reads its mirror).
-    pub fn posting_to(mut self, url: Option<&str>) -> Self {
-        self.inbox_url = url.map(str::to_owned);
-        self
+    /// Where the log's changes stand now.
+    pub fn cursor(&self) -> Result<ChangeCursor, StoreError> {
+        self.reader.cursor()
+    }
+
+    /// Each session's last seq as the last listing found it.
+    pub fn listed(&self) -> HashMap<String, u64> {
+        self.listed.clone()
     }
 
     /// Posts an approval's answer to the log's inbox, for the session's writer to take (on
@@ -91,7 +100,7 @@ impl Source {
         let inbox = match self.inbox.get() {
             Some(inbox) => inbox,
             None => {
-                let opened = Poster::open(self.reader.path(), self.inbox_url.as_deref())?;
+                let opened = Poster::open(&self.db, crate::cli::pg::url(&self.db))?;
                 self.inbox.get_or_init(|| opened)
             }
         };
@@ -104,21 +113,27 @@ impl Source {
         Ok(())
     }
 
-    /// The newest seq in the log.
-    pub fn max_seq(&self) -> Result<u64, StoreError> {
-        self.reader.max_seq()
+    /// How many events the log holds.
+    pub fn event_count(&self) -> Result<u64, StoreError> {
+        self.reader.event_count()
     }
 
     /// Performs one read and answers with the message carrying its result (or its failure).
-    pub fn perform(&self, effect: &Effect) -> Msg {
-        self.try_perform(effect).unwrap_or_else(|err| {
-            Msg::Failed(format!("reading {}: {err}", self.reader.path().display()))
-        })
+    pub fn perform(&mut self, effect: &Effect) -> Msg {
+        self.try_perform(effect)
+            .unwrap_or_else(|err| Msg::Failed(format!("reading {}: {err}", self.reader.name())))
     }
 
-    fn try_perform(&self, effect: &Effect) -> Result<Msg, StoreError> {
+    fn try_perform(&mut self, effect: &Effect) -> Result<Msg, StoreError> {
         Ok(match effect {
-            Effect::Sessions => Msg::Sessions(self.reader.sessions()?),
+            Effect::Sessions => {
+                let sessions = self.reader.sessions()?;
+                self.listed = sessions
+                    .iter()
+                    .map(|s| (s.session_id.clone(), s.last_seq))
+                    .collect();
+                Msg::Sessions(sessions)
+            }
             Effect::Overviews => Msg::Overviews(Box::new(self.reader.session_overviews()?)),
             Effect::Diff { a, b } => {
                 let run = |t: &crate::dash::app::TurnRef| -> Result<Run, StoreError> {
@@ -154,7 +169,7 @@ impl Source {
                 Msg::ToolCalls(Box::new(self.reader.session_tool_calls(session_id)?))
             }
             Effect::Cost { session_id } => Msg::Cost(Box::new(
-                crate::dash::cost::SessionCost::read(&self.reader, session_id)?,
+                crate::dash::cost::SessionCost::read(&*self.reader, session_id)?,
             )),
             Effect::TimelinePage {
                 session_id,
@@ -213,19 +228,27 @@ pub struct Follower {
     _thread: JoinHandle<()>,
 }
 
-/// How long one tail wait lasts before the thread checks whether anyone still listens.
-const TAIL_WAIT: Duration = Duration::from_millis(100);
+/// How often the follower asks the log what changed (bounds how late a new event shows; a
+/// look with nothing new reads only the log's change index).
+pub const FOLLOW_POLL: Duration = Duration::from_millis(20);
+
+/// How many events one read of a changed session takes at most.
+const FOLLOW_PAGE: usize = 1024;
 
 impl Follower {
-    /// Tails `path` after `after_seq` on its own read-only connection. The thread ends when the
-    /// receiver is dropped.
-    pub fn spawn(path: PathBuf, after_seq: u64) -> Result<Self, StoreError> {
-        let reader = LogReader::open(&path)?;
+    /// Follows `db` from `cursor` on its own reader: each session's events after its position
+    /// in `positions` (a session not in it: from its start), as they are committed. The
+    /// thread ends when the receiver is dropped.
+    pub fn spawn(
+        db: &Path,
+        cursor: ChangeCursor,
+        positions: HashMap<String, u64>,
+    ) -> anyhow::Result<Self> {
+        let reader = crate::cli::pg::open_log(db)?;
         let (sender, events) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("mull-dash-tail".into())
-            .spawn(move || tail_loop(reader, after_seq, sender))
-            .map_err(|source| StoreError::Io { path, source })?;
+            .spawn(move || follow_loop(&*reader, cursor, positions, sender))?;
         Ok(Self {
             events,
             _thread: thread,
@@ -233,28 +256,54 @@ impl Follower {
     }
 }
 
-fn tail_loop(
-    reader: LogReader,
-    after_seq: u64,
+/// The new events of the sessions changed since `cursor`, in the log's order; moves
+/// `positions` and `cursor` past them.
+pub fn read_changes(
+    reader: &dyn ReadLog,
+    cursor: &mut ChangeCursor,
+    positions: &mut HashMap<String, u64>,
+) -> Result<Vec<mull_core::Envelope>, StoreError> {
+    let changes = reader.changes(*cursor)?;
+    let mut batch = Vec::new();
+    for change in changes.sessions {
+        let mut after = positions.get(&change.session_id).copied().unwrap_or(0);
+        while after < change.last_seq {
+            let page = reader.session_page(&change.session_id, after, FOLLOW_PAGE)?;
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            batch.extend(page);
+        }
+        positions.insert(change.session_id, after);
+    }
+    if reader.numbers_across_sessions() {
+        batch.sort_by_key(|e| e.seq);
+    } else {
+        batch.sort_by_key(|e| e.at);
+    }
+    *cursor = changes.cursor;
+    Ok(batch)
+}
+
+fn follow_loop(
+    reader: &dyn ReadLog,
+    mut cursor: ChangeCursor,
+    mut positions: HashMap<String, u64>,
     sender: Sender<Result<Vec<mull_core::Envelope>, String>>,
 ) {
-    let path = reader.path().display().to_string();
-    let mut tail = reader.tail(after_seq);
+    let name = reader.name();
     loop {
-        let batch = match tail.next_batch(TAIL_WAIT) {
-            Ok(batch) if batch.is_empty() => {
-                // Nothing new; stop once the dashboard is gone.
-                if sender.send(Ok(Vec::new())).is_err() {
-                    return;
-                }
-                continue;
-            }
+        let batch = match read_changes(reader, &mut cursor, &mut positions) {
             Ok(batch) => Ok(batch),
-            Err(err) => Err(format!("tailing {path}: {err}")),
+            Err(err) => Err(format!("following {name}: {err}")),
         };
+        let idle = batch.as_ref().is_ok_and(Vec::is_empty);
         let failed = batch.is_err();
+        // Nothing new is sent too: a failed send says the dashboard is gone.
         if sender.send(batch).is_err() || failed {
             return;
+        }
+        if idle {
+            std::thread::sleep(FOLLOW_POLL);
         }
     }
 }

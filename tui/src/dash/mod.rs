@@ -40,6 +40,8 @@ const POLL: Duration = Duration::from_millis(20);
 pub struct Dash {
     pub app: App,
     source: Source,
+    /// Where the log's changes stood just before the first reads: following starts there.
+    opened_at: mull_store::ChangeCursor,
 }
 
 impl Dash {
@@ -49,22 +51,26 @@ impl Dash {
         Self::open_named(db, &db.display().to_string())
     }
 
-    /// Opens `db` read-only, shown as `name`.
+    /// Opens `db` (a SQLite file or a `postgres://` URL) for reading, shown as `name`;
+    /// answers go to its inbox.
     pub fn open_named(db: &Path, name: &str) -> Result<Self> {
-        Self::open_posting(db, name, None)
-    }
-
-    /// Opens `db` read-only, shown as `name`; answers go to the inbox of the PostgreSQL log at
-    /// `inbox_url` when given (`db` is then its local mirror), else to `db`'s own.
-    pub fn open_posting(db: &Path, name: &str, inbox_url: Option<&str>) -> Result<Self> {
-        let source = Source::open(db)
-            .with_context(|| format!("opening {name}"))?
-            .posting_to(inbox_url);
+        let source = Source::open(db).with_context(|| format!("opening {name}"))?;
+        // Taken before anything is read: what commits meanwhile is followed, not missed.
+        let opened_at = source.cursor()?;
         let (mut app, effects) = App::new(name.to_owned());
-        app.max_seq = source.max_seq()?;
-        let mut dash = Self { app, source };
+        app.max_seq = source.event_count()?;
+        let mut dash = Self {
+            app,
+            source,
+            opened_at,
+        };
         dash.run_effects(effects);
         Ok(dash)
+    }
+
+    /// Follows the log from where it stood when the dashboard opened, on a reader of its own.
+    pub fn follow(&self, db: &Path) -> Result<Follower> {
+        Follower::spawn(db, self.opened_at, self.source.listed())
     }
 
     /// Sends one message and performs every read it leads to.
@@ -141,8 +147,6 @@ pub struct DashOptions {
     pub follow: bool,
     /// The prices costs are shown with.
     pub prices: mull_core::PriceTable,
-    /// The PostgreSQL log whose inbox answers go to, when `db` is its local mirror.
-    pub inbox_url: Option<String>,
 }
 
 impl Default for DashOptions {
@@ -150,7 +154,6 @@ impl Default for DashOptions {
         DashOptions {
             follow: false,
             prices: mull_core::PriceTable::defaults(),
-            inbox_url: None,
         }
     }
 }
@@ -163,10 +166,11 @@ pub fn run(db: &Path, options: DashOptions) -> Result<()> {
 
 /// [`run`], the log shown as `name`.
 pub fn run_named(db: &Path, name: &str, options: DashOptions) -> Result<()> {
-    let mut dash = Dash::open_posting(db, name, options.inbox_url.as_deref())?;
+    let mut dash = Dash::open_named(db, name)?;
     dash.app.prices = options.prices;
-    let follower = Follower::spawn(db.to_owned(), dash.app.max_seq)
-        .with_context(|| format!("tailing {}", db.display()))?;
+    let follower = dash
+        .follow(db)
+        .with_context(|| format!("following {name}"))?;
     if options.follow {
         dash.follow_newest();
     }
@@ -259,8 +263,7 @@ pub struct BenchTimes {
 /// takes first (newest session, newest turn) and scrolls each list, timing it all.
 pub fn bench_first_frame(db: &Path, width: u16, height: u16) -> Result<BenchTimes> {
     let start = Instant::now();
-    let local = crate::cli::pg::Local::open(db)?;
-    let mut dash = Dash::open_named(local.path(), &db.display().to_string())?;
+    let mut dash = Dash::open_named(db, &db.display().to_string())?;
     let mut terminal = Terminal::new(TestBackend::new(width, height))
         .map_err(|e| anyhow::anyhow!("creating the off-screen terminal: {e}"))?;
     dash.draw(&mut terminal)?;

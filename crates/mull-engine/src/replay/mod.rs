@@ -405,7 +405,7 @@ pub async fn reexecute(
 /// that recovered it, and a fresh session is opened, as the recording's next process did.
 async fn drive(
     log: &Log,
-    reader: &mull_store::LogReader,
+    reader: &dyn mull_store::ReadLog,
     recording: &Recording,
     steps: Vec<(usize, Step)>,
     shared: &Arc<Shared>,

@@ -40,7 +40,7 @@ impl Recording {
 
     /// Reads one session of a log as a recording.
     pub fn read(
-        reader: &mull_store::LogReader,
+        reader: &dyn mull_store::ReadLog,
         session_id: &str,
     ) -> Result<Recording, ReplayError> {
         let store_err = |source| ReplayError::Store {
@@ -81,7 +81,7 @@ impl Recording {
 }
 
 pub(super) fn read_session(
-    reader: &mull_store::LogReader,
+    reader: &dyn mull_store::ReadLog,
     session_id: &str,
 ) -> Result<Vec<Envelope>, StoreError> {
     let mut out = Vec::new();

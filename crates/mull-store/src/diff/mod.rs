@@ -195,7 +195,7 @@ pub enum DiffError {
 /// Reads one session of a log as a run named `label`; a fork's history is resolved (its
 /// origin's prefix, then its own events), so a session and its fork align from turn 1.
 pub fn read_run(
-    reader: &crate::LogReader,
+    reader: &dyn crate::ReadLog,
     session_id: &str,
     label: impl Into<String>,
 ) -> Result<Run, crate::StoreError> {

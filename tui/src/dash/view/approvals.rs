@@ -3,7 +3,7 @@
 //! continuation has yet to act on — and the keys that answer. The dashboard does not write the
 //! log (SQLite has one writer per file, often the process it watches): `a` / `x` post the answer
 //! to the log's inbox, and the row says "answer sent, waiting for the writer" until the
-//! session's writer has recorded it. A PostgreSQL log, read through a local mirror, is
+//! session's writer has recorded it. A PostgreSQL log, read where it is, is
 //! answered the same way: the answer goes to the database's inbox, for the node that holds the
 //! session (or opens it) to take.
 
@@ -381,7 +381,7 @@ mod tests {
         log.close().expect("closes");
     }
 
-    /// A PostgreSQL log is read through a mirror; the answer goes to the database's inbox, and
+    /// A PostgreSQL log is read where it is; the answer goes to the database's inbox, and
     /// the node holding the session takes it there.
     #[test]
     fn on_a_postgres_log_a_key_press_posts_to_its_inbox_and_the_node_takes_it() {
@@ -425,9 +425,8 @@ mod tests {
         });
         assert_eq!(session.pending_approvals().len(), 1);
 
-        // The dashboard reads a mirror of the database and posts to its inbox: `a`, then y.
-        let local = crate::cli::pg::Local::open(std::path::Path::new(&url)).expect("mirror");
-        let mut dash = Dash::open_posting(local.path(), &url, Some(&url)).expect("dashboard");
+        // The dashboard reads the database where it is and posts to its inbox: `a`, then y.
+        let mut dash = Dash::open_named(std::path::Path::new(&url), &url).expect("dashboard");
         dash.send(Msg::Action(Action::Enter));
         assert_eq!(dash.app.session_id.as_deref(), Some("live"));
         dash.send(Msg::Action(Action::Approve));
@@ -465,7 +464,6 @@ mod tests {
             .count();
         assert_eq!(answered, 1);
         drop(dash);
-        drop(local);
         drop(session);
     }
 }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use mull_core::LanguageModel;
-use mull_store::{Log, LogReader, StoreError};
+use mull_store::{Log, ReadLog, StoreError};
 
 use super::{reexecute, Recording, ReplayOptions};
 use crate::agent::Agent;
@@ -87,7 +87,7 @@ pub enum BacktestError {
 ///
 /// The recorded log is only read. See the module docs for what the report holds.
 pub async fn backtest(
-    recorded: &LogReader,
+    recorded: &dyn ReadLog,
     scratch: &Log,
     sessions: &[String],
     agent: Arc<dyn Agent>,
