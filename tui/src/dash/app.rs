@@ -272,7 +272,8 @@ pub struct App {
     pub diff: Option<DiffView>,
     pub filter: Filter,
     pub help: bool,
-    /// How many events the log holds (as it was opened, plus those followed since).
+    /// How many events the log held when opened, or the newest seq seen since if higher (on
+    /// a log that numbers each session, the count as opened).
     pub max_seq: u64,
     /// Events committed by others since the dashboard opened.
     pub live_events: u64,

@@ -72,8 +72,9 @@ impl App {
         for env in &events {
             self.overviews.apply(env);
         }
-        // Each event arrives once (the follower reads every session from its own position).
-        self.max_seq += events.len() as u64;
+        if let Some(last) = events.last() {
+            self.max_seq = self.max_seq.max(last.seq);
+        }
         if let Some(paused) = self.paused.as_mut() {
             paused.arrived += events.len() as u64;
             let session = self.session_id.as_deref();
