@@ -14,12 +14,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mull_core::{Envelope, Event, TurnStatus};
+use mull_core::{Envelope, Event, StreamPart, TurnStatus};
 use mull_store::SessionState;
 use mull_store_pg::testing::TestPg;
 use mull_store_pg::Reads;
 use support::model::{ModelServer, Pace};
-use support::nodes::{post_message, resume, Node, Reply};
+use support::nodes::{post_message, resume, Node, Reply, Told};
 
 const CHATS: usize = 200;
 
@@ -327,5 +327,292 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
         let n1 = nodes[1].stderr_text();
         assert!(n1.contains("fenced"), "n1 saw its writes refused:\n{n1}");
         eprintln!("{totals:?}");
+    });
+}
+
+/// What the log holds as the outcome of a chat's first request: the text of its turns'
+/// deltas, the error of its failure, whether a turn of it completed.
+fn first_verdict(events: &[Envelope]) -> Told {
+    let mut told = Told::default();
+    let Some(request) = events.iter().find_map(|e| match &e.event {
+        Event::TurnStarted { request_id, .. } => Some(request_id.clone()),
+        _ => None,
+    }) else {
+        return told;
+    };
+    let mut turns: Vec<String> = Vec::new();
+    for e in events {
+        match &e.event {
+            Event::TurnStarted { request_id, .. } if *request_id == request => {
+                turns.extend(e.turn_id.clone());
+            }
+            Event::Chunk {
+                part: StreamPart::TextDelta { text, .. },
+                ..
+            } if e.turn_id.as_ref().is_some_and(|t| turns.contains(t)) => told.text.push_str(text),
+            Event::TurnFailed {
+                request_id: Some(r),
+                error,
+                ..
+            } if *r == request => told.error = Some(error.clone()),
+            Event::TurnFinished {
+                request_id,
+                status: TurnStatus::Completed,
+                ..
+            } if *request_id == request => told.finished = true,
+            _ => {}
+        }
+    }
+    told
+}
+
+/// Waits until the log holds no running turn of any of `chats`; hands back each chat's events.
+async fn all_resolved(reads: &Reads, chats: &[String], limit: Duration) -> Vec<Vec<Envelope>> {
+    let started = Instant::now();
+    loop {
+        let mut all = Vec::new();
+        let mut running = Vec::new();
+        for chat in chats {
+            let events = reads.session_page(chat, 0, 100_000).await.expect("reads");
+            let mut state = SessionState::new(chat);
+            for e in &events {
+                state.apply(e);
+            }
+            if state.turns.iter().any(|t| t.status == TurnStatus::Running) {
+                running.push(chat.clone());
+            }
+            all.push(events);
+        }
+        if running.is_empty() {
+            return all;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "turns still running after {limit:?}: {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until each chat's log holds at least `deltas` text deltas.
+async fn streaming(reads: &Reads, chats: &[String], deltas: usize, limit: Duration) {
+    let started = Instant::now();
+    for chat in chats {
+        loop {
+            let events = reads.session_page(chat, 0, 100_000).await.expect("reads");
+            let n = events
+                .iter()
+                .filter(|e| {
+                    matches!(
+                        e.event,
+                        Event::Chunk {
+                            part: StreamPart::TextDelta { .. },
+                            ..
+                        }
+                    )
+                })
+                .count();
+            if n >= deltas {
+                break;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "{chat}: only {n} text deltas in the log after {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[test]
+fn a_paused_nodes_clients_are_told_what_the_log_holds_not_what_it_generated() {
+    let Some(pg) = TestPg::start("a_paused_nodes_clients_are_told_what_the_log_holds") else {
+        return;
+    };
+    let url = pg.database();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = support::nodes::runtime();
+    runtime.block_on(async {
+        let model = ModelServer::start(Pace {
+            words: 40,
+            word_delay: Duration::from_millis(100),
+        })
+        .await;
+        let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "2s"];
+        let mut nodes: Vec<Node> = ["n0", "n1", "n2"]
+            .iter()
+            .map(|name| Node::start(&url, name, dir.path(), &extra))
+            .collect();
+        let chats: Vec<String> = (0..9).map(|i| format!("paused-{i}")).collect();
+        let mut clients = Vec::new();
+        for chat in &chats {
+            let (addr, chat) = (nodes[1].addr.clone(), chat.clone());
+            clients.push(tokio::spawn(async move {
+                post_message(&addr, &chat, "u1", REQUEST_LIMIT).await
+            }));
+        }
+        // Every answer is streaming, part of it committed and so already told to the client.
+        let reads = Reads::open(&url).await.expect("opens the log");
+        streaming(&reads, &chats, 3, Duration::from_secs(60)).await;
+        nodes[1].signal("STOP");
+        let all: Vec<Arc<Node>> = Vec::new();
+        taken_over(&url, "n1", Duration::from_secs(60), &all).await;
+        all_resolved(&reads, &chats, Duration::from_secs(60)).await;
+        // The chats go on elsewhere while n1 sleeps.
+        for (i, chat) in chats.iter().enumerate() {
+            let addr = &nodes[if i % 2 == 0 { 0 } else { 2 }].addr;
+            let reply = post_message(addr, chat, "u2", REQUEST_LIMIT).await;
+            assert!(
+                reply.finished_stream() && reply.told().finished,
+                "{chat}: the next turn on another node: {reply:?}"
+            );
+        }
+        nodes[1].signal("CONT");
+        for (chat, client) in chats.iter().zip(clients) {
+            let reply = client.await.expect("the client task");
+            assert!(reply.finished_stream(), "{chat}: {reply:?}");
+            let events = reads.session_page(chat, 0, 100_000).await.expect("reads");
+            let verdict = first_verdict(&events);
+            assert!(
+                verdict.error.is_some() && !verdict.finished,
+                "{chat}: the log holds the paused turn as interrupted: {verdict:?}"
+            );
+            assert_eq!(
+                reply.told(),
+                verdict,
+                "{chat}: the client was told what the log holds"
+            );
+        }
+        assert!(nodes[1].is_running(), "n1 carries on after its pause");
+        let n1 = nodes[1].stderr_text();
+        assert!(
+            n1.contains("ran out before it could be renewed") || n1.contains("fenced"),
+            "n1 learned it lost its chats:\n{n1}"
+        );
+    });
+}
+
+#[test]
+fn three_nodes_ride_out_a_database_restart_under_load() {
+    let Some(pg) = TestPg::start("three_nodes_ride_out_a_database_restart_under_load") else {
+        return;
+    };
+    let url = pg.database();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = support::nodes::runtime();
+    runtime.block_on(async {
+        let model = ModelServer::start(Pace {
+            words: 30,
+            word_delay: Duration::from_millis(100),
+        })
+        .await;
+        let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "3s"];
+        let mut nodes: Vec<Node> = ["n0", "n1", "n2"]
+            .iter()
+            .map(|name| Node::start(&url, name, dir.path(), &extra))
+            .collect();
+        let chats: Vec<String> = (0..60).map(|i| format!("restart-{i:02}")).collect();
+        let mut clients = Vec::new();
+        for (i, chat) in chats.iter().enumerate() {
+            let (addr, chat) = (nodes[i % 3].addr.clone(), chat.clone());
+            clients.push(tokio::spawn(async move {
+                post_message(&addr, &chat, "u1", REQUEST_LIMIT).await
+            }));
+        }
+        let started = Instant::now();
+        while model.answering() < chats.len() / 2 {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "only {} answers streaming",
+                model.answering()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        pg.stop_now();
+        // Every node refuses new turns, naming why, while the database is away.
+        for (n, node) in nodes.iter().enumerate() {
+            let started = Instant::now();
+            loop {
+                let probe = format!("probe-{n}-{}", started.elapsed().as_millis());
+                // A refusal is at once; a turn that starts is no use here.
+                let reply = post_message(&node.addr, &probe, "p1", Duration::from_secs(2)).await;
+                if reply.status == 503 {
+                    assert!(
+                        reply.body.contains(r#""code":"log_unavailable""#),
+                        "{reply:?}"
+                    );
+                    assert!(
+                        reply.body.contains("/mull_test_"),
+                        "names the database: {reply:?}"
+                    );
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "{} still takes new turns with the database down: {reply:?}",
+                    node.name
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        // The outage outlasts the leases (3 s): every node loses the chats it was running.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        pg.start_again();
+
+        // Every node takes new turns again once the database is back.
+        for (n, node) in nodes.iter().enumerate() {
+            let started = Instant::now();
+            loop {
+                let chat = format!("after-{n}-{}", started.elapsed().as_millis());
+                let reply = post_message(&node.addr, &chat, "a1", REQUEST_LIMIT).await;
+                if reply.status == 200 {
+                    assert!(reply.told().finished, "{chat}: {reply:?}");
+                    break;
+                }
+                assert_eq!(reply.status, 503, "{chat}: {reply:?}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "{} refuses new turns after the restart: {reply:?}",
+                    node.name
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        let reads = Reads::open(&url).await.expect("opens the log");
+        let logs = all_resolved(&reads, &chats, Duration::from_secs(90)).await;
+        // Each client was told its turn's outcome as the log holds it, nothing more or less.
+        let mut interrupted = 0;
+        for ((chat, client), events) in chats.iter().zip(clients).zip(&logs) {
+            let reply = client.await.expect("the client task");
+            assert!(reply.finished_stream(), "{chat}: {reply:?}");
+            let verdict = first_verdict(events);
+            assert_eq!(reply.told(), verdict, "{chat}: told what the log holds");
+            interrupted += usize::from(verdict.error.is_some());
+        }
+        assert!(interrupted > 0, "the restart interrupted no turn");
+        for node in &mut nodes {
+            assert!(
+                node.is_running(),
+                "{} exited:\n{}",
+                node.name,
+                node.stderr_text()
+            );
+        }
+        // Every chat goes on, on another node, and the log is whole.
+        for (i, chat) in chats.iter().enumerate() {
+            let reply = post_message(&nodes[(i + 1) % 3].addr, chat, "u2", REQUEST_LIMIT).await;
+            assert!(reply.told().finished, "{chat}: second turn: {reply:?}");
+        }
+        for chat in &chats {
+            let events = reads.session_page(chat, 0, 100_000).await.expect("reads");
+            let epochs = reads.epochs(chat).await.expect("reads epochs");
+            let audit = audit(chat, &events, &epochs).unwrap_or_else(|e| panic!("{e}"));
+            assert!(audit.completed >= 1, "{chat}: {audit:?}");
+        }
+        eprintln!(
+            "{interrupted} of {} turns interrupted by the restart",
+            chats.len()
+        );
     });
 }

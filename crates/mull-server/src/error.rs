@@ -72,6 +72,10 @@ pub enum ApiError {
     /// The server is shutting down: it finishes running turns but starts no new one.
     #[error("the server is shutting down and starts no new turn; retry on another node or after it restarts")]
     Draining,
+    /// The log can take no new turn now (its database is unreachable and being reconnected);
+    /// `reason` says why. Running turns and the node itself carry on.
+    #[error("the log is unavailable, so no new turn starts here; retry shortly or on another node: {reason}")]
+    Unavailable { reason: String },
     /// The engine or the log failed.
     #[error("{0}")]
     Internal(String),
@@ -97,6 +101,7 @@ impl ApiError {
             ApiError::ClientOverloaded { .. } | ApiError::Draining => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -120,6 +125,7 @@ impl ApiError {
             ApiError::ClientOverloaded { .. } => "client_overloaded",
             ApiError::TooManyTurns { .. } => "too_many_turns",
             ApiError::Draining => "draining",
+            ApiError::Unavailable { .. } => "log_unavailable",
             ApiError::Internal(_) => "internal",
         }
     }

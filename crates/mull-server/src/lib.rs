@@ -233,6 +233,10 @@ impl Bound {
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     ticks.tick().await;
+                    if state.log().unavailable().is_some() {
+                        // The database is away: nothing to take over or cancel until it is back.
+                        continue;
+                    }
                     if let Err(e) = state.take_over_abandoned(64).await {
                         tracing::warn!("{e}");
                     }

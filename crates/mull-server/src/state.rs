@@ -366,8 +366,18 @@ impl ServerState {
         self.open(chat_id, self.inner.lease_wait).await
     }
 
+    /// Refuses new work while the log cannot take it (see [`EventLog::unavailable`]).
+    fn check_available(&self) -> Result<(), ApiError> {
+        match self.inner.log.unavailable() {
+            Some(reason) => Err(ApiError::Unavailable { reason }),
+            None => Ok(()),
+        }
+    }
+
     /// Opens the session of `chat_id`, waiting up to `wait` while another node holds it.
+    /// Refused while the log is unavailable.
     async fn open(&self, chat_id: &str, wait: Duration) -> Result<ChatSession, ApiError> {
+        self.check_available()?;
         let deadline = Instant::now() + wait;
         loop {
             match self.open_once(chat_id).await {
@@ -425,9 +435,11 @@ impl ServerState {
                         source: StoreError::LeaseHeld { owner, .. },
                         ..
                     } => Err(Opened::Held(owner)),
-                    e => Err(Opened::Failed(ApiError::Internal(format!(
-                        "opening chat {chat_id:?}: {e}"
-                    )))),
+                    // The database went away while the chat was being opened.
+                    e => Err(Opened::Failed(match self.inner.log.unavailable() {
+                        Some(reason) => ApiError::Unavailable { reason },
+                        None => ApiError::Internal(format!("opening chat {chat_id:?}: {e}")),
+                    })),
                 }
             }
         }
@@ -468,6 +480,7 @@ impl ServerState {
     /// A lease on the session of an existing chat: open already, or present in the log.
     /// Unknown ids are refused without writing anything.
     pub async fn existing_session(&self, chat_id: &str) -> Result<ChatSession, ApiError> {
+        self.check_available()?;
         if let Some(session) = self.open_session(chat_id) {
             return Ok(session);
         }
@@ -511,6 +524,10 @@ impl ServerState {
     /// up to `limit`; they are given back again once idle. Returns how many were taken over.
     /// The router runs this periodically on a shared log.
     pub async fn take_over_abandoned(&self, limit: usize) -> Result<usize, ApiError> {
+        if self.inner.log.unavailable().is_some() {
+            // Nothing can be recovered before the log is back.
+            return Ok(0);
+        }
         let abandoned = self
             .inner
             .log

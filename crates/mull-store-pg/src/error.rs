@@ -68,16 +68,33 @@ fn redact(url: &str) -> String {
 
 /// Connects and spawns the connection's driver on the current runtime.
 pub(crate) async fn connect(config: &Config, target: &Target) -> Result<Client, StoreError> {
-    let (client, connection) = config
-        .connect(NoTls)
+    connect_driver(config)
         .await
-        .map_err(server_error(format!("{target}: cannot connect")))?;
+        .map_err(server_error(format!("{target}: cannot connect")))
+}
+
+/// [`connect`], with the driver's own error (for a caller that retries on it).
+pub(crate) async fn connect_driver(config: &Config) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = config.connect(NoTls).await?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!("PostgreSQL connection ended: {e}");
         }
     });
     Ok(client)
+}
+
+/// Whether the error is the connection's, not the statement's: the connection closed or broke,
+/// or the server is shutting down, restarting or not accepting connections yet (SQLSTATE
+/// classes 08 and 57P). Such a statement may be tried again on a new connection.
+pub(crate) fn is_connection_loss(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        None => true,
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08") || code.starts_with("57P")
+        }
+    }
 }
 
 /// The driver's error in words: the server's message and detail where it sent one, else the

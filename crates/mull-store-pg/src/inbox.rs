@@ -10,17 +10,19 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 use mull_store::{InboxEntry, InboxMessage, InboxStore, LogFuture, StoreError};
-use tokio_postgres::{Client, Row};
+use tokio_postgres::Row;
 
-use crate::error::{connect, parse, server_error, Target};
+use crate::conn::Conn;
+use crate::error::{parse, server_error, Target};
 use crate::schema;
 
 /// The columns every inbox read selects, in [`entry`]'s order.
 const COLUMNS: &str = "id, session_id, kind, body, at, taken, outcome";
 
-/// A connection to a PostgreSQL log's inbox. Any process may open one, node or not.
+/// A connection to a PostgreSQL log's inbox. Any process may open one, node or not; it is made
+/// again when the database restarted.
 pub struct PgInbox {
-    client: Client,
+    client: Conn,
     target: Target,
 }
 
@@ -37,8 +39,9 @@ impl PgInbox {
     /// log of this schema, as a reader does).
     pub async fn open(url: &str) -> Result<PgInbox, StoreError> {
         let (config, target) = parse(url)?;
-        let client = connect(&config, &target).await?;
-        schema::check_readable(&client, &target).await?;
+        let cannot = || server_error(format!("{target}: cannot connect"));
+        let client = Conn::connect(&config, &target).await.map_err(cannot())?;
+        schema::check_readable(&*client.client().await.map_err(cannot())?, &target).await?;
         Ok(PgInbox { client, target })
     }
 

@@ -37,6 +37,7 @@
 //! and its turns fail with [`mull_store::StoreError::Fenced`]. Durability of a commit is
 //! PostgreSQL's (`synchronous_commit`, replication), not mull's.
 
+mod conn;
 pub mod copy;
 pub mod error;
 pub mod inbox;

@@ -19,10 +19,30 @@
 //! a node paused halfway through sending can never leave open. No `NOTIFY` is sent: a transaction
 //! that notifies takes a database-wide lock at commit, which would serialize every commit of
 //! every node; readers on other nodes poll `seq > N` instead.
+//!
+//! # A database that goes away
+//! A restart or failover closes the writer's connection. The writer then connects again with
+//! capped, jittered exponential backoff ([`backon`]) for as long as it takes, and the log
+//! reports itself unavailable meanwhile ([`EventLog::unavailable`]); appends keep queueing. The
+//! batch whose commit the loss interrupted is in doubt: once connected, the writer looks which
+//! of its rows the database holds (a batch is one statement, so all or none of a session's rows)
+//! and commits the rest under the same epoch check, so nothing is lost or written twice. A
+//! session whose lease ran out by this node's own clock meanwhile (see "Lapsed leases") writes
+//! nothing more; its rows still queued are committed only if no other node took it over.
+//!
+//! # Lapsed leases
+//! A lease is valid here until its time to live after the take or renewal that set it was
+//! *sent* — never later than the database's own expiry. Past that, whether or not the database
+//! was reachable, the node no longer counts the session as its own ([`EventLog::holds`] is
+//! false, appends fail with [`StoreError::LeaseLapsed`]): another node may be writing it
+//! already. The lease is not renewed again; it expires unreleased, and the take-over sweep of
+//! whichever node comes first (this one included) opens the session and recovers its turn.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
+
+use backon::{ExponentialBuilder, Retryable};
 
 use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, EVENT_VERSION};
@@ -30,9 +50,12 @@ use mull_store::timestamp;
 use mull_store::{Appended, EventLog, LogFuture, SessionState, StoreError};
 use tokio::sync::{watch, Notify};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Statement};
+use tokio_postgres::{Client, Config, Statement};
 
-use crate::error::{conflict_key, connect, describe, is_conflict, parse, server_error, Target};
+use crate::error::{
+    conflict_key, connect, connect_driver, describe, is_conflict, is_connection_loss, parse,
+    server_error, Target,
+};
 use crate::read::Reads;
 use crate::schema;
 
@@ -80,6 +103,8 @@ impl std::fmt::Debug for PgLog {
 
 struct Inner {
     target: Target,
+    /// How the writer connects again after a loss.
+    config: Config,
     options: PgOptions,
     state: Mutex<State>,
     /// Wakes the writer task.
@@ -110,6 +135,8 @@ struct State {
     urgent: bool,
     sessions: HashMap<String, Held>,
     failure: Option<Failure>,
+    /// Why the writer cannot commit now (its connection was lost and is being made again).
+    down: Option<String>,
 }
 
 /// A session this node writes.
@@ -118,14 +145,65 @@ struct Held {
     next_seq: u64,
     /// The ticket of the session's last appended row.
     last_ticket: u64,
+    /// The session's last seq in the database (committed by this handle or read at its open).
+    committed_seq: u64,
+    /// Until when the lease is valid by this node's clock (see the module docs).
+    valid_until: Instant,
     fenced: Option<Fence>,
 }
 
+impl Held {
+    /// Whether the session is still this node's: not fenced, and — checked now — its lease not
+    /// run out by this node's clock (which fences it for good).
+    fn is_live(&mut self, session_id: &str, now: Instant) -> bool {
+        if self.fenced.is_none() && now >= self.valid_until {
+            tracing::warn!(
+                "session {session_id}: its lease (epoch {}) ran out before it could be renewed; \
+                 nothing more is written here",
+                self.epoch
+            );
+            self.fenced = Some(Fence::Lapsed { epoch: self.epoch });
+        }
+        self.fenced.is_none()
+    }
+
+    fn fence_error(&self, session_id: &str) -> Option<StoreError> {
+        self.fenced.as_ref().map(|f| f.error(session_id))
+    }
+}
+
+/// Why a session is no longer written here.
 #[derive(Clone)]
-struct Fence {
-    epoch: i64,
-    current: i64,
-    owner: String,
+enum Fence {
+    /// Another node took it over (a newer epoch).
+    TakenOver {
+        epoch: i64,
+        current: i64,
+        owner: String,
+    },
+    /// Its lease ran out by this node's clock.
+    Lapsed { epoch: i64 },
+}
+
+impl Fence {
+    fn error(&self, session_id: &str) -> StoreError {
+        match self {
+            Fence::TakenOver {
+                epoch,
+                current,
+                owner,
+            } => StoreError::Fenced {
+                session_id: session_id.to_owned(),
+                epoch: *epoch,
+                current: *current,
+                owner: owner.clone(),
+            },
+            Fence::Lapsed { epoch } => StoreError::LeaseLapsed {
+                session_id: session_id.to_owned(),
+                epoch: *epoch,
+            },
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -148,6 +226,7 @@ impl Failure {
     }
 }
 
+#[derive(Clone)]
 struct Row {
     ticket: u64,
     session_id: Arc<str>,
@@ -165,6 +244,13 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 /// The longest a lease statement waits for a row lock (see `Reads::limit_lock_waits`).
 const LEASE_LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// How often a wait for a commit looks whether its session's lease ran out meanwhile.
+const FENCE_CHECK: Duration = Duration::from_millis(100);
+
+/// The first and the longest pause between attempts to connect again after a loss.
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
 /// Commits one batch in one statement (so in one implicit transaction): locks the batch's
 /// lease rows in `session_id` order — the order lease renewal takes them in too, so a batch and
@@ -202,6 +288,7 @@ impl PgLog {
         let (mut config, target) = parse(url)?;
         // Named, so an operator sees which node's writer a connection is.
         config.application_name(format!("mull writer {}", options.node));
+        let writer_config = config.clone();
         let mut client = connect(&config, &target).await?;
         schema::migrate(&mut client, &target).await?;
         let commit_batch = client
@@ -221,6 +308,7 @@ impl PgLog {
         let (progress, _) = watch::channel(Progress::default());
         let inner = Arc::new(Inner {
             target,
+            config: writer_config,
             options: PgOptions {
                 batch_max_events: options.batch_max_events.max(1),
                 ..options
@@ -248,12 +336,13 @@ impl PgLog {
 
     /// The lease epoch this node writes `session_id` under, if it holds it (and can still write).
     pub fn epoch(&self, session_id: &str) -> Option<i64> {
-        let state = lock(&self.inner.state);
+        let mut state = lock(&self.inner.state);
         if state.failure.is_some() {
             return None;
         }
-        let held = state.sessions.get(session_id)?;
-        held.fenced.is_none().then_some(held.epoch)
+        let held = state.sessions.get_mut(session_id)?;
+        held.is_live(session_id, Instant::now())
+            .then_some(held.epoch)
     }
 
     /// The reads of this log (the whole log, any session), on its read connection.
@@ -264,7 +353,7 @@ impl PgLog {
     /// Commits everything appended so far, of every session.
     pub async fn flush_all(&self) -> Result<(), StoreError> {
         let target = lock(&self.inner.state).appended;
-        self.wait_committed(target).await
+        self.wait_committed(target, None).await
     }
 
     /// Resolves once the writer has stopped for good (its connection lost, a commit refused),
@@ -280,23 +369,59 @@ impl PgLog {
             .map_or(StoreError::WriterGone, Failure::error)
     }
 
-    async fn wait_committed(&self, ticket: u64) -> Result<(), StoreError> {
+    /// Waits until every row up to `ticket` is committed. Waiting for a session's rows, it
+    /// gives up as soon as the session is no longer this node's (its lease may run out while
+    /// the database is unreachable and nothing is committed).
+    async fn wait_committed(
+        &self,
+        ticket: u64,
+        session_id: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.wait_until(session_id, |state, progress| {
+            let _ = state;
+            progress.committed >= ticket
+        })
+        .await
+    }
+
+    /// Waits until `done` holds (asked after each commit, and every [`FENCE_CHECK`]), urging
+    /// the writer to commit meanwhile; fails with the writer's failure, or — for `session_id`
+    /// — the session's fence.
+    async fn wait_until(
+        &self,
+        session_id: Option<&str>,
+        done: impl Fn(&State, &Progress) -> bool,
+    ) -> Result<(), StoreError> {
         let mut rx = self.inner.progress.subscribe();
-        if rx.borrow().committed < ticket {
-            lock(&self.inner.state).urgent = true;
+        loop {
+            let progress = *rx.borrow_and_update();
+            {
+                let mut state = lock(&self.inner.state);
+                if let Some(failure) = &state.failure {
+                    return Err(failure.error());
+                }
+                if let Some(session_id) = session_id {
+                    if let Some(held) = state.sessions.get_mut(session_id) {
+                        if !held.is_live(session_id, Instant::now()) {
+                            return Err(held
+                                .fence_error(session_id)
+                                .unwrap_or(StoreError::WriterGone));
+                        }
+                    }
+                }
+                if done(&state, &progress) {
+                    return Ok(());
+                }
+                if progress.stopped {
+                    return Err(StoreError::WriterGone);
+                }
+                state.urgent = true;
+            }
             self.inner.wake.notify_one();
-        }
-        let waited = rx
-            .wait_for(|p| p.committed >= ticket || p.stopped)
-            .await
-            .map(|p| *p);
-        let state = lock(&self.inner.state);
-        if let Some(failure) = &state.failure {
-            return Err(failure.error());
-        }
-        match waited {
-            Ok(p) if p.committed >= ticket => Ok(()),
-            _ => Err(StoreError::WriterGone),
+            match tokio::time::timeout(FENCE_CHECK, rx.changed()).await {
+                Ok(Err(_)) => return Err(StoreError::WriterGone),
+                Ok(Ok(())) | Err(_) => {}
+            }
         }
     }
 
@@ -311,13 +436,7 @@ impl PgLog {
 
     fn fence(&self, session_id: &str) -> Option<StoreError> {
         let state = lock(&self.inner.state);
-        let held = state.sessions.get(session_id)?;
-        held.fenced.as_ref().map(|f| StoreError::Fenced {
-            session_id: session_id.to_owned(),
-            epoch: f.epoch,
-            current: f.current,
-            owner: f.owner.clone(),
-        })
+        state.sessions.get(session_id)?.fence_error(session_id)
     }
 }
 
@@ -326,6 +445,7 @@ impl EventLog for PgLog {
         Box::pin(async move {
             // Rows still queued under an earlier lease of this session go first.
             self.flush_all().await?;
+            let sent = Instant::now();
             let epoch = self.take_lease(session_id).await?;
             let (state, last_seq) = self.inner.reads.load_session(session_id).await?;
             lock(&self.inner.state).sessions.insert(
@@ -334,6 +454,8 @@ impl EventLog for PgLog {
                     epoch,
                     next_seq: last_seq + 1,
                     last_ticket: 0,
+                    committed_seq: last_seq,
+                    valid_until: sent + self.inner.options.lease_ttl,
                     fenced: None,
                 },
             );
@@ -360,13 +482,10 @@ impl EventLog for PgLog {
                 session_id: session_id.to_owned(),
             });
         };
-        if let Some(f) = &held.fenced {
-            return Err(StoreError::Fenced {
-                session_id: session_id.to_owned(),
-                epoch: f.epoch,
-                current: f.current,
-                owner: f.owner.clone(),
-            });
+        if !held.is_live(session_id, Instant::now()) {
+            return Err(held
+                .fence_error(session_id)
+                .unwrap_or(StoreError::WriterGone));
         }
         let seq = held.next_seq;
         held.next_seq += 1;
@@ -400,7 +519,25 @@ impl EventLog for PgLog {
                 let state = lock(&self.inner.state);
                 state.sessions.get(session_id).map_or(0, |h| h.last_ticket)
             };
-            self.wait_committed(ticket).await?;
+            self.wait_committed(ticket, Some(session_id)).await?;
+            match self.fence(session_id) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// Resolves once the session's events up to `seq` are in the database, or with the fence
+    /// that keeps them out. Commits at once rather than when the batch is due.
+    fn durable<'a>(&'a self, session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
+        Box::pin(async move {
+            self.wait_until(Some(session_id), |state, _| {
+                state
+                    .sessions
+                    .get(session_id)
+                    .is_none_or(|h| h.committed_seq >= seq)
+            })
+            .await?;
             match self.fence(session_id) {
                 Some(e) => Err(e),
                 None => Ok(()),
@@ -439,7 +576,7 @@ impl EventLog for PgLog {
             let Some((epoch, ticket)) = held else {
                 return Ok(());
             };
-            this.wait_committed(ticket).await?;
+            this.wait_committed(ticket, None).await?;
             let live = {
                 let mut state = lock(&this.inner.state);
                 match state.sessions.get(session_id) {
@@ -468,6 +605,19 @@ impl EventLog for PgLog {
 
     fn holds(&self, session_id: &str) -> bool {
         self.epoch(session_id).is_some()
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        let state = lock(&self.inner.state);
+        if let Some(failure) = &state.failure {
+            return Some(failure.error().to_string());
+        }
+        state.down.as_ref().map(|why| {
+            format!(
+                "{}: the database cannot be reached ({why}); connecting again",
+                self.inner.target
+            )
+        })
     }
 
     fn holder<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, Option<String>> {
@@ -503,11 +653,11 @@ impl EventLog for PgLog {
 
     /// One statement, and none at all while this node holds no session.
     fn take_cancel_requests(&self) -> LogFuture<'_, Vec<String>> {
+        let now = Instant::now();
         let held: Vec<String> = lock(&self.inner.state)
             .sessions
-            .iter()
-            .filter(|(_, h)| h.fenced.is_none())
-            .map(|(s, _)| s.clone())
+            .iter_mut()
+            .filter_map(|(s, h)| h.is_live(s, now).then(|| s.clone()))
             .collect();
         Box::pin(async move {
             if held.is_empty() {
@@ -520,40 +670,69 @@ impl EventLog for PgLog {
 }
 
 /// The writer task: takes batches off the queue and commits them until every handle is gone or
-/// a commit fails.
-async fn run_writer(inner: std::sync::Weak<Inner>, client: Client, st: Statement) {
+/// a commit is refused. A lost connection is made again (see the module docs).
+async fn run_writer(weak: Weak<Inner>, client: Client, st: Statement) {
+    let mut conn = Some((client, st));
+    // A batch whose commit was cut off by a lost connection: it may or may not be in.
+    let mut in_doubt: Option<Vec<Row>> = None;
     loop {
-        let Some(strong) = inner.upgrade() else {
-            return;
-        };
-        let batch = match next_batch(&strong).await {
-            Some(batch) => batch,
-            None => {
-                // Only this task's reference is left: every handle is gone and nothing is queued.
-                drop(strong);
-                if inner.strong_count() == 0 {
-                    return;
+        let (client, st) = match conn.take() {
+            Some(c) if !c.0.is_closed() => c,
+            lost => {
+                if let (Some(inner), Some(_)) = (weak.upgrade(), &lost) {
+                    // Found closed while idle (a commit that fails says so itself).
+                    tracing::warn!(
+                        "{}: the writer's connection was lost; connecting again",
+                        inner.target
+                    );
+                    mark_down(&inner, Some("the connection to the server was lost".into()));
                 }
-                continue;
+                match reconnect(&weak).await {
+                    Some(c) => c,
+                    None => return,
+                }
             }
         };
-        let last = batch.last().map_or(0, |r| r.ticket);
-        match commit(&client, &st, &batch).await {
-            Ok(fences) => {
-                let mut state = lock(&strong.state);
-                for (session, fence) in fences {
-                    if let Some(held) = state.sessions.get_mut(&*session) {
-                        tracing::warn!(
-                            "session {session}: fenced (epoch {} taken over by {} at epoch {})",
-                            fence.epoch,
-                            fence.owner,
-                            fence.current
-                        );
-                        held.fenced = Some(fence);
+        let Some(strong) = weak.upgrade() else {
+            return;
+        };
+        let doubtful = in_doubt.is_some();
+        let batch = match in_doubt.take() {
+            Some(batch) => batch,
+            None => match next_batch(&strong).await {
+                Some(batch) => batch,
+                None => {
+                    // Only this task's reference is left: every handle is gone and nothing is
+                    // queued.
+                    drop(strong);
+                    if weak.strong_count() == 0 {
+                        return;
                     }
+                    conn = Some((client, st));
+                    continue;
                 }
-                drop(state);
-                strong.progress.send_modify(|p| p.committed = last);
+            },
+        };
+        let committed = if doubtful {
+            resolve(&client, &st, &batch).await
+        } else {
+            commit(&client, &st, &batch).await
+        };
+        match committed {
+            Ok(fences) => {
+                lock(&strong.state).down = None;
+                settle(&strong, &batch, fences);
+                conn = Some((client, st));
+            }
+            Err(e) if is_connection_loss(&e) => {
+                tracing::warn!(
+                    "{}: committing {} event(s): {}; connecting again",
+                    strong.target,
+                    batch.len(),
+                    describe(&e)
+                );
+                mark_down(&strong, Some(describe(&e)));
+                in_doubt = Some(batch);
             }
             Err(e) => {
                 let failure = if is_conflict(&e) {
@@ -576,6 +755,146 @@ async fn run_writer(inner: std::sync::Weak<Inner>, client: Client, st: Statement
             }
         }
     }
+}
+
+/// Records why the writer cannot commit (keeping the first reason given).
+fn mark_down(inner: &Inner, why: Option<String>) {
+    let mut state = lock(&inner.state);
+    if state.down.is_none() {
+        state.down = Some(why.unwrap_or_else(|| "connecting".to_owned()));
+    }
+}
+
+/// Why connecting again stopped.
+enum Gone {
+    /// Every handle of the log is gone: nobody needs the writer any more.
+    Unused,
+    /// The attempt failed; it is tried again after the backoff.
+    Failed(String),
+}
+
+/// Connects the writer again, with capped, jittered exponential backoff, for as long as it
+/// takes; `None` once the log itself is gone.
+async fn reconnect(weak: &Weak<Inner>) -> Option<(Client, Statement)> {
+    let attempt = || async {
+        let (config, target) = match weak.upgrade() {
+            Some(inner) => (inner.config.clone(), inner.target.clone()),
+            None => return Err(Gone::Unused),
+        };
+        let client = connect_driver(&config)
+            .await
+            .map_err(|e| Gone::Failed(format!("{target}: cannot connect: {}", describe(&e))))?;
+        let st = client.prepare(&commit_batch_sql()).await.map_err(|e| {
+            Gone::Failed(format!(
+                "{target}: preparing the writer's statement: {}",
+                describe(&e)
+            ))
+        })?;
+        Ok((client, st))
+    };
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(RECONNECT_MIN)
+        .with_max_delay(RECONNECT_MAX)
+        .with_jitter()
+        .without_max_times();
+    let connected = attempt
+        .retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(|e| matches!(e, Gone::Failed(_)))
+        .notify(|e, after| {
+            if let Gone::Failed(why) = e {
+                tracing::warn!("{why}; trying again in {after:?}");
+                if let Some(inner) = weak.upgrade() {
+                    lock(&inner.state).down = Some(why.clone());
+                }
+            }
+        })
+        .await;
+    match connected {
+        Ok(c) => {
+            if let Some(inner) = weak.upgrade() {
+                tracing::info!("{}: the log's writer is connected again", inner.target);
+                lock(&inner.state).down = None;
+            }
+            Some(c)
+        }
+        Err(_) => None,
+    }
+}
+
+/// Takes a committed batch's outcome into the state: the fenced sessions, each live session's
+/// committed seq, the committed ticket.
+fn settle(inner: &Inner, batch: &[Row], fences: Vec<(Arc<str>, Fence)>) {
+    let mut state = lock(&inner.state);
+    let refused: HashSet<&str> = fences.iter().map(|(s, _)| &**s).collect();
+    for row in batch {
+        if refused.contains(&*row.session_id) {
+            continue;
+        }
+        if let Some(held) = state.sessions.get_mut(&*row.session_id) {
+            if held.epoch == row.epoch {
+                held.committed_seq = held.committed_seq.max(row.seq as u64);
+            }
+        }
+    }
+    for (session, fence) in fences {
+        if let Some(held) = state.sessions.get_mut(&*session) {
+            if let Fence::TakenOver {
+                epoch,
+                current,
+                owner,
+            } = &fence
+            {
+                tracing::warn!(
+                    "session {session}: fenced (epoch {epoch} taken over by {owner} at epoch \
+                     {current})"
+                );
+            }
+            held.fenced = Some(fence);
+        }
+    }
+    drop(state);
+    let last = batch.last().map_or(0, |r| r.ticket);
+    inner
+        .progress
+        .send_modify(|p| p.committed = p.committed.max(last));
+}
+
+/// Commits a batch whose first commit was cut off: the rows the database holds (under their
+/// epoch) were committed then; the others are committed now, fenced as any batch is.
+async fn resolve(
+    client: &Client,
+    st: &Statement,
+    batch: &[Row],
+) -> Result<Vec<(Arc<str>, Fence)>, tokio_postgres::Error> {
+    let session_ids: Vec<&str> = batch.iter().map(|r| &*r.session_id).collect();
+    let seqs: Vec<i64> = batch.iter().map(|r| r.seq).collect();
+    let epochs: Vec<i64> = batch.iter().map(|r| r.epoch).collect();
+    let found = client
+        .query(
+            "SELECT u.session_id, u.seq
+             FROM unnest($1::text[], $2::int8[], $3::int8[]) AS u(session_id, seq, epoch)
+             JOIN mull_events e
+               ON e.session_id = u.session_id AND e.seq = u.seq AND e.epoch = u.epoch",
+            &[&session_ids, &seqs, &epochs],
+        )
+        .await?;
+    let found: HashSet<(String, i64)> = found.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let rest: Vec<Row> = batch
+        .iter()
+        .filter(|r| !found.contains(&(r.session_id.to_string(), r.seq)))
+        .map(Row::clone)
+        .collect();
+    tracing::info!(
+        "a batch cut off by the lost connection: {} of {} event(s) were committed, the rest \
+         are committed now",
+        batch.len() - rest.len(),
+        batch.len()
+    );
+    if rest.is_empty() {
+        return Ok(Vec::new());
+    }
+    commit(client, st, &rest).await
 }
 
 /// Waits until a batch is due and takes it; `None` when woken with nothing to do (so the task
@@ -673,7 +992,7 @@ async fn commit(
         if epoch != row.epoch {
             fences.push((
                 Arc::clone(&row.session_id),
-                Fence {
+                Fence::TakenOver {
                     epoch: row.epoch,
                     current: epoch,
                     owner: owner.to_owned(),
@@ -686,7 +1005,7 @@ async fn commit(
 
 /// Renews this node's leases every third of their time to live; a lease found taken over
 /// fences its session.
-async fn run_renewal(inner: std::sync::Weak<Inner>) {
+async fn run_renewal(inner: Weak<Inner>) {
     let period = match inner.upgrade() {
         Some(i) => i.options.lease_ttl / 3,
         None => return,
@@ -701,15 +1020,17 @@ async fn run_renewal(inner: std::sync::Weak<Inner>) {
             // sessions over after their time to live.
             return;
         }
+        let now = Instant::now();
         let held: Vec<(String, i64)> = lock(&inner.state)
             .sessions
-            .iter()
-            .filter(|(_, h)| h.fenced.is_none())
-            .map(|(s, h)| (s.clone(), h.epoch))
+            .iter_mut()
+            .filter_map(|(s, h)| h.is_live(s, now).then(|| (s.clone(), h.epoch)))
             .collect();
         if held.is_empty() {
             continue;
         }
+        // The renewed leases are valid here for their time to live after this moment.
+        let sent = Instant::now();
         match inner
             .leases
             .renew_leases(&held, &inner.options.node, inner.options.lease_ttl)
@@ -717,20 +1038,25 @@ async fn run_renewal(inner: std::sync::Weak<Inner>) {
         {
             Ok(lost) => {
                 let mut state = lock(&inner.state);
-                for (session, fence) in lost {
-                    if let Some(h) = state.sessions.get_mut(&session) {
-                        if h.epoch == fence.0 && h.fenced.is_none() {
+                let lost: HashMap<String, (i64, i64, String)> = lost.into_iter().collect();
+                for (session, epoch) in &held {
+                    let Some(h) = state.sessions.get_mut(session) else {
+                        continue;
+                    };
+                    if h.epoch != *epoch || h.fenced.is_some() {
+                        continue;
+                    }
+                    match lost.get(session) {
+                        None => h.valid_until = sent + inner.options.lease_ttl,
+                        Some((held_at, current, owner)) => {
                             tracing::warn!(
-                                "session {session}: fenced (its lease at epoch {} was taken over \
-                                 by {} at epoch {})",
-                                fence.0,
-                                fence.2,
-                                fence.1
+                                "session {session}: fenced (its lease at epoch {held_at} was \
+                                 taken over by {owner} at epoch {current})"
                             );
-                            h.fenced = Some(Fence {
-                                epoch: fence.0,
-                                current: fence.1,
-                                owner: fence.2,
+                            h.fenced = Some(Fence::TakenOver {
+                                epoch: *held_at,
+                                current: *current,
+                                owner: owner.clone(),
                             });
                         }
                     }

@@ -12,9 +12,10 @@ use mull_store::{
     timestamp, ChangeCursor, Changes, SessionChange, SessionKey, SessionState, SessionSummary,
     StoreError,
 };
-use tokio_postgres::{Client, Config, Row};
+use tokio_postgres::{Config, Row};
 
-use crate::error::{connect, parse, server_error, Target};
+use crate::conn::Conn;
+use crate::error::{parse, server_error, Target};
 use crate::schema;
 
 /// The columns every event read selects, in [`envelope`]'s order.
@@ -29,9 +30,10 @@ const PAGE: i64 = 4096;
 /// The longest chain of forks a log may hold (as in the SQLite log).
 const MAX_FORK_DEPTH: usize = 256;
 
-/// Reads of one PostgreSQL log (and the lease changes a writer makes next to them).
+/// Reads of one PostgreSQL log (and the lease changes a writer makes next to them). The
+/// connection is made again when the database restarted (see `conn`).
 pub struct Reads {
-    client: Client,
+    client: Conn,
     target: Target,
 }
 
@@ -49,7 +51,9 @@ pub(crate) type Lost = (String, (i64, i64, String));
 impl Reads {
     pub(crate) async fn connect(config: &Config, target: &Target) -> Result<Reads, StoreError> {
         Ok(Reads {
-            client: connect(config, target).await?,
+            client: Conn::connect(config, target)
+                .await
+                .map_err(server_error(format!("{target}: cannot connect")))?,
             target: target.clone(),
         })
     }
@@ -62,7 +66,7 @@ impl Reads {
     pub(crate) async fn limit_lock_waits(&self, limit: Duration) -> Result<(), StoreError> {
         let ms = limit.as_millis().max(1);
         self.client
-            .batch_execute(&format!("SET lock_timeout = {ms}"))
+            .set(&format!("SET lock_timeout = {ms}"))
             .await
             .map_err(server_error(self.ctx("limiting lock waits")))
     }
@@ -72,7 +76,12 @@ impl Reads {
     pub async fn open(url: &str) -> Result<Reads, StoreError> {
         let (config, target) = parse(url)?;
         let reads = Reads::connect(&config, &target).await?;
-        schema::check_readable(&reads.client, &target).await?;
+        let client = reads
+            .client
+            .client()
+            .await
+            .map_err(server_error(format!("{target}: cannot connect")))?;
+        schema::check_readable(&client, &target).await?;
         Ok(reads)
     }
 

@@ -39,6 +39,8 @@ struct Cluster {
     bin: PathBuf,
     dir: PathBuf,
     as_root: bool,
+    /// The server's options (its port among them), for starting it again.
+    options: String,
 }
 
 /// Whether a PostgreSQL that cannot be started fails the test instead of skipping it.
@@ -118,6 +120,38 @@ impl TestPg {
     }
 }
 
+impl TestPg {
+    /// Stops the server at once (`pg_ctl stop -m immediate`): every connection is cut, as in a
+    /// crash or a failover. Panics for a server this harness did not start (`MULL_TEST_PG`).
+    pub fn stop_now(&self) {
+        let cluster = self.own_cluster("stopping");
+        run(cluster
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(cluster.dir.join("data"))
+            .args(["-m", "immediate", "-w", "-t", "60", "stop"]))
+        .unwrap_or_else(|e| panic!("pg_ctl stop: {e}"));
+    }
+
+    /// Starts the server [`TestPg::stop_now`] stopped, on the same port and data directory.
+    pub fn start_again(&self) {
+        let cluster = self.own_cluster("starting again");
+        cluster
+            .start()
+            .unwrap_or_else(|e| panic!("starting PostgreSQL again: {e}"));
+    }
+
+    fn own_cluster(&self, what: &str) -> &Cluster {
+        match &self.cluster {
+            Some(cluster) => cluster,
+            None => panic!(
+                "{what} a PostgreSQL this harness did not start (MULL_TEST_PG is set): unset it \
+                 to test a restart on a throwaway cluster"
+            ),
+        }
+    }
+}
+
 impl Drop for TestPg {
     fn drop(&mut self) {
         if let Some(cluster) = self.cluster.take() {
@@ -143,6 +177,21 @@ fn base_of(url: &str) -> String {
 }
 
 impl Cluster {
+    /// Starts the server with its options and waits until it accepts connections.
+    fn start(&self) -> Result<(), String> {
+        let started = run(self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .args(["-w", "-t", "60", "-o", &self.options, "start"]));
+        started.map_err(|e| {
+            let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+            format!("pg_ctl start: {e}; server log: {}", tail(&log))
+        })
+    }
+
     /// A command running server binary `tool`, as the server user when we are root.
     fn command(&self, tool: &str) -> Command {
         let program = self.bin.join(tool);
@@ -181,7 +230,12 @@ fn start_cluster() -> Result<TestPg, String> {
     }
     let as_root = is_root();
     let dir = make_dir(as_root)?;
-    let cluster = Cluster { bin, dir, as_root };
+    let mut cluster = Cluster {
+        bin,
+        dir,
+        as_root,
+        options: String::new(),
+    };
     // Owned from here on: an error below still removes the directory.
     let mut pg = TestPg {
         base: String::new(),
@@ -202,29 +256,18 @@ fn start_cluster() -> Result<TestPg, String> {
     let mut last = String::new();
     for _ in 0..3 {
         let port = free_port()?;
-        let options = format!(
+        cluster.options = format!(
             "-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={} \
              -c fsync=off -c full_page_writes=off -c max_connections=300 -c shared_buffers=128MB",
             cluster.dir.display()
         );
-        let started = run(cluster
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(cluster.dir.join("server.log"))
-            .args(["-w", "-t", "60", "-o", &options, "start"]));
-        match started {
+        match cluster.start() {
             Ok(()) => {
                 pg.base = format!("postgres://postgres@127.0.0.1:{port}");
                 pg.cluster = Some(cluster);
                 return Ok(pg);
             }
-            Err(e) => {
-                let log =
-                    std::fs::read_to_string(cluster.dir.join("server.log")).unwrap_or_default();
-                last = format!("pg_ctl start: {e}; server log: {}", tail(&log));
-            }
+            Err(e) => last = e,
         }
     }
     let _ = std::fs::remove_dir_all(&cluster.dir);

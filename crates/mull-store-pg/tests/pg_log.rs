@@ -352,9 +352,18 @@ async fn bad_databases_are_refused_naming_them() {
     ));
 }
 
+/// Polls `done` every 20 ms until it holds, failing after `limit` with `what`.
+async fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_connection_fails_the_flush_and_keeps_what_was_committed() {
-    let Some(pg) = TestPg::start("a_lost_connection_fails_the_flush") else {
+async fn a_lost_connection_is_made_again_and_nothing_is_lost_or_doubled() {
+    let Some(pg) = TestPg::start("a_lost_connection_is_made_again") else {
         return;
     };
     let url = pg.database();
@@ -365,16 +374,116 @@ async fn a_lost_connection_fails_the_flush_and_keeps_what_was_committed() {
     sql(
         &url,
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE application_name = 'mull writer a'",
+         WHERE application_name LIKE 'mull % a'",
     )
     .await;
-    a.append_event("s1", Some("t"), at(1), delta("lost"))
+    a.append_event("s1", Some("t"), at(1), delta("kept"))
         .unwrap();
-    let err = EventLog::flush(&a, "s1").await.unwrap_err();
-    let text = err.to_string();
-    assert!(matches!(err, StoreError::WriterFailed { .. }), "{text}");
-    assert!(text.contains("committing 1 event(s)"), "{text}");
-    assert!(text.contains("/mull_test_"), "names the database: {text}");
+    EventLog::flush(&a, "s1").await.unwrap();
+    a.append_event("s1", Some("t"), at(2), delta("too"))
+        .unwrap();
+    EventLog::durable(&a, "s1", 3).await.unwrap();
+    assert!(a.unavailable().is_none());
+    assert!(a.holds("s1"));
     let reads = Reads::open(&url).await.unwrap();
-    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1)]);
+    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1), (2, 1), (3, 1)]);
+    // The reads' own connection was cut too: the next read connects again.
+    assert_eq!(a.reads().last_seq("s1").await.unwrap(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_database_makes_the_log_unavailable_then_serving_again() {
+    let Some(pg) = TestPg::start("a_restarted_database_makes_the_log_unavailable") else {
+        return;
+    };
+    let url = pg.database();
+    let mut options = PgOptions::new("a");
+    options.lease_ttl = Duration::from_secs(30);
+    let a = PgLog::connect(&url, options).await.unwrap();
+    a.open_session("s1").await.unwrap();
+    a.append_event("s1", None, at(0), opened()).unwrap();
+    EventLog::flush(&a, "s1").await.unwrap();
+    assert!(a.unavailable().is_none());
+
+    pg.stop_now();
+    until(Duration::from_secs(20), "the log reports the loss", || {
+        a.unavailable().is_some()
+    })
+    .await;
+    let why = a.unavailable().unwrap_or_default();
+    assert!(why.contains("/mull_test_"), "names the database: {why}");
+    // Appends queue meanwhile; their barrier waits for the database.
+    a.append_event("s1", Some("t"), at(1), delta("during"))
+        .unwrap();
+    let flushed = tokio::spawn({
+        let a = a.clone();
+        async move { EventLog::flush(&a, "s1").await }
+    });
+    pg.start_again();
+    let flushed = tokio::time::timeout(Duration::from_secs(60), flushed)
+        .await
+        .expect("the barrier passes once the database is back")
+        .unwrap();
+    flushed.unwrap();
+    until(Duration::from_secs(20), "the log serves again", || {
+        a.unavailable().is_none()
+    })
+    .await;
+    // Its lease outlived the restart: the session is still its own.
+    assert!(a.holds("s1"));
+    a.append_event("s1", Some("t"), at(2), delta("after"))
+        .unwrap();
+    EventLog::flush(&a, "s1").await.unwrap();
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1), (2, 1), (3, 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_run_out_while_the_database_was_away_is_left_to_another_node() {
+    let Some(pg) = TestPg::start("a_lease_run_out_while_the_database_was_away") else {
+        return;
+    };
+    let url = pg.database();
+    let mut options = PgOptions::new("a");
+    options.lease_ttl = Duration::from_secs(1);
+    let a = PgLog::connect(&url, options).await.unwrap();
+    a.open_session("s1").await.unwrap();
+    a.append_event("s1", None, at(0), opened()).unwrap();
+    EventLog::flush(&a, "s1").await.unwrap();
+
+    pg.stop_now();
+    // By its own clock the lease runs out while nothing can be renewed.
+    until(Duration::from_secs(20), "the lease lapses", || {
+        !a.holds("s1")
+    })
+    .await;
+    let err = a
+        .append_event("s1", Some("t"), at(1), delta("late"))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LeaseLapsed { .. }), "{err}");
+    pg.start_again();
+    until(Duration::from_secs(30), "the log serves again", || {
+        a.unavailable().is_none()
+    })
+    .await;
+    // Not renewed, not given back: any node's sweep finds it and takes it over.
+    let b = node(&url, "b").await;
+    let started = std::time::Instant::now();
+    loop {
+        match b.abandoned(10).await {
+            Ok(found) if found == ["s1"] => break,
+            other => assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "s1 never counted as abandoned: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.open_session("s1").await.unwrap();
+    b.append_event("s1", Some("t"), at(2), delta("b's"))
+        .unwrap();
+    EventLog::flush(&b, "s1").await.unwrap();
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1), (2, 2)]);
+    assert!(!a.holds("s1"));
 }

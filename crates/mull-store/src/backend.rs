@@ -93,6 +93,14 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
         true
     }
 
+    /// Why this handle can take no new work now, or `None` when it can. PostgreSQL: its
+    /// connection to the database broke and is being made again (a restart, a failover); a
+    /// server reports itself not ready meanwhile and refuses new turns, and serves again once
+    /// the database is back. SQLite: never (a writer that failed fails its appends instead).
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
     /// Another writer that holds `session_id` now (a live lease of another node): the session
     /// can be followed from the log here but not written. SQLite: never.
     fn holder<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, Option<String>> {
@@ -254,6 +262,10 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
 
     fn holds(&self, session_id: &str) -> bool {
         (**self).holds(session_id)
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        (**self).unavailable()
     }
 
     fn holder<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, Option<String>> {

@@ -62,6 +62,11 @@ impl Node {
         assert!(status.success(), "kill -{signal} {}", self.name);
     }
 
+    /// Whether the process is still running (it did not exit on its own).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// What the process wrote to standard error so far.
     pub fn stderr_text(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
@@ -125,6 +130,71 @@ impl Reply {
     pub fn finished_stream(&self) -> bool {
         self.status == 200 && self.body.contains("data: [DONE]")
     }
+}
+
+impl Reply {
+    /// The UI message chunks of a streamed reply: the JSON of each `data:` line of its body
+    /// (chunked transfer decoded), `[DONE]` left out.
+    pub fn ui_parts(&self) -> Vec<serde_json::Value> {
+        let Some((head, body)) = self.body.split_once("\r\n\r\n") else {
+            return Vec::new();
+        };
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        };
+        body.lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter(|data| *data != "[DONE]")
+            .filter_map(|data| serde_json::from_str(data).ok())
+            .collect()
+    }
+
+    /// What the client was told: the text of its `text-delta` chunks, the `errorText` of its
+    /// `error` chunk, and whether a `finish` chunk came.
+    pub fn told(&self) -> Told {
+        let mut told = Told::default();
+        for part in self.ui_parts() {
+            match part["type"].as_str() {
+                Some("text-delta") => told.text.push_str(part["delta"].as_str().unwrap_or("")),
+                Some("error") => told.error = part["errorText"].as_str().map(str::to_owned),
+                Some("finish") => told.finished = true,
+                _ => {}
+            }
+        }
+        told
+    }
+}
+
+/// A turn's outcome as a client saw it, or as the log holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Told {
+    pub text: String,
+    pub error: Option<String>,
+    pub finished: bool,
+}
+
+/// The body of a chunked transfer, its chunks joined.
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        let (Some(chunk), Some(next)) = (after.get(..size), after.get(size..)) else {
+            break;
+        };
+        if size == 0 {
+            break;
+        }
+        out.push_str(chunk);
+        rest = next.strip_prefix("\r\n").unwrap_or(next);
+    }
+    out
 }
 
 /// Sends one request (`Connection: close`) and reads the answer until the server closes it or

@@ -16,12 +16,16 @@
 //! session is gone), what the log holds is yielded and the stream ends.
 //!
 //! # A session taken over
-//! On a log shared by several nodes, a node cut off past its lease loses the session to
-//! another node, which writes the rest. Events this node published on its bus may then never
-//! have been committed (the new writer wrote other events at those seqs). A follower on the bus
-//! notices the session is no longer held here, goes on from the log alone, and **starts over
-//! from its first seq**: the log is the history. A consumer sees this as a seq at or below one
-//! it already had, and refolds from there. This is the only time a seq repeats.
+//! On a log shared by several nodes, a node cut off or paused past its lease loses the session
+//! to another node, which writes the rest. Events this node published on its bus may then never
+//! be committed (the new writer writes other events at those seqs). So on a shared log a
+//! follower on the bus passes an event on only once the log holds it
+//! ([`EventLog::durable`]): a client is never told what the log does not hold. The moment the
+//! session is no longer this node's — the wait for the commit fails (a fenced write, a lease run
+//! out), or [`EventLog::holds`] turns false — the follower goes on from the log alone and
+//! **starts over from its first seq**: the log is the history, and from then on it holds what
+//! the new owner writes, up to the turn's real end. A consumer sees this as a seq at or below
+//! one it already had, and refolds from there. This is the only time a seq repeats.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -47,6 +51,10 @@ const HOLD_CHECK: Duration = Duration::from_millis(500);
 /// How often a follower of a session taken over by another node reads the log again.
 const TAKEN_OVER_POLL: Duration = Duration::from_millis(50);
 
+/// How long a follower whose read failed waits before it asks whether the log is only
+/// unavailable (a database restart) and reads again.
+const UNAVAILABLE_RETRY: Duration = Duration::from_millis(300);
+
 /// Why a follower could not go on (the stream ends after it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -63,10 +71,14 @@ pub enum FollowError {
 
 /// Where the events written after the first read come from.
 enum Live {
-    /// The session's broadcast bus; on a shared log, a timer to check the session is held.
+    /// The session's broadcast bus; on a shared log, a timer to check the session is held,
+    /// and the events received but not yet known to be committed (see the module docs).
     Bus {
         bus: Receiver<Envelope>,
         hold_check: Option<Pin<Box<Sleep>>>,
+        unconfirmed: Vec<Envelope>,
+        /// A wait for the commit of the last of `unconfirmed` (by its seq).
+        confirming: Option<(u64, BoxFuture<'static, Result<(), StoreError>>)>,
     },
     /// The log, read again every interval.
     Poll {
@@ -124,6 +136,8 @@ impl Follow {
             Live::Bus {
                 bus,
                 hold_check: None,
+                unconfirmed: Vec::new(),
+                confirming: None,
             },
             after_seq,
         )
@@ -185,6 +199,9 @@ impl Follow {
         let log = Arc::clone(&self.log);
         let session_id = self.session_id.clone();
         let after_seq = self.last_seq;
+        // Only this node's own appends need committing before the read; a session written
+        // elsewhere (or taken over) has nothing of this node's to wait for.
+        let own = matches!(self.live, Live::Bus { .. });
         self.reading = Some(Box::pin(async move {
             let store = |after_seq: u64| {
                 let session_id = session_id.clone();
@@ -194,14 +211,29 @@ impl Follow {
                     source,
                 }
             };
-            log.flush(&session_id).await.map_err(store(after_seq))?;
+            if own {
+                match log.flush(&session_id).await {
+                    // No longer this node's to write: the log holds what there is.
+                    Ok(()) | Err(StoreError::Fenced { .. } | StoreError::LeaseLapsed { .. }) => {}
+                    Err(e) => return Err(store(after_seq)(e)),
+                }
+            }
             let mut after = after_seq;
             let mut events = Vec::new();
             loop {
-                let page = log
-                    .session_page(&session_id, after, PAGE)
-                    .await
-                    .map_err(store(after))?;
+                let page = match log.session_page(&session_id, after, PAGE).await {
+                    Ok(page) => page,
+                    Err(e) => {
+                        // The database may be away for a restart: wait for it rather than end
+                        // the stream, as long as the log says it is connecting again.
+                        tokio::time::sleep(UNAVAILABLE_RETRY).await;
+                        if log.unavailable().is_some() {
+                            tracing::debug!(session = %session_id, "log unavailable: {e}");
+                            continue;
+                        }
+                        return Err(store(after)(e));
+                    }
+                };
                 let full = page.len() == PAGE;
                 if let Some(last) = page.last() {
                     after = last.seq;
@@ -235,10 +267,63 @@ impl Follow {
         self.started = false;
     }
 
+    /// On a shared log, waits for the commit of the bus events received: those the log holds
+    /// move to the backlog; a session no longer held here is followed from the log. `Ready`
+    /// when something changed.
+    fn poll_confirm(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Live::Bus {
+            unconfirmed,
+            confirming,
+            ..
+        } = &mut self.live
+        else {
+            return Poll::Pending;
+        };
+        if confirming.is_none() {
+            let Some(last) = unconfirmed.last().map(|e| e.seq) else {
+                return Poll::Pending;
+            };
+            let log = Arc::clone(&self.log);
+            let session_id = self.session_id.clone();
+            *confirming = Some((
+                last,
+                Box::pin(async move { log.durable(&session_id, last).await }),
+            ));
+        }
+        let Some((upto, waiting)) = confirming.as_mut() else {
+            return Poll::Pending;
+        };
+        let upto = *upto;
+        let outcome = match waiting.poll_unpin(cx) {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => return Poll::Pending,
+        };
+        *confirming = None;
+        match outcome {
+            Ok(()) => {
+                let held = std::mem::take(unconfirmed);
+                let (now, later): (Vec<Envelope>, Vec<Envelope>) =
+                    held.into_iter().partition(|e| e.seq <= upto);
+                *unconfirmed = later;
+                let last_seq = self.last_seq;
+                self.backlog
+                    .extend(now.into_iter().filter(|e| e.seq > last_seq));
+            }
+            Err(error) => {
+                tracing::debug!(session = %self.session_id, %error, "not committed here");
+                self.taken_over();
+            }
+        }
+        Poll::Ready(())
+    }
+
     /// Waits on the live feed; `Ready` when there is something to look at again.
     fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let shared = self.log.is_shared();
         let woke = match &mut self.live {
-            Live::Bus { bus, hold_check } => {
+            Live::Bus {
+                bus, hold_check, ..
+            } => {
                 match Pin::new(&mut *bus).poll_recv(cx) {
                     Poll::Ready(Some(Ok(env))) => Woke::Event(Box::new(env)),
                     Poll::Ready(Some(Err(RecvError::Overflowed(_)))) => Woke::Overflowed,
@@ -268,8 +353,13 @@ impl Follow {
         };
         match woke {
             Woke::Event(env) => {
-                if env.session_id == self.session_id && env.seq > self.last_seq {
+                let ours = env.session_id == self.session_id && env.seq > self.last_seq;
+                if ours && !shared {
                     self.backlog.push_back(*env);
+                } else if ours && !self.log.holds(&self.session_id) {
+                    self.taken_over();
+                } else if let (true, Live::Bus { unconfirmed, .. }) = (ours, &mut self.live) {
+                    unconfirmed.push(*env);
                 }
             }
             // The oldest events were dropped for this reader: the log has them.
@@ -338,6 +428,9 @@ impl Stream for Follow {
             if !this.started {
                 this.started = true;
                 this.read();
+                continue;
+            }
+            if this.poll_confirm(cx).is_ready() {
                 continue;
             }
             if this.poll_live(cx).is_pending() {
