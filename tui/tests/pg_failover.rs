@@ -235,8 +235,9 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
         while model.answering() < CHATS / 2 {
             assert!(
                 started.elapsed() < Duration::from_secs(30),
-                "only {} answers streaming",
-                model.answering()
+                "only {} answers streaming\n{}",
+                model.answering(),
+                stderr_of(&nodes)
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -485,10 +486,7 @@ fn a_paused_nodes_clients_are_told_what_the_log_holds_not_what_it_generated() {
         }
         assert!(nodes[1].is_running(), "n1 carries on after its pause");
         let n1 = nodes[1].stderr_text();
-        assert!(
-            n1.contains("ran out before it could be renewed") || n1.contains("fenced"),
-            "n1 learned it lost its chats:\n{n1}"
-        );
+        assert!(n1.contains("fenced"), "n1 learned it lost its chats:\n{n1}");
     });
 }
 
@@ -556,7 +554,8 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        // The outage outlasts the leases (3 s): every node loses the chats it was running.
+        // The outage outlasts the leases (3 s): each chat is taken back by its node or taken
+        // over by another, its turn going on or resolved as interrupted.
         tokio::time::sleep(Duration::from_secs(4)).await;
         pg.start_again();
 
@@ -590,7 +589,6 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
             assert_eq!(reply.told(), verdict, "{chat}: told what the log holds");
             interrupted += usize::from(verdict.error.is_some());
         }
-        assert!(interrupted > 0, "the restart interrupted no turn");
         for node in &mut nodes {
             assert!(
                 node.is_running(),

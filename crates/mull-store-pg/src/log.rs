@@ -26,17 +26,10 @@
 //! reports itself unavailable meanwhile ([`EventLog::unavailable`]); appends keep queueing. The
 //! batch whose commit the loss interrupted is in doubt: once connected, the writer looks which
 //! of its rows the database holds (a batch is one statement, so all or none of a session's rows)
-//! and commits the rest under the same epoch check, so nothing is lost or written twice. A
-//! session whose lease ran out by this node's own clock meanwhile (see "Lapsed leases") writes
-//! nothing more; its rows still queued are committed only if no other node took it over.
-//!
-//! # Lapsed leases
-//! A lease is valid here until its time to live after the take or renewal that set it was
-//! *sent* — never later than the database's own expiry. Past that, whether or not the database
-//! was reachable, the node no longer counts the session as its own ([`EventLog::holds`] is
-//! false, appends fail with [`StoreError::LeaseLapsed`]): another node may be writing it
-//! already. The lease is not renewed again; it expires unreleased, and the take-over sweep of
-//! whichever node comes first (this one included) opens the session and recovers its turn.
+//! and commits the rest under the same epoch check, so nothing is lost or written twice. A lease
+//! that expired meanwhile is taken back by the next renewal if no other node took it (its epoch
+//! is still this node's); one another node took over fences the session here, at the first
+//! commit or renewal that finds it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -147,23 +140,12 @@ struct Held {
     last_ticket: u64,
     /// The session's last seq in the database (committed by this handle or read at its open).
     committed_seq: u64,
-    /// Until when the lease is valid by this node's clock (see the module docs).
-    valid_until: Instant,
     fenced: Option<Fence>,
 }
 
 impl Held {
-    /// Whether the session is still this node's: not fenced, and — checked now — its lease not
-    /// run out by this node's clock (which fences it for good).
-    fn is_live(&mut self, session_id: &str, now: Instant) -> bool {
-        if self.fenced.is_none() && now >= self.valid_until {
-            tracing::warn!(
-                "session {session_id}: its lease (epoch {}) ran out before it could be renewed; \
-                 nothing more is written here",
-                self.epoch
-            );
-            self.fenced = Some(Fence::Lapsed { epoch: self.epoch });
-        }
+    /// Whether the session is still this node's (not fenced).
+    fn is_live(&self) -> bool {
         self.fenced.is_none()
     }
 
@@ -181,8 +163,6 @@ enum Fence {
         current: i64,
         owner: String,
     },
-    /// Its lease ran out by this node's clock.
-    Lapsed { epoch: i64 },
 }
 
 impl Fence {
@@ -197,10 +177,6 @@ impl Fence {
                 epoch: *epoch,
                 current: *current,
                 owner: owner.clone(),
-            },
-            Fence::Lapsed { epoch } => StoreError::LeaseLapsed {
-                session_id: session_id.to_owned(),
-                epoch: *epoch,
             },
         }
     }
@@ -341,8 +317,7 @@ impl PgLog {
             return None;
         }
         let held = state.sessions.get_mut(session_id)?;
-        held.is_live(session_id, Instant::now())
-            .then_some(held.epoch)
+        held.is_live().then_some(held.epoch)
     }
 
     /// The reads of this log (the whole log, any session), on its read connection.
@@ -377,7 +352,7 @@ impl PgLog {
         ticket: u64,
         session_id: Option<&str>,
     ) -> Result<(), StoreError> {
-        self.wait_until(session_id, |state, progress| {
+        self.wait_until(session_id, true, |state, progress| {
             let _ = state;
             progress.committed >= ticket
         })
@@ -385,11 +360,12 @@ impl PgLog {
     }
 
     /// Waits until `done` holds (asked after each commit, and every [`FENCE_CHECK`]), urging
-    /// the writer to commit meanwhile; fails with the writer's failure, or — for `session_id`
-    /// — the session's fence.
+    /// the writer to commit meanwhile when `urge`; fails with the writer's failure, or — for
+    /// `session_id` — the session's fence.
     async fn wait_until(
         &self,
         session_id: Option<&str>,
+        urge: bool,
         done: impl Fn(&State, &Progress) -> bool,
     ) -> Result<(), StoreError> {
         let mut rx = self.inner.progress.subscribe();
@@ -402,7 +378,7 @@ impl PgLog {
                 }
                 if let Some(session_id) = session_id {
                     if let Some(held) = state.sessions.get_mut(session_id) {
-                        if !held.is_live(session_id, Instant::now()) {
+                        if !held.is_live() {
                             return Err(held
                                 .fence_error(session_id)
                                 .unwrap_or(StoreError::WriterGone));
@@ -415,12 +391,15 @@ impl PgLog {
                 if progress.stopped {
                     return Err(StoreError::WriterGone);
                 }
-                state.urgent = true;
+                if urge {
+                    state.urgent = true;
+                }
             }
-            self.inner.wake.notify_one();
-            match tokio::time::timeout(FENCE_CHECK, rx.changed()).await {
-                Ok(Err(_)) => return Err(StoreError::WriterGone),
-                Ok(Ok(())) | Err(_) => {}
+            if urge {
+                self.inner.wake.notify_one();
+            }
+            if let Ok(Err(_)) = tokio::time::timeout(FENCE_CHECK, rx.changed()).await {
+                return Err(StoreError::WriterGone);
             }
         }
     }
@@ -432,6 +411,22 @@ impl PgLog {
             .leases
             .take_lease(session_id, &inner.options.node, inner.options.lease_ttl)
             .await
+    }
+
+    /// Waits until the session's events up to `seq` are in the database (see
+    /// [`EventLog::durable`] and [`EventLog::committed`]).
+    async fn wait_for_seq(&self, session_id: &str, seq: u64, urge: bool) -> Result<(), StoreError> {
+        self.wait_until(Some(session_id), urge, |state, _| {
+            state
+                .sessions
+                .get(session_id)
+                .is_none_or(|h| h.committed_seq >= seq)
+        })
+        .await?;
+        match self.fence(session_id) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn fence(&self, session_id: &str) -> Option<StoreError> {
@@ -448,6 +443,22 @@ impl EventLog for PgLog {
             let sent = Instant::now();
             let epoch = self.take_lease(session_id).await?;
             let (state, last_seq) = self.inner.reads.load_session(session_id).await?;
+            let ttl = self.inner.options.lease_ttl;
+            if sent.elapsed() > ttl / 3 {
+                // A slow load (a busy database) ate into the lease before renewal knew of it:
+                // renew it now, so it does not expire before its first append.
+                let held = [(session_id.to_owned(), epoch)];
+                let node = &self.inner.options.node;
+                let lost = self.inner.leases.renew_leases(&held, node, ttl).await?;
+                if let Some((_, (epoch, current, owner))) = lost.into_iter().next() {
+                    return Err(StoreError::Fenced {
+                        session_id: session_id.to_owned(),
+                        epoch,
+                        current,
+                        owner,
+                    });
+                }
+            }
             lock(&self.inner.state).sessions.insert(
                 session_id.to_owned(),
                 Held {
@@ -455,7 +466,6 @@ impl EventLog for PgLog {
                     next_seq: last_seq + 1,
                     last_ticket: 0,
                     committed_seq: last_seq,
-                    valid_until: sent + self.inner.options.lease_ttl,
                     fenced: None,
                 },
             );
@@ -482,7 +492,7 @@ impl EventLog for PgLog {
                 session_id: session_id.to_owned(),
             });
         };
-        if !held.is_live(session_id, Instant::now()) {
+        if !held.is_live() {
             return Err(held
                 .fence_error(session_id)
                 .unwrap_or(StoreError::WriterGone));
@@ -530,19 +540,12 @@ impl EventLog for PgLog {
     /// Resolves once the session's events up to `seq` are in the database, or with the fence
     /// that keeps them out. Commits at once rather than when the batch is due.
     fn durable<'a>(&'a self, session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
-        Box::pin(async move {
-            self.wait_until(Some(session_id), |state, _| {
-                state
-                    .sessions
-                    .get(session_id)
-                    .is_none_or(|h| h.committed_seq >= seq)
-            })
-            .await?;
-            match self.fence(session_id) {
-                Some(e) => Err(e),
-                None => Ok(()),
-            }
-        })
+        Box::pin(self.wait_for_seq(session_id, seq, true))
+    }
+
+    /// As [`EventLog::durable`], leaving the commit to the batch's own schedule.
+    fn committed<'a>(&'a self, session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
+        Box::pin(self.wait_for_seq(session_id, seq, false))
     }
 
     fn turn_events<'a>(
@@ -653,11 +656,11 @@ impl EventLog for PgLog {
 
     /// One statement, and none at all while this node holds no session.
     fn take_cancel_requests(&self) -> LogFuture<'_, Vec<String>> {
-        let now = Instant::now();
         let held: Vec<String> = lock(&self.inner.state)
             .sessions
-            .iter_mut()
-            .filter_map(|(s, h)| h.is_live(s, now).then(|| s.clone()))
+            .iter()
+            .filter(|(_, h)| h.is_live())
+            .map(|(s, _)| s.clone())
             .collect();
         Box::pin(async move {
             if held.is_empty() {
@@ -839,17 +842,15 @@ fn settle(inner: &Inner, batch: &[Row], fences: Vec<(Arc<str>, Fence)>) {
     }
     for (session, fence) in fences {
         if let Some(held) = state.sessions.get_mut(&*session) {
-            if let Fence::TakenOver {
+            let Fence::TakenOver {
                 epoch,
                 current,
                 owner,
-            } = &fence
-            {
-                tracing::warn!(
-                    "session {session}: fenced (epoch {epoch} taken over by {owner} at epoch \
-                     {current})"
-                );
-            }
+            } = &fence;
+            tracing::warn!(
+                "session {session}: fenced (epoch {epoch} taken over by {owner} at epoch \
+                 {current})"
+            );
             held.fenced = Some(fence);
         }
     }
@@ -1020,17 +1021,15 @@ async fn run_renewal(inner: Weak<Inner>) {
             // sessions over after their time to live.
             return;
         }
-        let now = Instant::now();
         let held: Vec<(String, i64)> = lock(&inner.state)
             .sessions
-            .iter_mut()
-            .filter_map(|(s, h)| h.is_live(s, now).then(|| (s.clone(), h.epoch)))
+            .iter()
+            .filter(|(_, h)| h.is_live())
+            .map(|(s, h)| (s.clone(), h.epoch))
             .collect();
         if held.is_empty() {
             continue;
         }
-        // The renewed leases are valid here for their time to live after this moment.
-        let sent = Instant::now();
         match inner
             .leases
             .renew_leases(&held, &inner.options.node, inner.options.lease_ttl)
@@ -1047,7 +1046,7 @@ async fn run_renewal(inner: Weak<Inner>) {
                         continue;
                     }
                     match lost.get(session) {
-                        None => h.valid_until = sent + inner.options.lease_ttl,
+                        None => {}
                         Some((held_at, current, owner)) => {
                             tracing::warn!(
                                 "session {session}: fenced (its lease at epoch {held_at} was \

@@ -55,6 +55,16 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
         self.flush(session_id)
     }
 
+    /// Resolves once the event `seq` of `session_id` that this handle appended is in the log,
+    /// with every event of the session before it, without hurrying the commit (it comes with
+    /// the writer's next batch): what a stream waits for before it passes an event on, so a
+    /// client is never told what the log does not hold. Fails with what kept the event out
+    /// (PostgreSQL: the session was fenced, or its lease ran out). A backend without such a
+    /// wait waits as [`EventLog::durable`] does.
+    fn committed<'a>(&'a self, session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
+        self.durable(session_id, seq)
+    }
+
     /// The events of one turn of a session, in seq order.
     fn turn_events<'a>(
         &'a self,
@@ -233,6 +243,10 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
 
     fn durable<'a>(&'a self, session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
         (**self).durable(session_id, seq)
+    }
+
+    fn committed<'a>(&'a self, session_id: &'a str, seq: u64) -> LogFuture<'a, ()> {
+        (**self).committed(session_id, seq)
     }
 
     fn turn_events<'a>(

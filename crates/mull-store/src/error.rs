@@ -93,12 +93,6 @@ pub enum StoreError {
         current: i64,
         owner: String,
     },
-    /// The session's lease ran out by this node's own clock before it could be renewed (the
-    /// database was unreachable, or the node was paused): another node may hold it now, so
-    /// nothing more is written here; the node whose take-over sweep opens it next recovers
-    /// its open turn.
-    #[error("session {session_id}: the lease (epoch {epoch}) ran out before this node could renew it; nothing more is written here, and the next node to open the session recovers its turn")]
-    LeaseLapsed { session_id: String, epoch: i64 },
     /// Another node holds the session's lease and it has not expired.
     #[error("session {session_id}: held by node {owner} (lease epoch {epoch}) for {expires_in_ms} ms more")]
     LeaseHeld {

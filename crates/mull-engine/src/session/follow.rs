@@ -20,9 +20,9 @@
 //! to another node, which writes the rest. Events this node published on its bus may then never
 //! be committed (the new writer writes other events at those seqs). So on a shared log a
 //! follower on the bus passes an event on only once the log holds it
-//! ([`EventLog::durable`]): a client is never told what the log does not hold. The moment the
-//! session is no longer this node's — the wait for the commit fails (a fenced write, a lease run
-//! out), or [`EventLog::holds`] turns false — the follower goes on from the log alone and
+//! ([`EventLog::committed`]): a client is never told what the log does not hold. The moment the
+//! session is no longer this node's — the wait for the commit fails (a fenced write), or
+//! [`EventLog::holds`] turns false (a renewal found the lease taken) — the follower goes on from the log alone and
 //! **starts over from its first seq**: the log is the history, and from then on it holds what
 //! the new owner writes, up to the turn's real end. A consumer sees this as a seq at or below
 //! one it already had, and refolds from there. This is the only time a seq repeats.
@@ -214,7 +214,7 @@ impl Follow {
             if own {
                 match log.flush(&session_id).await {
                     // No longer this node's to write: the log holds what there is.
-                    Ok(()) | Err(StoreError::Fenced { .. } | StoreError::LeaseLapsed { .. }) => {}
+                    Ok(()) | Err(StoreError::Fenced { .. }) => {}
                     Err(e) => return Err(store(after_seq)(e)),
                 }
             }
@@ -287,7 +287,7 @@ impl Follow {
             let session_id = self.session_id.clone();
             *confirming = Some((
                 last,
-                Box::pin(async move { log.durable(&session_id, last).await }),
+                Box::pin(async move { log.committed(&session_id, last).await }),
             ));
         }
         let Some((upto, waiting)) = confirming.as_mut() else {
