@@ -643,11 +643,23 @@ impl EventLog for PgLog {
         )
     }
 
-    /// Not ready once the writer task stopped (its connection lost, a commit refused).
+    /// Not ready while the writer's connection is down and being made again, nor once the
+    /// writer stopped (a commit refused).
     fn health(&self) -> Result<(), StoreError> {
-        if let Some(failure) = &lock(&self.inner.state).failure {
+        let state = lock(&self.inner.state);
+        if let Some(failure) = &state.failure {
             return Err(failure.error());
         }
+        if let Some(why) = &state.down {
+            return Err(StoreError::Server {
+                context: format!(
+                    "{}: the database cannot be reached; connecting again",
+                    self.inner.target
+                ),
+                message: why.clone(),
+            });
+        }
+        drop(state);
         if self.inner.progress.borrow().stopped {
             return Err(StoreError::WriterGone);
         }

@@ -412,6 +412,7 @@ async fn a_restarted_database_makes_the_log_unavailable_then_serving_again() {
     .await;
     let why = a.unavailable().unwrap_or_default();
     assert!(why.contains("/mull_test_"), "names the database: {why}");
+    assert!(a.health().is_err(), "not ready while the database is away");
     // Appends queue meanwhile; their barrier waits for the database.
     a.append_event("s1", Some("t"), at(1), delta("during"))
         .unwrap();
@@ -429,6 +430,7 @@ async fn a_restarted_database_makes_the_log_unavailable_then_serving_again() {
         a.unavailable().is_none()
     })
     .await;
+    assert!(a.health().is_ok());
     // Its lease outlived the restart: the session is still its own.
     assert!(a.holds("s1"));
     a.append_event("s1", Some("t"), at(2), delta("after"))
