@@ -169,6 +169,15 @@ fn render(env: &Envelope) -> String {
             error,
             ..
         } => format!("stage={stage:?} classification={classification:?} {error:?}"),
+        Event::CompactionCall {
+            model_id,
+            finished,
+            usage,
+            ..
+        } => format!(
+            "{model_id} finished={finished} in={:?} out={:?}",
+            usage.input_tokens, usage.output_tokens
+        ),
         Event::CompactionApplied {
             reason,
             attempt,
@@ -586,4 +595,129 @@ async fn the_projection_shows_the_summary_in_place_of_the_range_and_the_log_keep
     // Too short to compact again with this head and tail: recorded, nothing replaced.
     assert!(!session.compact().await.unwrap());
     insta::assert_snapshot!("manual_compaction", env.trace_after(mark, render).await);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compaction is priced: the summarizer's calls are events the cost ledger reads
+// ---------------------------------------------------------------------------------------------
+
+/// The cost ledger of the env's session, priced with `summarizer-1` at $1 / $2 per million.
+async fn priced(env: &Env) -> (mull::store::CostTotals, Vec<Event>) {
+    let events = env.events().await;
+    let mut ledger = mull::store::CostLedger::new();
+    for e in &events {
+        ledger.apply(e);
+    }
+    let mut prices = mull::core::PriceTable::new();
+    prices.set(
+        "summarizer-1",
+        mull::core::ModelPrice {
+            input: 1.0,
+            output: 2.0,
+            cache_read: None,
+            cache_write: None,
+        },
+    );
+    (
+        ledger.totals(&prices),
+        events.into_iter().map(|e| e.event).collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_model_summary_is_a_priced_call_in_the_ledger() {
+    let model = model_after_history(3, |b| {
+        b.refuse_context_overflow()
+            .step(|s| s.text("Answered after compaction.").usage(300, 5))
+    });
+    let summary_model = ScriptedModel::builder("summarizer-1")
+        .step(|s| {
+            s.text("They asked about the tide tables.")
+                .usage(400_000, 50_000)
+        })
+        .build();
+    let summarize = model_summarizer(Arc::new(summary_model));
+    let agent = Arc::new(Mem::new(&model, move |c| {
+        c.context_overflow(true, 1)
+            .on_compaction(compact_function(keep_one_each_side(summarize.clone())))
+    }));
+    let env = new_env();
+    let session = env.open(&agent).await;
+    seed_history(&env, &session, 3).await;
+    let out = session
+        .save_messages(
+            vec![UIMessage::user("u3", "And now?")],
+            TurnOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status, OutcomeStatus::Completed);
+    let (totals, events) = priced(&env).await;
+    let call = events
+        .iter()
+        .position(|e| {
+            matches!(e, Event::CompactionCall { model_id, finished: true, usage, .. }
+            if model_id == "summarizer-1" && usage.input_tokens == Some(400_000))
+        })
+        .expect("the summarizer's call and its usage are an event");
+    let applied = events
+        .iter()
+        .position(|e| {
+            matches!(
+                e,
+                Event::CompactionApplied {
+                    shortened: true,
+                    ..
+                }
+            )
+        })
+        .expect("the compaction");
+    assert!(
+        call < applied,
+        "the call is recorded before the compaction it wrote"
+    );
+    // 0.4 M input at $1 + 0.05 M output at $2 = $0.50, known: not an "unknown summary".
+    assert_eq!(totals.compaction.priced_calls, 1);
+    assert_eq!(totals.compaction.unknown_calls, 0);
+    assert!((totals.compaction.dollars - 0.5).abs() < 1e-9, "{totals:?}");
+    assert_eq!(totals.compaction_summaries, 0);
+    assert!(totals.total.dollars >= 0.5);
+    assert!(totals.tokens.output >= 50_000);
+}
+
+#[tokio::test]
+async fn a_summarizer_call_that_failed_before_usage_is_of_unknown_cost() {
+    let model = model_after_history(2, |b| b.refuse_context_overflow());
+    let summary_model = ScriptedModel::builder("summarizer-1")
+        .refuse(ModelError::new(
+            ModelErrorKind::Transient,
+            "503 summarizer unavailable",
+        ))
+        .build();
+    let summarize = model_summarizer(Arc::new(summary_model));
+    let agent = Arc::new(Mem::new(&model, move |c| {
+        c.context_overflow(true, 1)
+            .on_compaction(compact_function(keep_one_each_side(summarize.clone())))
+    }));
+    let env = new_env();
+    let session = env.open(&agent).await;
+    seed_history(&env, &session, 2).await;
+    session
+        .save_messages(
+            vec![UIMessage::user("u2", "And now?")],
+            TurnOptions::default(),
+        )
+        .await
+        .unwrap();
+    let (totals, events) = priced(&env).await;
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::CompactionCall {
+            finished: false,
+            ..
+        }
+    )));
+    assert_eq!(totals.compaction.priced_calls, 0);
+    assert_eq!(totals.compaction.unknown_calls, 1, "unknown, never free");
+    assert_eq!(totals.compaction.show(), "unknown (1 call)");
 }

@@ -73,7 +73,7 @@ impl Agent for Agentish {
     }
     async fn before_step(&self, _ctx: &PrepareStepContext) -> HookResult<Option<StepConfig>> {
         Ok(self.step_system.clone().map(|system| StepConfig {
-            system: Some(system),
+            system: Some(system.into()),
             ..StepConfig::default()
         }))
     }

@@ -279,6 +279,16 @@ pub(crate) fn render(env: &Envelope) -> String {
             panicked,
             ..
         } => format!("{hook:?} panicked={panicked} {error:?}"),
+        Event::RecoveryScheduled {
+            request_id,
+            attempt,
+            max_attempts,
+            classification,
+            error,
+            delay_ms,
+        } => format!(
+            "{request_id} attempt={attempt}/{max_attempts} {classification:?} delay_ms={delay_ms} {error:?}"
+        ),
         Event::CancellationRequested { request_id, reason } => {
             format!("{request_id:?} {reason}")
         }

@@ -21,3 +21,4 @@ mod e_ending_success;
 mod f_context_overflow;
 mod g_entry_paths;
 mod hooks;
+mod i_chat_recovery;

@@ -8,8 +8,8 @@ use futures::future::BoxFuture;
 use mull::core::{ChatErrorClassification, LanguageModel};
 use mull::engine::{
     Agent, ChatError, ChatErrorContext, ChatResponseResult, ChunkContext, HookResult,
-    PrepareStepContext, SessionConfig, StepConfig, StepContext, ToolCallContext, ToolCallDecision,
-    ToolCallResultContext, ToolSet, TurnConfig, TurnContext,
+    PrepareStepContext, RecoveryExhausted, SessionConfig, StepConfig, StepContext, ToolCallContext,
+    ToolCallDecision, ToolCallResultContext, ToolSet, TurnConfig, TurnContext,
 };
 use mull::providers::scripted::ScriptedModel;
 use serde_json::Value;
@@ -296,6 +296,13 @@ impl Agent for Rec {
             Some(f) => f(result.clone()).await,
             None => Ok(()),
         }
+    }
+    async fn on_recovery_exhausted(&self, ctx: &RecoveryExhausted) -> HookResult<()> {
+        self.record(format!(
+            "on_recovery_exhausted(attempts={}, classification={:?}, error={:?})",
+            ctx.attempts, ctx.classification, ctx.error
+        ));
+        Ok(())
     }
     fn on_chat_error(&self, error: ChatError, ctx: &ChatErrorContext) -> ChatError {
         self.record(format!(

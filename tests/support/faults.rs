@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mull::core::{Event, HookName, LanguageModel, UIMessage};
 use mull::engine::{
-    Agent, ChunkContext, HookResult, OutcomeStatus, Timeout, ToolCallContext, ToolCallDecision,
-    ToolSet, TurnConfig, TurnContext, TurnOptions,
+    Agent, ChunkContext, HookResult, OutcomeStatus, StepContext, Timeout, ToolCallContext,
+    ToolCallDecision, ToolSet, TurnConfig, TurnContext, TurnOptions,
 };
 use mull::providers::scripted::ScriptedModel;
 use serde_json::json;
@@ -25,7 +25,7 @@ pub enum Fault {
 }
 
 /// An agent whose `lookup` tool counts executions and whose chosen hook (`before_turn`,
-/// `before_tool_call` or `on_chunk`) misbehaves while armed.
+/// `before_tool_call`, `on_chunk` or `on_step_finish`) misbehaves while armed.
 pub struct FaultyAgent {
     model: Arc<ScriptedModel>,
     hook: HookName,
@@ -34,6 +34,8 @@ pub struct FaultyAgent {
     turn_timeout: Option<Duration>,
     armed: AtomicBool,
     executions: Arc<AtomicUsize>,
+    /// Told each time a hook starts to hang.
+    hung: tokio::sync::Notify,
 }
 
 impl FaultyAgent {
@@ -48,6 +50,7 @@ impl FaultyAgent {
             turn_timeout: None,
             armed: AtomicBool::new(true),
             executions: Arc::new(AtomicUsize::new(0)),
+            hung: tokio::sync::Notify::new(),
         }
     }
 
@@ -68,6 +71,11 @@ impl FaultyAgent {
         self.executions.load(Ordering::SeqCst)
     }
 
+    /// Returns once a hook has started to hang (at once when one already did).
+    pub async fn hanging(&self) {
+        self.hung.notified().await;
+    }
+
     /// From now on every hook behaves.
     pub fn disarm(&self) {
         self.armed.store(false, Ordering::SeqCst);
@@ -79,7 +87,10 @@ impl FaultyAgent {
         }
         match self.fault {
             Fault::Panic => panic!("{hook:?} exploded"),
-            Fault::Hang => std::future::pending::<()>().await,
+            Fault::Hang => {
+                self.hung.notify_one();
+                std::future::pending::<()>().await
+            }
         }
     }
 }
@@ -121,6 +132,10 @@ impl Agent for FaultyAgent {
     }
     async fn on_chunk(&self, _ctx: &ChunkContext) -> HookResult<()> {
         self.maybe_fault(HookName::OnChunk).await;
+        Ok(())
+    }
+    async fn on_step_finish(&self, _ctx: &StepContext) -> HookResult<()> {
+        self.maybe_fault(HookName::OnStepFinish).await;
         Ok(())
     }
 }

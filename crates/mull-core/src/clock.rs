@@ -20,6 +20,14 @@ pub trait Clock: Send + Sync + 'static {
     fn timer(&self) -> DateTime<Utc> {
         self.now()
     }
+
+    /// Lets `by` pass for a wait (a backoff before a retry). A clock that only moves when told
+    /// to moves forward by `by` and answers true: nothing needs to wait in real time, so tests
+    /// and deterministic runs back off instantly and their stamps still show the wait. A real
+    /// clock answers false (the default) and the caller sleeps.
+    fn skip_ahead(&self, _by: Duration) -> bool {
+        false
+    }
 }
 
 /// The real clock.
@@ -65,6 +73,11 @@ impl FixedClock {
 impl Clock for FixedClock {
     fn now(&self) -> DateTime<Utc> {
         DateTime::from_timestamp_micros(self.micros.load(Ordering::SeqCst)).unwrap_or_default()
+    }
+
+    fn skip_ahead(&self, by: Duration) -> bool {
+        self.advance(by);
+        true
     }
 }
 

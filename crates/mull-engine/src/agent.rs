@@ -10,13 +10,14 @@ use mull_core::{ChatErrorClassification, LanguageModel};
 
 use crate::config::{StepConfig, TurnConfig};
 use crate::context::{
-    ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, StepContext,
-    ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
+    ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, RecoveryExhausted,
+    StepContext, ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
 };
 use crate::error::{ChatError, HookResult};
-use crate::session_config::SessionConfig;
+use crate::session_config::{ContextConfig, SessionConfig};
 use crate::tool::ToolSet;
 use crate::tool_source::ToolSource;
+use crate::workspace::Workspace;
 
 /// An agent: what a session runs turns with.
 ///
@@ -34,7 +35,13 @@ pub trait Agent: Send + Sync + 'static {
     /// The model turns use unless a hook overrides it.
     fn model(&self) -> Arc<dyn LanguageModel>;
 
-    /// The agent's own tools (the first layer of the merge).
+    /// The workspace whose file tools every turn offers (the first layer of the merge, before
+    /// the agent's own tools): see [`crate::workspace`]. None by default.
+    fn workspace(&self) -> Option<Workspace> {
+        None
+    }
+
+    /// The agent's own tools (the layer after the workspace's).
     fn tools(&self) -> ToolSet {
         ToolSet::new()
     }
@@ -91,6 +98,13 @@ pub trait Agent: Send + Sync + 'static {
         session
     }
 
+    /// Called once when a session opens, right after `configure_session`: the context blocks
+    /// the system prompt is built from (Think 0.24's `configureContext`). It receives the blocks
+    /// `configure_session` added, so agents written against the older chain keep working.
+    async fn configure_context(&self, context: ContextConfig) -> ContextConfig {
+        context
+    }
+
     /// Before the model is called: inspect the assembled context and override any part of it.
     async fn before_turn(&self, _ctx: &TurnContext) -> HookResult<Option<TurnConfig>> {
         Ok(None)
@@ -134,7 +148,15 @@ pub trait Agent: Send + Sync + 'static {
         error
     }
 
-    /// When a turn fails and reactive overflow recovery is on: map the error to a category.
+    /// When a turn's bounded recovery (see [`crate::ChatRecovery`]) used up its attempts, before
+    /// the turn ends with its terminal error: tell someone, switch a flag, schedule a later try.
+    async fn on_recovery_exhausted(&self, _ctx: &RecoveryExhausted) -> HookResult<()> {
+        Ok(())
+    }
+
+    /// When a turn fails at stage `stream` and reactive overflow recovery or chat recovery is
+    /// on: map the error to a category. `context_overflow` runs the compact-and-retry backstop;
+    /// `transient` and `rate_limit` run bounded recovery when [`crate::ChatRecovery`] is on.
     /// Assign [`mull_core::default_context_overflow_classifier`] for the common case.
     fn classify_chat_error(
         &self,

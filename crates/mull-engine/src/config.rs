@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mull_core::{CallSettings, LanguageModel, ModelMessage, ToolChoice, TurnConfigRecord};
+use mull_core::{
+    CallSettings, LanguageModel, ModelMessage, StreamPart, ToolChoice, TurnConfigRecord,
+};
 use serde_json::Value;
 
 use crate::stop::{step_count_is, StopCondition};
@@ -40,6 +42,52 @@ pub struct Timeout {
     pub total: Option<Duration>,
     /// No gap between two stream parts may be longer than this (the stall watchdog).
     pub chunk: Option<Duration>,
+}
+
+/// Metadata for the turn's assistant message, from each stream part the user sees (the AI
+/// SDK's `messageMetadata`): return the keys to shallow-merge into the message's metadata, or
+/// `None` for nothing. Each answer is a `message_metadata_updated` event, so the metadata is
+/// persisted with the message and reaches clients as the AI SDK's `message-metadata` chunk.
+///
+/// ```
+/// # use mull_engine::{MessageMetadata, TurnConfig};
+/// # use mull_core::StreamPart;
+/// let config = TurnConfig {
+///     message_metadata: Some(MessageMetadata::new(|part| match part {
+///         StreamPart::Finish { usage, .. } => {
+///             let mut keys = serde_json::Map::new();
+///             keys.insert("outputTokens".into(), serde_json::json!(usage.output_tokens));
+///             Some(keys)
+///         }
+///         _ => None,
+///     })),
+///     ..TurnConfig::default()
+/// };
+/// # let _ = config;
+/// ```
+#[derive(Clone)]
+pub struct MessageMetadata(Arc<MetadataFn>);
+
+type MetadataFn = dyn Fn(&StreamPart) -> Option<serde_json::Map<String, Value>> + Send + Sync;
+
+impl MessageMetadata {
+    /// Metadata from `f`, called with every part the user sees, in order.
+    pub fn new(
+        f: impl Fn(&StreamPart) -> Option<serde_json::Map<String, Value>> + Send + Sync + 'static,
+    ) -> MessageMetadata {
+        MessageMetadata(Arc::new(f))
+    }
+
+    /// The keys to merge for `part` (`None` also for an empty answer).
+    pub(crate) fn of(&self, part: &StreamPart) -> Option<serde_json::Map<String, Value>> {
+        (self.0)(part).filter(|keys| !keys.is_empty())
+    }
+}
+
+impl std::fmt::Debug for MessageMetadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MessageMetadata(..)")
+    }
 }
 
 /// Overrides `before_turn` returns. Every field is optional; set only what you change.
@@ -74,6 +122,61 @@ pub struct TurnConfig {
     pub transforms: Vec<StreamTransform>,
     /// Structured-output JSON Schema for the turn.
     pub output: Option<Value>,
+    /// Metadata for the assistant message from each stream part (see [`MessageMetadata`]).
+    pub message_metadata: Option<MessageMetadata>,
+}
+
+/// A step's system prompt, as the seed's `StepConfig.system` allows it: a string, or system
+/// messages (sent as `system` role messages ahead of the conversation, for providers that
+/// take several system blocks, e.g. with cache settings of their own).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SystemPrompt {
+    Text(String),
+    /// Messages of role `system` only; any other role fails the step with a clear error.
+    Messages(Vec<ModelMessage>),
+}
+
+impl SystemPrompt {
+    /// The text of the prompt, system messages joined by blank lines (what `step_configured`
+    /// records).
+    pub fn text(&self) -> String {
+        match self {
+            SystemPrompt::Text(text) => text.clone(),
+            SystemPrompt::Messages(messages) => messages
+                .iter()
+                .flat_map(|m| &m.content)
+                .filter_map(|c| match c {
+                    mull_core::ModelContent::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+        }
+    }
+}
+
+impl From<&str> for SystemPrompt {
+    fn from(text: &str) -> SystemPrompt {
+        SystemPrompt::Text(text.to_owned())
+    }
+}
+
+impl From<String> for SystemPrompt {
+    fn from(text: String) -> SystemPrompt {
+        SystemPrompt::Text(text)
+    }
+}
+
+impl From<ModelMessage> for SystemPrompt {
+    fn from(message: ModelMessage) -> SystemPrompt {
+        SystemPrompt::Messages(vec![message])
+    }
+}
+
+impl From<Vec<ModelMessage>> for SystemPrompt {
+    fn from(messages: Vec<ModelMessage>) -> SystemPrompt {
+        SystemPrompt::Messages(messages)
+    }
 }
 
 /// Overrides `before_step` returns for one step.
@@ -82,7 +185,8 @@ pub struct StepConfig {
     pub model: Option<ModelChoice>,
     pub tool_choice: Option<ToolChoice>,
     pub active_tools: Option<Vec<String>>,
-    pub system: Option<String>,
+    /// This step's system prompt: a string or system messages (`"…".into()` for a string).
+    pub system: Option<SystemPrompt>,
     pub messages: Option<Vec<ModelMessage>>,
     /// Context passed to tool execution from this step on.
     pub context: Option<Value>,
@@ -120,6 +224,7 @@ pub(crate) struct ResolvedTurn {
     pub stall_timeout_ms: u64,
     pub transforms: Vec<StreamTransform>,
     pub output: Option<Value>,
+    pub message_metadata: Option<MessageMetadata>,
     pub overrides: Vec<String>,
 }
 
@@ -163,6 +268,7 @@ impl ResolvedTurn {
         mark("provider_options", config.provider_options.is_some());
         mark("transforms", !config.transforms.is_empty());
         mark("output", config.output.is_some());
+        mark("message_metadata", config.message_metadata.is_some());
 
         let mut tools = defaults.tools;
         if let Some(extra) = &config.tools {
@@ -206,6 +312,7 @@ impl ResolvedTurn {
             stall_timeout_ms,
             transforms: config.transforms,
             output: config.output,
+            message_metadata: config.message_metadata,
             overrides,
         }
     }

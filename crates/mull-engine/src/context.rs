@@ -32,6 +32,17 @@ pub struct TurnContext {
     pub request_id: String,
     /// How the turn was started.
     pub entry: EntryPath,
+    /// Cancelled when the turn is aborted (`cancel_chat`, `abort_all`, the caller's signal):
+    /// a hook doing slow work of its own can stop with it. The engine also stops waiting for a
+    /// hook once it fires, so even a hook that ignores it cannot hold the turn.
+    pub abort: CancellationToken,
+}
+
+impl TurnContext {
+    /// Which entry path started the turn (Think's `trigger`; the same as [`TurnContext::entry`]).
+    pub fn trigger(&self) -> EntryPath {
+        self.entry
+    }
 }
 
 /// What `before_step` sees (the AI SDK's prepare-step context).
@@ -149,4 +160,19 @@ pub struct ChatErrorContext {
     pub messages_persisted: bool,
     /// `context_overflow` on the terminal call when overflow recovery could not save the turn.
     pub classification: Option<ChatErrorClassification>,
+}
+
+/// What `on_recovery_exhausted` sees: a turn whose bounded recovery from transient or
+/// rate-limit errors gave up. The turn then ends with a terminal error (`on_chat_error` and
+/// `on_chat_response` follow as for any failed turn).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RecoveryExhausted {
+    pub request_id: String,
+    /// How many recovery attempts ran before giving up.
+    pub attempts: u32,
+    /// What `classify_chat_error` called the last error.
+    pub classification: ChatErrorClassification,
+    /// The last error's message.
+    pub error: String,
 }

@@ -14,7 +14,7 @@ use mull_core::{Event, HookName};
 
 use crate::error::{EngineError, HookResult};
 use crate::outside::HookPoint;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, TURN_SCOPE};
 
 /// Whose code a guarded call runs, as its `hook_failed` event names it.
 #[derive(Debug, Clone, Copy)]
@@ -83,8 +83,20 @@ pub(crate) fn record_hook_failure(
     }
 }
 
-/// Runs `fut` for `caller`, bounded by `limit`, catching panics. `Ok(Err(text))` means it
-/// failed (recorded as `hook_failed`) and the caller applies that hook's failure rule.
+/// What a hook cut off by its turn's abort reports (its `hook_failed` error).
+pub(crate) const CUT_OFF_BY_ABORT: &str = "cut off: the turn was aborted while this hook ran";
+
+/// How a guarded call ended when it did not return.
+enum Unfinished {
+    TimedOut,
+    Aborted,
+}
+
+/// Runs `fut` for `caller`, bounded by `limit` and by the abort of the turn the task runs
+/// (with no hook timeout, as Think's default, a hung hook would otherwise hold the turn lock
+/// for good), catching panics. `Ok(Err(text))` means it failed (recorded as `hook_failed`)
+/// and the caller applies that hook's failure rule — after an abort, the turn then ends as
+/// aborted at its next check of the signal.
 pub(crate) async fn guarded<T>(
     inner: &Runtime,
     turn_id: Option<&str>,
@@ -93,15 +105,29 @@ pub(crate) async fn guarded<T>(
     fut: impl Future<Output = HookResult<T>>,
 ) -> Result<Result<T, String>, EngineError> {
     let caught = AssertUnwindSafe(fut).catch_unwind();
-    let outcome = match limit {
-        None => Some(caught.await),
-        Some(limit) => tokio::time::timeout(limit, caught).await.ok(),
+    let bounded = async {
+        match limit {
+            None => Ok(caught.await),
+            Some(limit) => tokio::time::timeout(limit, caught)
+                .await
+                .map_err(|_| Unfinished::TimedOut),
+        }
+    };
+    // Outside a turn (`on_chat_response`, a session's setup) nothing aborts the hook.
+    let signal = TURN_SCOPE
+        .try_with(|scope| scope.signal.clone())
+        .unwrap_or_default();
+    // The hook first: one that is ready when the abort arrives still finishes.
+    let outcome = tokio::select! {
+        biased;
+        outcome = bounded => outcome,
+        _ = signal.cancelled() => Err(Unfinished::Aborted),
     };
     let (error, panicked, timed_out) = match outcome {
-        Some(Ok(Ok(value))) => return Ok(Ok(value)),
-        Some(Ok(Err(error))) => (error.to_string(), false, false),
-        Some(Err(panic)) => (format!("panicked: {}", panic_text(&panic)), true, false),
-        None => (
+        Ok(Ok(Ok(value))) => return Ok(Ok(value)),
+        Ok(Ok(Err(error))) => (error.to_string(), false, false),
+        Ok(Err(panic)) => (format!("panicked: {}", panic_text(&panic)), true, false),
+        Err(Unfinished::TimedOut) => (
             format!(
                 "timed out after {} ms",
                 limit.unwrap_or_default().as_millis()
@@ -109,6 +135,7 @@ pub(crate) async fn guarded<T>(
             false,
             true,
         ),
+        Err(Unfinished::Aborted) => (CUT_OFF_BY_ABORT.to_owned(), false, false),
     };
     record_failure(inner, turn_id, caller, error.clone(), panicked, timed_out)?;
     Ok(Err(error))

@@ -57,18 +57,19 @@ mod tool_input;
 pub mod tool_source;
 pub mod transform;
 mod turn;
+pub mod workspace;
 
-pub use memory::{compaction, context_blocks, search, tokens};
+pub use memory::{compaction, context_blocks, search, skills, tokens};
 
 pub use agent::Agent;
 pub use approval::Approval;
 pub use compaction::{
     compact_function, model_summarizer, summarizer, CompactOptions, Summarizer, SUMMARY_PREFIX,
 };
-pub use config::{ModelChoice, StepConfig, Timeout, TurnConfig};
+pub use config::{MessageMetadata, ModelChoice, StepConfig, SystemPrompt, Timeout, TurnConfig};
 pub use context::{
-    ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, StepContext,
-    ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
+    ChatErrorContext, ChatResponseResult, ChunkContext, PrepareStepContext, RecoveryExhausted,
+    StepContext, ToolCallContext, ToolCallDecision, ToolCallResultContext, TurnContext,
 };
 pub use context_blocks::{BlockProvider, ContextBlock, ContextError, UPDATE_CONTEXT_TOOL};
 pub use error::{ChatError, EngineError, HookError, HookResult};
@@ -81,12 +82,15 @@ pub use replay::{reexecute, Divergence, Recording, ReplayError, ReplayOptions, R
 pub use search::{SearchError, SearchHit, SEARCH_TOOL};
 pub use session::follow::{Follow, FollowError};
 pub use session::{
-    ChatStream, ClientToolOutcome, CommandOptions, OutcomeStatus, Reply, Session, SessionOptions,
-    SubmissionResult, SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,
+    ActiveTurn, ChatStream, ClientToolOutcome, CommandOptions, OutcomeStatus, Reply, Session,
+    SessionOptions, SubmissionResult, SubmitOptions, SubmitReceipt, TurnFailure, TurnOptions,
+    TurnOutcome,
 };
 pub use session_config::{
-    Compaction, CompactionRequest, ContextOverflow, ProactiveGuard, SessionConfig,
+    ChatRecovery, Compaction, CompactionRequest, ContextConfig, ContextOverflow, ProactiveGuard,
+    SessionConfig,
 };
+pub use skills::{Skill, LOAD_SKILL_TOOL};
 pub use stop::{has_tool_call, step_count_is, StopCondition};
 pub use subagent::{AgentTool, DEFAULT_MAX_DEPTH};
 pub use tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
@@ -96,3 +100,4 @@ pub use transform::StreamTransform;
 pub use turn::{
     ABORTED_TOOL_CALL, CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS, INTERRUPTED_TOOL_CALL,
 };
+pub use workspace::Workspace;

@@ -1,6 +1,7 @@
 //! What `configure_session` sets up once per session: context blocks (and the system prompt
 //! built from them), compaction and when it runs, context-overflow recovery (reactive and
-//! proactive), the token counter, and the tools the session itself offers the model.
+//! proactive) and recovery from transient errors, the token counter, skills, and the tools the
+//! session itself offers the model.
 //!
 //! ```no_run
 //! # use mull_engine::{SessionConfig, ContextBlock, CompactOptions, compact_function, summarizer, ProactiveGuard};
@@ -26,6 +27,7 @@ use mull_core::{CompactionReason, UIMessage};
 
 use crate::error::HookError;
 use crate::memory::block::ContextBlock;
+use crate::memory::skills::Skill;
 use crate::memory::tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
 
 /// What a compaction callback is asked to shorten.
@@ -87,6 +89,56 @@ impl Default for ContextOverflow {
     }
 }
 
+/// Bounded recovery from errors `classify_chat_error` calls transient or a rate limit (Think
+/// 0.24): the turn runs again under the same request id after a backoff that starts at
+/// `first_delay` and doubles up to `max_delay`, at most `max_attempts` times; then it ends
+/// with a terminal error and `on_recovery_exhausted` runs. Off (`max_attempts` 0) by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatRecovery {
+    /// How many times one request may be run again (0: recovery off).
+    pub max_attempts: u32,
+    /// The wait before the first recovery attempt (1 s).
+    pub first_delay: std::time::Duration,
+    /// The longest wait, however many attempts came before (30 s).
+    pub max_delay: std::time::Duration,
+}
+
+impl ChatRecovery {
+    /// Up to `max_attempts` recoveries, waiting 1 s, 2 s, 4 s … at most 30 s.
+    pub fn new(max_attempts: u32) -> ChatRecovery {
+        ChatRecovery {
+            max_attempts,
+            first_delay: std::time::Duration::from_secs(1),
+            max_delay: std::time::Duration::from_secs(30),
+        }
+    }
+
+    /// Whether any recovery runs.
+    pub fn is_on(&self) -> bool {
+        self.max_attempts > 0
+    }
+
+    /// The wait before recovery attempt `n` (0-based): exponential backoff, no jitter, so a
+    /// replayed session waits as its recording did.
+    pub fn delay(&self, n: u32) -> std::time::Duration {
+        use backon::BackoffBuilder;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(self.first_delay)
+            .with_max_delay(self.max_delay)
+            .with_factor(2.0)
+            .with_max_times(usize::try_from(n).unwrap_or(usize::MAX).saturating_add(1))
+            .build()
+            .nth(usize::try_from(n).unwrap_or(usize::MAX))
+            .unwrap_or(self.max_delay)
+    }
+}
+
+impl Default for ChatRecovery {
+    fn default() -> ChatRecovery {
+        ChatRecovery::new(0)
+    }
+}
+
 /// The proactive overflow guard: compact between steps before the context fills up, instead of
 /// waiting for the provider to refuse a request.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -121,11 +173,13 @@ impl ProactiveGuard {
 pub struct SessionConfig {
     pub(crate) compaction: Option<Arc<CompactionFn>>,
     pub(crate) context_overflow: ContextOverflow,
+    pub(crate) recovery: ChatRecovery,
     pub(crate) proactive: Option<ProactiveGuard>,
     pub(crate) compact_after: Option<u64>,
     pub(crate) blocks: Vec<(String, ContextBlock)>,
     pub(crate) cached_prompt: bool,
     pub(crate) search_tool: bool,
+    pub(crate) skills: Vec<Skill>,
     pub(crate) counter: SharedTokenCounter,
 }
 
@@ -134,11 +188,13 @@ impl Default for SessionConfig {
         SessionConfig {
             compaction: None,
             context_overflow: ContextOverflow::default(),
+            recovery: ChatRecovery::default(),
             proactive: None,
             compact_after: None,
             blocks: Vec::new(),
             cached_prompt: false,
             search_tool: false,
+            skills: Vec::new(),
             counter: Arc::new(CharEstimator),
         }
     }
@@ -203,6 +259,17 @@ impl SessionConfig {
         self
     }
 
+    /// Turns bounded recovery from transient and rate-limit errors on (see [`ChatRecovery`]).
+    pub fn chat_recovery(mut self, recovery: ChatRecovery) -> SessionConfig {
+        self.recovery = recovery;
+        self
+    }
+
+    /// The recovery settings for transient and rate-limit errors.
+    pub fn recovery(&self) -> ChatRecovery {
+        self.recovery
+    }
+
     /// Turns the proactive overflow guard on.
     pub fn proactive(mut self, guard: ProactiveGuard) -> SessionConfig {
         self.proactive = Some(guard);
@@ -213,6 +280,21 @@ impl SessionConfig {
     pub fn with_search_tool(mut self) -> SessionConfig {
         self.search_tool = true;
         self
+    }
+
+    /// Adds a skill the model may load (see [`crate::skills`]): the system prompt lists it and
+    /// the `load_skill` tool returns its instructions. Adding a name again replaces it.
+    pub fn with_skill(mut self, skill: Skill) -> SessionConfig {
+        match self.skills.iter_mut().find(|s| s.name == skill.name) {
+            Some(slot) => *slot = skill,
+            None => self.skills.push(skill),
+        }
+        self
+    }
+
+    /// The skills, in the order they were added.
+    pub fn skills(&self) -> &[Skill] {
+        &self.skills
     }
 
     /// The overflow recovery settings.
@@ -246,11 +328,73 @@ impl SessionConfig {
     }
 }
 
+/// What `configure_context` sets up (Think 0.24 splits the prompt's blocks from
+/// `configure_session`): the context blocks the system prompt is built from, and whether the
+/// built prompt is cached. It starts with the blocks `configure_session` added (the older
+/// chain, still accepted), so the hook sees them and may replace any by name.
+///
+/// ```no_run
+/// # use mull_engine::{ContextBlock, ContextConfig};
+/// # fn configure(context: ContextConfig) -> ContextConfig {
+/// context
+///     .with_context("soul", ContextBlock::provided(|| async { Ok("You are terse.".to_owned()) }))
+///     .with_context("memory", ContextBlock::writable("Learned facts about the user.", 1100))
+///     .with_cached_prompt()
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct ContextConfig {
+    blocks: Vec<(String, ContextBlock)>,
+    cached_prompt: bool,
+}
+
+impl ContextConfig {
+    /// Adds a context block (adding a name again replaces the earlier block in place), as
+    /// [`SessionConfig::with_context`] does.
+    pub fn with_context(mut self, name: impl Into<String>, block: ContextBlock) -> ContextConfig {
+        let name = name.into();
+        match self.blocks.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = block,
+            None => self.blocks.push((name, block)),
+        }
+        self
+    }
+
+    /// Freezes the built system prompt across turns ([`SessionConfig::with_cached_prompt`]).
+    pub fn with_cached_prompt(mut self) -> ContextConfig {
+        self.cached_prompt = true;
+        self
+    }
+
+    /// The names of the blocks, in prompt order.
+    pub fn block_names(&self) -> Vec<&str> {
+        self.blocks.iter().map(|(n, _)| n.as_str()).collect()
+    }
+}
+
+impl SessionConfig {
+    /// The context part of this configuration, for `configure_context` to extend.
+    pub(crate) fn context(&self) -> ContextConfig {
+        ContextConfig {
+            blocks: self.blocks.clone(),
+            cached_prompt: self.cached_prompt,
+        }
+    }
+
+    /// Takes the blocks and prompt caching `configure_context` settled on.
+    pub(crate) fn with_context_config(mut self, context: ContextConfig) -> SessionConfig {
+        self.blocks = context.blocks;
+        self.cached_prompt = context.cached_prompt;
+        self
+    }
+}
+
 impl std::fmt::Debug for SessionConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionConfig")
             .field("compaction", &self.compaction.is_some())
             .field("context_overflow", &self.context_overflow)
+            .field("recovery", &self.recovery)
             .field("proactive", &self.proactive)
             .field("compact_after", &self.compact_after)
             .field(
@@ -263,6 +407,14 @@ impl std::fmt::Debug for SessionConfig {
             )
             .field("cached_prompt", &self.cached_prompt)
             .field("search_tool", &self.search_tool)
+            .field(
+                "skills",
+                &self
+                    .skills
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }

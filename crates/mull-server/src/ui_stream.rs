@@ -115,6 +115,11 @@ pub enum UiChunk {
         url: String,
         media_type: String,
     },
+    /// Metadata for the assistant message, shallow-merged into it by the client (the turn's
+    /// `TurnConfig::message_metadata`).
+    MessageMetadata {
+        message_metadata: Value,
+    },
     /// A model step ended.
     FinishStep,
     /// The turn completed.
@@ -143,7 +148,10 @@ impl UiChunk {
     /// Whether the chunk shows something of a step (so the step's `start-step` must precede
     /// it); the message's start and the stream's endings do not.
     fn shows_step_content(&self) -> bool {
-        !matches!(self, UiChunk::Start { .. } | UiChunk::StartStep) && !self.is_terminal()
+        !matches!(
+            self,
+            UiChunk::Start { .. } | UiChunk::StartStep | UiChunk::MessageMetadata { .. }
+        ) && !self.is_terminal()
     }
 
     /// Whether the chunk ends the stream.
@@ -283,6 +291,9 @@ impl UiStreamMapper {
             Event::TurnConfigured { config } => self.send_reasoning = config.send_reasoning,
             Event::StepStarted { .. } => self.step_pending = true,
             Event::Chunk { part, .. } => self.map_part(part, out),
+            Event::MessageMetadataUpdated { metadata, .. } => out.push(UiChunk::MessageMetadata {
+                message_metadata: Value::Object(metadata.clone()),
+            }),
             Event::ToolCallStarted {
                 call_id,
                 tool,

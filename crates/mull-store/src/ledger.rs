@@ -5,8 +5,10 @@
 //! attempt, every finished step's model and tokens (cache reads and writes apart), how it ended
 //! (completed, aborted, error), the calls that failed and were retried (`model_retried`), and
 //! the call that never finished (cut short by a cancel, a crash or a stream error: the provider
-//! reported no usage for it). Compaction summaries are counted apart: their model calls are made
-//! by the compaction callback and their tokens are not in the log.
+//! reported no usage for it). Compaction summaries are counted apart: the model calls the
+//! compaction callback made are `compaction_call` events, priced like steps (a call that failed
+//! or was cut off before usage arrived is unknown); a compaction whose summarizer reported no
+//! call (a custom summarizer, an older log) is counted as a summary of unknown cost.
 //!
 //! Prices are applied when reading ([`CostLedger::totals`]), so one fold serves any price
 //! table: a step whose usage was not reported, or whose model has no price, is counted as a
@@ -51,8 +53,13 @@ pub struct RequestCost {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CostLedger {
     pub requests: Vec<RequestCost>,
-    /// Compactions that replaced messages with a summary: one summarizer call each.
+    /// Compactions that replaced messages with a summary whose model calls were not reported:
+    /// one summarizer call of unknown cost each.
     pub compaction_summaries: u32,
+    /// The model calls compaction callbacks reported (`compaction_call`), in order.
+    pub compaction_calls: Vec<StepCost>,
+    /// Calls reported since the last `compaction_applied`.
+    calls_since_compaction: u32,
     /// The step started in each running attempt, by turn id: (step, model).
     open_steps: Vec<(String, u32, String)>,
 }
@@ -116,6 +123,8 @@ pub struct CostTotals {
     pub failed: Amount,
     /// The calls of attempts that a later attempt of the same turn replaced.
     pub superseded: Amount,
+    /// The summarizer calls of compactions (within `total`).
+    pub compaction: Amount,
     /// The tokens of every call whose usage was reported.
     pub tokens: BilledTokens,
     /// What cache reads and cache writes cost (within `total`).
@@ -136,12 +145,26 @@ impl CostTotals {
         self.aborted.add(&other.aborted);
         self.failed.add(&other.failed);
         self.superseded.add(&other.superseded);
+        self.compaction.add(&other.compaction);
         self.tokens.add(&other.tokens);
         self.cache_read_dollars += other.cache_read_dollars;
         self.cache_write_dollars += other.cache_write_dollars;
         self.retried_calls += other.retried_calls;
         self.unfinished_calls += other.unfinished_calls;
         self.compaction_summaries += other.compaction_summaries;
+    }
+}
+
+impl CostTotals {
+    /// Counts a call's reported tokens and what its cache reads and writes cost.
+    fn add_tokens(&mut self, call: &StepCost, prices: &PriceTable) {
+        let Some(tokens) = &call.tokens else { return };
+        self.tokens.add(tokens);
+        if let Some(price) = prices.price(&call.model_id) {
+            let per = |n: u64, p: Option<f64>| n as f64 * p.unwrap_or(price.input) / 1e6;
+            self.cache_read_dollars += per(tokens.cache_read, price.cache_read);
+            self.cache_write_dollars += per(tokens.cache_write, price.cache_write);
+        }
     }
 }
 
@@ -243,9 +266,26 @@ impl CostLedger {
                     attempt.unfinished_call = open;
                 }
             }
-            Event::CompactionApplied {
-                shortened: true, ..
-            } => self.compaction_summaries += 1,
+            Event::CompactionCall {
+                model_id,
+                finished,
+                usage,
+                ..
+            } => {
+                self.calls_since_compaction += 1;
+                self.compaction_calls.push(StepCost {
+                    step: 0,
+                    model_id: model_id.clone(),
+                    tokens: finished.then(|| BilledTokens::of(usage, None)).flatten(),
+                });
+            }
+            Event::CompactionApplied { shortened, .. } => {
+                // A summary whose calls were reported is priced from them.
+                if *shortened && self.calls_since_compaction == 0 {
+                    self.compaction_summaries += 1;
+                }
+                self.calls_since_compaction = 0;
+            }
             _ => {}
         }
     }
@@ -286,16 +326,15 @@ impl CostLedger {
                 totals.retried_calls += attempt.retried_calls;
                 totals.unfinished_calls += u32::from(attempt.unfinished_call.is_some());
                 for step in &attempt.steps {
-                    let Some(tokens) = &step.tokens else { continue };
-                    totals.tokens.add(tokens);
-                    if let Some(price) = prices.price(&step.model_id) {
-                        let per =
-                            |n: u64, p: Option<f64>| n as f64 * p.unwrap_or(price.input) / 1e6;
-                        totals.cache_read_dollars += per(tokens.cache_read, price.cache_read);
-                        totals.cache_write_dollars += per(tokens.cache_write, price.cache_write);
-                    }
+                    totals.add_tokens(step, prices);
                 }
             }
+        }
+        for call in &self.compaction_calls {
+            let cost = call.cost(prices);
+            totals.total.add_call(cost);
+            totals.compaction.add_call(cost);
+            totals.add_tokens(call, prices);
         }
         totals
     }
@@ -484,5 +523,56 @@ mod tests {
         // With no price table every finished call is unknown.
         let unpriced = ledger.totals(&PriceTable::new());
         assert_eq!(unpriced.total.show(), "unknown (5 calls)");
+    }
+
+    fn compaction_call(model: &str, usage: Option<Usage>) -> Event {
+        Event::CompactionCall {
+            provider: "test".into(),
+            model_id: model.into(),
+            finished: usage.is_some(),
+            usage: usage.unwrap_or_default(),
+        }
+    }
+
+    fn compacted(shortened: bool) -> Event {
+        Event::CompactionApplied {
+            reason: mull_core::CompactionReason::Threshold,
+            attempt: 1,
+            shortened,
+            replaced_ids: Vec::new(),
+            summary: None,
+            tokens_before: 10,
+            tokens_after: 5,
+        }
+    }
+
+    #[test]
+    fn compaction_calls_are_priced_and_unreported_summaries_stay_unknown() {
+        let mut ledger = CostLedger::new();
+        for event in [
+            // A summary whose call reported usage: priced.
+            compaction_call("gpt-4o-mini", Some(usage(1_000_000, 0, 1_000_000))),
+            compacted(true),
+            // A call that failed before usage arrived: unknown; the compaction shortened nothing.
+            compaction_call("gpt-4o-mini", None),
+            compacted(false),
+            // A summary from a summarizer that reported no call (an older log): unknown.
+            compacted(true),
+        ] {
+            ledger.apply(&env(None, event));
+        }
+        let totals = ledger.totals(&PriceTable::defaults());
+        // gpt-4o-mini: 1M input at 0.15 + 1M output at 0.60.
+        assert!(
+            (totals.compaction.dollars - 0.75).abs() < 1e-9,
+            "{totals:?}"
+        );
+        assert_eq!(
+            totals.compaction.show(),
+            "$0.750000 + 1 call of unknown cost"
+        );
+        assert_eq!(totals.total.show(), "$0.750000 + 1 call of unknown cost");
+        assert_eq!(totals.tokens.output, 1_000_000);
+        assert_eq!(totals.compaction_summaries, 1);
     }
 }

@@ -157,6 +157,12 @@ fn cost_lines(cost: &CostTotals) -> String {
         cost.tokens.cache_write,
         cost.cache_write_dollars
     ));
+    if cost.compaction.priced_calls + cost.compaction.unknown_calls > 0 {
+        out.push_str(&format!(
+            "  compaction   {} (the summarizer's model calls)\n",
+            cost.compaction.show()
+        ));
+    }
     out.push_str(&format!(
         "  no usage     {} retried · {} unfinished · {} compaction summaries (their tokens are not in the log)\n",
         cost.retried_calls, cost.unfinished_calls, cost.compaction_summaries

@@ -141,9 +141,12 @@ pub enum HookName {
     OnChatError,
     ClassifyChatError,
     OnCompaction,
-    /// A context block's provider (`configure_session` set it up; it is asked for the block's
-    /// content before a turn).
+    /// A context block's provider (`configure_session` or `configure_context` set it up; it
+    /// is asked for the block's content before a turn).
     ContextBlockProvider,
+    /// `on_recovery_exhausted`, when a turn's bounded recovery from transient or rate-limit
+    /// errors gave up.
+    OnRecoveryExhausted,
 }
 
 /// What was decided about a tool call before it could run.
@@ -384,12 +387,34 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request_hash: Option<String>,
     },
+    /// A turn failed with an error `classify_chat_error` called transient or a rate limit, and
+    /// bounded recovery runs it again (same request id, a new attempt) after `delay_ms`: one
+    /// event per recovery attempt, written (and flushed) before the wait. When the attempts are
+    /// used up the turn ends with a `turn_failed` carrying the classification instead.
+    RecoveryScheduled {
+        request_id: String,
+        /// 1 for the first recovery of this request.
+        attempt: u32,
+        /// The configured bound on recovery attempts.
+        max_attempts: u32,
+        classification: ChatErrorClassification,
+        error: String,
+        delay_ms: u64,
+    },
     /// A model call failed in a retryable way and will be tried again.
     ModelRetried {
         step: u32,
         attempt: u32,
         error: String,
         delay_ms: u64,
+    },
+    /// `TurnConfig::message_metadata` answered a stream part of step `step` with metadata for
+    /// the assistant message: shallow-merged into the message's metadata (a later key wins),
+    /// persisted with it, and sent to clients as the AI SDK's message metadata. Written right
+    /// after the part's `chunk`.
+    MessageMetadataUpdated {
+        step: u32,
+        metadata: serde_json::Map<String, Value>,
     },
     /// One stream part, as the user saw it (after transforms).
     Chunk {
@@ -517,6 +542,17 @@ pub enum Event {
         error: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model_error: Option<ModelErrorRecord>,
+    },
+    /// A model call the compaction callback made to write its summary (one per call, written
+    /// right before the compaction's `compaction_applied`), so summaries are priced like steps.
+    /// `finished` is false when the call failed or was cut off before the provider reported
+    /// usage: its cost is unknown, never zero.
+    CompactionCall {
+        provider: String,
+        model_id: String,
+        finished: bool,
+        #[serde(default)]
+        usage: Usage,
     },
     /// History was compacted: the messages in `replaced_ids` are shown as `summary`.
     CompactionApplied {
@@ -670,7 +706,9 @@ impl Event {
         StepStarted => "step_started",
         StepConfigured => "step_configured",
         ModelRetried => "model_retried",
+        RecoveryScheduled => "recovery_scheduled",
         Chunk => "chunk",
+        MessageMetadataUpdated => "message_metadata_updated",
         PartTransformed => "part_transformed",
         ToolCallStarted => "tool_call_started",
         ToolDecided => "tool_decided",
@@ -683,6 +721,7 @@ impl Event {
         AssistantMessageSaved => "assistant_message_saved",
         TurnFinished => "turn_finished",
         TurnFailed => "turn_failed",
+        CompactionCall => "compaction_call",
         CompactionApplied => "compaction_applied",
         ContextBlockUpdated => "context_block_updated",
         MessagesRetracted => "messages_retracted",

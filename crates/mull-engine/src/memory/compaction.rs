@@ -21,7 +21,7 @@ use futures::{FutureExt, StreamExt};
 use mull_core::{
     to_model_messages, truncate_for_context, CompactionReason, Event, HookName, LanguageModel,
     ModelMessage, ModelRequest, ModelRole, Role, StepRecord, StreamPart, ToolPartState, UIMessage,
-    UIPart,
+    UIPart, Usage,
 };
 use serde_json::json;
 
@@ -49,9 +49,36 @@ where
     Arc::new(move |prompt| f(prompt).boxed())
 }
 
+/// A model call a summarizer made while the engine ran a compaction: what the
+/// `compaction_call` event records.
+#[derive(Debug, Clone)]
+struct SummaryCall {
+    provider: String,
+    model_id: String,
+    /// Set when the provider reported usage (the call finished).
+    usage: Option<Usage>,
+}
+
+type SummaryCalls = Arc<std::sync::Mutex<Vec<SummaryCall>>>;
+
+tokio::task_local! {
+    /// The calls the running compaction callback's summarizers made (only while the engine
+    /// runs one): a call is noted when it starts, its usage when the provider reports it, so a
+    /// call that fails or is cut off first stays of unknown cost.
+    static SUMMARY_CALLS: SummaryCalls;
+}
+
+fn note_call(f: impl FnOnce(&mut Vec<SummaryCall>)) {
+    let _ = SUMMARY_CALLS.try_with(|calls| {
+        let mut calls = calls.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut calls);
+    });
+}
+
 /// A [`Summarizer`] that asks `model`: the prompt as one user message, the streamed text as
 /// the summary. An error from the model (refused request, in-band error part, cut stream)
-/// fails the compaction, which then shortens nothing.
+/// fails the compaction, which then shortens nothing. Each call is recorded (a
+/// `compaction_call` event with the usage the provider reported), so compaction is priced.
 pub fn model_summarizer(model: Arc<dyn LanguageModel>) -> Summarizer {
     summarizer(move |prompt| {
         let model = Arc::clone(&model);
@@ -60,12 +87,30 @@ pub fn model_summarizer(model: Arc<dyn LanguageModel>) -> Summarizer {
                 messages: vec![ModelMessage::text(ModelRole::User, prompt)],
                 ..ModelRequest::default()
             };
+            let mut index = None;
+            note_call(|calls| {
+                index = Some(calls.len());
+                calls.push(SummaryCall {
+                    provider: model.provider().to_owned(),
+                    model_id: model.model_id().to_owned(),
+                    usage: None,
+                });
+            });
             let mut stream = model.stream(request).await?;
             let mut text = String::new();
             while let Some(part) = stream.next().await {
                 match part? {
                     StreamPart::TextDelta { text: delta, .. } => text.push_str(&delta),
                     StreamPart::Error { message } => return Err(message.into()),
+                    StreamPart::Finish { usage, .. } => {
+                        if let Some(i) = index {
+                            note_call(|calls| {
+                                if let Some(call) = calls.get_mut(i) {
+                                    call.usage = Some(usage);
+                                }
+                            });
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -242,9 +287,27 @@ pub(crate) async fn apply(
             };
             let caller = Caller::agent(HookName::OnCompaction);
             let limit = inner.agent.hook_timeout();
-            guarded(inner, turn_id, caller, limit, callback(request))
-                .await?
-                .unwrap_or_default()
+            let calls = SummaryCalls::default();
+            let ran = SUMMARY_CALLS
+                .scope(
+                    Arc::clone(&calls),
+                    guarded(inner, turn_id, caller, limit, callback(request)),
+                )
+                .await;
+            // Every call made is recorded, whether the callback succeeded or not.
+            let made = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
+            for call in made {
+                inner.recorder.append(
+                    turn_id,
+                    Event::CompactionCall {
+                        provider: call.provider,
+                        model_id: call.model_id,
+                        finished: call.usage.is_some(),
+                        usage: call.usage.unwrap_or_default(),
+                    },
+                )?;
+            }
+            ran?.unwrap_or_default()
         }
         None => Compaction::default(),
     };

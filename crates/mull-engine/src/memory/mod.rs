@@ -8,6 +8,7 @@ pub mod compaction;
 pub mod context_blocks;
 pub mod search;
 pub(crate) mod search_index;
+pub mod skills;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -15,13 +16,15 @@ use std::sync::Arc;
 use crate::runtime::Runtime;
 use crate::tool::ToolSet;
 
-/// The tools the session itself offers (the second layer of the merge, after the agent's):
-/// `update_context` when a block is writable, `search_messages` when asked for.
+/// The tools the session itself offers (the layer of the merge after the agent's):
+/// `update_context` when a block is writable, `search_messages` when asked for, `load_skill`
+/// when the session has skills.
 pub(crate) fn session_tools(inner: &Arc<Runtime>) -> ToolSet {
     let mut tools = ToolSet::new();
     for tool in context_blocks::update_context_tool(inner)
         .into_iter()
         .chain(search::search_tool(inner))
+        .chain(skills::load_skill_tool(&inner.config.skills))
     {
         tools = tools.with(tool);
     }

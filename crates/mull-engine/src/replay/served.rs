@@ -48,6 +48,12 @@ impl Clock for RecordedClock {
         self.stamp(self.next.fetch_add(1, Ordering::SeqCst))
     }
 
+    /// A replay's time is the recording's: a recorded wait (a recovery's backoff) already
+    /// passed, so the replay does not wait again.
+    fn skip_ahead(&self, _by: std::time::Duration) -> bool {
+        true
+    }
+
     fn timer(&self) -> DateTime<Utc> {
         self.stamp(self.next.load(Ordering::SeqCst).saturating_sub(1))
     }

@@ -27,6 +27,9 @@ pub use outcome::{
     TurnOutcome,
 };
 
+/// The reason a `cancellation_requested` event gives when a caller's signal was cancelled.
+pub const SIGNAL_CANCELLED: &str = "signal";
+
 tokio::task_local! {
     /// The turn the current task is inside of, if any.
     pub(crate) static TURN_SCOPE: TurnScope;
@@ -37,6 +40,8 @@ tokio::task_local! {
 pub(crate) struct TurnScope {
     pub session_id: String,
     pub request_id: String,
+    /// The turn's cancellation: every guarded hook of the turn ends when it fires.
+    pub signal: CancellationToken,
 }
 
 /// One open session's state and machinery (everything but its public API).
@@ -84,6 +89,73 @@ impl Runtime {
     /// Forgets a request's cancellation token once its turn ended (cancelling it is a no-op).
     pub(crate) fn forget_request(&self, request_id: &str) {
         lock(&self.active).remove(request_id);
+    }
+
+    /// Cancels one request (`Some`) or every request of the session, recording the
+    /// `cancellation_requested` event first — the one way any cancellation acts (`cancel_chat`,
+    /// `abort_all`, a caller's signal, a sub-agent's parent letting go), so re-execution can
+    /// re-issue it. Returns how many requests it cancelled; nothing is recorded for none.
+    pub(crate) fn cancel_requests(
+        &self,
+        request_id: Option<String>,
+        reason: String,
+    ) -> Result<usize, crate::error::EngineError> {
+        let tokens: Vec<CancellationToken> = {
+            let active = lock(&self.active);
+            match &request_id {
+                Some(id) => active.get(id).into_iter().cloned().collect(),
+                None => active.values().cloned().collect(),
+            }
+        };
+        let tokens: Vec<_> = tokens.into_iter().filter(|t| !t.is_cancelled()).collect();
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        self.recorder.append(
+            None,
+            mull_core::Event::CancellationRequested { request_id, reason },
+        )?;
+        for token in &tokens {
+            token.cancel();
+        }
+        Ok(tokens.len())
+    }
+
+    /// Registers request `request_id` as active with a token of its own, and ties a caller's
+    /// `signal` to it: cancelling the signal cancels the request through
+    /// [`Runtime::cancel_requests`] (reason [`SIGNAL_CANCELLED`]), so that path is recorded
+    /// like every other. An already-cancelled signal acts at once. The returned guard stops
+    /// watching the signal when dropped (the request's spec holds it).
+    pub(crate) fn register_request(
+        self: &Arc<Runtime>,
+        request_id: &str,
+        signal: Option<CancellationToken>,
+    ) -> (CancellationToken, Option<tokio_util::sync::DropGuard>) {
+        let token = CancellationToken::new();
+        lock(&self.active).insert(request_id.to_owned(), token.clone());
+        let Some(signal) = signal else {
+            return (token, None);
+        };
+        let cancel = |inner: &Runtime, id: String| {
+            if let Err(e) = inner.cancel_requests(Some(id), SIGNAL_CANCELLED.to_owned()) {
+                tracing::warn!(error = %e, "a cancelled signal could not be recorded");
+            }
+        };
+        if signal.is_cancelled() {
+            cancel(self, request_id.to_owned());
+            return (token, None);
+        }
+        let ended = CancellationToken::new();
+        let guard = ended.clone().drop_guard();
+        let inner = Arc::clone(self);
+        let id = request_id.to_owned();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = signal.cancelled() => cancel(&inner, id),
+                _ = ended.cancelled() => {}
+            }
+        });
+        (token, Some(guard))
     }
 
     /// Spawns a background turn task, keeping a handle to abort it (tasks that ended are

@@ -18,7 +18,7 @@ use crate::tool::ToolSet;
 use crate::turn::{self, TurnSpec};
 
 use super::handle::Session;
-use crate::runtime::{lock, ChatStream, OutcomeStatus, SubmitReceipt, TurnOutcome};
+use crate::runtime::{ChatStream, OutcomeStatus, SubmitReceipt, TurnOutcome};
 
 /// What a command is delivered with beyond its input: what cannot be recorded (a live
 /// cancellation signal, tools with code), and how the caller wants the work back.
@@ -235,8 +235,7 @@ impl Session {
         client_tools: Vec<mull_core::ToolSpec>,
         caller_tools: ToolSet,
     ) -> TurnSpec {
-        let signal = signal.unwrap_or_default();
-        lock(&self.inner.active).insert(request_id.clone(), signal.clone());
+        let (signal, watch) = self.inner.register_request(&request_id, signal);
         TurnSpec {
             entry,
             request_id,
@@ -244,6 +243,7 @@ impl Session {
             body,
             messages,
             signal,
+            _watch: watch,
             client: None,
             submission_id: None,
             client_tools,
@@ -254,24 +254,9 @@ impl Session {
     /// Cancels one request (`Some`) or every request of the session, recording the
     /// cancellation first; nothing is recorded when there is nothing to cancel.
     fn cancel(&self, request_id: Option<String>, reason: String) -> Result<Reply, EngineError> {
-        let tokens: Vec<CancellationToken> = {
-            let active = lock(&self.inner.active);
-            match &request_id {
-                Some(id) => active.get(id).into_iter().cloned().collect(),
-                None => active.values().cloned().collect(),
-            }
-        };
-        let tokens: Vec<_> = tokens.into_iter().filter(|t| !t.is_cancelled()).collect();
-        if tokens.is_empty() {
-            return Ok(Reply::Cancelled(0));
-        }
         self.inner
-            .recorder
-            .append(None, Event::CancellationRequested { request_id, reason })?;
-        for token in &tokens {
-            token.cancel();
-        }
-        Ok(Reply::Cancelled(tokens.len()))
+            .cancel_requests(request_id, reason)
+            .map(Reply::Cancelled)
     }
 
     /// The auto-continuation an answer that completed its step starts: run to its end, or

@@ -56,6 +56,8 @@ impl Session {
             options.bus_capacity,
         );
         let config = agent.configure_session(SessionConfig::new()).await;
+        let context = agent.configure_context(config.context()).await;
+        let config = config.with_context_config(context);
         let session = Session {
             inner: Arc::new(Runtime::new(
                 Arc::clone(&agent),
@@ -145,8 +147,35 @@ impl Session {
         lock(&self.inner.active).contains_key(request_id)
     }
 
+    /// The turn running now, as the log tells it so far: its summary (request id, entry path,
+    /// continuation, attempt, steps and usage up to now) and the assistant message it is
+    /// writing. `None` between turns. Safe to call from anywhere, a hook of that turn included.
+    pub fn active_turn(&self) -> Option<ActiveTurn> {
+        self.read_state(|s| {
+            let turn = s
+                .turns
+                .iter()
+                .rev()
+                .find(|t| t.status == mull_core::TurnStatus::Running)?;
+            Some(ActiveTurn {
+                draft: s.draft.clone().filter(|d| d.id == turn.message_id),
+                turn: turn.clone(),
+            })
+        })
+    }
+
     /// Whether anything runs or waits in the session: a queued or running request.
     pub fn is_busy(&self) -> bool {
         !lock(&self.inner.active).is_empty()
     }
+}
+
+/// A turn in progress ([`Session::active_turn`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ActiveTurn {
+    /// The turn's summary as projected so far (status `running`).
+    pub turn: mull_store::TurnSummary,
+    /// The assistant message the turn is writing, once it has a part.
+    pub draft: Option<mull_core::UIMessage>,
 }

@@ -33,4 +33,4 @@ pub use crate::runtime::{
     SubmitReceipt, TurnFailure, TurnOptions, TurnOutcome,
 };
 pub use command::{CommandOptions, Reply};
-pub use handle::Session;
+pub use handle::{ActiveTurn, Session};

@@ -441,16 +441,15 @@ impl Drop for CancelChild {
         } else {
             PARENT_CALL_ENDED
         };
-        // A child whose request already ended has nothing to cancel.
-        if self.child.is_request_active(&self.request_id) {
-            // Appending can fail only when the log is gone; the child then ends with it.
-            let _ = self.child.inner.recorder.append(
-                None,
-                Event::CancellationRequested {
-                    request_id: Some(self.request_id.clone()),
-                    reason: reason.to_owned(),
-                },
-            );
+        // Recorded and acted on through the child's one cancellation path; a child whose
+        // request already ended has nothing to cancel. Appending can fail only when the log is
+        // gone; the child then ends with it.
+        if let Err(e) = self
+            .child
+            .inner
+            .cancel_requests(Some(self.request_id.clone()), reason.to_owned())
+        {
+            tracing::warn!(error = %e, "a sub-agent's cancellation could not be recorded");
         }
         self.signal.cancel();
     }

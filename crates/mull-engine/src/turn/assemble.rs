@@ -23,7 +23,10 @@ impl TurnRun<'_> {
     ) -> Result<Result<ResolvedTurn, ChatError>, EngineError> {
         let inner = self.inner;
         let agent = &inner.agent;
-        let mut tools = agent.tools();
+        // The seed's merge order, later layers winning on a name clash: workspace → agent →
+        // session → MCP → client → caller.
+        let mut tools = agent.workspace().map(|w| w.tools()).unwrap_or_default();
+        tools.merge(&agent.tools());
         tools.merge(&crate::memory::session_tools(inner));
         let sources: Vec<_> = (agent.mcp_servers().into_iter())
             .chain(inner.options.mcp_servers.iter().cloned())
@@ -54,6 +57,7 @@ impl TurnRun<'_> {
                 Some(system) => system,
                 None => agent.system_prompt(),
             };
+        let system = crate::memory::skills::with_listing(system, &inner.config.skills);
         let defaults = TurnDefaults {
             model: inner.options.outside.model(agent.model()),
             system,
@@ -73,6 +77,7 @@ impl TurnRun<'_> {
             body: self.spec.body.clone(),
             request_id: self.spec.request_id.clone(),
             entry: self.spec.entry,
+            abort: self.spec.signal.clone(),
         };
         let config = match guard_hook(
             inner,

@@ -83,6 +83,7 @@ pub(super) async fn run_attempt(
     inner: &Arc<Runtime>,
     spec: &TurnSpec,
     attempt: u32,
+    recoveries: u32,
 ) -> Result<Attempt, EngineError> {
     if attempt == 0 {
         if let Err(error) = repair_transcript(inner, spec).await? {
@@ -125,6 +126,13 @@ pub(super) async fn run_attempt(
     }
     let resolved = match run.configure().await? {
         Ok(resolved) => resolved,
+        // A setup hook cut off by the abort: the turn ends as aborted, not failed.
+        Err(_) if spec.signal.is_cancelled() => {
+            return run
+                .finish(TurnStatus::Aborted, None)
+                .await
+                .map(|e| Attempt::Done(Box::new(e)))
+        }
         Err(error) => {
             return run
                 .fail_setup(error)
@@ -147,11 +155,16 @@ pub(super) async fn run_attempt(
             .finish(TurnStatus::Completed, None)
             .await
             .map(|e| Attempt::Done(Box::new(e))),
+        // A failure while the turn was being aborted (a `before_step` cut off) is the abort.
         StepsEnd::Aborted => run
             .finish(TurnStatus::Aborted, None)
             .await
             .map(|e| Attempt::Done(Box::new(e))),
-        StepsEnd::Failed(error) => run.stream_failed(error, attempt).await,
+        StepsEnd::Failed(_) if spec.signal.is_cancelled() => run
+            .finish(TurnStatus::Aborted, None)
+            .await
+            .map(|e| Attempt::Done(Box::new(e))),
+        StepsEnd::Failed(error) => run.stream_failed(error, attempt, recoveries).await,
     }
 }
 
@@ -228,14 +241,17 @@ impl TurnRun<'_> {
         })
     }
 
-    /// A stream-stage failure: overflow recovery when it applies, else the usual ending.
+    /// A stream-stage failure: overflow recovery or recovery from a transient or rate-limit
+    /// error when it applies, else the usual ending.
     pub(super) async fn stream_failed(
         &mut self,
         error: ChatError,
         attempt: u32,
+        recoveries: u32,
     ) -> Result<Attempt, EngineError> {
         let overflow = self.inner.config.overflow();
-        if !overflow.reactive {
+        let recovery = self.inner.config.recovery();
+        if !overflow.reactive && !recovery.is_on() {
             return self
                 .finish(TurnStatus::Error, Some(error))
                 .await
@@ -264,11 +280,19 @@ impl TurnRun<'_> {
                 None
             }
         };
-        if classification != Some(ChatErrorClassification::ContextOverflow) {
-            return self
-                .finish(TurnStatus::Error, Some(error))
-                .await
-                .map(|e| Attempt::Done(Box::new(e)));
+        match classification {
+            Some(c @ (ChatErrorClassification::Transient | ChatErrorClassification::RateLimit))
+                if recovery.is_on() =>
+            {
+                return self.recover(error, c, recoveries).await
+            }
+            Some(ChatErrorClassification::ContextOverflow) if overflow.reactive => {}
+            _ => {
+                return self
+                    .finish(TurnStatus::Error, Some(error))
+                    .await
+                    .map(|e| Attempt::Done(Box::new(e)))
+            }
         }
         // The partial of an overflowed attempt is discarded: the retry starts afresh.
         let finished = self.append(Event::TurnFinished {
@@ -281,9 +305,11 @@ impl TurnRun<'_> {
         crate::otel_fields::record_usage(&tracing::Span::current(), &self.usage, None);
         // The gate: a retry or the failure's report follows.
         self.inner.recorder.durable(finished).await?;
+        // Recovery attempts of the same request do not use up overflow rounds.
+        let rounds = attempt.saturating_sub(recoveries);
         if !self.spec.signal.is_cancelled()
-            && attempt < overflow.max_retries
-            && self.compact(attempt + 1).await?
+            && rounds < overflow.max_retries
+            && self.compact(rounds + 1).await?
         {
             return Ok(Attempt::Retry);
         }

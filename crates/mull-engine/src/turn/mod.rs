@@ -21,6 +21,7 @@
 mod approval;
 mod assemble;
 mod attempt;
+mod backoff;
 mod failure;
 mod recovery;
 mod run;
@@ -65,6 +66,7 @@ pub(crate) async fn run_entry(
     let scope = TurnScope {
         session_id: inner.session_id.clone(),
         request_id: spec.request_id.clone(),
+        signal: spec.signal.clone(),
     };
     let ended = TURN_SCOPE.scope(scope, run_attempts(inner, &spec)).await;
     inner.forget_request(&spec.request_id);
@@ -81,6 +83,7 @@ async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, En
         return Ok(ended);
     }
     let mut attempt = 0;
+    let mut recoveries = 0;
     loop {
         let make_span = || {
             tracing::info_span!(
@@ -107,8 +110,15 @@ async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, En
             Some(parent) => parent.in_scope(make_span),
             None => make_span(),
         };
-        match run_attempt(inner, spec, attempt).instrument(span).await? {
+        match run_attempt(inner, spec, attempt, recoveries)
+            .instrument(span)
+            .await?
+        {
             Attempt::Retry => attempt += 1,
+            Attempt::Recovered => {
+                attempt += 1;
+                recoveries += 1;
+            }
             Attempt::Done(ended) => return Ok(*ended),
         }
     }

@@ -29,7 +29,11 @@ pub(crate) struct TurnSpec {
     pub(crate) body: Value,
     /// Messages to persist before the turn (none for continuations).
     pub(crate) messages: Vec<UIMessage>,
+    /// The request's own cancellation (what `cancel_chat`, `abort_all` and a caller's signal
+    /// cancel, each recorded first).
     pub(crate) signal: CancellationToken,
+    /// Watches the caller's signal while the turn lives (see `Runtime::register_request`).
+    pub(crate) _watch: Option<tokio_util::sync::DropGuard>,
     /// Where a `chat` call reads its parts.
     pub(crate) client: Option<mpsc::UnboundedSender<StreamPart>>,
     pub(crate) submission_id: Option<String>,
@@ -60,6 +64,8 @@ pub(super) fn outcome(
 pub(super) enum Attempt {
     /// Overflow recovery compacted the history: run the turn again.
     Retry,
+    /// Recovery from a transient or rate-limit error waited its backoff: run the turn again.
+    Recovered,
     Done(Box<Ended>),
 }
 

@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use mull_core::{
-    to_model_messages, ErrorStage, Event, LanguageModel, ModelMessage, ModelRequest, ModelStream,
-    RequestSummary, StepRecord, StreamPart, ToolResultRecord, UIMessage, UIPart,
+    to_model_messages, ErrorStage, Event, LanguageModel, ModelMessage, ModelRequest, ModelRole,
+    ModelStream, RequestSummary, StepRecord, StreamPart, ToolResultRecord, UIMessage, UIPart,
 };
 use serde_json::json;
 use tracing::Instrument;
 
 use super::assemble::resolve_model;
 use super::run::{Next, PendingCall, ResponseMeta, StepEnd, StepParts, StepsEnd, ToolEnd, TurnRun};
-use crate::config::{ResolvedTurn, StepConfig};
+use crate::config::{ResolvedTurn, StepConfig, SystemPrompt};
 use crate::context::PrepareStepContext;
 use crate::error::{ChatError, EngineError};
 use crate::guard::guard_hook;
@@ -153,15 +153,42 @@ impl TurnRun<'_> {
         }
         let active_tools = active_tools.or_else(|| resolved.active_tools.clone());
         let tool_choice = tool_choice.unwrap_or_else(|| resolved.tool_choice.clone());
-        let system = system.unwrap_or_else(|| resolved.system.clone());
+        let (system, system_messages) = match system {
+            None => (resolved.system.clone(), Vec::new()),
+            Some(SystemPrompt::Text(text)) => (text, Vec::new()),
+            Some(SystemPrompt::Messages(list)) => {
+                if let Some(other) = list.iter().find(|m| m.role != ModelRole::System) {
+                    let message = format!(
+                        "before_step's StepConfig::system holds a {:?} message; only system messages belong there (put others in StepConfig::messages)",
+                        other.role
+                    );
+                    return Ok(StepEnd::Failed(self.error(ErrorStage::Stream, message)));
+                }
+                (String::new(), list)
+            }
+        };
         let messages = step_messages.unwrap_or(messages);
         let mut settings = resolved.settings.clone();
         if provider_options.is_some() {
             settings.provider_options = provider_options;
         }
+        let sent: Vec<ModelMessage> = if system_messages.is_empty() {
+            messages.clone()
+        } else {
+            system_messages
+                .iter()
+                .cloned()
+                .chain(messages.iter().cloned())
+                .collect()
+        };
+        let recorded_system = if system_messages.is_empty() {
+            (!system.is_empty()).then(|| system.clone())
+        } else {
+            Some(SystemPrompt::Messages(system_messages).text())
+        };
         let request = ModelRequest {
             system: (!system.is_empty()).then_some(system),
-            messages: messages.clone(),
+            messages: sent,
             tools: resolved.tools.specs(active_tools.as_deref()),
             tool_choice,
             settings,
@@ -181,7 +208,7 @@ impl TurnRun<'_> {
                     model_id: step_model.model_id().to_owned(),
                     active_tools: active_tools.clone(),
                     tool_choice: request.tool_choice.clone(),
-                    system: request.system.clone(),
+                    system: recorded_system,
                     message_count: u32::try_from(messages.len()).unwrap_or(u32::MAX),
                     overrides,
                     request_hash: Some(summary.hash.clone()),
@@ -335,6 +362,10 @@ impl TurnRun<'_> {
         // The hooks have seen the record; the turn keeps it (not a copy) for its result.
         self.steps.push(ctx.record);
         observed?;
+        // An abort while `on_step_finish` ran (or cut it off) ends the turn here.
+        if self.spec.signal.is_cancelled() {
+            return Ok(StepEnd::Aborted);
+        }
         if last_step {
             return Ok(StepEnd::Stop);
         }
@@ -464,6 +495,13 @@ impl TurnRun<'_> {
             unreachable!("the log returns the chunk event it was given")
         };
         parts.observe(&shown);
+        if let Some(metadata) = resolved
+            .message_metadata
+            .as_ref()
+            .and_then(|m| m.of(&shown))
+        {
+            self.append(Event::MessageMetadataUpdated { step, metadata })?;
+        }
         if let Some(client) = &self.spec.client {
             if !shown.is_call_metadata() && (resolved.send_reasoning || !shown.is_reasoning()) {
                 // A client that went away stops listening; the turn goes on and is logged.

@@ -450,3 +450,36 @@ fn chunks_decode_back_from_their_json() {
     .is_terminal());
     assert!(!UiChunk::StartStep.is_terminal());
 }
+
+#[test]
+fn message_metadata_reaches_the_client_as_the_ai_sdks_message_metadata_chunk() {
+    let mut keys = serde_json::Map::new();
+    keys.insert("model".into(), json!("scripted-1"));
+    let parts = run(
+        vec![
+            started(),
+            Event::StepStarted { step: 0 },
+            chunk(StreamPart::TextStart { id: "t0".into() }),
+            Event::MessageMetadataUpdated {
+                step: 0,
+                metadata: keys,
+            },
+            chunk(StreamPart::TextEnd { id: "t0".into() }),
+            step_finished(FinishReason::Stop),
+            finished(TurnStatus::Completed, None),
+        ],
+        &mut UiStreamMapper::new(),
+    );
+    assert_eq!(
+        parts,
+        vec![
+            json!({"type": "start", "messageId": "m1"}),
+            json!({"type": "start-step"}),
+            json!({"type": "text-start", "id": "t0"}),
+            json!({"type": "message-metadata", "messageMetadata": {"model": "scripted-1"}}),
+            json!({"type": "text-end", "id": "t0"}),
+            json!({"type": "finish-step"}),
+            json!({"type": "finish", "finishReason": "stop"}),
+        ]
+    );
+}

@@ -85,6 +85,17 @@ impl SessionState {
                     draft.parts.push(UIPart::StepStart);
                 }
             }
+            Event::MessageMetadataUpdated { metadata, .. } => {
+                if let Some(draft) = &mut self.draft {
+                    // Shallow: a key set again replaces the earlier value whole.
+                    match &mut draft.metadata {
+                        Some(serde_json::Value::Object(existing)) => {
+                            existing.extend(metadata.clone());
+                        }
+                        slot => *slot = Some(serde_json::Value::Object(metadata.clone())),
+                    }
+                }
+            }
             Event::ToolCallStarted {
                 step,
                 call_id,
@@ -341,6 +352,8 @@ impl SessionState {
             | Event::TurnRequested { .. }
             | Event::StepConfigured { .. }
             | Event::ModelRetried { .. }
+            | Event::RecoveryScheduled { .. }
+            | Event::CompactionCall { .. }
             | Event::PartTransformed { .. }
             | Event::CancellationRequested { .. } => {}
         }

@@ -1,0 +1,126 @@
+//! Bounded recovery from transient and rate-limit errors (Think 0.24): when
+//! `classify_chat_error` calls a stream failure `transient` or `rate_limit` and
+//! [`ChatRecovery`](crate::ChatRecovery) is on, the attempt is discarded, a
+//! `recovery_scheduled` event is written, the turn waits its backoff (1 s doubling to 30 s,
+//! on the session's clock: a clock that only moves when told to lets the wait pass at once)
+//! and runs again under the same request id. When the attempts are used up,
+//! `on_recovery_exhausted` runs and the turn ends with a terminal error naming the
+//! classification.
+
+use mull_core::{ChatErrorClassification, Event, HookName, TurnStatus};
+
+use super::run::{Attempt, TurnRun};
+use crate::context::RecoveryExhausted;
+use crate::error::{ChatError, EngineError};
+use crate::guard::{guarded, Caller};
+
+/// The snake_case name of a classification, as the log writes it.
+fn class_name(c: ChatErrorClassification) -> &'static str {
+    match c {
+        ChatErrorClassification::ContextOverflow => "context_overflow",
+        ChatErrorClassification::RateLimit => "rate_limit",
+        ChatErrorClassification::Transient => "transient",
+        ChatErrorClassification::Fatal => "fatal",
+        ChatErrorClassification::Unknown => "unknown",
+    }
+}
+
+impl TurnRun<'_> {
+    /// Runs the request again after its backoff, or — attempts used up, or the turn aborted —
+    /// ends it with its terminal error. `recoveries` is how many recoveries this request ran.
+    pub(super) async fn recover(
+        &mut self,
+        error: ChatError,
+        classification: ChatErrorClassification,
+        recoveries: u32,
+    ) -> Result<Attempt, EngineError> {
+        let recovery = self.inner.config.recovery();
+        if recoveries >= recovery.max_attempts || self.spec.signal.is_cancelled() {
+            return self.give_up(error, classification, recoveries).await;
+        }
+        // The partial of a failed attempt is discarded: the next attempt starts afresh.
+        self.append(Event::TurnFinished {
+            request_id: self.spec.request_id.clone(),
+            status: TurnStatus::Error,
+            error: Some(error.message.clone()),
+            steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
+            usage: self.usage.clone(),
+        })?;
+        let delay = recovery.delay(recoveries);
+        let scheduled = self.append(Event::RecoveryScheduled {
+            request_id: self.spec.request_id.clone(),
+            attempt: recoveries + 1,
+            max_attempts: recovery.max_attempts,
+            classification,
+            error: error.message.clone(),
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        })?;
+        // The gate: the wait and the next attempt follow a durable decision to recover.
+        self.inner.recorder.durable(scheduled).await?;
+        if !self.inner.recorder.clock().skip_ahead(delay) {
+            tokio::select! {
+                biased;
+                // The next attempt sees the signal and ends at once as aborted.
+                _ = self.spec.signal.cancelled() => {}
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+        Ok(Attempt::Recovered)
+    }
+
+    /// The attempts are used up: `on_recovery_exhausted`, then the terminal error.
+    async fn give_up(
+        &mut self,
+        error: ChatError,
+        classification: ChatErrorClassification,
+        recoveries: u32,
+    ) -> Result<Attempt, EngineError> {
+        let ctx = RecoveryExhausted {
+            request_id: self.spec.request_id.clone(),
+            attempts: recoveries,
+            classification,
+            error: error.message.clone(),
+        };
+        let caller = Caller::agent(HookName::OnRecoveryExhausted);
+        let limit = self.inner.agent.hook_timeout();
+        let agent = std::sync::Arc::clone(&self.inner.agent);
+        // A failure of the hook is recorded as `hook_failed`; the turn ends the same way.
+        guarded(
+            self.inner,
+            self.tid(),
+            caller,
+            limit,
+            agent.on_recovery_exhausted(&ctx),
+        )
+        .await?
+        .ok();
+        let plural = if recoveries == 1 { "" } else { "s" };
+        let terminal = ChatError {
+            classification: Some(classification),
+            message: format!(
+                "the model kept failing ({}); gave up after {recoveries} recovery attempt{plural}: {}",
+                class_name(classification),
+                error.message
+            ),
+            ..error
+        };
+        self.finish(TurnStatus::Error, Some(terminal))
+            .await
+            .map(|e| Attempt::Done(Box::new(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::ChatRecovery;
+
+    #[test]
+    fn the_backoff_starts_at_one_second_doubles_and_stops_at_thirty() {
+        let recovery = ChatRecovery::new(8);
+        let delays: Vec<u64> = (0..8).map(|n| recovery.delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(ChatRecovery::new(3).delay(0), Duration::from_secs(1));
+    }
+}
