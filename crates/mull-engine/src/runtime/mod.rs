@@ -8,6 +8,7 @@ mod options;
 mod outcome;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mull_core::Envelope;
@@ -26,6 +27,13 @@ pub use outcome::{
     ChatStream, ClientToolOutcome, OutcomeStatus, SubmissionResult, SubmitReceipt, TurnFailure,
     TurnOutcome,
 };
+
+/// A caller's signal, watched while its request lives (see [`Runtime::register_request`]).
+pub(crate) struct SignalWatch {
+    pub(crate) signal: CancellationToken,
+    pub(crate) recorded: Arc<AtomicBool>,
+    _stop: tokio_util::sync::DropGuard,
+}
 
 /// The reason a `cancellation_requested` event gives when a caller's signal was cancelled.
 pub const SIGNAL_CANCELLED: &str = "signal";
@@ -121,41 +129,61 @@ impl Runtime {
         Ok(tokens.len())
     }
 
-    /// Registers request `request_id` as active with a token of its own, and ties a caller's
-    /// `signal` to it: cancelling the signal cancels the request through
-    /// [`Runtime::cancel_requests`] (reason [`SIGNAL_CANCELLED`]), so that path is recorded
-    /// like every other. An already-cancelled signal acts at once. The returned guard stops
-    /// watching the signal when dropped (the request's spec holds it).
+    /// Registers request `request_id` as active with a token of its own, tied to a caller's
+    /// `signal`: the token is the signal's child, so the turn sees the signal at once, and the
+    /// cancellation is recorded as `cancellation_requested` (reason [`SIGNAL_CANCELLED`]) once,
+    /// by whichever sees it first — the watcher task, or the turn as it ends aborted — so that
+    /// path is an input event like every other. An already-cancelled signal is recorded at once.
     pub(crate) fn register_request(
         self: &Arc<Runtime>,
         request_id: &str,
         signal: Option<CancellationToken>,
-    ) -> (CancellationToken, Option<tokio_util::sync::DropGuard>) {
-        let token = CancellationToken::new();
-        lock(&self.active).insert(request_id.to_owned(), token.clone());
+    ) -> (CancellationToken, Option<SignalWatch>) {
         let Some(signal) = signal else {
+            let token = CancellationToken::new();
+            lock(&self.active).insert(request_id.to_owned(), token.clone());
             return (token, None);
         };
-        let cancel = |inner: &Runtime, id: String| {
-            if let Err(e) = inner.cancel_requests(Some(id), SIGNAL_CANCELLED.to_owned()) {
-                tracing::warn!(error = %e, "a cancelled signal could not be recorded");
-            }
-        };
+        let token = signal.child_token();
+        lock(&self.active).insert(request_id.to_owned(), token.clone());
+        let recorded = Arc::new(AtomicBool::new(false));
         if signal.is_cancelled() {
-            cancel(self, request_id.to_owned());
-            return (token, None);
+            self.record_signal(request_id, &recorded);
         }
         let ended = CancellationToken::new();
-        let guard = ended.clone().drop_guard();
+        let watch = SignalWatch {
+            signal: signal.clone(),
+            recorded: Arc::clone(&recorded),
+            _stop: ended.clone().drop_guard(),
+        };
         let inner = Arc::clone(self);
         let id = request_id.to_owned();
         tokio::spawn(async move {
             tokio::select! {
-                _ = signal.cancelled() => cancel(&inner, id),
+                _ = signal.cancelled() => {
+                    // A request that already ended has nothing to cancel.
+                    if lock(&inner.active).contains_key(&id) {
+                        inner.record_signal(&id, &recorded);
+                    }
+                }
                 _ = ended.cancelled() => {}
             }
         });
-        (token, Some(guard))
+        (token, Some(watch))
+    }
+
+    /// Appends the `cancellation_requested` of a caller's cancelled signal, once.
+    pub(crate) fn record_signal(&self, request_id: &str, recorded: &AtomicBool) {
+        if recorded.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let event = mull_core::Event::CancellationRequested {
+            request_id: Some(request_id.to_owned()),
+            reason: SIGNAL_CANCELLED.to_owned(),
+        };
+        if let Err(e) = self.recorder.append(None, event) {
+            tracing::warn!(error = %e, "a cancelled signal could not be recorded");
+        }
     }
 
     /// Spawns a background turn task, keeping a handle to abort it (tasks that ended are

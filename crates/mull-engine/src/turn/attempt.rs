@@ -202,6 +202,14 @@ impl TurnRun<'_> {
         if message.parts.iter().all(|p| matches!(p, UIPart::StepStart)) {
             message.parts.clear();
         }
+        // An abort by the caller's signal is recorded before the turn's end, if its watcher
+        // has not yet.
+        if let (TurnStatus::Aborted, Some(watch)) = (status, &self.spec._watch) {
+            if watch.signal.is_cancelled() {
+                self.inner
+                    .record_signal(&self.spec.request_id, &watch.recorded);
+            }
+        }
         let persisted = !message.parts.is_empty();
         if persisted {
             self.append(Event::AssistantMessageSaved {

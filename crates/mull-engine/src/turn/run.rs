@@ -33,7 +33,7 @@ pub(crate) struct TurnSpec {
     /// cancel, each recorded first).
     pub(crate) signal: CancellationToken,
     /// Watches the caller's signal while the turn lives (see `Runtime::register_request`).
-    pub(crate) _watch: Option<tokio_util::sync::DropGuard>,
+    pub(crate) _watch: Option<crate::runtime::SignalWatch>,
     /// Where a `chat` call reads its parts.
     pub(crate) client: Option<mpsc::UnboundedSender<StreamPart>>,
     pub(crate) submission_id: Option<String>,
