@@ -24,6 +24,16 @@ struct Cli {
     /// or `json` (one object per line, for log collectors).
     #[arg(long, global = true, value_enum, default_value_t = telemetry::LogFormat::Text)]
     log_format: telemetry::LogFormat,
+    /// What an event a gate let out survives, for chat, serve and demo on a SQLite log:
+    /// `process` (a killed process; the default) or `power` (a power cut too: commits run with
+    /// synchronous=FULL and every record-file write is fsynced).
+    #[arg(
+        long,
+        global = true,
+        value_name = "process|power",
+        default_value = "process"
+    )]
+    durability: mull_store::Durability,
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,6 +118,7 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<()> {
     let cli = Cli::parse();
+    cli::set_durability(cli.durability);
     let live_otlp = match &cli.command {
         Command::Export { .. } => None,
         _ => cli.otlp.as_deref(),

@@ -24,7 +24,7 @@ use mull_engine::{
     ToolSet, TurnOptions,
 };
 use mull_providers::scripted::{ScriptedModel, StepScript};
-use mull_store::{EventLog, Log};
+use mull_store::{Durability, EventLog, Log, LogOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -45,6 +45,9 @@ pub struct TurnsArgs {
     /// Also append every run's raw row (JSON) to this file.
     #[arg(long)]
     raw: Option<PathBuf>,
+    /// What the log's gates wait for: `process` (the default) or `power` (fsync per gate).
+    #[arg(long, default_value = "process")]
+    durability: Durability,
 }
 
 /// Options of one measured run, in its own process.
@@ -55,6 +58,9 @@ pub struct CellArgs {
     /// Export the engine's spans live over OTLP to this URL while the turns run.
     #[arg(long)]
     pub(crate) otlp: Option<String>,
+    /// The log's durability (see `turns --durability`).
+    #[arg(long, default_value = "process")]
+    pub(crate) durability: Durability,
 }
 
 /// A turn shape.
@@ -308,7 +314,13 @@ pub fn cell(args: &CellArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let log = Log::open(&path)?;
+    let log = Log::open_with(
+        &path,
+        LogOptions {
+            durability: args.durability,
+            ..LogOptions::default()
+        },
+    )?;
     let on_chunk_calls = Arc::new(AtomicU64::new(0));
     let text_chunks = Arc::new(AtomicU64::new(0));
 
@@ -411,6 +423,7 @@ pub(crate) fn run_cell(
     shape: &Shape,
     rep: usize,
     otlp: Option<&str>,
+    durability: Durability,
 ) -> anyhow::Result<CellResult> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let before = cpu_jiffies();
@@ -418,6 +431,9 @@ pub(crate) fn run_cell(
     command.args(["turns-cell", "--scenario", shape.name]);
     if let Some(url) = otlp {
         command.args(["--otlp", url]);
+    }
+    if durability == Durability::Power {
+        command.args(["--durability", "power"]);
     }
     let output = command.output().context("running a turns cell")?;
     let after = cpu_jiffies();
@@ -482,7 +498,7 @@ pub fn run(args: &TurnsArgs) -> anyhow::Result<()> {
     let mut rows: Vec<CellResult> = Vec::new();
     for rep in 0..args.reps {
         for shape in &shapes {
-            let row = run_cell(shape, rep, None)?;
+            let row = run_cell(shape, rep, None, args.durability)?;
             if !args.json {
                 eprintln!(
                     "rep {rep} {}: {:.1} ms, {:.2} us/chunk, {:.1} MiB, foreign busy {:.0}%",

@@ -29,6 +29,7 @@ use rusqlite::{params, Connection};
 pub use crate::damage::DamagedRange;
 use crate::damage::{damage_after, name_sessions};
 use crate::error::StoreError;
+use crate::gate::SideDamage;
 pub use crate::open_check::OPEN_CHECK_BUDGET;
 use crate::reader::LogReader;
 use crate::timestamp;
@@ -49,12 +50,15 @@ pub struct IntegrityReport {
     pub last_readable: u64,
     /// Every stretch of seqs that cannot be read, in seq order.
     pub damaged: Vec<DamagedRange>,
+    /// Files beside the database (record file, WAL) that hold rows it lacks: damaged, or set
+    /// aside after damage (see [`crate::gate`]).
+    pub side: Vec<SideDamage>,
 }
 
 impl IntegrityReport {
-    /// Whether the file is sound and every event reads.
+    /// Whether the file is sound, every event reads, and nothing beside it holds rows it lacks.
     pub fn is_sound(&self) -> bool {
-        self.problems.is_empty() && self.damaged.is_empty()
+        self.problems.is_empty() && self.damaged.is_empty() && self.side.is_empty()
     }
 }
 
@@ -65,11 +69,16 @@ pub struct RecoverReport {
     pub copied: u64,
     /// The stretches that could not be read, as [`check`] reports them.
     pub lost: Vec<DamagedRange>,
+    /// Of `copied`, the events taken from files beside the database: a damaged WAL's later
+    /// commits, and record-file rows.
+    pub from_side_files: u64,
 }
 
-/// Checks a log fully, read-only: SQLite's `integrity_check`, then every event by seq.
+/// Checks a log fully: the files beside it (record file, WAL; damage there is set aside,
+/// never changed), SQLite's `integrity_check`, then every event by seq.
 pub fn check(path: impl AsRef<Path>) -> Result<IntegrityReport, StoreError> {
     let reader = LogReader::open(path.as_ref())?;
+    let side = reader.side_damage().to_vec();
     let conn = reader.connection();
     let problems = match conn.prepare("PRAGMA integrity_check").and_then(|mut s| {
         s.query_map([], |r| r.get::<_, String>(0))?
@@ -91,6 +100,7 @@ pub fn check(path: impl AsRef<Path>) -> Result<IntegrityReport, StoreError> {
         readable,
         last_readable,
         damaged,
+        side,
     })
 }
 
@@ -112,15 +122,30 @@ pub fn recover(
         });
     }
     let reader = LogReader::open(from)?;
-    let result = Log::open(out).and_then(|log| {
+    let plain = reader.max_seq().unwrap_or(0);
+    let result = crate::salvage::source(from, reader, out).and_then(|source| {
+        let log = Log::open(out)?;
         let mut lost = Vec::new();
+        let mut last = 0;
+        let mut from_side_files = 0;
         let source_name = from.display().to_string();
         let copied = log.import(&source_name, |import| {
-            lost = walk(reader.connection(), |row| import.push(row))?;
-            Ok(())
+            lost = walk(source.reader.connection(), |row| {
+                last = row.seq;
+                from_side_files += u64::from(row.seq > plain);
+                import.push(row)
+            })?;
+            let (rows, gaps) = crate::salvage::record_rows(from, last);
+            from_side_files += rows.len() as u64;
+            lost.extend(gaps);
+            rows.into_iter().try_for_each(|row| import.push(row))
         })?;
         log.close()?;
-        Ok(RecoverReport { copied, lost })
+        Ok(RecoverReport {
+            copied,
+            lost,
+            from_side_files,
+        })
     });
     if result.is_err() {
         remove_log_files(out);

@@ -41,7 +41,8 @@
 //! - a reader in another process sees it once the writer commits it, within `batch_max_delay`;
 //! - a reader that finds the writer gone (its lock free) and its record file not empty inserts
 //!   the file's rows before it opens, taking the writer's lock for that moment: so no reader
-//!   shows less than the last writer let out.
+//!   shows less than the last writer let out. With the lock held it also reads the WAL the way
+//!   SQLite will, before SQLite does, to find damage SQLite would hide.
 //!
 //! The engine follows one rule (Durable Objects' output gate): **nothing leaves the process
 //! before the events it depends on are durable**. What leaves is a tool run (after its
@@ -65,14 +66,21 @@
 //! message) or absent as a whole. Never lost: a decision whose tool ran, a reported turn end,
 //! an acknowledged submission, anything before a completed [`Log::flush`]. The seqs in the log
 //! stay contiguous either way.
-//! - The log runs in WAL mode with `synchronous=NORMAL`: a commit is written to the WAL but not
-//!   fsynced, and the record file is not fsynced either. A process crash loses nothing durable;
-//!   a power loss or OS crash may lose the last commits before the next checkpoint (never
-//!   corrupting the file) and the record file's last writes (a frame cut short or altered ends
-//!   the file: each carries a CRC-32), the gate's included. Durability across power loss would
-//!   cost an fsync per gate.
-//! - A record file whose rows do not continue the database (rows missing between them) is
-//!   refused at open, naming the file; nothing in either is changed.
+//! - With [`Durability::Process`] (the default) the log runs in WAL mode with
+//!   `synchronous=NORMAL`: a commit is written to the WAL but not fsynced, and the record file
+//!   is not fsynced either. A process crash loses nothing durable; a power loss or OS crash may
+//!   lose the last commits before the next checkpoint (never corrupting the file) and the record
+//!   file's last writes, the gate's included. [`Durability::Power`]
+//!   ([`LogOptions::durability`]) makes a power cut lose nothing durable either:
+//!   `synchronous=FULL`, and `fdatasync` after every record-file write, at the cost of an fsync
+//!   per gate.
+//! - Damage beside the database is never silent and never deleted (see [`gate`]): a record file
+//!   with a bad frame followed by good ones, rows that skip seqs, unreadable, or a directory in
+//!   its place; a WAL with a bad frame followed by commits that verify (SQLite would drop them
+//!   silently). Each is set aside with a name that says why (`<db>-records.damaged-<time>`, …);
+//!   while one is there, writers refuse the log and readers report it
+//!   ([`LogReader::side_damage`]). Only a torn last frame is not damage: a `write` a kill cut
+//!   short never returned, so nothing depended on it.
 //! - If a commit or a record write fails (disk full …), that batch is not committed; the writer
 //!   stops and every later `append`, `durable` and `flush` returns [`StoreError::WriterFailed`],
 //!   so nothing that depends on the lost batch leaves. What is durable stays: reopening the log
@@ -113,9 +121,10 @@
 //!
 //! # Damage
 //! A writer refuses a log whose pages are damaged ([`StoreError::Damaged`]), after a bounded
-//! check at open; reads that meet damage name the seqs they cannot get past. [`check`] reports
-//! every unreadable stretch of seqs and the sessions it costs; [`recover`] copies every readable
-//! event into a new log. See [`integrity`].
+//! check at open, or whose side files are (above); reads that meet damage name the seqs they
+//! cannot get past. [`check`] reports every unreadable stretch of seqs, the sessions it costs,
+//! and every damaged file beside the database; [`recover`] copies every readable event of the
+//! database, its WAL and its record files into a new log. See [`integrity`].
 //!
 //! # JSONL
 //! [`export_jsonl`] and [`import_jsonl`] move logs in and out as one envelope per line,
@@ -130,11 +139,11 @@ pub mod decode;
 pub mod diff;
 pub mod error;
 pub mod fork;
+pub mod gate;
 pub mod inbox;
 pub mod integrity;
 pub mod jsonl;
 pub mod ledger;
-mod lock;
 pub mod memory;
 mod open_check;
 mod open_turns;
@@ -148,6 +157,8 @@ mod read_sqlite;
 pub mod reader;
 pub mod recovery;
 pub mod request;
+mod row;
+mod salvage;
 pub mod schema;
 pub mod tail;
 pub mod timestamp;
@@ -158,6 +169,7 @@ pub use approvals::{ApprovalAnswer, PendingApproval};
 pub use backend::{EventLog, LogFuture};
 pub use error::StoreError;
 pub use fork::{ForkError, ForkPoint, ResolvedFork, TurnRef};
+pub use gate::{Durability, SideDamage};
 pub use inbox::{Inbox, InboxEntry, InboxMessage, InboxStore, INBOX_SWEEP_PERIOD};
 pub use integrity::{check, recover, DamagedRange, IntegrityReport, RecoverReport};
 pub use jsonl::{export_jsonl, import_jsonl};

@@ -168,6 +168,15 @@ fn check_identity(id: &Identity, path: &Path) -> Result<(), StoreError> {
 /// damaged (see [`crate::integrity`]), sets WAL and `synchronous=NORMAL`, and runs pending
 /// migrations.
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+    open_writer_with(path, crate::gate::Durability::Process)
+}
+
+/// [`open_writer`] with commits as durable as `durability` asks: `synchronous=NORMAL` (a
+/// commit survives a killed process) or `FULL` (it survives a power cut: an fsync per commit).
+pub fn open_writer_with(
+    path: &Path,
+    durability: crate::gate::Durability,
+) -> Result<Connection, StoreError> {
     refuse_directory(path)?;
     let ctx = |what: &str| format!("{}: {what}", path.display());
     let mut conn = Connection::open(path).map_err(StoreError::sqlite(ctx("opening")))?;
@@ -189,7 +198,11 @@ pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
             source: rusqlite::Error::InvalidQuery,
         });
     }
-    conn.pragma_update(None, "synchronous", "NORMAL")
+    let synchronous = match durability {
+        crate::gate::Durability::Power => "FULL",
+        _ => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)
         .map_err(StoreError::sqlite(ctx("setting synchronous")))?;
     // One cached INSERT per form and batch size (3 forms × up to 16 rows: 48) besides the
     // other statements, so that a writer switching forms never re-prepares one.

@@ -54,7 +54,8 @@ pub fn run(args: ChatArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the chat's runtime")?;
-    let log = Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
+    let log =
+        super::open_log(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
     let result = runtime.block_on(chat(&log, agent, &servers, &args));
     log.close()
         .with_context(|| format!("committing {}", args.db.display()))?;

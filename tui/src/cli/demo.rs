@@ -50,7 +50,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let log = match crate::cli::pg::url(&args.db) {
         Some(url) => DemoLog::Postgres(url.to_owned()),
         None => DemoLog::Sqlite(
-            Log::open(&args.db).with_context(|| format!("opening {}", args.db.display()))?,
+            super::open_log(&args.db).with_context(|| format!("opening {}", args.db.display()))?,
         ),
     };
     let policy = args.policy.as_deref().map(builtin_policy).transpose()?;

@@ -15,6 +15,10 @@ const LISTED_SESSIONS: usize = 5;
 /// Writes the log (or one session) to stdout.
 pub fn run(db: &Path, session: Option<&str>) -> Result<()> {
     let reader = LogReader::open(db).with_context(|| format!("opening {}", db.display()))?;
+    // An export must not pass a log without some of its rows off as the whole of it.
+    reader
+        .ensure_whole()
+        .context("nothing exported: it would leave out rows the log lacks")?;
     if let Some(session) = session {
         if !reader.has_session(session)? {
             anyhow::bail!("{}", unknown_session(&reader, db, session)?);

@@ -27,10 +27,13 @@ fn render_check(report: &IntegrityReport) -> String {
             report.problems[0]
         ));
     }
+    for side in &report.side {
+        out.push_str(&format!("  beside it: {side}\n"));
+    }
     out.push_str(&stretches(&report.damaged));
     let lost: u64 = report.damaged.iter().filter_map(DamagedRange::lost).sum();
     out.push_str(&format!(
-        "{} events read back (up to seq {}); {lost} lost in {} stretch(es)\n",
+        "{} events read back from the database (up to seq {}); {lost} lost in {} stretch(es)\n",
         report.readable,
         report.last_readable,
         report.damaged.len()
@@ -50,10 +53,11 @@ pub fn recover(db: &Path, out: &Path) -> Result<()> {
     let report = mull_store::recover(db, out)
         .with_context(|| format!("recovering {} into {}", db.display(), out.display()))?;
     println!(
-        "copied {} events from {} into {}",
+        "copied {} events from {} into {} ({} of them from the files beside it)",
         report.copied,
         db.display(),
-        out.display()
+        out.display(),
+        report.from_side_files
     );
     if report.lost.is_empty() {
         println!("nothing was lost");

@@ -21,3 +21,27 @@ pub mod pg;
 pub mod replay;
 pub mod serve;
 pub mod stats;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use mull_store::{Durability, Log, LogOptions, StoreError};
+
+/// The `--durability` the command line asked for, set once before any log opens.
+static DURABILITY: OnceLock<Durability> = OnceLock::new();
+
+/// Records `--durability` for [`open_log`].
+pub fn set_durability(durability: Durability) {
+    let _ = DURABILITY.set(durability);
+}
+
+/// Opens the SQLite log at `path` for writing, as durable as `--durability` asked.
+pub fn open_log(path: &Path) -> Result<Log, StoreError> {
+    Log::open_with(
+        path,
+        LogOptions {
+            durability: DURABILITY.get().copied().unwrap_or_default(),
+            ..LogOptions::default()
+        },
+    )
+}

@@ -287,7 +287,7 @@ fn open_backend(runtime: &tokio::runtime::Runtime, args: &ServeArgs) -> Result<B
                 .context("opening the PostgreSQL log")?;
             Ok(Backend::Postgres(log))
         }
-        None => Log::open(&args.db)
+        None => super::open_log(&args.db)
             .with_context(|| format!("opening {}", args.db.display()))
             .map(Backend::Sqlite),
     }

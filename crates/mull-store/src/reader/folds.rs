@@ -34,7 +34,7 @@ impl LogReader {
     /// without waiting: a shared lock that is granted means no writer (it is let go at once).
     /// A log no writer ever opened has no lock file: no writer either.
     pub fn writer_active(&self) -> bool {
-        let Ok(file) = std::fs::File::open(crate::lock::lock_path(&self.path)) else {
+        let Ok(file) = std::fs::File::open(crate::gate::lock::lock_path(&self.path)) else {
             return false;
         };
         match file.try_lock_shared() {

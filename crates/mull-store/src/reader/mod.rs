@@ -12,6 +12,7 @@ use rusqlite::{Connection, Params};
 use crate::damage;
 use crate::error::damaged;
 use crate::error::StoreError;
+use crate::gate::{self, SideDamage};
 use crate::schema;
 
 mod folds;
@@ -34,6 +35,8 @@ const COLUMNS: &str = "seq, session_id, turn_id, at, v, payload";
 pub struct LogReader {
     conn: Connection,
     path: PathBuf,
+    /// Damage found beside the database as it opened (see [`LogReader::side_damage`]).
+    side_damage: Vec<SideDamage>,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -46,16 +49,41 @@ impl std::fmt::Debug for LogReader {
 
 impl LogReader {
     /// Opens an existing log read-only; refuses files that are not mull logs of this schema.
+    ///
+    /// First readies the files beside it (see [`crate::gate`]): a writer in this process
+    /// commits what its gates let out; a dead writer's record file is inserted. Damage found
+    /// there does not stop the reader, which reads what the database holds, but is kept in
+    /// [`LogReader::side_damage`] for the caller to report.
     pub fn open(path: impl AsRef<Path>) -> Result<LogReader, StoreError> {
         let path = path.as_ref().to_owned();
-        if let Err(err) = crate::writer::settle_dead_writer(&path) {
-            // The reader still opens, on what the database holds; a writer opening the log
-            // reports the same error and refuses.
-            tracing::warn!(path = %path.display(), error = %err, "inserting a dead writer's record file");
-        }
-        crate::writer::commit_for_reader(&path);
+        gate::live::commit_for_reader(&path);
+        let side_damage = gate::ready_for_reader(&path).unwrap_or_else(|err| {
+            vec![SideDamage {
+                file: path.clone(),
+                what: format!("the files beside it could not be inspected: {err}"),
+            }]
+        });
         let conn = schema::open_reader(&path)?;
-        Ok(LogReader { conn, path })
+        Ok(LogReader {
+            conn,
+            path,
+            side_damage,
+        })
+    }
+
+    /// Files beside the log that hold rows the database lacks (a damaged record file or WAL,
+    /// set aside): the log reads without those rows. Empty when the log is whole.
+    pub fn side_damage(&self) -> &[SideDamage] {
+        &self.side_damage
+    }
+
+    /// An error naming the damage beside the log, if there is any: for commands that must not
+    /// present a partial log as the whole of it.
+    pub fn ensure_whole(&self) -> Result<(), StoreError> {
+        match self.side_damage.is_empty() {
+            true => Ok(()),
+            false => Err(gate::reported(&self.path, &self.side_damage)),
+        }
     }
 
     /// The database file.

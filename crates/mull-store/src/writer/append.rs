@@ -9,8 +9,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, EVENT_VERSION};
 
-use super::row::{kind_of, Row};
-use super::{lock, Appended, Log, WriterWait};
+use super::{kind_of, lock, Appended, Log, Row, Shared, WriterWait};
 use crate::error::StoreError;
 use crate::timestamp;
 
@@ -105,20 +104,7 @@ impl Log {
     /// woken — after the writer thread's current batch, if it is inserting one. Barriers that
     /// arrive together share a commit: the first commits what the others queued.
     pub async fn flush(&self) -> Result<(), StoreError> {
-        let shared = &self.inner.shared;
-        if shared.committed.load(Ordering::Acquire) >= self.last_seq() {
-            return shared.failure.check();
-        }
-        let mut store = lock(&shared.store);
-        store.insert_queued(shared);
-        store.commit(shared);
-        store.settle(shared);
-        shared.settle_records();
-        drop(store);
-        if shared.wants_checkpoint() {
-            shared.nudge_writer();
-        }
-        shared.failure.check()
+        self.inner.shared.flush()
     }
 
     /// Whether the event appended at `seq` is durable — committed, or in the record file (see
@@ -126,8 +112,7 @@ impl Log {
     /// then so is every event before it.
     pub fn is_durable(&self, seq: u64) -> bool {
         let shared = &self.inner.shared;
-        shared.committed.load(Ordering::Acquire) >= seq
-            || shared.recorded.load(Ordering::Acquire) >= seq
+        shared.committed.load(Ordering::Acquire) >= seq || lock(&shared.records).written >= seq
     }
 
     /// The output gate: resolves once the event appended at `seq` — the seq
@@ -146,7 +131,7 @@ impl Log {
     pub async fn durable(&self, seq: u64) -> Result<(), StoreError> {
         let shared = &self.inner.shared;
         shared.gated.fetch_max(seq, Ordering::AcqRel);
-        if self.is_durable(seq) || shared.record_queued(seq)? {
+        if shared.committed.load(Ordering::Acquire) >= seq || shared.record_queued(seq)? {
             return shared.failure.check();
         }
         self.flush().await
@@ -162,5 +147,24 @@ impl Log {
     /// Dropping the last handle does the same but can only log a failure.
     pub fn close(self) -> Result<(), StoreError> {
         self.flush_blocking()
+    }
+}
+
+impl Shared {
+    /// [`Log::flush`]'s work, on the caller's thread.
+    pub(super) fn flush(&self) -> Result<(), StoreError> {
+        if self.committed.load(Ordering::Acquire) >= lock(&self.queue).next_seq - 1 {
+            return self.failure.check();
+        }
+        let mut store = lock(&self.store);
+        store.insert_queued(self);
+        store.commit(self);
+        store.settle(self);
+        self.settle_records();
+        drop(store);
+        if self.wants_checkpoint() {
+            self.nudge_writer();
+        }
+        self.failure.check()
     }
 }

@@ -8,9 +8,13 @@ use std::time::Instant;
 
 use rusqlite::Connection;
 
-use super::records::{Records, RECORDS_RESET_BYTES};
-use super::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
 use super::{lock, OpenBatch, Queue, Shared, Store, WriterWait};
+use crate::gate::Records;
+use crate::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
+
+/// Past this size the writer thread empties the record file even if it must hold gates back
+/// for one commit to catch up (see `run_writer`).
+const RECORDS_RESET_BYTES: u64 = 4 << 20;
 
 /// Queued rows at which a sleeping writer thread is woken to insert them (into the transaction
 /// the next barrier or deadline commits), so that a long stream is inserted as it goes. Fewer
@@ -168,9 +172,9 @@ impl Store {
         let rows = {
             let mut queue = lock(&shared.queue);
             let rows = std::mem::replace(&mut queue.rows, spare);
-            // Taken under the queue's lock: a row is always in the queue or named here until
-            // it is committed (see `Log::has_uncommitted_rows`).
-            let mut taken = lock(&shared.taken_sessions);
+            // Named in the same hold of the queue's lock: a row is always in the queue or
+            // named here until it is committed (see `Log::has_uncommitted_rows`).
+            let taken = &mut queue.taken_sessions;
             let mut last: Option<&Arc<str>> = None;
             for row in &rows {
                 if last != Some(&row.session_id) {
@@ -180,7 +184,6 @@ impl Store {
                     }
                 }
             }
-            drop(taken);
             drop(queue);
             rows
         };
@@ -271,7 +274,7 @@ impl Store {
                 self.open = None;
                 shared.committed.store(last, Ordering::Release);
                 // Every row taken is committed: inserting takes them all before a commit.
-                lock(&shared.taken_sessions).clear();
+                lock(&shared.queue).taken_sessions.clear();
             }
             Err(err) => self.abandon(shared, &err),
         }

@@ -6,10 +6,10 @@ use std::sync::atomic::Ordering;
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
 use super::{lock, Log, Queue, Shared, Store};
 use crate::error::StoreError;
 use crate::open_turns::OpenTurns;
+use crate::row::{insert_many, Row, Seqs, ROWS_PER_INSERT};
 
 impl Log {
     /// Runs `fill` inside one write transaction on the log's connection, after committing

@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,23 +21,20 @@ use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, EVENT_VERSION};
 
 use crate::error::StoreError;
-pub use crate::lock::lock_path;
+pub use crate::gate::lock::lock_path;
+pub use crate::gate::{records_path, Durability};
 use crate::open_turns::OpenTurns;
 use crate::reader::LogReader;
 
 mod append;
 mod batcher;
+mod gated;
 mod import;
 mod open;
-mod records;
-mod row;
 
+pub(crate) use crate::row::{kind_of, Row};
 #[cfg(test)]
 pub(crate) use import::IMPORT_BATCH;
-pub use records::records_path;
-pub(crate) use records::settle_dead_writer;
-// `commit_for_reader` is defined below, beside the registry it reads.
-pub(crate) use row::{kind_of, Row};
 
 /// How the writer batches commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +46,9 @@ pub struct LogOptions {
     /// Checkpoint once the WAL holds this many pages. Larger means fewer checkpoints (each
     /// ends with two fsyncs that commits wait behind) and a larger WAL file on disk.
     pub checkpoint_pages: u32,
+    /// What a gate's event survives: a killed process (the default), or a power cut too, at
+    /// the cost of an fsync per gate (see [`Durability`]).
+    pub durability: Durability,
 }
 
 impl Default for LogOptions {
@@ -61,6 +61,7 @@ impl Default for LogOptions {
             batch_max_events: 512,
             batch_max_delay: Duration::from_millis(5),
             checkpoint_pages: 4000,
+            durability: Durability::Process,
         }
     }
 }
@@ -118,9 +119,21 @@ struct Inner {
 }
 
 /// What producers, barriers and the writer thread share.
+///
+/// Three locks, always taken in this order (any of them may be skipped): `store` (the write
+/// connection: whoever inserts or commits), `records` (the gate's record file), `queue` (what
+/// `append` touches, held for a push). A gate takes `records` then `queue`; it never waits for
+/// `store`, so a gate never waits for a commit unless the rows it needs were taken into one.
+///
+/// Three atomics, each written under a lock and read without one where a stale value is
+/// harmless: `committed` (written after a COMMIT returned, under `store`; read with Acquire,
+/// so a reader that sees seq N committed also sees the commit's effects), `gated` (a
+/// `fetch_max`, read by readers in this process to decide whether to commit first), and
+/// `wal_pages` (a hint for checkpointing). The first failure is a `OnceLock`: set once, read
+/// without a lock.
 struct Shared {
     queue: Mutex<Queue>,
-    /// The write connection. Lock order: `store` before `queue`.
+    /// The write connection.
     store: Mutex<Store>,
     /// Pages in the WAL after the last commit (SQLite's WAL hook), for checkpointing.
     wal_pages: Arc<AtomicU32>,
@@ -128,18 +141,12 @@ struct Shared {
     wake: Condvar,
     /// The highest seq known committed: a barrier with nothing newer queued is already met.
     committed: AtomicU64,
-    /// The record file, where an output gate writes rows not committed yet. Lock order: `store`,
-    /// then `records`, then `queue`.
-    records: Mutex<records::Records>,
-    /// The highest seq in the record file: with `committed`, what a gate finds durable.
-    recorded: AtomicU64,
+    /// The record file, where an output gate writes rows not committed yet; its `written` is
+    /// the highest seq it holds, which with `committed` says what is durable.
+    records: Mutex<crate::gate::Records>,
     /// The highest seq a gate let out: a read in this process commits first while it is not
     /// committed, so it sees what was reported.
     gated: AtomicU64,
-    /// The sessions of the rows taken into the open transaction: added while the queue is
-    /// locked for the take, cleared by the commit. With the queue's rows, every session that has
-    /// a row readers do not see yet. Lock order: `queue`, then this.
-    taken_sessions: Mutex<Vec<Arc<str>>>,
     failure: Failure,
     options: LogOptions,
 }
@@ -164,6 +171,9 @@ struct Queue {
     turn: Option<Arc<str>>,
     /// Which sessions run a turn: where their chunks are stored.
     open_turns: OpenTurns,
+    /// The sessions of the rows taken into the open transaction: added by the take, cleared by
+    /// the commit. With `rows`, every session that has a row readers do not see yet.
+    taken_sessions: Vec<Arc<str>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,58 +204,33 @@ impl Queue {
     }
 }
 
-/// The first failed commit, after which the writer refuses everything.
+/// The first failed commit or record write, after which the writer refuses everything.
 #[derive(Default)]
-struct Failure {
-    failed: AtomicBool,
-    message: Mutex<Option<String>>,
-}
+struct Failure(OnceLock<String>);
 
 impl Failure {
     fn set(&self, message: String) {
         tracing::error!(error = %message, "event log commit failed");
-        *lock(&self.message) = Some(message);
-        self.failed.store(true, Ordering::Release);
+        let _ = self.0.set(message);
     }
 
     fn check(&self) -> Result<(), StoreError> {
-        if !self.failed.load(Ordering::Acquire) {
-            return Ok(());
+        match self.0.get() {
+            None => Ok(()),
+            Some(message) => Err(StoreError::WriterFailed {
+                message: message.clone(),
+            }),
         }
-        Err(StoreError::WriterFailed {
-            message: lock(&self.message)
-                .clone()
-                .unwrap_or_else(|| "a commit failed".to_owned()),
-        })
     }
 }
 
-/// The logs open for writing in this process, by canonical database path. A reader opened in
-/// the same process commits what its writer let out first (see [`commit_for_reader`]), so it
-/// sees every event this process reported, as a gate that committed would have shown it.
-static OPEN_LOGS: Mutex<Vec<(PathBuf, std::sync::Weak<Inner>)>> = Mutex::new(Vec::new());
-
-fn register(path: &Path, inner: &Arc<Inner>) {
-    if let Ok(canonical) = std::fs::canonicalize(path) {
-        let mut open = lock(&OPEN_LOGS);
-        open.retain(|(_, weak)| weak.strong_count() > 0);
-        open.push((canonical, Arc::downgrade(inner)));
-    }
-}
-
-/// Commits what the writer of `db` in this process (if one is open) has queued or recorded,
-/// before a reader opens the file.
-pub(crate) fn commit_for_reader(db: &Path) {
-    let Ok(canonical) = std::fs::canonicalize(db) else {
-        return;
-    };
-    let writer = lock(&OPEN_LOGS)
-        .iter()
-        .find(|(path, _)| *path == canonical)
-        .and_then(|(_, weak)| weak.upgrade());
-    if let Some(inner) = writer.filter(|inner| inner.shared.gated_uncommitted()) {
-        // A failed commit is reported to the writer's own callers; the reader reads what is there.
-        let _ = futures_executor::block_on(Log { inner }.flush());
+impl crate::gate::live::CommitsForReaders for Shared {
+    fn commit_gated(&self) {
+        if self.gated_uncommitted() {
+            // A failed commit is reported to the writer's own callers; the reader reads what
+            // is there.
+            let _ = self.flush();
+        }
     }
 }
 
@@ -289,12 +274,9 @@ impl Log {
     /// Whether a row of `session_id` is appended but not committed (queued, or taken into the
     /// writer's open transaction): a read of the session must commit first to see it.
     pub(crate) fn has_uncommitted_rows(&self, session_id: &str) -> bool {
-        let shared = &self.inner.shared;
-        let queue = lock(&shared.queue);
+        let queue = lock(&self.inner.shared.queue);
         queue.rows.iter().any(|row| &*row.session_id == session_id)
-            || lock(&shared.taken_sessions)
-                .iter()
-                .any(|s| &**s == session_id)
+            || queue.taken_sessions.iter().any(|s| &**s == session_id)
     }
 
     /// Runs `f` on the log's own read connection (opened once, on first use), so short reads
@@ -358,7 +340,8 @@ impl Drop for Inner {
             }
         }
         match self.shared.failure.check() {
-            // Everything is committed: the record file has nothing the database lacks.
+            // Everything is committed: the record file has nothing the database lacks (the
+            // one file the gate removes: invariant 5 of `crate::gate`).
             Ok(()) => lock(&self.shared.records).remove(),
             // Kept: it may hold rows the database lacks, for the next writer to insert.
             Err(err) => {
@@ -369,6 +352,18 @@ impl Drop for Inner {
         // read-only connection closing last cannot), and the lock file goes while still held.
         drop(lock(&self.reader).take());
         let _ = std::fs::remove_file(lock_path(&self.path));
+    }
+}
+
+impl Log {
+    /// A pragma's value on the write connection, for tests of how it was opened.
+    #[cfg(test)]
+    pub(crate) fn inner_connection_pragma(&self, name: &str) -> rusqlite::Result<String> {
+        lock(&self.inner.shared.store)
+            .conn
+            .query_row(&format!("PRAGMA {name}"), [], |r| {
+                r.get::<_, i64>(0).map(|v| v.to_string())
+            })
     }
 }
 

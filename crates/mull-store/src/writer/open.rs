@@ -10,10 +10,10 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use mull_core::{Event, TurnStatus};
 
 use super::batcher::run_writer;
-use super::records::{self, Records};
 use super::{Failure, Inner, Log, LogOptions, Queue, Shared, Store, WriterWait};
 use crate::error::StoreError;
-use crate::lock::{lock_path, take_lock};
+use crate::gate::lock::{lock_path, take_lock};
+use crate::gate::{self, Held, Records};
 use crate::open_turns::OpenTurns;
 use crate::recovery::{interrupted_failure, resolve_turn, RecoveredTurn};
 use crate::schema;
@@ -47,7 +47,12 @@ impl Log {
 
     /// The rest of [`Log::open_with`], with the single-writer lock held.
     fn start(path: PathBuf, options: LogOptions, lock_file: File) -> Result<Log, StoreError> {
-        let mut conn = schema::open_writer(&path)?;
+        // Before SQLite reads the WAL: damage beside the log is refused, and kept.
+        let damage = gate::inspect(&path, Held::Lock)?;
+        if !damage.is_empty() {
+            return Err(gate::refuse(&path, &damage));
+        }
+        let mut conn = schema::open_writer_with(&path, options.durability)?;
         let committed: i64 = conn
             .query_row("SELECT coalesce(max(seq), 0) FROM events", [], |r| r.get(0))
             .map_err(StoreError::sqlite(format!(
@@ -55,8 +60,9 @@ impl Log {
                 path.display()
             )))?;
         // Rows a gate let out that the last writer did not commit come first.
-        let last = records::replay(&mut conn, &path, committed.max(0) as u64)?;
-        let records = Records::open(&path, last)?;
+        let last = gate::replay(&mut conn, &path, committed.max(0) as u64)?;
+        gate::keep_torn_tail(&path)?;
+        let records = Records::open(&path, last, options.durability)?;
         // Where this writer's rows begin: the turns it finds open are not its own, and their
         // chunks are all before this seq (see `open_turns`).
         conn.execute(
@@ -96,13 +102,12 @@ impl Log {
                 session: None,
                 turn: None,
                 open_turns: OpenTurns::default(),
+                taken_sessions: Vec::new(),
             }),
             wake: Condvar::new(),
             committed: AtomicU64::new(last),
             records: Mutex::new(records),
-            recorded: AtomicU64::new(last),
             gated: AtomicU64::new(last),
-            taken_sessions: Mutex::new(Vec::new()),
             failure: Failure::default(),
             options: LogOptions {
                 batch_max_events: options.batch_max_events.max(1),
@@ -128,7 +133,8 @@ impl Log {
                 _lock: lock_file,
             }),
         };
-        super::register(&log.inner.path, &log.inner);
+        let live: Arc<dyn gate::live::CommitsForReaders> = log.inner.shared.clone();
+        gate::live::register(&log.inner.path, &live);
         // Turns left open by a writer that is gone are resolved before anything else is
         // appended, whichever session this process goes on to use.
         let recovered = resolve_open_turns(&log)?;

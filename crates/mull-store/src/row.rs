@@ -35,11 +35,11 @@ pub(crate) fn kind_of(event: &Event) -> Cow<'static, str> {
 
 /// Most rows one INSERT statement carries: a statement's fixed cost (running it, resetting
 /// it) is shared by its rows.
-pub(super) const ROWS_PER_INSERT: usize = 16;
+pub(crate) const ROWS_PER_INSERT: usize = 16;
 
 /// Where an inserted row's seq comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Seqs {
+pub(crate) enum Seqs {
     /// The rows continue the table without a gap, so SQLite's next rowid is each row's seq:
     /// the appended rows, whose seqs the queue hands out one after another from the log's last.
     /// The statement leaves `seq` out, which spares it what SQLite must prepare for a rowid
@@ -122,7 +122,7 @@ fn insert_sql(n: usize, form: Form) -> &'static str {
 }
 
 /// Inserts `rows` (at most [`ROWS_PER_INSERT`]) with one statement.
-pub(super) fn insert_many(conn: &Connection, rows: &[Row], seqs: Seqs) -> rusqlite::Result<()> {
+pub(crate) fn insert_many(conn: &Connection, rows: &[Row], seqs: Seqs) -> rusqlite::Result<()> {
     let Some(last) = rows.last() else {
         return Ok(());
     };
