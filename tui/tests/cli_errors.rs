@@ -260,61 +260,6 @@ fn a_damaged_log_is_refused_checked_and_recovered() {
 }
 
 #[test]
-fn a_directory_where_the_record_file_goes_fails_every_reader_and_is_kept() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let demo = run_mull(
-        dir.path(),
-        &["demo", "--headless", "--deterministic", "--db", "d.db"],
-        &[],
-        "",
-    );
-    assert!(demo.status.success(), "{}", texts(&demo).1);
-    let misplaced = dir.path().join("d.db-records");
-    std::fs::create_dir(&misplaced).expect("mkdir");
-    std::fs::write(misplaced.join("note"), "kept").expect("writes");
-
-    for args in [
-        &["stats", "d.db"][..],
-        &["export", "d.db"],
-        &["check", "d.db"],
-    ] {
-        let output = run_mull(dir.path(), args, &[], "");
-        let (stdout, stderr) = texts(&output);
-        assert!(!output.status.success(), "{args:?}: {stdout}{stderr}");
-        assert!(
-            format!("{stdout}{stderr}").contains("d.db-records.misplaced-"),
-            "{args:?} names the file kept: {stdout}{stderr}"
-        );
-    }
-    let names = names_in(dir.path());
-    let kept: Vec<&String> = names
-        .iter()
-        .filter(|n| n.starts_with("d.db-records.misplaced-"))
-        .collect();
-    assert_eq!(kept.len(), 1, "{names:?}");
-    assert!(!names.contains(&"d.db-records".to_owned()), "{names:?}");
-    let note = dir.path().join(kept[0]).join("note");
-    assert_eq!(std::fs::read_to_string(note).expect("kept whole"), "kept");
-
-    let again = run_mull(
-        dir.path(),
-        &["demo", "--headless", "--deterministic", "--db", "d.db"],
-        &[],
-        "",
-    );
-    let (_, stderr) = texts(&again);
-    assert!(!again.status.success());
-    assert!(
-        stderr.contains("d.db-records.misplaced-") && stderr.contains("mull recover"),
-        "{stderr}"
-    );
-    let recover = run_mull(dir.path(), &["recover", "d.db", "new.db"], &[], "");
-    assert!(recover.status.success(), "{}", texts(&recover).1);
-    let check = run_mull(dir.path(), &["check", "new.db"], &[], "");
-    assert!(check.status.success(), "{}", texts(&check).0);
-}
-
-#[test]
 fn a_piped_chat_that_runs_past_its_script_says_so_and_exits_non_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
     let input = "What's Lisbon like?\nWeather, and a walk?\nSomewhere to stay?\n\

@@ -201,7 +201,7 @@ mod tests {
         Row {
             seq,
             session_id: Arc::from("s"),
-            turn_id: (seq % 2 == 0).then(|| Arc::from("t")),
+            turn_id: seq.is_multiple_of(2).then(|| Arc::from("t")),
             at: Utc
                 .timestamp_micros(1_700_000_000_123_456)
                 .single()

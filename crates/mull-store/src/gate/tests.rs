@@ -143,7 +143,7 @@ fn a_flipped_bit_in_the_first_frame_loses_only_that_row() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (db, _) = forty_frames(dir.path(), Some(1));
     refused_and_reported(&db, "damaged");
-    let report = recover(&db, &dir.path().join("new.db")).expect("recovers");
+    let report = recover(&db, dir.path().join("new.db")).expect("recovers");
     assert_eq!(report.copied, 44);
     assert_eq!(report.lost.len(), 1);
     assert_eq!(report.lost[0].first, 6);
@@ -161,7 +161,7 @@ fn rows_that_skip_seqs_are_a_gap_refused_kept_and_recovered_around() {
         "{err}"
     );
     refused_and_reported(&db, "gapped");
-    let report = recover(&db, &dir.path().join("new.db")).expect("recovers");
+    let report = recover(&db, dir.path().join("new.db")).expect("recovers");
     assert_eq!(report.copied, 10);
     assert_eq!(report.lost[0].first, 6);
     assert_eq!(report.lost[0].last, Some(7));
@@ -286,7 +286,7 @@ fn flipped_bytes_in_the_wal_are_found_refused_kept_and_recovered() {
     let err = Log::open(&db).expect_err("a writer refuses").to_string();
     assert!(err.contains("-wal.damaged-"), "{err}");
     assert!(!check(&db).expect("checks").is_sound());
-    let report = recover(&db, &dir.path().join("new.db")).expect("recovers");
+    let report = recover(&db, dir.path().join("new.db")).expect("recovers");
     assert!(
         report.copied > seen && report.from_side_files > 0,
         "{report:?} (the log alone reads {seen})"

@@ -174,7 +174,7 @@ impl Store {
             let rows = std::mem::replace(&mut queue.rows, spare);
             // Named in the same hold of the queue's lock: a row is always in the queue or
             // named here until it is committed (see `Log::has_uncommitted_rows`).
-            let taken = &mut queue.taken_sessions;
+            let mut taken = lock(&shared.taken_sessions);
             let mut last: Option<&Arc<str>> = None;
             for row in &rows {
                 if last != Some(&row.session_id) {
@@ -184,6 +184,7 @@ impl Store {
                     }
                 }
             }
+            drop(taken);
             drop(queue);
             rows
         };
@@ -274,7 +275,7 @@ impl Store {
                 self.open = None;
                 shared.committed.store(last, Ordering::Release);
                 // Every row taken is committed: inserting takes them all before a commit.
-                lock(&shared.queue).taken_sessions.clear();
+                lock(&shared.taken_sessions).clear();
             }
             Err(err) => self.abandon(shared, &err),
         }

@@ -120,7 +120,7 @@ struct Inner {
 
 /// What producers, barriers and the writer thread share.
 ///
-/// Three locks, always taken in this order (any of them may be skipped): `store` (the write
+/// Three locks (and `taken_sessions`, a leaf taken after `queue`), always taken in this order (any of them may be skipped): `store` (the write
 /// connection: whoever inserts or commits), `records` (the gate's record file), `queue` (what
 /// `append` touches, held for a push). A gate takes `records` then `queue`; it never waits for
 /// `store`, so a gate never waits for a commit unless the rows it needs were taken into one.
@@ -147,6 +147,11 @@ struct Shared {
     /// The highest seq a gate let out: a read in this process commits first while it is not
     /// committed, so it sees what was reported.
     gated: AtomicU64,
+    /// The sessions of the rows taken into the open transaction: added while the queue is
+    /// locked for the take, cleared by the commit (which may run with the queue locked, by an
+    /// import: so not a field of the queue). With the queue's rows, every session that has a
+    /// row readers do not see yet. Lock order: `queue`, then this.
+    taken_sessions: Mutex<Vec<Arc<str>>>,
     failure: Failure,
     options: LogOptions,
 }
@@ -171,9 +176,6 @@ struct Queue {
     turn: Option<Arc<str>>,
     /// Which sessions run a turn: where their chunks are stored.
     open_turns: OpenTurns,
-    /// The sessions of the rows taken into the open transaction: added by the take, cleared by
-    /// the commit. With `rows`, every session that has a row readers do not see yet.
-    taken_sessions: Vec<Arc<str>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,7 +278,9 @@ impl Log {
     pub(crate) fn has_uncommitted_rows(&self, session_id: &str) -> bool {
         let queue = lock(&self.inner.shared.queue);
         queue.rows.iter().any(|row| &*row.session_id == session_id)
-            || queue.taken_sessions.iter().any(|s| &**s == session_id)
+            || lock(&self.inner.shared.taken_sessions)
+                .iter()
+                .any(|s| &**s == session_id)
     }
 
     /// Runs `f` on the log's own read connection (opened once, on first use), so short reads

@@ -102,12 +102,12 @@ impl Log {
                 session: None,
                 turn: None,
                 open_turns: OpenTurns::default(),
-                taken_sessions: Vec::new(),
             }),
             wake: Condvar::new(),
             committed: AtomicU64::new(last),
             records: Mutex::new(records),
             gated: AtomicU64::new(last),
+            taken_sessions: Mutex::new(Vec::new()),
             failure: Failure::default(),
             options: LogOptions {
                 batch_max_events: options.batch_max_events.max(1),
