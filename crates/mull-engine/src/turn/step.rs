@@ -198,6 +198,7 @@ impl TurnRun<'_> {
         let summary = RequestSummary::of(&request);
         // When the provider names no time for its response, the response is dated when the
         // call started (as the AI SDK does): this event's time, so no extra clock read.
+        let call_started = std::time::Instant::now();
         let opened_at = self
             .inner
             .recorder
@@ -259,8 +260,10 @@ impl TurnRun<'_> {
             };
             if !first_chunk_seen && crate::otel_fields::is_output_chunk(&part) {
                 first_chunk_seen = true;
-                let waited = self.inner.recorder.clock().now() - opened_at;
-                let seconds = waited.num_microseconds().unwrap_or(0).max(0) as f64 / 1e6;
+                // Measured on the process's monotonic clock, not the session's: a read of the
+                // injected clock is served from the log under replay, so an extra one would
+                // shift every later event's time. The log's own times give re-exports theirs.
+                let seconds = call_started.elapsed().as_secs_f64();
                 span.record("gen_ai.response.time_to_first_chunk", seconds);
             }
             match &part {
