@@ -55,6 +55,10 @@ const TAKEN_OVER_POLL: Duration = Duration::from_millis(50);
 /// unavailable (a database restart) and reads again.
 const UNAVAILABLE_RETRY: Duration = Duration::from_millis(300);
 
+/// How long a follower keeps reading again after a database server's error while its own
+/// writer has not (yet) seen the connection break: long enough for a restart or a failover.
+const SERVER_ERROR_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Why a follower could not go on (the stream ends after it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -220,20 +224,28 @@ impl Follow {
             }
             let mut after = after_seq;
             let mut events = Vec::new();
+            let mut failing_since: Option<tokio::time::Instant> = None;
             loop {
                 let page = match log.session_page(&session_id, after, PAGE).await {
                     Ok(page) => page,
                     Err(e) => {
                         // The database may be away for a restart: wait for it rather than end
-                        // the stream, as long as the log says it is connecting again.
+                        // the stream, as long as the log says it is connecting again. A read
+                        // can fail before the writer has noticed the loss, so a database
+                        // server's error is also waited out, for a bounded time.
+                        let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
                         tokio::time::sleep(UNAVAILABLE_RETRY).await;
-                        if log.unavailable().is_some() {
+                        let server_error = matches!(e, StoreError::Server { .. });
+                        if log.unavailable().is_some()
+                            || (server_error && since.elapsed() < SERVER_ERROR_PATIENCE)
+                        {
                             tracing::debug!(session = %session_id, "log unavailable: {e}");
                             continue;
                         }
                         return Err(store(after)(e));
                     }
                 };
+                failing_since = None;
                 let full = page.len() == PAGE;
                 if let Some(last) = page.last() {
                     after = last.seq;
