@@ -137,6 +137,7 @@ pub mod backend;
 mod damage;
 pub mod decode;
 pub mod diff;
+mod durability;
 pub mod error;
 pub mod fork;
 pub mod gate;

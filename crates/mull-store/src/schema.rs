@@ -168,14 +168,14 @@ fn check_identity(id: &Identity, path: &Path) -> Result<(), StoreError> {
 /// damaged (see [`crate::integrity`]), sets WAL and `synchronous=NORMAL`, and runs pending
 /// migrations.
 pub fn open_writer(path: &Path) -> Result<Connection, StoreError> {
-    open_writer_with(path, crate::gate::Durability::Process)
+    open_writer_with(path, crate::durability::Durability::Process)
 }
 
 /// [`open_writer`] with commits as durable as `durability` asks: `synchronous=NORMAL` (a
 /// commit survives a killed process) or `FULL` (it survives a power cut: an fsync per commit).
 pub fn open_writer_with(
     path: &Path,
-    durability: crate::gate::Durability,
+    durability: crate::durability::Durability,
 ) -> Result<Connection, StoreError> {
     refuse_directory(path)?;
     let ctx = |what: &str| format!("{}: {what}", path.display());
@@ -199,7 +199,7 @@ pub fn open_writer_with(
         });
     }
     let synchronous = match durability {
-        crate::gate::Durability::Power => "FULL",
+        crate::durability::Durability::Power => "FULL",
         _ => "NORMAL",
     };
     conn.pragma_update(None, "synchronous", synchronous)
