@@ -96,8 +96,10 @@
 //! [`Tail`] that returns new events as soon as any process commits them, polling SQLite's
 //! `data_version` every 5 ms.
 //!
-//! # Projections
-//! State is a fold: [`SessionState::apply`] takes one envelope at a time. The engine keeps a
+//! # Facts and projections
+//! [`Facts`] is the one fold that reads what events say happened — each turn attempt, its
+//! steps, each tool call with the seq and time of every stage — pushed one envelope at a time
+//! (see [`facts`]); views read facts rather than matching events. State is a fold: [`SessionState::apply`] takes one envelope at a time. The engine keeps a
 //! state current as it appends; [`LogReader::load_session`] rebuilds the same state from the
 //! log; [`LogReader::turns`] folds only the lifecycle events (a partial index leaves the chunk
 //! rows out), so listing turns stays cheap however long the streams were.
@@ -139,6 +141,7 @@ pub mod decode;
 pub mod diff;
 mod durability;
 pub mod error;
+pub mod facts;
 pub mod fork;
 pub mod gate;
 pub mod inbox;
@@ -169,6 +172,7 @@ pub mod writer;
 pub use approvals::{ApprovalAnswer, PendingApproval};
 pub use backend::{EventLog, LogFuture};
 pub use error::StoreError;
+pub use facts::{CallStage, FactChange, Facts, Stamp, StepFact, ToolCallFact, TurnFact};
 pub use fork::{ForkError, ForkPoint, ResolvedFork, TurnRef};
 pub use gate::{Durability, SideDamage};
 pub use inbox::{Inbox, InboxEntry, InboxMessage, InboxStore, INBOX_SWEEP_PERIOD};
