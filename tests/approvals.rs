@@ -20,6 +20,7 @@ use mull::engine::{
 };
 use mull::providers::scripted::ScriptedModel;
 use serde_json::{json, Value};
+use support::gates::{GateLog, Journal};
 use support::hook_calls::HookCalls;
 use support::test_log::TestLog;
 
@@ -630,4 +631,80 @@ async fn a_session_with_approvals_re_executes_without_divergence() {
     assert!(report.is_identical());
     // The answers were re-issued as inputs; the booking's output was served from the log.
     assert_eq!((again.booked(), again.transferred()), (0, 0));
+}
+
+/// An agent whose `lookup` runs at once and whose `book` waits for a person; each tool notes
+/// its run in `journal`, beside the gates the session's log notes there.
+struct Gatekeeper {
+    model: Arc<dyn LanguageModel>,
+    journal: Journal,
+}
+
+fn noting(name: &str, journal: &Journal) -> FnTool {
+    let journal = journal.clone();
+    let line = format!("run {name}");
+    FnTool::new(name, "Does it.", move |_: Value, _| {
+        journal.note(line.clone());
+        async { Ok(json!("done")) }
+    })
+    .with_schema(json!({"type": "object"}))
+}
+
+#[async_trait]
+impl Agent for Gatekeeper {
+    fn name(&self) -> &str {
+        "gatekeeper"
+    }
+    fn model(&self) -> Arc<dyn LanguageModel> {
+        Arc::clone(&self.model)
+    }
+    fn tools(&self) -> ToolSet {
+        ToolSet::new()
+            .with(noting("lookup", &self.journal).shared())
+            .with(noting("book", &self.journal).needs_approval(true).shared())
+    }
+}
+
+#[tokio::test]
+async fn an_approved_call_waits_at_the_same_gate_as_a_live_one() {
+    let model = ScriptedModel::builder("scripted-1")
+        .step(|s| {
+            s.tool_call("c0", "lookup", json!({}))
+                .tool_call("c1", "book", json!({"hotel": "Ritz"}))
+        })
+        .step(|s| s.text("All set."))
+        .build();
+    let journal = Journal::default();
+    let agent: Arc<dyn Agent> = Arc::new(Gatekeeper {
+        model: Arc::new(model),
+        journal: journal.clone(),
+    });
+    let log = TestLog::new();
+    let gated = GateLog::new(&log.log, &journal);
+    let session = Session::open_on(gated, agent, log.options()).await.unwrap();
+    session
+        .save_messages(user("u1", "Book the Ritz."), TurnOptions::default())
+        .await
+        .unwrap();
+    let id = session.pending_approvals()[0].approval_id.clone();
+    let out = session
+        .answer_approval(&id, Approval::approve())
+        .await
+        .unwrap()
+        .expect("a continuation runs");
+    assert_eq!(out.status, OutcomeStatus::Completed);
+
+    let events = log.events().await;
+    let decided = |call: &str| {
+        let seq = events
+            .iter()
+            .find(|e| matches!(&e.event, Event::ToolDecided { call_id, .. } if call_id == call))
+            .map(|e| e.seq)
+            .expect("the call was decided");
+        format!("durable {seq}")
+    };
+    // Each tool runs right behind the output gate on its own decision: the live call in its
+    // step, the approved one in the continuation.
+    assert_eq!(journal.before("run lookup"), Some(decided("c0")));
+    assert_eq!(journal.before("run book"), Some(decided("c1")));
 }

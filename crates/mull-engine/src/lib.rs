@@ -14,8 +14,9 @@
 //!   (re-execution of a recorded session against the current agent) sit beside and above it.
 //! - `turn`: one turn under the turn lock — the state its parts share (`turn/run.rs`), an
 //!   attempt (`turn/attempt.rs`), the context it starts from (`turn/assemble.rs`), its steps
-//!   (`turn/step.rs`), each tool call (`turn/tool_call.rs`), parked approvals
-//!   (`turn/approval.rs`), failure reporting (`turn/failure.rs`) and the repair of what an
+//!   (`turn/step.rs`), each tool call of the model's (`turn/tool_call.rs`), a decided call run
+//!   once, live or approved (`turn/decided.rs`), parked approvals (`turn/parked.rs`), failure
+//!   reporting (`turn/failure.rs`) and the repair of what an
 //!   interrupted turn left (`turn/recovery.rs`).
 //! - On a session's runtime: [`hooks`] (the dispatcher of the agent's and extensions' hooks),
 //!   the failure guard around every hook call (`guard.rs`), [`approval`], and [`memory`]:

@@ -19,7 +19,7 @@
 //! which holds everything. Failed turns are also sent on
 //! [`Session::failures`] (Think's `chat:request:failed`).
 
-mod approval;
+mod answer;
 mod command;
 mod entry;
 pub mod follow;

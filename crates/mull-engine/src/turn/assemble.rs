@@ -14,17 +14,14 @@ use crate::guard::guard_hook;
 use crate::memory::compaction::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
 use crate::outside::HookPoint;
 use crate::runtime::Runtime;
-use crate::tool::ToolEntry;
+use crate::tool::{ToolEntry, ToolSet};
 
 impl TurnRun<'_> {
-    /// Assembles the context, runs `before_turn`, merges its config and records it.
-    pub(super) async fn configure(
-        &mut self,
-    ) -> Result<Result<ResolvedTurn, ChatError>, EngineError> {
+    /// The turn's tools, merged in the seed's order (later layers winning on a name clash:
+    /// workspace → agent → session → MCP → client → caller), with what listing them reported.
+    pub(super) async fn tools(&self) -> (ToolSet, Vec<String>) {
         let inner = self.inner;
         let agent = &inner.agent;
-        // The seed's merge order, later layers winning on a name clash: workspace → agent →
-        // session → MCP → client → caller.
         let mut tools = agent.workspace().map(|w| w.tools()).unwrap_or_default();
         tools.merge(&agent.tools());
         tools.merge(&crate::memory::session_tools(inner));
@@ -37,9 +34,18 @@ impl TurnRun<'_> {
             tools.insert(ToolEntry::Client(spec.clone()));
         }
         tools.merge(&self.spec.caller_tools);
-        let tools = inner.options.outside.tools(tools);
-        // Calls parked on a person's answer run (or are denied) before the context is read.
-        self.act_on_approvals(&tools).await?;
+        (inner.options.outside.tools(tools), tool_problems)
+    }
+
+    /// Assembles the context over `tools`, runs `before_turn`, merges its config and records
+    /// it.
+    pub(super) async fn configure(
+        &mut self,
+        tools: ToolSet,
+        tool_problems: Vec<String>,
+    ) -> Result<Result<ResolvedTurn, ChatError>, EngineError> {
+        let inner = self.inner;
+        let agent = &inner.agent;
         crate::memory::compaction::compact_if_over_threshold(inner, self.tid()).await?;
         let mut messages = inner.recorder.read(|s| to_model_messages(&s.messages));
         truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);

@@ -124,7 +124,10 @@ pub(super) async fn run_attempt(
             .await
             .map(|e| Attempt::Done(Box::new(e)));
     }
-    let resolved = match run.configure().await? {
+    let (tools, tool_problems) = run.tools().await;
+    // Calls parked on a person's answer run (or are denied) before the context is read.
+    run.act_on_approvals(&tools).await?;
+    let resolved = match run.configure(tools, tool_problems).await? {
         Ok(resolved) => resolved,
         // A setup hook cut off by the abort: the turn ends as aborted, not failed.
         Err(_) if spec.signal.is_cancelled() => {

@@ -1,15 +1,17 @@
 //! One turn, in the seed's order, for every entry path:
 //!
 //! ```text
-//! (queue) → user_messages_saved → transcript repair → turn_started (flushed) → assemble context
+//! (queue) → user_messages_saved → transcript repair → turn_started (flushed) → answered approvals
+//!   → assemble context
 //!   → before_turn → turn_configured
 //!   → per step: step_started → before_step → step_configured → model call (retries)
 //!       → each part: transforms → [part_transformed] → chunk event → client → on_chunk (the
 //!         seed's chunk kinds only; a tool-call's on_chunk waits until its hooks ran)
-//!       → each tool call: validate → before_tool_call → tool_decided (flushed) → execute /
-//!         block / substitute → tool_call_finished → after_tool_call → tool-result chunk
-//!         (or, when approval is asked: tool_approval_requested (flushed), the turn parks —
-//!         the next turn acts on the answer before it assembles its context: approval.rs)
+//!       → each tool call: validate → before_tool_call → tool_decided (durable before it runs)
+//!         → execute / block / substitute → tool_call_finished → after_tool_call → tool-result
+//!         chunk (decided.rs; or, when approval is asked: tool_approval_requested (flushed), the
+//!         turn parks — the next turn acts on the answer before it assembles its context, through
+//!         the same decided.rs: parked.rs)
 //!     → step_finished → on_step_finish → stop conditions → (barrier before the next step)
 //!   → assistant_message_saved → turn_finished (flushed) → [turn_failed → on_chat_error]
 //! (lock released) → on_chat_response, while the next queued turn may already run
@@ -18,11 +20,12 @@
 //! Every fact is appended through the session's recorder, which keeps the projection current;
 //! the turn reads the draft message and the conversation from that projection.
 
-mod approval;
 mod assemble;
 mod attempt;
 mod backoff;
+mod decided;
 mod failure;
+mod parked;
 mod recovery;
 mod run;
 mod step;

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ChatError, EngineError};
 use crate::hooks::Observed;
 use crate::runtime::{OutcomeStatus, Runtime, TurnOutcome};
-use crate::tool::{ToolExecution, ToolSet};
+use crate::tool::ToolSet;
 
 /// What a tool call cut off by an abort shows the model and `after_tool_call`.
 pub const ABORTED_TOOL_CALL: &str = "The tool call was aborted.";
@@ -199,8 +199,6 @@ impl TurnRun<'_> {
     }
 }
 
-pub(super) type ExecutionRef = ToolExecution;
-
 pub(super) enum Executed {
     Done(Result<Value, String>),
     Aborted,
@@ -226,6 +224,7 @@ pub(super) struct Outcome<'a> {
     pub(super) model_input: &'a Value,
     pub(super) effective_input: &'a Value,
     pub(super) decision: DecisionAction,
+    pub(super) dynamic: bool,
     pub(super) messages: &'a [ModelMessage],
     pub(super) result: Result<Value, String>,
     pub(super) duration_ms: u64,

@@ -1,6 +1,7 @@
 //! The approval entry: a person's answer to a parked tool call enters the session through
-//! [`Session::command`], as one input event, and may start the continuation that acts on it. What checks, records and acts
-//! on the answer lives in [`crate::approval`] and the turn, apart from this entry.
+//! [`Session::command`], as one input event, and may start the continuation that acts on it.
+//! What checks, records and acts on the answer lives in [`crate::approval`] and the turn, apart
+//! from this entry.
 
 use mull_core::Input;
 use mull_store::PendingApproval;

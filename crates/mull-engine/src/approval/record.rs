@@ -1,20 +1,5 @@
-//! Approvals: a person's answer to a tool call that waits for one, as an input event.
-//!
-//! A call parks when `before_tool_call` returns
-//! [`ToolCallDecision::RequireApproval`](crate::context::ToolCallDecision) or its tool's
-//! [`needs_approval`](crate::Tool::needs_approval) rule says so (the AI SDK's `needsApproval`).
-//! The request is a `tool_approval_requested` event; its turn finishes parked, and nothing
-//! waits in memory. An answer arrives through one entry,
-//! [`Session::answer_approval`](crate::Session::answer_approval) (the server's AI SDK protocol,
-//! the CLI and embedders all use it), which appends one `tool_approval_answered` event. What
-//! acts on the answer is here and in the turn (`turn/approval.rs`), apart from the entry:
-//! the answer is checked and recorded (`record_answer`); when it completes its step, a
-//! continuation turn runs the approved calls once and shows the denials to the model.
-//!
-//! Expiry ([`SessionOptions::approval_expiry`](crate::SessionOptions)) is read with the
-//! session's clock whenever the session is next touched — an answer, any turn's start — or
-//! when [`Session::expire_approvals`](crate::Session::expire_approvals) sweeps; an expired
-//! request is answered as a denial by an event like any other answer.
+//! Recording answers: a person's answer checked and appended as one `tool_approval_answered`
+//! event, and expired requests answered as denials, each reporting the step it completed.
 
 use std::sync::Arc;
 
@@ -24,32 +9,7 @@ use mull_store::PendingApproval;
 use crate::error::EngineError;
 use crate::runtime::Runtime;
 
-/// A person's answer to an approval request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Approval {
-    pub approved: bool,
-    /// For a denial, what the model sees in place of the tool's output (a default sentence
-    /// when `None`); for an approval, kept in the log.
-    pub reason: Option<String>,
-}
-
-impl Approval {
-    /// Run the call.
-    pub fn approve() -> Approval {
-        Approval {
-            approved: true,
-            reason: None,
-        }
-    }
-
-    /// Do not run the call; the model sees `reason` (or a default sentence) as its output.
-    pub fn deny(reason: Option<String>) -> Approval {
-        Approval {
-            approved: false,
-            reason,
-        }
-    }
-}
+use super::Approval;
 
 /// The step an answer (or an expiry) completed: every approval asked in it is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
