@@ -12,7 +12,8 @@
 //! an outcome may have run (recovery repairs it as interrupted; it never runs again).
 
 use chrono::{DateTime, Utc};
-use mull_core::EventRef;
+
+use crate::facts::{AnswerFact, AnsweredBy, CallStage, ToolCallFact};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -61,75 +62,65 @@ impl PendingApproval {
     }
 }
 
-// The fold's steps over a list of pending approvals, shared by the session's projection and
-// the session-wide tool table a dashboard keeps (one rule for both).
-
-/// A `tool_approval_requested`: the call is pending, asked in `message_id`.
-pub(crate) fn push_request(
-    pending: &mut Vec<PendingApproval>,
-    e: &EventRef<'_>,
-    message_id: Option<String>,
-) {
-    let mull_core::Event::ToolApprovalRequested {
-        step,
-        call_id,
-        tool,
-        approval_id,
-        input,
-        reason,
-        expires_at,
-    } = e.event
-    else {
-        return;
-    };
-    pending.push(PendingApproval {
-        approval_id: approval_id.clone(),
-        call_id: call_id.clone(),
-        tool: tool.clone(),
-        input: input.clone(),
-        reason: reason.clone(),
-        step: *step,
-        turn_id: e.turn_id.map(str::to_owned),
-        message_id,
-        requested_at: e.at,
-        expires_at: *expires_at,
-        answer: None,
-        decided: false,
-    });
-}
-
-/// A `tool_approval_answered`: the first answer counts.
-pub(crate) fn answer_request<'a>(
-    pending: &'a mut [PendingApproval],
-    approval_id: &str,
-    answer: ApprovalAnswer,
-) -> Option<&'a PendingApproval> {
-    let request = pending
-        .iter_mut()
-        .find(|p| p.approval_id == approval_id && p.answer.is_none())?;
-    request.answer = Some(answer);
-    Some(request)
-}
-
-/// A `tool_decided` for an answered call.
-pub(crate) fn mark_decided(pending: &mut [PendingApproval], call_id: &str) {
-    if let Some(request) = pending
-        .iter_mut()
-        .find(|p| p.call_id == call_id && p.answer.is_some())
-    {
-        request.decided = true;
+impl From<&AnswerFact> for ApprovalAnswer {
+    fn from(answer: &AnswerFact) -> ApprovalAnswer {
+        ApprovalAnswer {
+            approved: answer.approved,
+            reason: answer.reason.clone(),
+            expired: answer.by == AnsweredBy::Expiry,
+            at: answer.at.at,
+        }
     }
 }
 
-/// The call's outcome (`decided_only`: a `tool_call_finished`, which closes only a decided
-/// call) or repair: it is no longer pending.
-pub(crate) fn take_closed(
+/// What a call's change did to a list of pending approvals.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Followed {
+    /// The call asked: its request is pending (the last in the list).
+    Requested,
+    /// The first answer to a pending request: the request at this index.
+    Answered(usize),
+    /// The call's outcome closed its request: it is no longer pending.
+    Closed(Box<PendingApproval>),
+}
+
+/// Keeps a list of pending approvals in step with a call's facts after the call reached
+/// `stage` (one rule for the session's projection and the session-wide tool table): a request
+/// is added when asked (in `message_id`), follows its call's answer and decision while it is
+/// in the list, and leaves the list once the call's outcome closes it. A request a view took
+/// out of its list itself (a retracted message, a fork's cut) is not added back.
+pub(crate) fn follow_call(
     pending: &mut Vec<PendingApproval>,
-    call_id: &str,
-    decided_only: bool,
-) -> Option<PendingApproval> {
+    call: &ToolCallFact,
+    stage: CallStage,
+    message_id: Option<String>,
+) -> Option<Followed> {
+    let approval = call.approval.as_ref()?;
+    if stage == CallStage::ApprovalRequested {
+        pending.push(PendingApproval {
+            approval_id: approval.approval_id.clone(),
+            call_id: call.call_id.clone(),
+            tool: call.tool.clone(),
+            input: approval.input.clone(),
+            reason: approval.reason.clone(),
+            step: approval.step,
+            turn_id: approval.turn_id.clone(),
+            message_id,
+            requested_at: approval.requested.at,
+            expires_at: approval.expires_at,
+            answer: None,
+            decided: false,
+        });
+        return Some(Followed::Requested);
+    }
     let index = pending
         .iter()
-        .position(|p| p.call_id == call_id && (p.decided || !decided_only))?;
-    Some(pending.remove(index))
+        .position(|p| p.approval_id == approval.approval_id)?;
+    if approval.closed {
+        return Some(Followed::Closed(Box::new(pending.remove(index))));
+    }
+    let request = &mut pending[index];
+    request.answer = approval.answer.as_ref().map(ApprovalAnswer::from);
+    request.decided = approval.decided;
+    (stage == CallStage::ApprovalAnswered).then_some(Followed::Answered(index))
 }

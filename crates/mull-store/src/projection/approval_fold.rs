@@ -1,14 +1,13 @@
 //! The approval fold: what approval events do to a session's state — its pending and closed
 //! approvals (kept by the steps in [`crate::approvals`]) and the state of each call's tool part.
 
-use mull_core::{DecisionAction, EventRef, ToolPartState};
+use mull_core::ToolPartState;
 use serde_json::Value;
 
 use super::draft::find_tool_part;
 use super::state::SessionState;
-use crate::approvals::{
-    answer_request, mark_decided, push_request, take_closed, ApprovalAnswer, PendingApproval,
-};
+use crate::approvals::{follow_call, Followed, PendingApproval};
+use crate::facts::{CallOutcome, CallStage};
 
 impl SessionState {
     /// The approval request `approval_id`, pending or closed, if the session made it.
@@ -39,68 +38,66 @@ impl SessionState {
             .any(|p| p.turn_id.as_deref() == turn_id && p.step == step && p.is_unanswered())
     }
 
-    pub(crate) fn approval_requested(&mut self, e: &EventRef<'_>) {
-        let mull_core::Event::ToolApprovalRequested { call_id, .. } = e.event else {
-            return;
-        };
-        let message_id = self.draft.as_ref().map(|d| d.id.clone());
-        if let Some(part) = self.draft.as_mut().and_then(|d| d.tool_part_mut(call_id)) {
-            part.state = ToolPartState::ApprovalRequested;
+    /// Follows the approval of the call at `call` in the session's facts after the call
+    /// reached `stage`: the request is pending (its tool part `approval-requested`, in the
+    /// draft), answered (`approval-responded`), decided, then closed by the call's outcome —
+    /// which goes onto the tool part of the message that asked (a continuation turn writes a
+    /// message of its own).
+    pub(super) fn approval_followed(&mut self, call: usize, stage: CallStage) {
+        let fact = &self.facts.calls()[call];
+        let mut message_id = None;
+        if stage == CallStage::ApprovalRequested {
+            message_id = self.draft.as_ref().map(|d| d.id.clone());
+            if let Some(part) = self
+                .draft
+                .as_mut()
+                .and_then(|d| d.tool_part_mut(&fact.call_id))
+            {
+                part.state = ToolPartState::ApprovalRequested;
+            }
         }
-        push_request(&mut self.pending_approvals, e, message_id);
+        let call_id = fact.call_id.clone();
+        let outcome = fact.outcome.clone();
+        match follow_call(&mut self.pending_approvals, fact, stage, message_id) {
+            Some(Followed::Answered(index)) => {
+                let message_id = self.pending_approvals[index].message_id.clone();
+                self.set_part_state(
+                    &call_id,
+                    message_id.as_deref(),
+                    ToolPartState::ApprovalResponded,
+                );
+            }
+            Some(Followed::Closed(pending)) => {
+                self.closed_approvals.push((*pending).clone());
+                if let Some(CallOutcome::Finished { output, error, .. }) = outcome {
+                    self.approval_finished(&pending, output, error);
+                }
+            }
+            Some(Followed::Requested) | None => {}
+        }
     }
 
-    pub(crate) fn approval_answered(&mut self, approval_id: &str, answer: ApprovalAnswer) {
-        let Some(pending) = answer_request(&mut self.pending_approvals, approval_id, answer) else {
-            return;
-        };
-        let (call_id, message_id) = (pending.call_id.clone(), pending.message_id.clone());
-        self.set_part_state(
-            &call_id,
-            message_id.as_deref(),
-            ToolPartState::ApprovalResponded,
-        );
-    }
-
-    /// A `tool_decided` for a parked call: the turn acting on its answer decided it.
-    pub(crate) fn approval_decided(&mut self, call_id: &str) {
-        mark_decided(&mut self.pending_approvals, call_id);
-    }
-
-    /// A `tool_call_finished` for a parked call: its outcome goes onto the tool part of the
-    /// message that asked (a continuation turn writes a message of its own), and the call is
-    /// no longer pending.
-    pub(crate) fn approval_finished(
+    /// A parked call's outcome goes onto its tool part.
+    fn approval_finished(
         &mut self,
-        call_id: &str,
-        decision: Option<DecisionAction>,
-        output: Option<&Value>,
-        error: Option<&String>,
+        pending: &PendingApproval,
+        output: Option<Value>,
+        error: Option<String>,
     ) {
-        let Some(pending) = take_closed(&mut self.pending_approvals, call_id, true) else {
-            return;
-        };
-        self.closed_approvals.push(pending.clone());
-        let denied = decision == Some(DecisionAction::Denied)
-            || pending.answer.as_ref().is_some_and(|a| !a.approved);
-        if let Some(part) =
-            find_tool_part(&mut self.messages, pending.message_id.as_deref(), call_id)
-        {
-            part.state = match (denied, error) {
+        let denied = pending.answer.as_ref().is_some_and(|a| !a.approved);
+        if let Some(part) = find_tool_part(
+            &mut self.messages,
+            pending.message_id.as_deref(),
+            &pending.call_id,
+        ) {
+            part.state = match (denied, &error) {
                 (true, _) => ToolPartState::OutputDenied,
                 (false, None) => ToolPartState::OutputAvailable,
                 (false, Some(_)) => ToolPartState::OutputError,
             };
-            part.output = output.cloned();
-            part.error_text = error.cloned();
+            part.output = output;
+            part.error_text = error;
             part.preliminary = false;
-        }
-    }
-
-    /// A repaired call is no longer pending.
-    pub(crate) fn approval_repaired(&mut self, call_id: &str) {
-        if let Some(closed) = take_closed(&mut self.pending_approvals, call_id, false) {
-            self.closed_approvals.push(closed);
         }
     }
 

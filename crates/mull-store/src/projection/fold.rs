@@ -4,16 +4,14 @@
 
 use chrono::{DateTime, Utc};
 use mull_core::{
-    DecisionAction, Envelope, Event, EventRef, Role, SubmissionStatus, ToolPartState, TurnStatus,
-    UIMessage, UIPart, Usage,
+    Envelope, Event, EventRef, Role, SubmissionStatus, ToolPartState, TurnStatus, UIMessage,
+    UIPart, Usage,
 };
 
-use super::draft::find_tool_part;
 use super::state::{
-    PendingClientCall, SessionState, SubagentParent, SubagentRun, Submission, SubmissionPhase,
-    ToolStats, TurnSummary,
+    SessionState, SubagentParent, SubagentRun, Submission, SubmissionPhase, ToolStats, TurnSummary,
 };
-use crate::approvals::ApprovalAnswer;
+use crate::facts::FactChange;
 
 /// The error a tool call without a result gets in a fork cut before the result came.
 pub const FORKED_TOOL_CALL: &str = "the session was forked before this call finished";
@@ -31,8 +29,17 @@ impl SessionState {
     pub fn apply_own(&mut self, e: EventRef<'_>) {
         self.last_seq = e.seq;
         self.last_at = Some(e.at);
+        if let Event::Chunk { part, .. } = e.event {
+            // The draft is the state's reading of the stream; its facts keep lifecycle events
+            // only, so the text is not kept twice.
+            return self.apply_chunk(part);
+        }
+        // A tool call's events are read through the facts, and only there.
+        if let Some(FactChange::Call { call, stage }) = self.facts.push_ref(e) {
+            self.call_changed(call, stage, e.turn_id);
+            return;
+        }
         match e.event {
-            Event::Chunk { part, .. } => self.apply_chunk(part),
             Event::UserMessagesSaved { messages, .. } => {
                 for message in messages {
                     upsert(&mut self.messages, message);
@@ -96,110 +103,6 @@ impl SessionState {
                     }
                 }
             }
-            Event::ToolCallStarted {
-                step,
-                call_id,
-                tool,
-                input,
-                client,
-            } => {
-                if *client {
-                    self.pending_client_calls.push(PendingClientCall {
-                        call_id: call_id.clone(),
-                        tool: tool.clone(),
-                        input: input.clone(),
-                        step: *step,
-                        turn_id: e.turn_id.map(str::to_owned),
-                    });
-                }
-            }
-            Event::ToolDecided {
-                action, call_id, ..
-            } => {
-                self.approval_decided(call_id);
-                if let Some(turn) = self.turn_mut(e.turn_id) {
-                    let stats = &mut turn.tools;
-                    match action {
-                        DecisionAction::Allow => stats.allowed += 1,
-                        DecisionAction::Rewrite => stats.rewritten += 1,
-                        DecisionAction::Block => stats.blocked += 1,
-                        DecisionAction::Substitute => stats.substituted += 1,
-                        DecisionAction::Invalid => stats.invalid += 1,
-                        DecisionAction::HookFailed => stats.hook_failed += 1,
-                        DecisionAction::Denied => stats.denied += 1,
-                    }
-                }
-            }
-            Event::ToolCallFinished {
-                call_id,
-                success,
-                duration_ms,
-                output,
-                error,
-                ..
-            } => {
-                self.approval_finished(call_id, None, output.as_ref(), error.as_ref());
-                if let Some(turn) = self.turn_mut(e.turn_id) {
-                    let stats = &mut turn.tools;
-                    stats.calls += 1;
-                    if !success {
-                        stats.failures += 1;
-                    }
-                    stats.total_duration_ms += duration_ms;
-                    stats.max_duration_ms = stats.max_duration_ms.max(*duration_ms);
-                }
-            }
-            Event::ClientToolResult {
-                call_id,
-                state,
-                output,
-                error,
-                ..
-            } => {
-                if let Some(part) = find_tool_part(&mut self.messages, None, call_id) {
-                    part.state = *state;
-                    if output.is_some() {
-                        part.output = output.clone();
-                    }
-                    if error.is_some() {
-                        part.error_text = error.clone();
-                    }
-                    part.preliminary = false;
-                }
-                self.pending_client_calls.retain(|c| c.call_id != *call_id);
-            }
-            Event::ToolCallRepaired {
-                message_id,
-                call_id,
-                error_text,
-                ..
-            } => {
-                if let Some(part) = find_tool_part(&mut self.messages, Some(message_id), call_id) {
-                    // A streaming tool's preliminary output was progress, not a result.
-                    part.state = ToolPartState::OutputError;
-                    part.error_text = Some(error_text.clone());
-                    part.output = None;
-                    part.preliminary = false;
-                }
-                self.pending_client_calls.retain(|c| c.call_id != *call_id);
-                self.approval_repaired(call_id);
-            }
-            Event::ToolApprovalRequested { .. } => self.approval_requested(&e),
-            Event::ToolApprovalAnswered {
-                approval_id,
-                approved,
-                reason,
-                expired,
-                ..
-            } => self.approval_answered(
-                approval_id,
-                ApprovalAnswer {
-                    approved: *approved,
-                    reason: reason.clone(),
-                    expired: *expired,
-                    at: e.at,
-                },
-            ),
             Event::StepFinished { record } => {
                 self.usage.add(&record.usage);
                 if let Some(turn) = self.turn_mut(e.turn_id) {
@@ -347,15 +250,9 @@ impl SessionState {
             }
             Event::Unknown(_) => self.unknown_events += 1,
             // An input records what was asked; what it changes is folded from the events it
-            // causes (the conversation from `user_messages_saved`).
-            Event::SessionOpened { .. }
-            | Event::TurnRequested { .. }
-            | Event::StepConfigured { .. }
-            | Event::ModelRetried { .. }
-            | Event::RecoveryScheduled { .. }
-            | Event::CompactionCall { .. }
-            | Event::PartTransformed { .. }
-            | Event::CancellationRequested { .. } => {}
+            // causes (the conversation from `user_messages_saved`). A tool call's events were
+            // folded above, through the facts.
+            _ => {}
         }
     }
 

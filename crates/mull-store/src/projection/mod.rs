@@ -5,6 +5,7 @@
 //! Applying is cheap (no per-event allocation beyond what the state keeps).
 
 mod approval_fold;
+mod call_fold;
 mod draft;
 mod fold;
 mod state;

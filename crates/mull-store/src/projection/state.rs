@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::approvals::PendingApproval;
+use crate::facts::Facts;
 
 /// Per-turn tool statistics.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -172,6 +173,9 @@ pub struct SessionState {
     /// Open text and reasoning blocks of the draft: (block id, part index).
     #[serde(skip)]
     pub(super) open_blocks: Vec<(String, usize)>,
+    /// The facts of the session's lifecycle events (no chunks), the tool calls are read from.
+    #[serde(skip)]
+    pub(super) facts: Facts,
 }
 
 impl SessionState {
@@ -194,6 +198,7 @@ impl SessionState {
             last_at: None,
             unknown_events: 0,
             open_blocks: Vec::new(),
+            facts: Facts::new(),
         }
     }
 

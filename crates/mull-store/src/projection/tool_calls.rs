@@ -1,12 +1,11 @@
 //! The tool-call fold: a session's tool calls and turn count from its lifecycle events alone,
 //! for tool tables that must not read the session's chunks.
 
-use mull_core::{DecisionAction, Envelope, Event, EventRef};
+use mull_core::{DecisionAction, Envelope, Event};
 use serde::Serialize;
 
-use crate::approvals::{
-    answer_request, mark_decided, push_request, take_closed, ApprovalAnswer, PendingApproval,
-};
+use crate::approvals::{follow_call, PendingApproval};
+use crate::facts::{FactChange, Facts, ToolCallFact, TurnStage};
 
 /// One tool call as its lifecycle events tell it (stream chunks add nothing to these facts).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -23,6 +22,19 @@ pub struct ToolCallRecord {
     pub duration_ms: Option<u64>,
 }
 
+impl From<&ToolCallFact> for ToolCallRecord {
+    fn from(call: &ToolCallFact) -> ToolCallRecord {
+        ToolCallRecord {
+            turn_id: call.turn_id.clone(),
+            call_id: call.call_id.clone(),
+            tool: call.tool.clone(),
+            decision: call.action(),
+            success: call.success(),
+            duration_ms: call.outcome.as_ref().and_then(|o| o.duration_ms()),
+        }
+    }
+}
+
 /// A session's tool calls and turn count, folded from its lifecycle events so that a
 /// session-wide tool table never needs the session's chunks. [`SessionToolCalls::apply`]
 /// takes events one at a time, so a reader's snapshot can be kept current from a tail.
@@ -37,9 +49,9 @@ pub struct SessionToolCalls {
     pub approvals: Vec<PendingApproval>,
     /// The last event applied (0 before any); older or repeated events are ignored.
     pub last_seq: u64,
-    /// Call id → index of its newest call: a model may reuse ids across turns.
+    /// The facts the calls are read from (a call's index is its fact's).
     #[serde(skip)]
-    by_call_id: std::collections::HashMap<String, usize>,
+    facts: Facts,
 }
 
 impl SessionToolCalls {
@@ -51,7 +63,7 @@ impl SessionToolCalls {
             calls: Vec::new(),
             approvals: Vec::new(),
             last_seq: 0,
-            by_call_id: std::collections::HashMap::new(),
+            facts: Facts::new(),
         }
     }
 
@@ -62,86 +74,24 @@ impl SessionToolCalls {
             return;
         }
         self.last_seq = env.seq;
-        match &env.event {
-            Event::TurnStarted { .. } => self.turns += 1,
-            Event::ToolCallStarted { call_id, tool, .. } => {
-                self.start(env, call_id, tool);
-            }
-            Event::ToolDecided {
-                call_id,
-                tool,
-                action,
+        if matches!(env.event, Event::Chunk { .. }) {
+            return;
+        }
+        match self.facts.push(env) {
+            Some(FactChange::Turn {
+                stage: TurnStage::Started,
                 ..
-            } => {
-                self.call(env, call_id, tool).decision = Some(*action);
-                mark_decided(&mut self.approvals, call_id);
-            }
-            Event::ToolCallFinished {
-                call_id,
-                tool,
-                success,
-                duration_ms,
-                ..
-            } => {
-                let call = self.call(env, call_id, tool);
-                call.success = Some(*success);
-                call.duration_ms = Some(*duration_ms);
-                take_closed(&mut self.approvals, call_id, true);
-            }
-            Event::ClientToolResult {
-                call_id,
-                tool,
-                error,
-                ..
-            } => {
-                self.call(env, call_id, tool).success = Some(error.is_none());
-            }
-            Event::ToolCallRepaired { call_id, tool, .. } => {
-                self.call(env, call_id, tool).success = Some(false);
-                take_closed(&mut self.approvals, call_id, false);
-            }
-            Event::ToolApprovalRequested { .. } => {
-                push_request(&mut self.approvals, &EventRef::of(env), None);
-            }
-            Event::ToolApprovalAnswered {
-                approval_id,
-                approved,
-                reason,
-                expired,
-                ..
-            } => {
-                let answer = ApprovalAnswer {
-                    approved: *approved,
-                    reason: reason.clone(),
-                    expired: *expired,
-                    at: env.at,
-                };
-                answer_request(&mut self.approvals, approval_id, answer);
+            }) => self.turns += 1,
+            Some(FactChange::Call { call, stage }) => {
+                let fact = &self.facts.calls()[call];
+                let record = ToolCallRecord::from(fact);
+                match self.calls.get_mut(call) {
+                    Some(existing) => *existing = record,
+                    None => self.calls.push(record),
+                }
+                follow_call(&mut self.approvals, fact, stage, None);
             }
             _ => {}
         }
-    }
-
-    fn start(&mut self, env: &Envelope, call_id: &str, tool: &str) -> usize {
-        self.calls.push(ToolCallRecord {
-            turn_id: env.turn_id.clone(),
-            call_id: call_id.to_owned(),
-            tool: tool.to_owned(),
-            decision: None,
-            success: None,
-            duration_ms: None,
-        });
-        let index = self.calls.len() - 1;
-        self.by_call_id.insert(call_id.to_owned(), index);
-        index
-    }
-
-    /// The newest call with this id, begun here if its start was never seen.
-    fn call(&mut self, env: &Envelope, call_id: &str, tool: &str) -> &mut ToolCallRecord {
-        let index = match self.by_call_id.get(call_id) {
-            Some(&index) => index,
-            None => self.start(env, call_id, tool),
-        };
-        &mut self.calls[index]
     }
 }
