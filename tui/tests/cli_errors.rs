@@ -3,7 +3,9 @@
 
 mod support;
 
-use support::{corpus_copy, names_in, run_mull, texts};
+use std::path::Path;
+
+use support::{corpus_copy, log_with_a_damaged_wal, names_in, run_mull, texts};
 
 #[test]
 fn a_directory_given_as_a_log_is_named_as_one() {
@@ -257,6 +259,72 @@ fn a_damaged_log_is_refused_checked_and_recovered() {
         "",
     );
     assert!(demo.status.success(), "{}", texts(&demo).1);
+}
+
+/// `stats`, `export` and `check` on a log with damage beside it: each exits 1 naming the file
+/// kept (stats after printing the counts of what the database holds), and the evidence stays.
+fn every_reader_reports(dir: &Path, db: &str, kept: &str) {
+    for args in [&["stats", db][..], &["export", db], &["check", db]] {
+        let output = run_mull(dir, args, &[], "");
+        let (stdout, stderr) = texts(&output);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stdout}{stderr}");
+        assert!(
+            format!("{stdout}{stderr}").contains(kept),
+            "{args:?} names the file kept ({kept}): {stdout}{stderr}"
+        );
+    }
+    let stats = run_mull(dir, &["stats", db], &[], "");
+    let (stdout, stderr) = texts(&stats);
+    assert!(stdout.starts_with("sessions  "), "the counts: {stdout}");
+    assert!(
+        stderr.contains("leave out rows") && stderr.contains("mull recover"),
+        "{stderr}"
+    );
+    let names = names_in(dir);
+    assert_eq!(
+        names.iter().filter(|n| n.starts_with(kept)).count(),
+        1,
+        "kept once, however often read: {names:?}"
+    );
+}
+
+#[test]
+fn a_directory_where_the_record_file_goes_fails_every_reader_and_is_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let demo = run_mull(
+        dir.path(),
+        &["demo", "--headless", "--fast", "--db", "d.db"],
+        &[],
+        "",
+    );
+    assert!(demo.status.success(), "{}", texts(&demo).1);
+    let stats = run_mull(dir.path(), &["stats", "d.db"], &[], "");
+    assert!(stats.status.success(), "{}", texts(&stats).1);
+    let misplaced = dir.path().join("d.db-records");
+    std::fs::create_dir(&misplaced).expect("mkdir");
+    std::fs::write(misplaced.join("note"), "kept").expect("writes");
+
+    every_reader_reports(dir.path(), "d.db", "d.db-records.misplaced-");
+    let names = names_in(dir.path());
+    assert!(!names.contains(&"d.db-records".to_owned()), "{names:?}");
+    let kept = names
+        .iter()
+        .find(|n| n.starts_with("d.db-records.misplaced-"))
+        .expect("kept");
+    let note = dir.path().join(kept).join("note");
+    assert_eq!(std::fs::read_to_string(note).expect("kept whole"), "kept");
+
+    let recover = run_mull(dir.path(), &["recover", "d.db", "new.db"], &[], "");
+    assert!(recover.status.success(), "{}", texts(&recover).1);
+    let stats = run_mull(dir.path(), &["stats", "new.db"], &[], "");
+    assert!(stats.status.success(), "{}", texts(&stats).1);
+}
+
+#[test]
+fn flipped_bytes_in_the_wal_fail_every_reader_and_are_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    log_with_a_damaged_wal(dir.path(), "w.db");
+    every_reader_reports(dir.path(), "w.db", "w.db-wal.damaged-");
 }
 
 #[test]

@@ -20,6 +20,12 @@
 //! synchronous: readers are command-line tools and the dashboard's threads; a backend whose
 //! driver is asynchronous runs its connection on a runtime of its own.
 //!
+//! # Damage
+//! A log may read without rows that files beside it hold (a SQLite log's damaged record file or
+//! WAL, set aside by [`crate::gate`]). The backend finds that once, as it opens, and every
+//! reader asks [`ReadLog::side_damage`] (or [`ReadLog::ensure_whole`]) rather than looking
+//! itself: `stats`, `export` and `check` exit non-zero naming it, the dashboard shows a banner.
+//!
 //! # Following
 //! A reader that follows the log (a tail, a dashboard) takes a [`ChangeCursor`] with
 //! [`ReadLog::cursor`], reads what it shows, then asks [`ReadLog::changes`] from time to time:
@@ -32,6 +38,7 @@ use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event, TurnStatus};
 
 use crate::error::StoreError;
+use crate::gate::{self, SideDamage};
 use crate::overview::{SessionOverviews, OVERVIEW_KINDS};
 use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
 use crate::reader::SessionSummary;
@@ -123,6 +130,23 @@ pub trait ReadLog: Send + std::fmt::Debug {
 
     /// How many events the log holds (a session list's title shows it).
     fn event_count(&self) -> Result<u64, StoreError>;
+
+    /// Files beside the log that hold rows it reads without (see [`crate::gate`]), as found
+    /// when it opened; empty when the log is whole, and always for a backend with no such
+    /// files.
+    fn side_damage(&self) -> &[SideDamage] {
+        &[]
+    }
+
+    /// An error naming [`ReadLog::side_damage`], if there is any: for readers that must not
+    /// present a partial log as the whole of it.
+    fn ensure_whole(&self) -> Result<(), StoreError> {
+        let found = self.side_damage();
+        match found.is_empty() {
+            true => Ok(()),
+            false => Err(gate::reported(std::path::Path::new(&self.name()), found)),
+        }
+    }
 
     /// Every session, oldest first (by its first event).
     fn sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
@@ -354,6 +378,12 @@ impl<T: ReadLog + ?Sized> ReadLog for Box<T> {
     }
     fn event_count(&self) -> Result<u64, StoreError> {
         (**self).event_count()
+    }
+    fn side_damage(&self) -> &[SideDamage] {
+        (**self).side_damage()
+    }
+    fn ensure_whole(&self) -> Result<(), StoreError> {
+        (**self).ensure_whole()
     }
     fn sessions(&self) -> Result<Vec<SessionSummary>, StoreError> {
         (**self).sessions()

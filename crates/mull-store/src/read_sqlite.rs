@@ -10,6 +10,7 @@ use mull_core::Envelope;
 use rusqlite::{params, OptionalExtension};
 
 use crate::error::StoreError;
+use crate::gate::SideDamage;
 use crate::overview::{SessionOverviews, OVERVIEW_KINDS};
 use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
 use crate::read::{ChangeCursor, Changes, ReadLog, SessionChange, SessionKey};
@@ -84,6 +85,10 @@ impl ReadLog for LogReader {
             });
         }
         Ok(Changes { sessions, cursor })
+    }
+
+    fn side_damage(&self) -> &[SideDamage] {
+        LogReader::side_damage(self)
     }
 
     fn event_count(&self) -> Result<u64, StoreError> {

@@ -7,7 +7,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use mull_store::{export_jsonl, LogReader};
+use mull_store::{export_jsonl, LogReader, ReadLog};
 
 /// How many session ids an unknown session's error lists.
 const LISTED_SESSIONS: usize = 5;

@@ -1,5 +1,9 @@
 //! `mull stats DB [--prices FILE]`: sessions, turns, events by kind, tokens, and what the model
 //! calls cost (the log's cost ledger priced with the built-in table, or a file laid over it).
+//!
+//! A log that reads without rows files beside it hold (see [`ReadLog::side_damage`]) still gets
+//! its counts printed, of what it reads, and then an error naming the damage: the exit status
+//! is 1, so the counts are never taken for the whole log's.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +17,9 @@ pub fn run(db: &Path, prices: Option<&Path>) -> Result<()> {
     let table = price_table(prices)?;
     let reader = crate::cli::pg::open_log(db)?;
     print!("{}", report(&*reader, &table)?);
+    reader
+        .ensure_whole()
+        .context("the counts above leave out rows the log lacks")?;
     Ok(())
 }
 

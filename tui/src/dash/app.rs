@@ -279,6 +279,9 @@ pub struct App {
     pub live_events: u64,
     /// The last failure, shown in the footer.
     pub status: Option<String>,
+    /// Files beside the log holding rows it reads without, as the reader found them when it
+    /// opened: shown as a banner under the header for as long as the dashboard runs.
+    pub damage: Vec<mull_store::SideDamage>,
     /// Answering pending approvals: the selected call, the confirmation, answers sent.
     pub answering: Answering,
     pub quit: bool,
@@ -319,6 +322,7 @@ impl App {
             max_seq: 0,
             live_events: 0,
             status: None,
+            damage: Vec::new(),
             answering: Answering::default(),
             quit: false,
             nest: Vec::new(),

@@ -69,6 +69,12 @@ impl Poster {
 }
 
 impl Source {
+    /// Files beside the log holding rows it reads without, as the reader found them (the
+    /// store's one finding, which `mull check` reports too).
+    pub fn side_damage(&self) -> &[mull_store::SideDamage] {
+        self.reader.side_damage()
+    }
+
     /// Opens the log `db` (a SQLite file or a `postgres://` URL) for reading.
     pub fn open(db: &Path) -> anyhow::Result<Self> {
         Ok(Self {

@@ -59,6 +59,7 @@ impl Dash {
         let opened_at = source.cursor()?;
         let (mut app, effects) = App::new(name.to_owned());
         app.max_seq = source.event_count()?;
+        app.damage = source.side_damage().to_vec();
         let mut dash = Self {
             app,
             source,

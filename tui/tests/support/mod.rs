@@ -72,3 +72,48 @@ pub fn corpus_copy(dir: &Path, name: &str) -> PathBuf {
     std::fs::copy(&from, &to).expect("copies the corpus file");
     to
 }
+
+/// A log `name` in `dir` as a killed writer left it (many small commits, the WAL never
+/// checkpointed), then with two bytes flipped in a page early in its WAL: SQLite stops at the
+/// bad frame and reads fewer events than were committed. Returns the log's path.
+pub fn log_with_a_damaged_wal(dir: &Path, name: &str) -> PathBuf {
+    use mull_store::{Log, LogOptions};
+    let live = tempfile::tempdir().expect("tempdir");
+    let path = live.path().join("live.db");
+    let log = Log::open_with(
+        &path,
+        LogOptions {
+            checkpoint_pages: 1_000_000,
+            batch_max_delay: std::time::Duration::from_secs(3600),
+            ..LogOptions::default()
+        },
+    )
+    .expect("opens");
+    for step in 0..167u32 {
+        log.append(
+            "s",
+            Some("t"),
+            chrono::Utc::now(),
+            mull_core::Event::StepStarted { step: step * 1000 },
+        )
+        .expect("appends");
+        if step % 4 == 3 {
+            log.flush_blocking().expect("commits");
+        }
+    }
+    log.flush_blocking().expect("commits");
+    // Copied while the writer lives: what a kill leaves.
+    let db = dir.join(name);
+    let wal = dir.join(format!("{name}-wal"));
+    std::fs::copy(&path, &db).expect("copies the database");
+    let mut bytes = std::fs::read(live.path().join("live.db-wal")).expect("a WAL");
+    log.close().expect("closes");
+    let page = 4096 + 24;
+    let frames = (bytes.len() - 32) / page;
+    assert!(frames > 20, "{frames} frames");
+    let at = 32 + (frames / 4) * page + 24 + 100;
+    bytes[at] ^= 0xff;
+    bytes[at + 1] ^= 0xff;
+    std::fs::write(&wal, &bytes).expect("writes the WAL");
+    db
+}

@@ -12,7 +12,7 @@ use mull_core::Event;
 use super::frames::encode_row;
 use super::*;
 use crate::row::{kind_of, Row};
-use crate::{check, recover, Log, LogOptions, LogReader};
+use crate::{check, recover, Log, LogOptions, LogReader, ReadLog};
 
 /// Rows of real events (step_started, their step the seq), as the gate encodes them.
 fn rows(from: u64, to: u64) -> Vec<Row> {
@@ -97,8 +97,14 @@ fn refused_and_reported(db: &Path, why: &str) -> PathBuf {
     assert_eq!(damage.len(), 1, "{damage:?}");
     let file = kept(db, why);
     assert_eq!(damage[0].file, file);
-    let whole = reader.ensure_whole().expect_err("reported").to_string();
-    assert!(whole.contains("mull recover"), "{whole}");
+    // Every reader asks the read contract (stats, export, the dashboard): the same finding.
+    let read: &dyn ReadLog = &reader;
+    assert_eq!(read.side_damage(), &damage[..]);
+    let whole = read.ensure_whole().expect_err("reported").to_string();
+    assert!(
+        whole.contains("mull recover") && whole.contains(&file.display().to_string()),
+        "{whole}"
+    );
     assert_eq!(seqs(&reader), [1, 2, 3, 4, 5], "the database alone");
     drop(reader);
     assert!(!records_path(db).exists(), "set aside, not left in place");
@@ -277,6 +283,11 @@ fn flipped_bytes_in_the_wal_are_found_refused_kept_and_recovered() {
     let reader = LogReader::open(&db).expect("a reader opens");
     let damage = reader.side_damage().to_vec();
     assert_eq!(damage.len(), 1, "{damage:?}");
+    let read: &dyn ReadLog = &reader;
+    assert!(
+        read.ensure_whole().is_err(),
+        "reported through the read contract"
+    );
     let copy = kept(&db, "damaged");
     assert!(copy.to_string_lossy().contains("-wal.damaged-"));
     assert_eq!(std::fs::read(&copy).expect("kept"), bytes);

@@ -72,18 +72,10 @@ impl LogReader {
     }
 
     /// Files beside the log that hold rows the database lacks (a damaged record file or WAL,
-    /// set aside): the log reads without those rows. Empty when the log is whole.
+    /// set aside): the log reads without those rows. Empty when the log is whole. Readers ask
+    /// it through [`crate::ReadLog::side_damage`] and [`crate::ReadLog::ensure_whole`].
     pub fn side_damage(&self) -> &[SideDamage] {
         &self.side_damage
-    }
-
-    /// An error naming the damage beside the log, if there is any: for commands that must not
-    /// present a partial log as the whole of it.
-    pub fn ensure_whole(&self) -> Result<(), StoreError> {
-        match self.side_damage.is_empty() {
-            true => Ok(()),
-            false => Err(gate::reported(&self.path, &self.side_damage)),
-        }
     }
 
     /// The database file.

@@ -1,11 +1,13 @@
 //! Drawing: pure functions from `&App` to a frame. Nothing here changes state or reads the log.
 //!
-//! Every screen keeps a header (where you are, live throughput, modes) and a status bar (the
+//! Every screen keeps a header (where you are, live throughput, modes; under it a red banner
+//! while the log reads without rows files beside it hold) and a status bar (the
 //! position in the list, the search's count, the keys that work here). Tables choose their
 //! columns by priority for the width they get ([`fit_columns`]): a narrow terminal drops whole
 //! columns, never cuts a value, and keeps the key hints.
 
 mod approvals;
+mod banner;
 mod columns;
 mod diff;
 mod event;
@@ -29,10 +31,12 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::dash::app::{App, View};
 
-/// The header, the body and the status bar.
-pub fn areas(area: Rect) -> [Rect; 3] {
+/// The header (a line more for the damage banner when `app` has one), the body and the status
+/// bar.
+pub fn areas(area: Rect, app: &App) -> [Rect; 3] {
+    let header = if app.damage.is_empty() { 1 } else { 2 };
     Layout::vertical([
-        Constraint::Length(1),
+        Constraint::Length(header),
         Constraint::Min(1),
         Constraint::Length(1),
     ])
@@ -41,8 +45,11 @@ pub fn areas(area: Rect) -> [Rect; 3] {
 
 /// Draws the whole screen.
 pub fn render(frame: &mut Frame, app: &App) {
-    let [header_area, body, footer_area] = areas(frame.area());
+    let [header_area, body, footer_area] = areas(frame.area(), app);
+    let [header_area, banner_area] =
+        Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(header_area);
     header::render(frame, header_area, app);
+    banner::render(frame, banner_area, app);
     match app.view {
         View::Sessions => sessions::render(frame, body, app),
         View::Turns => turns::render(frame, body, app),

@@ -47,6 +47,47 @@ fn a_turn_whose_writer_is_gone_shows_as_interrupted() {
     snap("sessions_writer_gone", &dash);
 }
 
+#[test]
+fn damage_beside_the_log_shows_as_a_banner_on_every_screen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_db(dir.path(), &sample_log());
+    let whole = Dash::open(&path).expect("open dashboard");
+    assert!(whole.app.damage.is_empty());
+    assert!(!format!("{}", screen(&whole).backend()).contains("DAMAGED"));
+    // A directory where the record file goes: the log reads without whatever it held.
+    let mut records = path.clone().into_os_string();
+    records.push("-records");
+    std::fs::create_dir(&records).expect("mkdir");
+    std::fs::write(std::path::Path::new(&records).join("note"), "kept").expect("writes");
+
+    let mut dash = Dash::open(&path).expect("a damaged log still opens, flagged");
+    dash.app.db_label = "test.db".into();
+    assert_eq!(dash.app.damage.len(), 1, "{:?}", dash.app.damage);
+    let text = format!("{}", screen(&dash).backend());
+    assert!(
+        text.contains("⚠ DAMAGED") && text.contains("mull check test.db"),
+        "{text}"
+    );
+    snap("sessions_with_damage_beside_the_log", &dash);
+    press(&mut dash, &[Action::Enter]);
+    assert_eq!(dash.app.view, View::Turns);
+    let text = format!("{}", screen(&dash).backend());
+    assert!(text.contains("⚠ DAMAGED"), "the banner stays: {text}");
+    // Clicks land on what is drawn under the banner: the second turn's row.
+    let area = ratatui::layout::Rect::new(0, 0, 160, 45);
+    let row = (0..45)
+        .find(|&y| {
+            let hit = crate::dash::view::hit::hit(&dash.app, area, 5, y);
+            hit.and_then(|h| h.row) == Some(1)
+        })
+        .expect("a row 1 to click");
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    assert!(
+        lines[usize::from(row)].contains("2"),
+        "row {row} is the second turn's: {text}"
+    );
+}
+
 fn press(dash: &mut Dash, actions: &[Action]) {
     for action in actions {
         dash.send(Msg::Action(*action));
