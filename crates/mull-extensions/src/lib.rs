@@ -5,7 +5,7 @@
 //!   subscribes to, which host calls it may make, its per-hook timeout and its `on_chunk`
 //!   batching.
 //! - [`protocol`]: line-delimited JSON-RPC 2.0 over the child's stdin/stdout, and the JSON
-//!   schemas of every message (docs/extension-protocol.md).
+//!   schemas of every message, so an extension can be written in any language.
 //! - [`process`]: [`ProcessExtension`], which supervises one child (start, restart with
 //!   backoff, kill at timeout) and implements the engine's [`mull_engine::Extension`] trait,
 //!   so the engine's dispatcher runs it like an in-process extension.

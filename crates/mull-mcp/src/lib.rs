@@ -4,8 +4,8 @@
 //! stdio, or a streamable HTTP endpoint — reached through the official Rust SDK (`rmcp`). It
 //! is a [`mull_engine::ToolSource`]: give it to an agent ([`mull_engine::Agent::mcp_servers`])
 //! or a session ([`mull_engine::SessionOptions::with_mcp_server`]) and every turn lists its
-//! tools, merged where the seed puts MCP tools (after the agent's and the session's own, before
-//! the client's and the caller's).
+//! tools, merged after the agent's and the session's own tools and before the client's and the
+//! caller's, as Think merges them.
 //!
 //! What a turn sees, as Think has it:
 //! - A tool is named `tool_<server>_<name>` (the server's name with `-` removed), so two

@@ -9,9 +9,6 @@
 //! - [`server_targets`]: the bodies of the server's fuzz targets (chat bodies, WebSocket
 //!   frames, the resume path) against the real router.
 //! - [`sse_server`]: a local server that feeds arbitrary bytes to the real provider clients.
-//!
-//! The root `tests/reliability_*.rs` include some of these modules by path (the facade package
-//! has no dependency on this crate), so those modules use only crates the facade's tests have.
 
 pub mod corpus;
 pub mod crash;

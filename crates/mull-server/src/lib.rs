@@ -11,17 +11,41 @@
 //! | `GET /api/chat/ws` | WebSocket: `WebSocketChatTransport` frames, several chats per socket |
 //! | `GET /healthz`, `GET /readyz` | probes: the process serves; it starts turns (not draining, log writable) |
 //!
-//! Where things are:
-//! - [`wire`]: the AI SDK's camelCase messages and chat requests, mapped to mull's model.
-//! - [`ui_stream`]: logged events → UI message stream chunks, one pure mapping for live and
-//!   resumed streams.
-//! - [`follow`]: one turn's events from the log and then the live bus, each exactly once.
-//! - [`chat`]: what a request asks of its session, and the numbered chunk stream of a turn.
-//! - `http` and `ws`: the two framings; [`error`]: refusals as JSON; [`state`]: the open
-//!   sessions, leased per request and stream, evicted when idle and re-opened from the log.
-//! - [`edge`]: which hosts and browser origins may use the server; [`ids`]: the ids clients
-//!   choose, bounded; `listen`: connection caps; [`health`] and [`drain`]: probes and the clean
-//!   stop.
+//! What you use:
+//! - [`ServerState`]: the log and the agent each chat runs ([`ServerState::new`] for one agent,
+//!   [`ServerState::with_agents`] to choose per chat id, [`ServerState::on`] for any
+//!   [`mull_store::EventLog`], PostgreSQL's included), with builder methods for the token,
+//!   session options, limits and idle eviction. Open sessions are a cache of the log: an idle
+//!   chat leaves memory and is opened again from the log on its next request.
+//! - [`router`] to mount the routes in an axum app of your own, or [`serve`] with a
+//!   [`ServerConfig`] to run them behind the server's own edge: connection caps per client,
+//!   request-head deadlines, `Host` and browser-origin checks ([`EdgePolicy`]), each client's
+//!   share of running turns, and a clean stop on the future you pass (running turns get
+//!   [`ServerConfig::grace`], the rest end `aborted` in the log and their clients get the end).
+//! - [`wire`] (the AI SDK's message and request shapes) and [`ui_stream`] (events → UI
+//!   message stream chunks) if you speak the protocol yourself.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use mull_engine::Agent;
+//! use mull_server::{router, serve, ServerConfig, ServerState};
+//! use mull_store::Log;
+//!
+//! /// A chat server on 127.0.0.1:3000: every chat runs `agent`, every event goes to `chat.db`.
+//! async fn run(agent: Arc<dyn Agent>) -> Result<(), Box<dyn std::error::Error>> {
+//!     let state = ServerState::new(Log::open("chat.db")?, agent);
+//!     // Stops cleanly when this future ends (wire it to SIGTERM and Ctrl-C).
+//!     let stop = std::future::pending::<()>();
+//!     serve(ServerConfig::default(), state, stop).await?;
+//!     Ok(())
+//! }
+//!
+//! /// Or the routes inside an app of your own, beside its other routes.
+//! fn app(log: Log, agent: Arc<dyn Agent>) -> axum::Router {
+//!     axum::Router::new().merge(router(ServerState::new(log, agent)))
+//! }
+//! ```
 //!
 //! One session per chat id; a stream only ever carries events of its own chat's session.
 

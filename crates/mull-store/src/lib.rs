@@ -1,6 +1,34 @@
 //! The event log of mull: an append-only SQLite database that is the source of truth for
 //! every session, turn and stream part.
 //!
+//! What you use: [`Log::open`] for the one writer of a file (hand it to a session, which appends
+//! every event through it), [`LogReader::open`] for readers in any process, [`check`] and
+//! [`recover`] for a damaged file, [`export_jsonl`] / [`import_jsonl`] to move logs around, and
+//! the folds views read ([`SessionState`], [`SessionOverview`], [`TurnPacing`], the cost
+//! [`ledger`], [`diff`]). Another backend implements the two contracts every caller takes:
+//! [`EventLog`] (writing) and [`ReadLog`] (reading); [`MemoryLog`] implements both in memory.
+//!
+//! ```
+//! use mull_core::Event;
+//! use mull_store::{Log, LogReader, ReadLog};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("chat.db");
+//! // The one writer of the file; a session appends through it. Here one event, by hand.
+//! let log = Log::open(&path)?;
+//! let appended = log.append("chat-1", None, chrono::Utc::now(), Event::StepStarted { step: 0 })?;
+//! // What an output gate waits for before something leaves the process.
+//! futures_executor::block_on(log.durable(appended.seq))?;
+//! log.close()?;
+//!
+//! // Readers: any number, from any process, while a writer runs.
+//! let reader = LogReader::open(&path)?;
+//! assert_eq!(reader.sessions()?[0].session_id, "chat-1");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # One writer
 //! A database has exactly one writer: [`Log`]. Opening it takes an exclusive lock on a sidecar
 //! file (`<db>.lock`), so a second writer — in this process or another — gets
@@ -108,8 +136,9 @@
 //! [`TurnPacing`] folds one turn's events into its first-chunk time, chunk gaps and stalls.
 //!
 //! # Storage
-//! Table `events(seq, session_id, turn_id, at, v, kind, payload)`: `at` is fixed-width
-//! RFC 3339 with microseconds and `Z` (text order is time order), `payload` is exactly
+//! Table `events(seq, session_id, turn_id, at, v, kind, payload)`: `at` is microseconds since
+//! the Unix epoch (an integer, so its order is time order; JSONL exports write it as RFC 3339
+//! text), `payload` is exactly
 //! [`Event::encode`](mull_core::Event::encode). The schema is versioned by `PRAGMA user_version`
 //! and recognised by `PRAGMA application_id`; see [`schema`].
 //!

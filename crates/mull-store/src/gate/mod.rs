@@ -2,8 +2,8 @@
 //! keeps, in one place that the writer and the readers both use.
 //!
 //! The files beside `<db>`: the single-writer lock `<db>.lock` ([`lock`]), SQLite's WAL
-//! `<db>-wal` ([`wal`]), and the record file `<db>-records` ([`records`], format in
-//! [`frames`]), where an output gate writes rows before SQLite commits them.
+//! `<db>-wal` (`wal`), and the record file `<db>-records` (`records`, format in
+//! `frames`), where an output gate writes rows before SQLite commits them.
 //!
 //! # Invariants
 //! 1. **Durable** means committed to the WAL or written to the record file; both are written in
@@ -18,7 +18,7 @@
 //! 3. A WAL frame whose checksum fails, followed by a commit frame that verifies, is damage:
 //!    SQLite would silently stop at the bad frame and drop every later commit, and a writer
 //!    would then hand their seqs out again.
-//! 4. The files are inspected ([`inspect`]) with the single-writer lock held, before SQLite
+//! 4. The files are inspected (`inspect`) with the single-writer lock held, before SQLite
 //!    opens the database (SQLite's last connection to close folds the WAL back and deletes
 //!    it): by a writer as it opens, and by a reader that finds no writer alive. While a writer
 //!    lives, it alone changes them; a reader only reads the record file.
@@ -26,13 +26,13 @@
 //!    (a directory in its place…) record file is moved aside as `<db>-records.<why>-<time>`; a
 //!    damaged WAL is copied to `<db>-wal.damaged-<time>` (moving it could tear a checkpoint
 //!    in progress). While such a file exists, writers refuse the log, readers report it
-//!    ([`inspect`]'s result, [`crate::LogReader::side_damage`]), `mull check` counts it, and
+//!    (`inspect`'s result, [`crate::LogReader::side_damage`]), `mull check` counts it, and
 //!    [`crate::recover`] copies what still verifies in it into the new log. A file is removed
 //!    only once the database holds every row of it.
 //! 6. One writer per log: the lock is an OS file lock, so it dies with its process; a reader
 //!    probes it without waiting.
 //!
-//! Inside a writer, the gate is one mutex (the open [`Records`]) and one atomic (the highest
+//! Inside a writer, the gate is one mutex (the open `Records`) and one atomic (the highest
 //! seq written to it); their order with the writer's other locks is stated in `writer`.
 
 use std::path::{Path, PathBuf};
