@@ -86,7 +86,7 @@ fn push_assistant(msg: &UIMessage, out: &mut Vec<ModelMessage>) {
                     ToolPartState::OutputAvailable => {
                         Some((tool.output.clone().unwrap_or(Value::Null), false))
                     }
-                    // A denied approval follows the seed's block semantics: the model sees
+                    // A denied approval follows Think's block semantics: the model sees
                     // the reason as the tool's output.
                     ToolPartState::OutputDenied if tool.output.is_some() => {
                         Some((tool.output.clone().unwrap_or(Value::Null), false))

@@ -2,6 +2,12 @@
 //! fold into ([`UIMessage`]), the parts a model streams ([`StreamPart`]), the data recorded for
 //! hook decisions, and the [`LanguageModel`] interface.
 //!
+//! What you implement here, if anything: [`LanguageModel`], to bring a model the providers do
+//! not cover — its provider name, its model id, and `stream`, which starts one call and returns
+//! the [`StreamPart`]s it produces (an error before the first part is the call's refusal, a
+//! later one ends the stream). A [`Clock`] and an [`IdSource`] are injected into sessions, so a
+//! run with [`FixedClock`] and [`SequentialIds`] writes the same bytes every time.
+//!
 //! This crate is pure data and pure functions: no I/O and no async runtime. Everything that
 //! stores, runs or draws lives in the crates above it.
 

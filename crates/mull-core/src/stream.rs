@@ -249,7 +249,7 @@ impl StreamPart {
     }
 
     /// Whether `on_chunk` (and an extension's `on_chunk`) sees this part: exactly the kinds of the
-    /// seed's `ChunkContext` (text-delta, reasoning-delta, source, tool-call, tool-input-start,
+    /// `ChunkContext` of Think (text-delta, reasoning-delta, source, tool-call, tool-input-start,
     /// tool-input-delta, tool-result, raw). Every other part is still logged and streamed.
     pub fn is_observed_chunk(&self) -> bool {
         matches!(

@@ -1,6 +1,5 @@
-//! The [`Agent`] trait: an application's model, tools, prompt and every lifecycle hook of the
-//! seed, each with a default that changes nothing. Implement only what you need, as a Think
-//! subclass overrides only its hooks.
+//! The [`Agent`] trait: an application's model, tools, prompt and every lifecycle hook of
+//! Think, each with a default that changes nothing: implement only what you need.
 
 use std::sync::Arc;
 use std::time::Duration;

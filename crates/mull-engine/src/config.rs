@@ -1,7 +1,7 @@
 //! What `before_turn` and `before_step` may change: [`TurnConfig`] for the whole turn and
 //! [`StepConfig`] for one step, and how a TurnConfig merges into the defaults (`ResolvedTurn`).
 //!
-//! Merge rules (the seed's): scalar fields replace the default; `tools` are added to the turn's
+//! Merge rules (Think's): scalar fields replace the default; `tools` are added to the turn's
 //! tools (winning on a name clash); `stop_when` adds to `step_count_is(max_steps)`.
 
 use std::collections::BTreeMap;
@@ -126,7 +126,7 @@ pub struct TurnConfig {
     pub message_metadata: Option<MessageMetadata>,
 }
 
-/// A step's system prompt, as the seed's `StepConfig.system` allows it: a string, or system
+/// A step's system prompt, as Think's `StepConfig.system` allows it: a string, or system
 /// messages (sent as `system` role messages ahead of the conversation, for providers that
 /// take several system blocks, e.g. with cache settings of their own).
 #[derive(Clone, Debug, PartialEq)]

@@ -126,7 +126,7 @@ pub trait Tool: Send + Sync {
         false
     }
     /// Whether the tool was registered at run time rather than declared in code (an MCP
-    /// server's tool): hooks see it as `dynamic`, as the seed's `ToolCallContext` says.
+    /// server's tool): hooks see it as `dynamic`, as Think's `ToolCallContext` says.
     fn is_dynamic(&self) -> bool {
         false
     }

@@ -2,7 +2,7 @@
 //! tools are the case in point (the `mull-mcp` crate implements [`ToolSource`] over the
 //! official MCP SDK). The engine knows only this trait, so it depends on no MCP library.
 //!
-//! Where they go: the seed's merged tool set is "workspace + getTools + session + MCP + client +
+//! Where they go: Think's merged tool set is "workspace + getTools + session + MCP + client +
 //! caller", so a turn lists every source after the agent's and the session's own tools and
 //! before the client's and the caller's — the agent's sources ([`crate::Agent::mcp_servers`])
 //! first, then the session's ([`crate::SessionOptions::with_mcp_server`]).

@@ -1,5 +1,5 @@
 //! Stream transforms: adapters over the stream of parts that rewrite, drop or add parts before
-//! the user sees (and the conversation keeps) them, applied in order — the seed's
+//! the user sees (and the conversation keeps) them, applied in order — Think's
 //! `experimental_transform`. The log keeps what the model sent beside what the user saw, and the
 //! engine keeps every tool call paired with its outcome whatever a transform does.
 

@@ -1,5 +1,5 @@
 //! The workspace: a directory the agent's turns may read and write through three tools
-//! (`read_file`, `write_file`, `list_files`), the first layer of the seed's tool merge
+//! (`read_file`, `write_file`, `list_files`), the first layer of Think's tool merge
 //! (workspace → agent → session → MCP → client → caller; a later layer wins on a name clash).
 //! An agent offers one by returning it from [`Agent::workspace`](crate::Agent::workspace).
 //!

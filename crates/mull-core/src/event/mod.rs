@@ -166,7 +166,7 @@ pub enum DecisionAction {
     /// `before_tool_call` itself failed; the call counts as a failed execution.
     HookFailed,
     /// A person denied the approval the call waited for (or the request expired): the
-    /// seed's block semantics, the model sees the reason as the tool's output.
+    /// block semantics of Think, the model sees the reason as the tool's output.
     Denied,
 }
 

@@ -6,8 +6,8 @@
 //! contract serves an in-process Rust extension and one running in another process (the
 //! `mull-extensions` crate implements [`Extension`] over a child process).
 //!
-//! Snapshots and replies have the seed's shapes and field names (camelCase, as Think's
-//! documentation writes them), so an extension written from the seed works unchanged.
+//! Snapshots and replies have Think's shapes and field names (camelCase, as its
+//! documentation writes them), so an extension written for Think works unchanged.
 //!
 //! The dispatcher runs subscribed extensions in load order, right after the agent's own hook
 //! at the same point. Only `before_turn`'s reply is used: a [`TurnConfigPatch`] whose scalar

@@ -59,7 +59,7 @@ impl From<ToolChoicePatch> for ToolChoice {
     }
 }
 
-/// Time limits an extension may set for the turn (the seed's `TimeoutConfiguration`).
+/// Time limits an extension may set for the turn (Think's `TimeoutConfiguration`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TimeoutPatch {
@@ -71,7 +71,7 @@ pub struct TimeoutPatch {
     pub chunk_ms: Option<u64>,
 }
 
-/// What an extension's `before_turn` may return: the scalar part of the seed's TurnConfig, with
+/// What an extension's `before_turn` may return: the scalar part of Think's TurnConfig, with
 /// its field names (`activeTools`, `maxSteps`, `toolChoice` …).
 ///
 /// `model`, `tools`, `stopWhen`, `experimental_transform` and `output` are accepted so a
@@ -134,7 +134,7 @@ pub struct TurnConfigPatch {
     /// Ignored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_when: Option<Value>,
-    /// Ignored (the seed's `experimental_transform`).
+    /// Ignored (Think's `experimental_transform`).
     #[serde(
         rename = "experimental_transform",
         skip_serializing_if = "Option::is_none"
@@ -152,7 +152,7 @@ pub enum PatchError {
     /// The reply is not a JSON object (nor `null`).
     #[error("the reply is {0}, not an object or null")]
     NotAnObject(&'static str),
-    /// The seed's TurnConfig has no field of that name.
+    /// Think's TurnConfig has no field of that name.
     #[error(
         "field {field:?} is not a TurnConfig field (they are camelCase, e.g. \"activeTools\")"
     )]

@@ -1,4 +1,4 @@
-//! What extension hooks see: JSON-safe snapshots of the engine's contexts, in the seed's
+//! What extension hooks see: JSON-safe snapshots of the engine's contexts, in Think's
 //! shapes and camelCase field names.
 
 use mull_core::{StreamPart, Usage};
@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// What an extension's `before_turn` sees: the seed's `TurnContextSnapshot`
+/// What an extension's `before_turn` sees: Think's `TurnContextSnapshot`
 /// (`{ system, toolNames, messageCount, continuation, body?, modelId }`) plus `activeTools`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -28,7 +28,7 @@ pub struct TurnSnapshot {
     pub model_id: String,
 }
 
-/// What an extension's `before_tool_call` sees (the seed's
+/// What an extension's `before_tool_call` sees (Think's
 /// `{ toolName, toolCallId, input, stepNumber, dynamic? }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -44,7 +44,7 @@ pub struct ToolCallSnapshot {
     pub dynamic: bool,
 }
 
-/// What an extension's `after_tool_call` sees: the outcome as the model sees it (the seed's
+/// What an extension's `after_tool_call` sees: the outcome as the model sees it (Think's
 /// `{ toolName, toolCallId, input, stepNumber, durationMs, success, output? | error?, dynamic? }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -89,7 +89,7 @@ impl From<&Usage> for UsageSnapshot {
     }
 }
 
-/// What an extension's `on_step_finish` sees (the seed's `{ stepNumber, finishReason, text,
+/// What an extension's `on_step_finish` sees (Think's `{ stepNumber, finishReason, text,
 /// reasoningText, toolCallCount, toolResultCount, usage, providerMetadata }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -105,7 +105,7 @@ pub struct StepSnapshot {
     pub provider_metadata: Option<Value>,
 }
 
-/// What an extension's `on_chunk` sees: minimal, because it fires per token (the seed's
+/// What an extension's `on_chunk` sees: minimal, because it fires per token (Think's
 /// `{ type, text?, toolName?, toolCallId? }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

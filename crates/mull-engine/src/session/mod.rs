@@ -4,7 +4,7 @@
 //!
 //! # The turn lock
 //! One turn runs at a time per session; later ones wait in FIFO order (a fair async mutex).
-//! The lock is released before `on_chat_response` runs (the seed's rule), so the next queued
+//! The lock is released before `on_chat_response` runs (as in Think), so the next queued
 //! turn may start while the hook runs, and whatever the hook starts (`save_messages`, `chat`,
 //! `submit_messages`, awaited or spawned) queues behind the lock like any other caller. A
 //! blocking turn started from inside a running turn's other hooks would wait for its own turn
