@@ -22,7 +22,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use mull_core::{HookName, LanguageModel};
 
-use crate::hooks::context::{
+use crate::context::{
     ChatResponseResult, ChunkContext, PrepareStepContext, StepContext, ToolCallContext,
     ToolCallResultContext, TurnContext,
 };

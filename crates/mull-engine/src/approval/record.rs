@@ -9,7 +9,7 @@ use mull_store::PendingApproval;
 use crate::error::EngineError;
 use crate::runtime::Runtime;
 
-use super::Approval;
+use super::answer::Approval;
 
 /// The step an answer (or an expiry) completed: every approval asked in it is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]

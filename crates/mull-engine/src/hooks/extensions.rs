@@ -40,10 +40,10 @@ impl ExtensionHost for SessionHost<'_> {
             .read(|s| s.context_blocks.get(name).cloned()))
     }
     fn write_context_block(&self, name: &str, text: &str) -> Result<(), HostCallError> {
-        crate::memory::context_blocks::check_write(&self.inner.config, name, text, false)
+        crate::session_config::check_write(&self.inner.config, name, text, false)
             .map_err(|e| HostCallError::Rejected(e.to_string()))?;
-        crate::memory::context_blocks::append_write(
-            self.inner,
+        crate::session_config::block::append_write(
+            &self.inner.recorder,
             name,
             text,
             mull_core::ContextBlockSource::Application,

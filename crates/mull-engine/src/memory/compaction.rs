@@ -411,7 +411,7 @@ pub(crate) async fn proactive(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::tokens::CharEstimator;
+    use crate::session_config::tokens::CharEstimator;
     use mull_core::ToolPart;
 
     fn conversation(n: usize) -> Vec<UIMessage> {

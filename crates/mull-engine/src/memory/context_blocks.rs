@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use mull_core::{ContextBlockSource, Event, HookName, TurnStatus};
+use mull_core::{ContextBlockSource, Event, HookName};
 use serde_json::{json, Value};
 
 use crate::error::EngineError;
@@ -28,40 +28,12 @@ use crate::runtime::Runtime;
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
 
-pub use super::block::{BlockProvider, ContextBlock, ContextError};
+pub(crate) use crate::session_config::block::append_write;
+pub use crate::session_config::block::{BlockProvider, ContextBlock, ContextError};
+pub(crate) use crate::session_config::check_write;
 
 /// The name of the tool through which the model writes a block.
 pub const UPDATE_CONTEXT_TOOL: &str = "update_context";
-
-/// Checks a write against the block's existence, writability and budget; returns its tokens.
-pub(crate) fn check_write(
-    config: &SessionConfig,
-    block: &str,
-    content: &str,
-    by_model: bool,
-) -> Result<u64, ContextError> {
-    let Some(spec) = config.block(block) else {
-        let known: Vec<&str> = config.blocks.iter().map(|(n, _)| n.as_str()).collect();
-        return Err(ContextError::UnknownBlock {
-            block: block.to_owned(),
-            known: known.join(", "),
-        });
-    };
-    if by_model && !spec.is_writable() {
-        return Err(ContextError::NotWritable {
-            block: block.to_owned(),
-        });
-    }
-    let tokens = config.counter.count_text(content);
-    match spec.max_tokens {
-        Some(max_tokens) if tokens > max_tokens => Err(ContextError::OverBudget {
-            block: block.to_owned(),
-            tokens,
-            max_tokens,
-        }),
-        _ => Ok(tokens),
-    }
-}
 
 /// Renders the system prompt from the blocks' current values, in the order they were added.
 /// A block with no value is left out unless the model may write it.
@@ -151,35 +123,8 @@ pub(crate) async fn write(
     source: ContextBlockSource,
     call_id: Option<String>,
 ) -> Result<(), EngineError> {
-    append_write(inner, block, content, source, call_id)?;
+    append_write(&inner.recorder, block, content, source, call_id)?;
     inner.recorder.flush().await
-}
-
-/// Records a block's new value on the running turn (if any), without waiting for the flush.
-pub(crate) fn append_write(
-    inner: &Runtime,
-    block: &str,
-    content: &str,
-    source: ContextBlockSource,
-    call_id: Option<String>,
-) -> Result<(), EngineError> {
-    let turn_id = inner.recorder.read(|s| {
-        s.turns
-            .iter()
-            .rev()
-            .find(|t| t.status == TurnStatus::Running)
-            .and_then(|t| t.turn_id.clone())
-    });
-    inner.recorder.append(
-        turn_id.as_deref(),
-        Event::ContextBlockUpdated {
-            block: block.to_owned(),
-            content: content.to_owned(),
-            source,
-            call_id,
-        },
-    )?;
-    Ok(())
 }
 
 /// The `update_context` tool: the model rewrites one writable block.

@@ -1,15 +1,15 @@
-//! What a session remembers beyond the messages sent to the model: compaction of a long
-//! history ([`compaction`]), the system prompt built from named blocks the model may write
-//! ([`context_blocks`]), full-text search of the conversation ([`search`]), and the token
-//! counting they rely on ([`tokens`]).
+//! What a session remembers beyond the messages sent to the model, done on a session's
+//! runtime: compaction of a long history ([`compaction`]), the system prompt built from named
+//! blocks the model may write ([`context_blocks`]), full-text search of the conversation
+//! ([`search`]). What they are configured with — the blocks, [`skills`], the token counting
+//! ([`tokens`]) — is the session's configuration, below the runtime
+//! ([`crate::session_config`]), and re-exported here.
 
-pub(crate) mod block;
 pub mod compaction;
 pub mod context_blocks;
 pub mod search;
-pub(crate) mod search_index;
-pub mod skills;
-pub mod tokens;
+
+pub use crate::session_config::{skills, tokens};
 
 use std::sync::Arc;
 
@@ -36,8 +36,8 @@ mod tests {
     use mull_core::ContextBlockSource;
 
     use super::*;
-    use crate::memory::block::ContextBlock;
     use crate::runtime::testing::runtime;
+    use crate::session_config::block::ContextBlock;
     use crate::session_config::SessionConfig;
 
     /// Memory runs on a session's runtime alone: its tools are offered and a block write is

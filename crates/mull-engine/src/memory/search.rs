@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::runtime::Runtime;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
 
-pub use super::search_index::{message_text, SearchError, SearchHit};
+pub use crate::runtime::search_index::{message_text, SearchError, SearchHit};
 
 /// The name of the tool through which the model searches the session.
 pub const SEARCH_TOOL: &str = "search_messages";

@@ -6,6 +6,7 @@
 
 mod options;
 mod outcome;
+pub(crate) mod search_index;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::broadcast::Broadcast;
-use crate::memory::search_index::SearchIndex;
 use crate::recorder::Recorder;
 use crate::session_config::SessionConfig;
 use crate::tool::CallSite;
+use search_index::SearchIndex;
 
 pub use options::{SessionOptions, SubmitOptions, TurnOptions};
 pub use outcome::{

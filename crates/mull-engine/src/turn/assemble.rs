@@ -63,7 +63,7 @@ impl TurnRun<'_> {
                 Some(system) => system,
                 None => agent.system_prompt(),
             };
-        let system = crate::memory::skills::with_listing(system, &inner.config.skills);
+        let system = crate::session_config::skills::with_listing(system, &inner.config.skills);
         let defaults = TurnDefaults {
             model: inner.options.outside.model(agent.model()),
             system,

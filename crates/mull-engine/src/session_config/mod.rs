@@ -26,9 +26,14 @@ use futures::future::BoxFuture;
 use mull_core::{CompactionReason, UIMessage};
 
 use crate::error::HookError;
-use crate::memory::block::ContextBlock;
-use crate::memory::skills::Skill;
-use crate::memory::tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
+
+pub(crate) mod block;
+pub mod skills;
+pub mod tokens;
+
+use block::{ContextBlock, ContextError};
+use skills::Skill;
+use tokens::{CharEstimator, SharedTokenCounter, TokenCounter};
 
 /// What a compaction callback is asked to shorten.
 #[derive(Clone)]
@@ -416,5 +421,35 @@ impl std::fmt::Debug for SessionConfig {
                     .collect::<Vec<_>>(),
             )
             .finish()
+    }
+}
+
+/// Checks a write against the block's existence, writability and budget; returns its tokens.
+pub(crate) fn check_write(
+    config: &SessionConfig,
+    block: &str,
+    content: &str,
+    by_model: bool,
+) -> Result<u64, ContextError> {
+    let Some(spec) = config.block(block) else {
+        let known: Vec<&str> = config.blocks.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(ContextError::UnknownBlock {
+            block: block.to_owned(),
+            known: known.join(", "),
+        });
+    };
+    if by_model && !spec.is_writable() {
+        return Err(ContextError::NotWritable {
+            block: block.to_owned(),
+        });
+    }
+    let tokens = config.counter.count_text(content);
+    match spec.max_tokens {
+        Some(max_tokens) if tokens > max_tokens => Err(ContextError::OverBudget {
+            block: block.to_owned(),
+            tokens,
+            max_tokens,
+        }),
+        _ => Ok(tokens),
     }
 }

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use mull_core::{ContextBlockSource, Event, TurnStatus};
+
 use crate::error::{EngineError, HookError};
+use crate::recorder::Recorder;
 
 type ProviderFn = dyn Fn() -> BoxFuture<'static, Result<String, HookError>> + Send + Sync;
 
@@ -114,4 +117,31 @@ pub enum ContextError {
     },
     #[error(transparent)]
     Engine(#[from] EngineError),
+}
+
+/// Records a block's new value on the running turn (if any), without waiting for the flush.
+pub(crate) fn append_write(
+    recorder: &Recorder,
+    block: &str,
+    content: &str,
+    source: ContextBlockSource,
+    call_id: Option<String>,
+) -> Result<(), EngineError> {
+    let turn_id = recorder.read(|s| {
+        s.turns
+            .iter()
+            .rev()
+            .find(|t| t.status == TurnStatus::Running)
+            .and_then(|t| t.turn_id.clone())
+    });
+    recorder.append(
+        turn_id.as_deref(),
+        Event::ContextBlockUpdated {
+            block: block.to_owned(),
+            content: content.to_owned(),
+            source,
+            call_id,
+        },
+    )?;
+    Ok(())
 }
