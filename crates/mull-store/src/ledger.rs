@@ -16,6 +16,8 @@
 
 use mull_core::{BilledTokens, Envelope, Event, PriceTable, TurnStatus};
 
+use crate::facts::{FactChange, Facts, StepStage, TurnStage};
+
 /// One finished step's model call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepCost {
@@ -60,8 +62,10 @@ pub struct CostLedger {
     pub compaction_calls: Vec<StepCost>,
     /// Calls reported since the last `compaction_applied`.
     calls_since_compaction: u32,
-    /// The step started in each running attempt, by turn id: (step, model).
-    open_steps: Vec<(String, u32, String)>,
+    /// The facts the attempts are read from (lifecycle events only).
+    facts: Facts,
+    /// The attempt of each of the facts' turns: (request, attempt) indices.
+    attempts: Vec<Option<(usize, usize)>>,
 }
 
 /// A sum of costs: dollars of the calls whose cost is known, and how many calls are not.
@@ -194,78 +198,7 @@ impl CostLedger {
 
     /// Folds one event of the session.
     pub fn apply(&mut self, env: &Envelope) {
-        let turn_id = env.turn_id.as_deref();
         match &env.event {
-            Event::TurnStarted {
-                request_id,
-                attempt,
-                ..
-            } => {
-                let attempt = AttemptCost {
-                    turn_id: turn_id.unwrap_or_default().to_owned(),
-                    attempt: *attempt,
-                    status: TurnStatus::Running,
-                    steps: Vec::new(),
-                    retried_calls: 0,
-                    unfinished_call: None,
-                    failed_on_model_error: false,
-                };
-                match self
-                    .requests
-                    .iter_mut()
-                    .rev()
-                    .find(|r| &r.request_id == request_id)
-                {
-                    Some(request) => request.attempts.push(attempt),
-                    None => self.requests.push(RequestCost {
-                        request_id: request_id.clone(),
-                        attempts: vec![attempt],
-                    }),
-                }
-            }
-            Event::StepConfigured { step, model_id, .. } => {
-                if let Some(turn_id) = turn_id {
-                    self.open_steps.retain(|(t, _, _)| t != turn_id);
-                    self.open_steps
-                        .push((turn_id.to_owned(), *step, model_id.clone()));
-                }
-            }
-            Event::StepFinished { record } => {
-                let Some(turn_id) = turn_id else { return };
-                self.open_steps.retain(|(t, _, _)| t != turn_id);
-                let cache_write =
-                    mull_core::price::cache_write_tokens(record.provider_metadata.as_ref());
-                let step = StepCost {
-                    step: record.step,
-                    model_id: record.model_id.clone(),
-                    tokens: BilledTokens::of(&record.usage, cache_write),
-                };
-                if let Some(attempt) = self.attempt(turn_id) {
-                    attempt.steps.push(step);
-                }
-            }
-            Event::ModelRetried { .. } => {
-                if let Some(attempt) = turn_id.and_then(|t| self.attempt(t)) {
-                    attempt.retried_calls += 1;
-                }
-            }
-            Event::TurnFailed { model_error, .. } => {
-                if let Some(attempt) = turn_id.and_then(|t| self.attempt(t)) {
-                    attempt.failed_on_model_error |= model_error.is_some();
-                }
-            }
-            Event::TurnFinished { status, .. } => {
-                let Some(turn_id) = turn_id else { return };
-                let open = self
-                    .open_steps
-                    .iter()
-                    .position(|(t, _, _)| t == turn_id)
-                    .map(|i| self.open_steps.remove(i).2);
-                if let Some(attempt) = self.attempt(turn_id) {
-                    attempt.status = *status;
-                    attempt.unfinished_call = open;
-                }
-            }
             Event::CompactionCall {
                 model_id,
                 finished,
@@ -278,6 +211,7 @@ impl CostLedger {
                     model_id: model_id.clone(),
                     tokens: finished.then(|| BilledTokens::of(usage, None)).flatten(),
                 });
+                return;
             }
             Event::CompactionApplied { shortened, .. } => {
                 // A summary whose calls were reported is priced from them.
@@ -285,19 +219,95 @@ impl CostLedger {
                     self.compaction_summaries += 1;
                 }
                 self.calls_since_compaction = 0;
+                return;
+            }
+            // A chunk costs nothing the step's usage does not say.
+            Event::Chunk { .. } => return,
+            _ => {}
+        }
+        match self.facts.push(env) {
+            Some(FactChange::Turn {
+                turn,
+                stage: TurnStage::Started,
+            }) => self.attempt_started(turn),
+            Some(FactChange::Step { turn, step, stage }) => {
+                let step = &self.facts.turns()[turn].steps[step];
+                let cost = step.end.as_ref().map(|end| StepCost {
+                    step: step.step,
+                    model_id: end.model_id.clone(),
+                    tokens: BilledTokens::of(
+                        &end.usage,
+                        mull_core::price::cache_write_tokens(end.provider_metadata.as_ref()),
+                    ),
+                });
+                let Some(attempt) = self.attempt(turn) else {
+                    return;
+                };
+                match (stage, cost) {
+                    (StepStage::Retried, _) => attempt.retried_calls += 1,
+                    (StepStage::Finished, Some(cost)) => attempt.steps.push(cost),
+                    _ => {}
+                }
+            }
+            Some(FactChange::Turn { turn, stage }) => {
+                let fact = &self.facts.turns()[turn];
+                let model_error = fact.failure.as_ref().is_some_and(|f| f.model_error);
+                let status = fact.status();
+                let unfinished = fact.unfinished_call().map(str::to_owned);
+                let Some(attempt) = self.attempt(turn) else {
+                    return;
+                };
+                match stage {
+                    TurnStage::Failed => attempt.failed_on_model_error |= model_error,
+                    TurnStage::Finished => {
+                        attempt.status = status;
+                        attempt.unfinished_call = unfinished;
+                    }
+                    _ => {}
+                }
             }
             _ => {}
         }
     }
 
-    fn attempt(&mut self, turn_id: &str) -> Option<&mut AttemptCost> {
-        self.requests
-            .iter_mut()
-            .rev()
-            .flat_map(|r| r.attempts.iter_mut().rev())
-            .find(|a| a.turn_id == turn_id)
+    /// A turn attempt began: it joins its request's attempts.
+    fn attempt_started(&mut self, turn: usize) {
+        let fact = &self.facts.turns()[turn];
+        let Some(start) = &fact.start else { return };
+        let attempt = AttemptCost {
+            turn_id: fact.turn_id.clone().unwrap_or_default(),
+            attempt: start.attempt,
+            status: TurnStatus::Running,
+            steps: Vec::new(),
+            retried_calls: 0,
+            unfinished_call: None,
+            failed_on_model_error: false,
+        };
+        let request = match self
+            .requests
+            .iter()
+            .rposition(|r| r.request_id == start.request_id)
+        {
+            Some(request) => request,
+            None => {
+                self.requests.push(RequestCost {
+                    request_id: start.request_id.clone(),
+                    attempts: Vec::new(),
+                });
+                self.requests.len() - 1
+            }
+        };
+        self.requests[request].attempts.push(attempt);
+        let at = (request, self.requests[request].attempts.len() - 1);
+        self.attempts.resize(turn + 1, None);
+        self.attempts[turn] = Some(at);
     }
 
+    /// The attempt of the facts' turn at `turn`, when its start was seen.
+    fn attempt(&mut self, turn: usize) -> Option<&mut AttemptCost> {
+        let (request, attempt) = (*self.attempts.get(turn)?)?;
+        Some(&mut self.requests[request].attempts[attempt])
+    }
     /// The ledger priced with `prices`.
     pub fn totals(&self, prices: &PriceTable) -> CostTotals {
         let mut totals = CostTotals {

@@ -3,8 +3,10 @@
 //! turn's events one at a time (a page read from the log, then the tail).
 
 use chrono::{DateTime, Utc};
-use mull_core::{Envelope, Event};
+use mull_core::Envelope;
 use serde::Serialize;
+
+use crate::facts::{CallOutcome, CallStage, FactChange, Facts, StepStage};
 
 /// A silence between two chunks at least this long is a stall.
 pub const STALL_MS: u64 = 1000;
@@ -59,6 +61,9 @@ pub struct TurnPacing {
     pub last_ms: u64,
     last_seq: u64,
     last_chunk_ms: Option<u64>,
+    /// The facts the pacing is read from.
+    #[serde(skip)]
+    facts: Facts,
 }
 
 impl TurnPacing {
@@ -82,8 +87,16 @@ impl TurnPacing {
         self.started_at.get_or_insert(env.at);
         let at_ms = self.offset(env.at);
         self.last_ms = self.last_ms.max(at_ms);
-        match &env.event {
-            Event::StepStarted { step } => {
+        let Some(change) = self.facts.push(env) else {
+            return;
+        };
+        match change {
+            FactChange::Step {
+                turn,
+                step,
+                stage: StepStage::Started,
+            } => {
+                let step = self.facts.turns()[turn].steps[step].step;
                 self.last_chunk_ms = Some(at_ms);
                 self.model.push(Span {
                     start_ms: at_ms,
@@ -91,12 +104,13 @@ impl TurnPacing {
                     label: step.to_string(),
                 });
             }
-            Event::Chunk { step, .. } => {
+            FactChange::Chunk { turn, step, .. } => {
+                let step = self.facts.turns()[turn].steps[step].step;
                 let since = self.last_chunk_ms.unwrap_or(0);
                 self.chunks.push(ChunkGap {
                     at_ms,
                     gap_ms: at_ms.saturating_sub(since),
-                    step: *step,
+                    step,
                 });
                 self.first_chunk_ms.get_or_insert(at_ms);
                 self.last_chunk_ms = Some(at_ms);
@@ -104,22 +118,33 @@ impl TurnPacing {
                     span.end_ms = at_ms;
                 }
             }
-            Event::ToolCallFinished {
-                tool, duration_ms, ..
-            } if *duration_ms > 0 => {
-                self.tools.push(Span {
-                    start_ms: at_ms.saturating_sub(*duration_ms),
-                    end_ms: at_ms,
-                    label: tool.clone(),
-                });
-                // The model's next chunk waits on the tool: its silence starts after it.
-                self.last_chunk_ms = Some(at_ms);
+            FactChange::Call {
+                call,
+                stage: CallStage::Finished,
+            } => {
+                let call = &self.facts.calls()[call];
+                let duration_ms = call.outcome.as_ref().and_then(CallOutcome::duration_ms);
+                if let Some(duration_ms) = duration_ms.filter(|ms| *ms > 0) {
+                    self.tools.push(Span {
+                        start_ms: at_ms.saturating_sub(duration_ms),
+                        end_ms: at_ms,
+                        label: call.tool.clone(),
+                    });
+                    // The model's next chunk waits on the tool: its silence starts after it.
+                    self.last_chunk_ms = Some(at_ms);
+                }
             }
-            Event::StepFinished { record } => {
+            FactChange::Step {
+                turn,
+                step,
+                stage: StepStage::Finished,
+            } => {
+                let step = &self.facts.turns()[turn].steps[step];
+                let usage = step.end.as_ref().map(|end| &end.usage);
                 self.steps.push(StepTokens {
-                    step: record.step,
-                    input: record.usage.input_tokens.unwrap_or(0),
-                    output: record.usage.output_tokens.unwrap_or(0),
+                    step: step.step,
+                    input: usage.and_then(|u| u.input_tokens).unwrap_or(0),
+                    output: usage.and_then(|u| u.output_tokens).unwrap_or(0),
                 });
             }
             _ => {}
@@ -164,7 +189,7 @@ impl TurnPacing {
 mod tests {
     use super::*;
     use chrono::TimeZone;
-    use mull_core::StreamPart;
+    use mull_core::{Event, StreamPart};
 
     fn env(seq: u64, ms: i64, event: Event) -> Envelope {
         Envelope {

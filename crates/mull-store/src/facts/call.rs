@@ -11,7 +11,7 @@ use super::{Facts, Stamp};
 
 /// One tool call, as its events tell it. A call begins with its `tool_call_started` (or with
 /// the first later event naming a call id never started, as in a log cut short).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ToolCallFact {
     pub call_id: String,
     pub tool: String,
@@ -36,7 +36,7 @@ pub struct ToolCallFact {
 }
 
 /// A call's `tool_decided`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DecisionFact {
     pub at: Stamp,
     pub action: DecisionAction,
@@ -47,7 +47,7 @@ pub struct DecisionFact {
 }
 
 /// A call's approval: asked, then answered, then acted on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ApprovalFact {
     pub approval_id: String,
     pub requested: Stamp,
@@ -87,14 +87,14 @@ pub enum AnsweredBy {
 }
 
 /// A streaming tool's preliminary output.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PreliminaryFact {
     pub at: Stamp,
     pub output: Value,
 }
 
 /// How a call ended.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum CallOutcome {

@@ -33,7 +33,7 @@ pub use call::{
     AnswerFact, AnsweredBy, ApprovalFact, CallOutcome, DecisionFact, PreliminaryFact, ToolCallFact,
 };
 pub use change::{CallStage, FactChange, StepStage, TurnStage};
-pub use turn::{FailureFact, StepEnd, StepFact, TurnEnd, TurnFact};
+pub use turn::{FailureFact, StepEnd, StepFact, TurnEnd, TurnFact, TurnStart};
 
 /// Where an event stands in the log: its seq and when it was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -53,7 +53,7 @@ impl Stamp {
 }
 
 /// The fold: a session's turns and tool calls as far as its envelopes have been pushed.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Facts {
     turns: Vec<TurnFact>,
     calls: Vec<ToolCallFact>,

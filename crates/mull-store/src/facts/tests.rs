@@ -180,11 +180,12 @@ fn a_turn_its_step_and_its_call_carry_the_seq_and_time_of_every_stage() {
         panic!("one turn: {:?}", facts.turns())
     };
     assert_eq!(turn.turn_id.as_deref(), Some("t1"));
+    let start = turn.start.as_ref().expect("started");
     assert_eq!(
-        (turn.request_id.as_str(), turn.message_id.as_str()),
+        (start.request_id.as_str(), start.message_id.as_str()),
         ("r1", "m1")
     );
-    assert_eq!(turn.started, stamp(1));
+    assert_eq!(start.at, stamp(1));
     assert_eq!(turn.status(), TurnStatus::Completed);
     assert_eq!(turn.end.as_ref().map(|e| e.at), Some(stamp(12)));
     assert_eq!(turn.usage, usage(100, 20));
@@ -461,9 +462,22 @@ fn failures_retries_hooks_and_sub_agents_are_the_turn_s() {
             model_error: None,
         },
     );
-    // Outside any turn, a chunk is no fact.
+    // Outside any turn, a step is no fact; inside a turn never started (a tail opened
+    // mid-turn) it begins the turn's facts, with its start unknown.
     let mut loose = Facts::new();
-    assert_eq!(loose.push(&log.0[1]), None);
+    let mut outside = log.0[1].clone();
+    outside.turn_id = None;
+    assert_eq!(loose.push(&outside), None);
+    assert_eq!(
+        loose.push(&log.0[1]),
+        Some(FactChange::Step {
+            turn: 0,
+            step: 0,
+            stage: StepStage::Started
+        })
+    );
+    assert_eq!(loose.turns()[0].start, None);
+    assert_eq!(loose.turns()[0].turn_id.as_deref(), Some("t1"));
     let (facts, _) = log.fold();
     let turn = &facts.turns()[0];
     assert_eq!(turn.steps[0].retries, 1);

@@ -11,18 +11,12 @@ use super::change::{FactChange, StepStage, TurnStage};
 use super::{Facts, Stamp};
 
 /// One turn attempt (overflow recovery runs a request again under a new turn).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TurnFact {
     pub turn_id: Option<String>,
-    pub request_id: String,
-    /// The assistant message the turn writes.
-    pub message_id: String,
-    pub entry: EntryPath,
-    pub continuation: bool,
-    /// 0 for the first attempt.
-    pub attempt: u32,
-    /// Its `turn_started`.
-    pub started: Stamp,
+    /// Its `turn_started`; `None` when the envelopes pushed began inside the turn (a tail
+    /// opened mid-turn): an event filed under a turn never started begins its facts.
+    pub start: Option<TurnStart>,
     /// Its `turn_configured`, with the provider and model it runs with.
     pub configured: Option<Stamp>,
     pub provider: Option<String>,
@@ -41,8 +35,21 @@ pub struct TurnFact {
     pub end: Option<TurnEnd>,
 }
 
+/// A turn's `turn_started`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TurnStart {
+    pub at: Stamp,
+    pub request_id: String,
+    /// The assistant message the turn writes.
+    pub message_id: String,
+    pub entry: EntryPath,
+    pub continuation: bool,
+    /// 0 for the first attempt.
+    pub attempt: u32,
+}
+
 /// A turn's `turn_failed`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailureFact {
     pub at: Stamp,
     pub stage: ErrorStage,
@@ -52,7 +59,7 @@ pub struct FailureFact {
 }
 
 /// A turn's `turn_finished`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TurnEnd {
     pub at: Stamp,
     pub status: TurnStatus,
@@ -62,7 +69,7 @@ pub struct TurnEnd {
 }
 
 /// One step: one model call (sent again after a retryable failure).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StepFact {
     pub step: u32,
     /// Its `step_started` (none when the log skipped it).
@@ -84,7 +91,7 @@ pub struct StepFact {
 }
 
 /// A step's `step_finished`: what the provider reported.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StepEnd {
     pub at: Stamp,
     /// The model that answered.
@@ -95,6 +102,27 @@ pub struct StepEnd {
 }
 
 impl TurnFact {
+    fn new(turn_id: Option<&str>, start: Option<TurnStart>) -> TurnFact {
+        TurnFact {
+            turn_id: turn_id.map(str::to_owned),
+            start,
+            configured: None,
+            provider: None,
+            model_id: None,
+            steps: Vec::new(),
+            usage: Usage::default(),
+            subagent_usage: Usage::default(),
+            hook_failures: 0,
+            failure: None,
+            end: None,
+        }
+    }
+
+    /// The request the turn runs, when its start was pushed.
+    pub fn request_id(&self) -> Option<&str> {
+        self.start.as_ref().map(|s| s.request_id.as_str())
+    }
+
     /// The turn's step `step` (the latest with that number).
     pub fn step(&self, step: u32) -> Option<&StepFact> {
         self.steps.iter().rev().find(|s| s.step == step)
@@ -150,28 +178,22 @@ impl Facts {
             ..
         } = e.event
         {
-            self.turns.push(TurnFact {
-                turn_id: e.turn_id.map(str::to_owned),
+            let start = TurnStart {
+                at,
                 request_id: request_id.clone(),
                 message_id: message_id.clone(),
                 entry: *entry,
                 continuation: *continuation,
                 attempt: *attempt,
-                started: at,
-                configured: None,
-                provider: None,
-                model_id: None,
-                steps: Vec::new(),
-                usage: Usage::default(),
-                subagent_usage: Usage::default(),
-                hook_failures: 0,
-                failure: None,
-                end: None,
-            });
+            };
+            self.turns.push(TurnFact::new(e.turn_id, Some(start)));
             let turn = self.turns.len() - 1;
             return Some(turn_change(turn, TurnStage::Started));
         }
-        let turn = self.turn_index(e.turn_id)?;
+        if !Self::turn_event(e.event) {
+            return None;
+        }
+        let turn = self.turn_index(e)?;
         let fact = &mut self.turns[turn];
         let stage = match e.event {
             Event::TurnConfigured { config } => {
@@ -299,15 +321,42 @@ impl Facts {
         Some(FactChange::Step { turn, step, stage })
     }
 
-    /// The turn an event belongs to: the latest with its turn id, else the latest.
-    fn turn_index(&self, turn_id: Option<&str>) -> Option<usize> {
-        match turn_id {
-            Some(id) => self
-                .turns
-                .iter()
-                .rposition(|t| t.turn_id.as_deref() == Some(id)),
-            None => self.turns.len().checked_sub(1),
+    /// The turn an event belongs to: the latest with its turn id (begun here when it was
+    /// never started), else the latest.
+    fn turn_index(&mut self, e: &EventRef<'_>) -> Option<usize> {
+        let Some(id) = e.turn_id else {
+            return self.turns.len().checked_sub(1);
+        };
+        match self
+            .turns
+            .iter()
+            .rposition(|t| t.turn_id.as_deref() == Some(id))
+        {
+            Some(index) => Some(index),
+            None => {
+                self.turns.push(TurnFact::new(Some(id), None));
+                Some(self.turns.len() - 1)
+            }
         }
+    }
+}
+
+impl Facts {
+    /// Whether the event tells something about a turn or one of its steps.
+    fn turn_event(event: &Event) -> bool {
+        matches!(
+            event,
+            Event::TurnConfigured { .. }
+                | Event::HookFailed { .. }
+                | Event::SubagentFinished { .. }
+                | Event::TurnFailed { .. }
+                | Event::TurnFinished { .. }
+                | Event::StepStarted { .. }
+                | Event::StepConfigured { .. }
+                | Event::ModelRetried { .. }
+                | Event::Chunk { .. }
+                | Event::StepFinished { .. }
+        )
     }
 }
 
