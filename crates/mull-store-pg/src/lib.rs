@@ -16,6 +16,25 @@
 //!   hold a session, taken by the node that does (see [`inbox`]).
 //! - [`testing`] starts a throwaway server for tests and benches.
 //!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use mull_store::{EventLog, ReadLog};
+//! use mull_store_pg::{PgLog, PgOptions, PgReader};
+//!
+//! # async fn node() -> Result<(), Box<dyn std::error::Error>> {
+//! let url = "postgres://mull:secret@db:5432/mull";
+//! // One writer per node, each with a name of its own; a session opens on it with the engine's
+//! // `Session::open_on`, a server with `ServerState::on`.
+//! let log: Arc<dyn EventLog> = Arc::new(PgLog::connect(url, PgOptions::new("web-1")).await?);
+//! // Readers on any machine: every reader of the log takes a `&dyn ReadLog`.
+//! let reader = PgReader::open(url)?;
+//! println!("{} sessions", reader.sessions()?.len());
+//! # drop(log);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Storage
 //! Table `mull_events(session_id, seq, turn_id, at, v, kind, payload, epoch)`, primary key
 //! `(session_id, seq)`: a session's seqs start at 1 and are contiguous, and an append at a seq
