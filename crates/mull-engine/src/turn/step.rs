@@ -102,6 +102,26 @@ impl TurnRun<'_> {
         if self.spec.signal.is_cancelled() {
             return Ok(StepEnd::Aborted);
         }
+        let call = match self.configure_step(resolved, step, span).await? {
+            Ok(call) => call,
+            Err(end) => return Ok(end),
+        };
+        let parts = match self.stream_step(resolved, step, span, &call).await? {
+            Ok(parts) => parts,
+            Err(end) => return Ok(end),
+        };
+        self.finish_step(resolved, step, span, call, parts).await
+    }
+
+    /// Starts step `step`: `step_started`, `before_step` and its config merged over the turn's,
+    /// the model request built, `step_configured` recorded. `Err` is how the step ends when it
+    /// cannot start (a failed `before_step`, an unknown model, a malformed config).
+    async fn configure_step(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        span: &tracing::Span,
+    ) -> Result<Result<StepCall, StepEnd>, EngineError> {
         self.append(Event::StepStarted { step })?;
         let mut messages = resolved.messages.clone();
         let so_far = self.inner.recorder.read(|s| {
@@ -129,14 +149,19 @@ impl TurnRun<'_> {
         {
             Ok(config) => config.unwrap_or_default(),
             Err(text) => {
-                return Ok(StepEnd::Failed(
-                    self.error(ErrorStage::Stream, format!("before_step failed: {text}")),
-                ))
+                return Ok(Err(StepEnd::Failed(self.error(
+                    ErrorStage::Stream,
+                    format!("before_step failed: {text}"),
+                ))))
             }
         };
         let step_model = match resolve_model(self.inner, config.model.as_ref()) {
             Ok(model) => model.unwrap_or_else(|| Arc::clone(&resolved.model)),
-            Err(message) => return Ok(StepEnd::Failed(self.error(ErrorStage::Stream, message))),
+            Err(message) => {
+                return Ok(Err(StepEnd::Failed(
+                    self.error(ErrorStage::Stream, message),
+                )))
+            }
         };
         let overrides = step_overrides(&config);
         let StepConfig {
@@ -153,46 +178,22 @@ impl TurnRun<'_> {
         }
         let active_tools = active_tools.or_else(|| resolved.active_tools.clone());
         let tool_choice = tool_choice.unwrap_or_else(|| resolved.tool_choice.clone());
-        let (system, system_messages) = match system {
-            None => (resolved.system.clone(), Vec::new()),
-            Some(SystemPrompt::Text(text)) => (text, Vec::new()),
-            Some(SystemPrompt::Messages(list)) => {
-                if let Some(other) = list.iter().find(|m| m.role != ModelRole::System) {
-                    let message = format!(
-                        "before_step's StepConfig::system holds a {:?} message; only system messages belong there (put others in StepConfig::messages)",
-                        other.role
-                    );
-                    return Ok(StepEnd::Failed(self.error(ErrorStage::Stream, message)));
-                }
-                (String::new(), list)
+        let (request, recorded_system, messages) = match step_request(
+            resolved,
+            StepRequest {
+                system,
+                messages: step_messages.unwrap_or(messages),
+                provider_options,
+                active_tools: &active_tools,
+                tool_choice,
+            },
+        ) {
+            Ok(built) => built,
+            Err(message) => {
+                return Ok(Err(StepEnd::Failed(
+                    self.error(ErrorStage::Stream, message),
+                )))
             }
-        };
-        let messages = step_messages.unwrap_or(messages);
-        let mut settings = resolved.settings.clone();
-        if provider_options.is_some() {
-            settings.provider_options = provider_options;
-        }
-        let sent: Vec<ModelMessage> = if system_messages.is_empty() {
-            messages.clone()
-        } else {
-            system_messages
-                .iter()
-                .cloned()
-                .chain(messages.iter().cloned())
-                .collect()
-        };
-        let recorded_system = if system_messages.is_empty() {
-            (!system.is_empty()).then(|| system.clone())
-        } else {
-            Some(SystemPrompt::Messages(system_messages).text())
-        };
-        let request = ModelRequest {
-            system: (!system.is_empty()).then_some(system),
-            messages: sent,
-            tools: resolved.tools.specs(active_tools.as_deref()),
-            tool_choice,
-            settings,
-            output_schema: resolved.output.clone(),
         };
         // Summarised (and hashed) before the call starts: a step cut short is identified too.
         let summary = RequestSummary::of(&request);
@@ -222,13 +223,33 @@ impl TurnRun<'_> {
         );
         span.record("gen_ai.provider.name", step_model.provider());
         span.record("gen_ai.request.model", step_model.model_id());
+        Ok(Ok(StepCall {
+            model: step_model,
+            request,
+            summary,
+            opened_at,
+            active_tools,
+            messages,
+            started: call_started,
+        }))
+    }
 
+    /// Streams the step's model call: each part logged, shown and observed, each tool call
+    /// handled as it arrives. `Err` is how the step ends when the stream does not (an abort, a
+    /// stall, an error).
+    async fn stream_step(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        span: &tracing::Span,
+        call: &StepCall,
+    ) -> Result<Result<StepParts, StepEnd>, EngineError> {
         let mut stream = match self
-            .open_stream(resolved, step, &step_model, &request)
+            .open_stream(resolved, step, &call.model, &call.request)
             .await?
         {
             Ok(stream) => stream,
-            Err(end) => return Ok(end),
+            Err(end) => return Ok(Err(end)),
         };
         let mut parts = StepParts::default();
         let mut first_chunk_seen = false;
@@ -236,25 +257,25 @@ impl TurnRun<'_> {
         loop {
             let next = tokio::select! {
                 biased;
-                _ = self.spec.signal.cancelled() => return Ok(StepEnd::Aborted),
+                _ = self.spec.signal.cancelled() => return Ok(Err(StepEnd::Aborted)),
                 next = next_part(&mut stream, stall) => next,
             };
             let part = match next {
                 Next::End => break,
                 Next::Stalled => {
-                    return Ok(StepEnd::Failed(self.error(
+                    return Ok(Err(StepEnd::Failed(self.error(
                         ErrorStage::Stream,
                         format!(
                             "the model stream stalled: no part for {} ms",
                             resolved.stall_timeout_ms
                         ),
-                    )))
+                    ))))
                 }
                 Next::Failed(e) => {
-                    return Ok(StepEnd::Failed(ChatError {
+                    return Ok(Err(StepEnd::Failed(ChatError {
                         model_error: Some(e.clone()),
                         ..self.error(ErrorStage::Stream, e.message)
-                    }))
+                    })))
                 }
                 Next::Part(part) => part,
             };
@@ -263,14 +284,16 @@ impl TurnRun<'_> {
                 // Measured on the process's monotonic clock, not the session's: a read of the
                 // injected clock is served from the log under replay, so an extra one would
                 // shift every later event's time. The log's own times give re-exports theirs.
-                let seconds = call_started.elapsed().as_secs_f64();
+                let seconds = call.started.elapsed().as_secs_f64();
                 span.record("gen_ai.response.time_to_first_chunk", seconds);
             }
             match &part {
                 StreamPart::Error { message } => {
                     let message = message.clone();
                     self.emit(resolved, step, part, &mut parts).await?;
-                    return Ok(StepEnd::Failed(self.error(ErrorStage::Stream, message)));
+                    return Ok(Err(StepEnd::Failed(
+                        self.error(ErrorStage::Stream, message),
+                    )));
                 }
                 StreamPart::ToolCall {
                     call_id,
@@ -295,25 +318,37 @@ impl TurnRun<'_> {
                         call_id,
                         tool_name,
                         input_text: input,
-                        active: active_tools.as_deref(),
-                        messages: &messages,
+                        active: call.active_tools.as_deref(),
+                        messages: &call.messages,
                     };
                     let end = self.tool_call(resolved, call, &mut parts).await?;
                     // A call with no outcome in this step (a client tool) is observed now.
                     self.release_deferred_call(&mut parts).await?;
                     match end {
                         ToolEnd::Done => {}
-                        ToolEnd::Aborted => return Ok(StepEnd::Aborted),
-                        ToolEnd::Stalled(error) => return Ok(StepEnd::Failed(error)),
+                        ToolEnd::Aborted => return Ok(Err(StepEnd::Aborted)),
+                        ToolEnd::Stalled(error) => return Ok(Err(StepEnd::Failed(error))),
                     }
                 }
                 _ => self.emit(resolved, step, part, &mut parts).await?,
             }
         }
+        Ok(Ok(parts))
+    }
 
+    /// Ends the step: its record (`step_finished`), `on_step_finish`, then whether the turn
+    /// goes on (stop conditions, a client call waiting, an abort).
+    async fn finish_step(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        span: &tracing::Span,
+        call: StepCall,
+        parts: StepParts,
+    ) -> Result<StepEnd, EngineError> {
         let record = StepRecord {
             step,
-            model_id: step_model.model_id().to_owned(),
+            model_id: call.model.model_id().to_owned(),
             text: parts.text.clone(),
             reasoning_text: (!parts.reasoning.is_empty()).then(|| {
                 parts
@@ -330,8 +365,8 @@ impl TurnRun<'_> {
             raw_finish_reason: parts.raw_finish_reason.clone(),
             usage: parts.usage.clone(),
             warnings: parts.warnings.clone(),
-            request: summary.to_value(),
-            response: response_metadata(&parts.response, step_model.as_ref(), opened_at),
+            request: call.summary.to_value(),
+            response: response_metadata(&parts.response, call.model.as_ref(), call.opened_at),
             provider_metadata: parts.provider_metadata.clone(),
         };
         crate::otel_fields::record_step(span, &record);
@@ -645,4 +680,83 @@ fn last_step_messages(draft: &UIMessage) -> Vec<ModelMessage> {
         ..draft.clone()
     };
     to_model_messages(std::slice::from_ref(&last))
+}
+
+/// A step's model call as configured, for streaming it and recording the step.
+struct StepCall {
+    model: Arc<dyn LanguageModel>,
+    request: ModelRequest,
+    summary: RequestSummary,
+    /// When `step_configured` was appended: the response's date when the provider names none.
+    opened_at: chrono::DateTime<chrono::Utc>,
+    active_tools: Option<Vec<String>>,
+    /// The conversation as the model sees it for this step.
+    messages: Vec<ModelMessage>,
+    /// The call's start on the process's monotonic clock.
+    started: std::time::Instant,
+}
+
+/// What `before_step` left for the request, over the turn's config.
+struct StepRequest<'a> {
+    system: Option<SystemPrompt>,
+    messages: Vec<ModelMessage>,
+    provider_options: Option<serde_json::Value>,
+    active_tools: &'a Option<Vec<String>>,
+    tool_choice: mull_core::ToolChoice,
+}
+
+/// Builds the step's model request; also hands back the system prompt as `step_configured`
+/// records it, and the conversation. `Err` names a malformed `StepConfig::system`.
+fn step_request(
+    resolved: &ResolvedTurn,
+    step: StepRequest<'_>,
+) -> Result<(ModelRequest, Option<String>, Vec<ModelMessage>), String> {
+    let StepRequest {
+        system,
+        messages,
+        provider_options,
+        active_tools,
+        tool_choice,
+    } = step;
+    let (system, system_messages) = match system {
+        None => (resolved.system.clone(), Vec::new()),
+        Some(SystemPrompt::Text(text)) => (text, Vec::new()),
+        Some(SystemPrompt::Messages(list)) => {
+            if let Some(other) = list.iter().find(|m| m.role != ModelRole::System) {
+                let message = format!(
+                    "before_step's StepConfig::system holds a {:?} message; only system messages belong there (put others in StepConfig::messages)",
+                    other.role
+                );
+                return Err(message);
+            }
+            (String::new(), list)
+        }
+    };
+    let mut settings = resolved.settings.clone();
+    if provider_options.is_some() {
+        settings.provider_options = provider_options;
+    }
+    let sent: Vec<ModelMessage> = if system_messages.is_empty() {
+        messages.clone()
+    } else {
+        system_messages
+            .iter()
+            .cloned()
+            .chain(messages.iter().cloned())
+            .collect()
+    };
+    let recorded_system = if system_messages.is_empty() {
+        (!system.is_empty()).then(|| system.clone())
+    } else {
+        Some(SystemPrompt::Messages(system_messages).text())
+    };
+    let request = ModelRequest {
+        system: (!system.is_empty()).then_some(system),
+        messages: sent,
+        tools: resolved.tools.specs(active_tools.as_deref()),
+        tool_choice,
+        settings,
+        output_schema: resolved.output.clone(),
+    };
+    Ok((request, recorded_system, messages))
 }
