@@ -6,7 +6,8 @@
 //! never going back, no tool call decided or run twice, every interrupted turn resolved under
 //! a newer lease, every second turn completed.
 //!
-//! Bounded: 200 chats, a 3 s lease, some twenty seconds in all.
+//! Bounded: 200 chats, a 5 s lease (room for renewals on a busy two-core machine), some
+//! thirty seconds in all.
 
 mod support;
 
@@ -203,6 +204,7 @@ fn stderr_of(nodes: &[Arc<Node>]) -> String {
 
 #[test]
 fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
+    let _one_at_a_time = support::nodes::one_cluster_at_a_time();
     let Some(pg) = TestPg::start("three_nodes_lose_nothing_when_one_is_killed_and_one_paused")
     else {
         return;
@@ -216,13 +218,15 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
             word_delay: Duration::from_millis(80),
         })
         .await;
-        let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "3s"];
+        let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "5s"];
         let nodes: Vec<Arc<Node>> = ["n0", "n1", "n2"]
             .iter()
             .map(|name| Arc::new(Node::start(&url, name, dir.path(), &extra)))
             .collect();
 
-        // Wave 1: 200 chats at once, chat i on node i % 3.
+        // Wave 1: 200 chats at once, chat i on node i % 3; their answers wait after the
+        // first word until the nodes are killed and paused.
+        model.hold();
         let mut first = Vec::new();
         for i in 0..CHATS {
             let addr = nodes[i % 3].addr.clone();
@@ -230,19 +234,21 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
                 post_message(&addr, &chat_id(i), "u1", REQUEST_LIMIT).await
             }));
         }
-        // Mid-turn: most chats are streaming their answers.
+        // Mid-turn: every chat is streaming its answer (held after the first word).
         let started = Instant::now();
-        while model.answering() < CHATS / 2 {
+        while model.answering() < CHATS {
             assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "only {} answers streaming\n{}",
+                started.elapsed() < Duration::from_secs(90),
+                "only {} answers streaming ({} first steps asked for)\n{}",
                 model.answering(),
+                model.tool_steps(),
                 stderr_of(&nodes)
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         nodes[0].signal("KILL");
         nodes[1].signal("STOP");
+        model.release();
         taken_over(&url, "n0", Duration::from_secs(60), &nodes).await;
         taken_over(&url, "n1", Duration::from_secs(60), &nodes).await;
         // n1 wakes up with writes queued under leases it lost.
@@ -427,6 +433,7 @@ async fn streaming(reads: &Reads, chats: &[String], deltas: usize, limit: Durati
 
 #[test]
 fn a_paused_nodes_clients_are_told_what_the_log_holds_not_what_it_generated() {
+    let _one_at_a_time = support::nodes::one_cluster_at_a_time();
     let Some(pg) = TestPg::start("a_paused_nodes_clients_are_told_what_the_log_holds") else {
         return;
     };
@@ -492,6 +499,7 @@ fn a_paused_nodes_clients_are_told_what_the_log_holds_not_what_it_generated() {
 
 #[test]
 fn three_nodes_ride_out_a_database_restart_under_load() {
+    let _one_at_a_time = support::nodes::one_cluster_at_a_time();
     let Some(pg) = TestPg::start("three_nodes_ride_out_a_database_restart_under_load") else {
         return;
     };
@@ -504,12 +512,14 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
             word_delay: Duration::from_millis(100),
         })
         .await;
-        let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "3s"];
+        let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "5s"];
         let mut nodes: Vec<Node> = ["n0", "n1", "n2"]
             .iter()
             .map(|name| Node::start(&url, name, dir.path(), &extra))
             .collect();
         let chats: Vec<String> = (0..60).map(|i| format!("restart-{i:02}")).collect();
+        // Their answers wait after the first word until the database is stopped.
+        model.hold();
         let mut clients = Vec::new();
         for (i, chat) in chats.iter().enumerate() {
             let (addr, chat) = (nodes[i % 3].addr.clone(), chat.clone());
@@ -518,7 +528,7 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
             }));
         }
         let started = Instant::now();
-        while model.answering() < chats.len() / 2 {
+        while model.answering() < chats.len() {
             assert!(
                 started.elapsed() < Duration::from_secs(60),
                 "only {} answers streaming",
@@ -528,6 +538,7 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
         }
 
         pg.stop_now();
+        model.release();
         // Every node refuses new turns, naming why, while the database is away.
         for (n, node) in nodes.iter().enumerate() {
             let started = Instant::now();
@@ -554,9 +565,9 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        // The outage outlasts the leases (3 s): each chat is taken back by its node or taken
+        // The outage outlasts the leases (5 s): each chat is taken back by its node or taken
         // over by another, its turn going on or resolved as interrupted.
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
         pg.start_again();
 
         // Every node takes new turns again once the database is back.
@@ -569,7 +580,13 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
                     assert!(reply.told().finished, "{chat}: {reply:?}");
                     break;
                 }
-                assert_eq!(reply.status, 503, "{chat}: {reply:?}");
+                // 503 while its log reconnects; 409 if another node took the new chat's lease
+                // while this one was slow to open it (nothing was written here).
+                assert!(
+                    reply.status == 503
+                        || (reply.status == 409 && reply.body.contains(r#""code":"busy""#)),
+                    "{chat}: {reply:?}"
+                );
                 assert!(
                     started.elapsed() < Duration::from_secs(60),
                     "{} refuses new turns after the restart: {reply:?}",

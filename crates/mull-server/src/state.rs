@@ -431,11 +431,26 @@ impl ServerState {
                 drop(slot);
                 self.forget_unopened(chat_id);
                 match e {
+                    // Held by another node, or taken by one while this open was slow (its
+                    // lease ran out before the first append): either way the chat is busy
+                    // elsewhere, and nothing was written here.
                     EngineError::Store {
-                        source: StoreError::LeaseHeld { owner, .. },
+                        source:
+                            StoreError::LeaseHeld { owner, .. } | StoreError::Fenced { owner, .. },
                         ..
                     } => Err(Opened::Held(owner)),
-                    // The database went away while the chat was being opened.
+                    // The database went away while the chat was being opened (whichever of
+                    // the node's connections saw it first): retry shortly, not a server fault.
+                    EngineError::Store {
+                        source: source @ StoreError::Server { .. },
+                        ..
+                    } => Err(Opened::Failed(ApiError::Unavailable {
+                        reason: self
+                            .inner
+                            .log
+                            .unavailable()
+                            .unwrap_or_else(|| source.to_string()),
+                    })),
                     e => Err(Opened::Failed(match self.inner.log.unavailable() {
                         Some(reason) => ApiError::Unavailable { reason },
                         None => ApiError::Internal(format!("opening chat {chat_id:?}: {e}")),

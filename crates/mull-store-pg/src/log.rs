@@ -106,9 +106,12 @@ struct Inner {
     progress: watch::Sender<Progress>,
     /// Reads, on a connection of their own.
     reads: Reads,
-    /// Lease changes and renewals, on another: a renewal must never wait behind a node's
-    /// reads, or a busy node would lose its leases while working.
+    /// Leases taken and given back, on another.
     leases: Reads,
+    /// Renewals, on a third: a renewal must never wait behind a node's reads or behind the
+    /// leases of many chats opening at once, or a busy node would lose the leases it holds
+    /// while working (and other nodes would take over chats that are running fine).
+    renewals: Reads,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -277,10 +280,13 @@ impl PgLog {
         let reads = Reads::connect(&config, &target).await?;
         config.application_name(format!("mull leases {}", options.node));
         let leases = Reads::connect(&config, &target).await?;
+        config.application_name(format!("mull renewals {}", options.node));
+        let renewals = Reads::connect(&config, &target).await?;
         // Never longer than a renewal period: a renewal that gives up is retried at the next.
-        leases
-            .limit_lock_waits((options.lease_ttl / 3).min(LEASE_LOCK_WAIT))
-            .await?;
+        for conn in [&leases, &renewals] {
+            conn.limit_lock_waits((options.lease_ttl / 3).min(LEASE_LOCK_WAIT))
+                .await?;
+        }
         let (progress, _) = watch::channel(Progress::default());
         let inner = Arc::new(Inner {
             target,
@@ -294,6 +300,7 @@ impl PgLog {
             progress,
             reads,
             leases,
+            renewals,
         });
         tokio::spawn(run_writer(Arc::downgrade(&inner), client, commit_batch));
         tokio::spawn(run_renewal(Arc::downgrade(&inner)));
@@ -449,7 +456,7 @@ impl EventLog for PgLog {
                 // renew it now, so it does not expire before its first append.
                 let held = [(session_id.to_owned(), epoch)];
                 let node = &self.inner.options.node;
-                let lost = self.inner.leases.renew_leases(&held, node, ttl).await?;
+                let lost = self.inner.renewals.renew_leases(&held, node, ttl).await?;
                 if let Some((_, (epoch, current, owner))) = lost.into_iter().next() {
                     return Err(StoreError::Fenced {
                         session_id: session_id.to_owned(),
@@ -1043,7 +1050,7 @@ async fn run_renewal(inner: Weak<Inner>) {
             continue;
         }
         match inner
-            .leases
+            .renewals
             .renew_leases(&held, &inner.options.node, inner.options.lease_ttl)
             .await
         {

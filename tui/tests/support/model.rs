@@ -36,6 +36,8 @@ struct Counters {
     calls: AtomicU64,
     /// Text answers being streamed right now.
     answering: AtomicUsize,
+    /// While true, each text answer waits after its first word (see [`ModelServer::hold`]).
+    held: tokio::sync::watch::Sender<bool>,
 }
 
 impl ModelServer {
@@ -57,6 +59,23 @@ impl ModelServer {
             counters,
             task,
         }
+    }
+
+    /// From now on each text answer stops after its first word until [`ModelServer::release`]:
+    /// a test that needs many answers in flight at once gets them however slowly the turns
+    /// reach their answers, instead of hoping that answers of a second each overlap.
+    pub fn hold(&self) {
+        self.counters.held.send_replace(true);
+    }
+
+    /// Lets every held answer (and every later one) stream to its end.
+    pub fn release(&self) {
+        self.counters.held.send_replace(false);
+    }
+
+    /// How many first steps (tool calls) were asked for so far.
+    pub fn tool_steps(&self) -> u64 {
+        self.counters.calls.load(Ordering::SeqCst)
     }
 
     /// How many text answers are being streamed now (turns in their last step).
@@ -108,7 +127,8 @@ async fn answer(State((pace, counters)): State<(Pace, Arc<Counters>)>, body: Byt
         let guard = Answering(Arc::clone(&counters));
         let words: Vec<String> = (0..pace.words).map(|i| format!("w{i} ")).collect();
         let delay = pace.word_delay;
-        Box::pin(async_stream(words, delay, guard))
+        let held = counters.held.subscribe();
+        Box::pin(async_stream(words, delay, held, guard))
     } else {
         let n = counters.calls.fetch_add(1, Ordering::SeqCst);
         let call = chunk(
@@ -130,6 +150,7 @@ async fn answer(State((pace, counters)): State<(Pace, Arc<Counters>)>, body: Byt
 fn async_stream(
     words: Vec<String>,
     delay: Duration,
+    held: tokio::sync::watch::Receiver<bool>,
     guard: Answering,
 ) -> impl futures::Stream<Item = Result<String, std::io::Error>> + Send + 'static {
     use futures::StreamExt;
@@ -137,10 +158,17 @@ fn async_stream(
         drop(guard);
         Ok(format!("{}{}", chunk(json!({}), Some("stop")), usage()))
     });
-    futures::stream::iter(words)
-        .then(move |word| async move {
-            tokio::time::sleep(delay).await;
-            Ok(chunk(json!({"content": word}), None))
+    futures::stream::iter(words.into_iter().enumerate())
+        .then(move |(i, word)| {
+            let mut held = held.clone();
+            async move {
+                if i == 1 {
+                    // The server is gone only when the test is over: then nothing waits.
+                    let _ = held.wait_for(|held| !*held).await;
+                }
+                tokio::time::sleep(delay).await;
+                Ok(chunk(json!({"content": word}), None))
+            }
         })
         .chain(last)
 }

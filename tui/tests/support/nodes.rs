@@ -285,3 +285,14 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a runtime")
 }
+
+/// Held for the whole of a test that runs several nodes on one cluster, so such tests run one
+/// at a time. Two at once on a two-core machine starve each other's lease renewals: leases then
+/// run out under nodes that are alive, and the test measures the machine instead of mull.
+pub fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it leaves nothing behind that the next one shares.
+    CLUSTERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
