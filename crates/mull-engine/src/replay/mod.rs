@@ -478,58 +478,69 @@ async fn drive(
                     .append(None, *event)
                     .map_err(engine_err)?;
             }
-            Step::AcceptOnly(input) => {
-                // The recorded process stopped before this submission's run wrote anything (it
-                // waited for the turn lock, or had not got to it): the acceptance is all there
-                // is to write, exactly as the session's command writes it.
-                let Input::Submit {
-                    submission_id,
-                    idempotency_key,
-                    messages,
-                    body,
-                } = input
-                else {
-                    continue;
-                };
-                let inner = &session.inner;
-                inner
-                    .recorder
-                    .append(
-                        None,
-                        Event::SubmissionAccepted {
-                            submission_id,
-                            idempotency_key,
-                            messages,
-                            body,
-                        },
-                    )
-                    .map_err(engine_err)?;
-                inner.recorder.flush().await.map_err(engine_err)?;
-            }
-            Step::Issue(input) => {
-                let reply = shared
-                    .unless_stopped(session.command(input, CommandOptions::default()))
-                    .await;
-                let reply = match reply {
-                    Some(reply) => reply.map_err(engine_err)?,
-                    None => continue,
-                };
-                let finished = match reply {
-                    Reply::Stream(stream) => shared
-                        .unless_stopped(drain(stream))
-                        .await
-                        .map(|r| r.map(|_| ())),
-                    Reply::Submitted(receipt) => shared
-                        .unless_stopped(session.wait_submission(&receipt.submission_id))
-                        .await
-                        .map(|r| r.map(|_| ())),
-                    _ => None,
-                };
-                if let Some(outcome) = finished {
-                    outcome.map_err(engine_err)?;
-                }
-            }
+            Step::AcceptOnly(input) => accept_only(&session, input).await?,
+            Step::Issue(input) => issue(shared, &session, input).await?,
         }
+    }
+    Ok(())
+}
+
+/// Writes a submission's acceptance alone, as the session's command writes it.
+async fn accept_only(session: &Session, input: Input) -> Result<(), ReplayError> {
+    let engine_err = |source| ReplayError::Engine(Box::new(source));
+    // The recorded process stopped before this submission's run wrote anything (it
+    // waited for the turn lock, or had not got to it): the acceptance is all there
+    // is to write, exactly as the session's command writes it.
+    let Input::Submit {
+        submission_id,
+        idempotency_key,
+        messages,
+        body,
+    } = input
+    else {
+        return Ok(());
+    };
+    let inner = &session.inner;
+    inner
+        .recorder
+        .append(
+            None,
+            Event::SubmissionAccepted {
+                submission_id,
+                idempotency_key,
+                messages,
+                body,
+            },
+        )
+        .map_err(engine_err)?;
+    inner.recorder.flush().await.map_err(engine_err)?;
+    Ok(())
+}
+
+/// Issues a recorded input through the session's command and waits for the work it started
+/// (a streamed turn, a submission's run) unless the recorded process stopped first.
+async fn issue(shared: &Arc<Shared>, session: &Session, input: Input) -> Result<(), ReplayError> {
+    let engine_err = |source| ReplayError::Engine(Box::new(source));
+    let reply = shared
+        .unless_stopped(session.command(input, CommandOptions::default()))
+        .await;
+    let reply = match reply {
+        Some(reply) => reply.map_err(engine_err)?,
+        None => return Ok(()),
+    };
+    let finished = match reply {
+        Reply::Stream(stream) => shared
+            .unless_stopped(drain(stream))
+            .await
+            .map(|r| r.map(|_| ())),
+        Reply::Submitted(receipt) => shared
+            .unless_stopped(session.wait_submission(&receipt.submission_id))
+            .await
+            .map(|r| r.map(|_| ())),
+        _ => None,
+    };
+    if let Some(outcome) = finished {
+        outcome.map_err(engine_err)?;
     }
     Ok(())
 }
