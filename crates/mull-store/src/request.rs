@@ -15,6 +15,8 @@
 
 use mull_core::{ChatErrorClassification, EntryPath, Envelope, ErrorStage, Event, TurnStatus};
 
+use crate::facts::{CallStage, FactChange, Facts};
+
 /// One turn attempt of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
@@ -91,6 +93,8 @@ pub struct RequestFold {
     client_calls: Vec<String>,
     approvals: Vec<String>,
     verdict: Option<Verdict>,
+    /// The facts of the request's attempts (lifecycle events), its calls are read from.
+    facts: Facts,
 }
 
 impl RequestFold {
@@ -106,6 +110,7 @@ impl RequestFold {
             client_calls: Vec::new(),
             approvals: Vec::new(),
             verdict: None,
+            facts: Facts::new(),
         }
     }
 
@@ -177,18 +182,29 @@ impl RequestFold {
                 self.verdict = Some(Verdict::Failed(failure_of(env)));
             }
             Event::TurnFailed { .. } => self.failure = Some(failure_of(env)),
-            Event::ToolCallStarted {
-                call_id,
-                client: true,
-                ..
-            } => self.client_calls.push(call_id.clone()),
-            Event::ClientToolResult { call_id, .. } => self.client_calls.retain(|c| c != call_id),
-            Event::ToolApprovalRequested { approval_id, .. } => {
-                self.approvals.push(approval_id.clone());
+            // The stream's parts leave nothing waiting for an answer.
+            Event::Chunk { .. } => {}
+            _ => self.call_changed(env),
+        }
+        true
+    }
+
+    /// What the attempt's tool calls leave waiting for an answer, read from their facts.
+    fn call_changed(&mut self, env: &Envelope) {
+        let Some(FactChange::Call { call, stage }) = self.facts.push(env) else {
+            return;
+        };
+        let call = &self.facts.calls()[call];
+        match stage {
+            CallStage::Started if call.client => self.client_calls.push(call.call_id.clone()),
+            CallStage::ClientAnswered => self.client_calls.retain(|c| *c != call.call_id),
+            CallStage::ApprovalRequested => {
+                if let Some(approval) = &call.approval {
+                    self.approvals.push(approval.approval_id.clone());
+                }
             }
             _ => {}
         }
-        true
     }
 
     /// The request folded.
