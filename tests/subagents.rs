@@ -137,6 +137,7 @@ async fn parent_and_child_name_each_other_in_the_log() {
             parent_turn_id: parent_turn.clone(),
             parent_call_id: "call_research_1".into(),
             depth: 1,
+            budget: None,
         }
     );
     assert!(matches!(

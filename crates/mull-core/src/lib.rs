@@ -11,6 +11,7 @@
 //! This crate is pure data and pure functions: no I/O and no async runtime. Everything that
 //! stores, runs or draws lives in the crates above it.
 
+pub mod budget;
 pub mod classify;
 pub mod clock;
 pub mod convert;
@@ -23,6 +24,7 @@ pub mod model;
 pub mod price;
 pub mod stream;
 
+pub use budget::{BudgetLimits, BudgetMeasure, BudgetScope, BudgetSpend, ModelCallKind};
 pub use classify::{default_context_overflow_classifier, ChatErrorClassification, ErrorInput};
 pub use clock::{Clock, FixedClock, IdSource, RandomIds, SequentialIds, SystemClock};
 pub use convert::{to_model_messages, truncate_for_context};

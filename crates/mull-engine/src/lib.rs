@@ -111,6 +111,7 @@
 pub mod agent;
 pub mod approval;
 mod broadcast;
+pub mod budget;
 pub mod config;
 pub mod context;
 pub mod error;
@@ -139,6 +140,7 @@ pub use memory::{compaction, context_blocks, search, skills, tokens};
 
 pub use agent::Agent;
 pub use approval::Approval;
+pub use budget::Budget;
 pub use compaction::{
     compact_function, model_summarizer, summarizer, CompactOptions, Summarizer, SUMMARY_PREFIX,
 };

@@ -1,12 +1,13 @@
 //! The one way an event enters a session: appended to the log, folded into the session's
 //! [`SessionState`], then published on the session's bus. Holding the state lock across the
-//! append keeps the fold in `seq` order even when two tasks append at once.
+//! append keeps the fold in `seq` order even when two tasks append at once. A session with a
+//! budget also keeps its budget fold here, folded under the same lock.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_broadcast::Receiver;
 use mull_core::{Clock, Envelope, Event, EventRef};
-use mull_store::{Appended, EventLog, SessionState};
+use mull_store::{Appended, BudgetFold, EventLog, SessionState};
 
 use crate::broadcast::Broadcast;
 use crate::error::EngineError;
@@ -17,6 +18,8 @@ pub(crate) struct Recorder {
     session_id: String,
     clock: Arc<dyn Clock>,
     state: Mutex<SessionState>,
+    /// The budget fold, when the session keeps one (see `crate::budget`).
+    budget: Mutex<Option<BudgetFold>>,
     bus: Broadcast<Envelope>,
 }
 
@@ -33,6 +36,7 @@ impl Recorder {
             session_id,
             clock,
             state: Mutex::new(state),
+            budget: Mutex::new(None),
             bus: Broadcast::new(bus_capacity),
         }
     }
@@ -46,6 +50,30 @@ impl Recorder {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lock_budget(&self) -> MutexGuard<'_, Option<BudgetFold>> {
+        self.budget
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Keeps `fold` (built from the log so far) current from now on.
+    pub fn keep_budget_fold(&self, fold: BudgetFold) {
+        *self.lock_budget() = Some(fold);
+    }
+
+    /// Reads the budget fold (`None` when the session keeps none).
+    pub fn budget_fold<R>(&self, f: impl FnOnce(Option<&BudgetFold>) -> R) -> R {
+        f(self.lock_budget().as_ref())
+    }
+
+    /// Up to `limit` of the session's logged events after `after_seq`.
+    pub async fn page(&self, after_seq: u64, limit: usize) -> Result<Vec<Envelope>, EngineError> {
+        self.log
+            .session_page(&self.session_id, after_seq, limit)
+            .await
+            .map_err(|e| self.store_error(e))
     }
 
     fn store_error(&self, source: mull_store::StoreError) -> EngineError {
@@ -63,12 +91,33 @@ impl Recorder {
             .log
             .append_event(&self.session_id, turn_id, self.clock.now(), event)
             .map_err(|e| self.store_error(e))?;
-        state.apply_own(EventRef {
+        let folded = EventRef {
             seq: appended.seq,
             at: appended.at,
             turn_id,
             event: &appended.event,
-        });
+        };
+        state.apply_own(folded);
+        {
+            let mut budget = self.lock_budget();
+            match budget.as_mut() {
+                Some(fold) => fold.apply(folded),
+                // A sub-agent's session learns its inherited limits as it is linked.
+                None if matches!(
+                    folded.event,
+                    Event::SubagentLinked {
+                        budget: Some(_),
+                        ..
+                    }
+                ) =>
+                {
+                    let mut fold = BudgetFold::new();
+                    fold.apply(folded);
+                    *budget = Some(fold);
+                }
+                None => {}
+            }
+        }
         drop(state);
         // With no subscriber listening there is nobody to copy the event for.
         self.bus

@@ -14,7 +14,7 @@
 //! table: a step whose usage was not reported, or whose model has no price, is counted as a
 //! call of **unknown** cost, never as free. `mull stats` and the dashboard read this fold.
 
-use mull_core::{BilledTokens, Envelope, Event, PriceTable, TurnStatus};
+use mull_core::{BilledTokens, Envelope, Event, EventRef, PriceTable, TurnStatus};
 
 use crate::facts::{FactChange, Facts, StepStage, TurnStage};
 
@@ -198,7 +198,12 @@ impl CostLedger {
 
     /// Folds one event of the session.
     pub fn apply(&mut self, env: &Envelope) {
-        match &env.event {
+        self.apply_ref(EventRef::of(env));
+    }
+
+    /// Folds one event of the session, borrowed in parts (what a live fold has).
+    pub fn apply_ref(&mut self, e: EventRef<'_>) {
+        match e.event {
             Event::CompactionCall {
                 model_id,
                 finished,
@@ -225,7 +230,7 @@ impl CostLedger {
             Event::Chunk { .. } => return,
             _ => {}
         }
-        match self.facts.push(env) {
+        match self.facts.push_ref(e) {
             Some(FactChange::Turn {
                 turn,
                 stage: TurnStage::Started,

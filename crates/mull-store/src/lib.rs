@@ -165,6 +165,7 @@
 
 pub mod approvals;
 pub mod backend;
+pub mod budget;
 mod damage;
 pub mod decode;
 pub mod diff;
@@ -200,6 +201,7 @@ pub mod writer;
 
 pub use approvals::{ApprovalAnswer, PendingApproval};
 pub use backend::{EventLog, LogFuture};
+pub use budget::{BudgetDecision, BudgetFold};
 pub use error::StoreError;
 pub use facts::{CallStage, FactChange, Facts, Stamp, StepFact, ToolCallFact, TurnFact};
 pub use fork::{ForkError, ForkPoint, ResolvedFork, TurnRef};

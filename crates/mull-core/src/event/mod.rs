@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::budget::{BudgetLimits, BudgetMeasure, BudgetScope, BudgetSpend, ModelCallKind};
 use crate::classify::ChatErrorClassification;
 use crate::message::{ToolPartState, UIMessage};
 use crate::model::{CallSettings, ModelErrorRecord, ToolChoice};
@@ -124,6 +125,9 @@ pub enum ErrorStage {
     Recovery,
     /// Repairing the history.
     Transcript,
+    /// A budget check before a model call: a limit was used up (see
+    /// [`Event::BudgetExceeded`]).
+    Budget,
 }
 
 /// The hooks of an agent, by name.
@@ -648,6 +652,10 @@ pub enum Event {
         child_session_id: String,
         status: TurnStatus,
         usage: Usage,
+        /// The child session's spend (its own sub-agents' included), counted against the
+        /// parent's budgets here, once. Absent when the child kept no budget.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spend: Option<BudgetSpend>,
     },
     /// A sub-agent's session, child side: its turns run for the tool call `parent_call_id` of
     /// turn `parent_turn_id` in session `parent_session_id`, at nesting `depth`. Written right
@@ -657,6 +665,28 @@ pub enum Event {
         parent_turn_id: String,
         parent_call_id: String,
         depth: u32,
+        /// The parent's remainder when the sub-agent started: the limits every call of this
+        /// session is held to (absent when the parent had no budget).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<BudgetLimits>,
+    },
+    /// A budget check before a model call found a limit of `scope` used up: the call was not
+    /// made, and the turn ends at stage `budget` (its `turn_failed` follows). `limit` and
+    /// `spent` are in the unit of `measure` (tokens, dollars, calls); `remaining` is what is
+    /// left of every limit of the scope. A function of the log before it: a replay decides the
+    /// same at the same place.
+    BudgetExceeded {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<String>,
+        scope: BudgetScope,
+        measure: BudgetMeasure,
+        limit: f64,
+        spent: f64,
+        remaining: BudgetLimits,
+        /// The call that was not made.
+        call: ModelCallKind,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u32>,
     },
     /// An event of a kind this build does not know, kept verbatim (only [`Event::decode`]
     /// produces it; serde's derive stays strict so a known kind with a bad shape is an error).
@@ -734,6 +764,7 @@ impl Event {
         SubagentStarted => "subagent_started",
         SubagentFinished => "subagent_finished",
         SubagentLinked => "subagent_linked",
+        BudgetExceeded => "budget_exceeded",
     }
 
     /// Decodes a stored payload of version `v`. Unknown kinds come back as [`Event::Unknown`];

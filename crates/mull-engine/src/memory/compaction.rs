@@ -20,8 +20,8 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use mull_core::{
     to_model_messages, truncate_for_context, CompactionReason, Event, HookName, LanguageModel,
-    ModelMessage, ModelRequest, ModelRole, Role, StepRecord, StreamPart, ToolPartState, UIMessage,
-    UIPart, Usage,
+    ModelCallKind, ModelMessage, ModelRequest, ModelRole, Role, StepRecord, StreamPart,
+    ToolPartState, UIMessage, UIPart, Usage,
 };
 use serde_json::json;
 
@@ -277,6 +277,14 @@ pub(crate) async fn apply(
     let messages = inner.recorder.read(|s| s.messages.clone());
     let counter = Arc::clone(&inner.config.counter);
     let result = match &inner.config.compaction {
+        // A summary is a model call: a used-up budget (its `budget_exceeded` written) refuses
+        // it, and the conversation stays as it is.
+        Some(_)
+            if crate::budget::before_call(inner, turn_id, ModelCallKind::Compaction, None)?
+                .is_some() =>
+        {
+            return Ok(false)
+        }
         Some(callback) => {
             let request = CompactionRequest {
                 messages: messages.clone(),

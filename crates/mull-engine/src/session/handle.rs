@@ -58,6 +58,7 @@ impl Session {
         let config = agent.configure_session(SessionConfig::new()).await;
         let context = agent.configure_context(config.context()).await;
         let config = config.with_context_config(context);
+        crate::budget::load(&recorder, &config).await?;
         let session = Session {
             inner: Arc::new(Runtime::new(
                 Arc::clone(&agent),

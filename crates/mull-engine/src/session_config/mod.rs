@@ -186,6 +186,7 @@ pub struct SessionConfig {
     pub(crate) search_tool: bool,
     pub(crate) skills: Vec<Skill>,
     pub(crate) counter: SharedTokenCounter,
+    pub(crate) budget: Option<crate::budget::Budget>,
 }
 
 impl Default for SessionConfig {
@@ -201,6 +202,7 @@ impl Default for SessionConfig {
             search_tool: false,
             skills: Vec::new(),
             counter: Arc::new(CharEstimator),
+            budget: None,
         }
     }
 }
@@ -279,6 +281,17 @@ impl SessionConfig {
     pub fn proactive(mut self, guard: ProactiveGuard) -> SessionConfig {
         self.proactive = Some(guard);
         self
+    }
+
+    /// Caps what the session's model calls may spend (see [`crate::budget`]).
+    pub fn budget(mut self, budget: crate::budget::Budget) -> SessionConfig {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// The budget, when one is set.
+    pub fn budget_settings(&self) -> Option<&crate::budget::Budget> {
+        self.budget.as_ref()
     }
 
     /// Offers the model a `search_messages` tool over the session's history.

@@ -23,7 +23,9 @@
 //!    one: a snapshot per step keeps the parent's log linear in the child's output.
 //! 5. When the child's turn ends (its `on_chat_response` included), `subagent_finished` is
 //!    appended to the parent with the child session's usage — the projection folds it into the
-//!    parent's totals there, once — and the child's final answer (the text of its last step)
+//!    parent's totals there, once — and its spend when it kept a budget (it does whenever the
+//!    parent had one: the parent's remainder is the child's budget, written in its
+//!    `subagent_linked`; see [`crate::budget`]), and the child's final answer (the text of its last step)
 //!    is the call's output. A child that failed or was aborted makes the call a tool error.
 //!
 //! # Cancellation and crashes
@@ -175,6 +177,8 @@ impl AgentTool {
                 parent_turn_id: site.turn_id.clone(),
                 parent_call_id: call.call_id.clone(),
                 depth,
+                // The parent's remainder is the child's budget.
+                budget: crate::budget::remainder(inner, &site.turn_id),
             },
         )?;
         let signal = CancellationToken::new();
@@ -352,6 +356,7 @@ impl Running {
                 child_session_id: self.child.id().to_owned(),
                 status,
                 usage,
+                spend: crate::budget::session_spend(&self.child.inner),
             },
         )?;
         inner.recorder.flush().await?;

@@ -163,6 +163,11 @@ pub(super) async fn run_attempt(
             .finish(TurnStatus::Aborted, None)
             .await
             .map(|e| Attempt::Done(Box::new(e))),
+        // A used-up budget ends the turn: no recovery, no overflow retry (each a model call).
+        StepsEnd::Failed(error) if error.stage == ErrorStage::Budget => run
+            .finish(TurnStatus::Error, Some(error))
+            .await
+            .map(|e| Attempt::Done(Box::new(e))),
         StepsEnd::Failed(_) if spec.signal.is_cancelled() => run
             .finish(TurnStatus::Aborted, None)
             .await
@@ -324,9 +329,13 @@ impl TurnRun<'_> {
         {
             return Ok(Attempt::Retry);
         }
-        let error = ChatError {
-            classification: Some(ChatErrorClassification::ContextOverflow),
-            ..error
+        // The compaction a used-up budget refused ends the turn with the budget's error.
+        let error = match crate::budget::stopped(self.inner, self.tid()) {
+            Some(budget) => budget,
+            None => ChatError {
+                classification: Some(ChatErrorClassification::ContextOverflow),
+                ..error
+            },
         };
         let shown = fail(self.inner, self.tid(), error, true).await;
         Ok(Attempt::Done(Box::new(Ended {

@@ -199,6 +199,15 @@ impl TurnRun<'_> {
         let summary = RequestSummary::of(&request);
         // When the provider names no time for its response, the response is dated when the
         // call started (as the AI SDK does): this event's time, so no extra clock read.
+        // The budget check before the step's call: a used-up limit ends the turn here.
+        if let Some(error) = crate::budget::before_call(
+            self.inner,
+            self.tid(),
+            mull_core::ModelCallKind::Step,
+            Some(step),
+        )? {
+            return Ok(StepEnd::Failed(error));
+        }
         let call_started = std::time::Instant::now();
         let opened_at = self
             .inner
@@ -431,6 +440,18 @@ impl TurnRun<'_> {
             match call {
                 Ok(stream) => return Ok(Ok(stream)),
                 Err(e) if e.is_retryable() && retries < resolved.max_retries => {
+                    // A retry is a model call: checked against the budget like the first.
+                    if let Some(error) = crate::budget::before_call(
+                        self.inner,
+                        self.tid(),
+                        mull_core::ModelCallKind::Retry,
+                        Some(step),
+                    )? {
+                        return Ok(Err(StepEnd::Failed(ChatError {
+                            model_error: Some(e.clone()),
+                            ..error
+                        })));
+                    }
                     let delay = e.retry_after.unwrap_or_else(|| {
                         self.inner.options.retry_base_delay * 2u32.saturating_pow(retries)
                     });

@@ -175,6 +175,7 @@ fn a_sub_agents_turn_is_a_child_of_the_parents_tool_call_in_the_parents_trace() 
             parent_turn_id: "t1".into(),
             parent_call_id: "c1".into(),
             depth: 1,
+            budget: None,
         },
     );
     let mut turn = started(11, "t9", 4);

@@ -240,6 +240,7 @@ impl SessionState {
                 parent_turn_id,
                 parent_call_id,
                 depth,
+                ..
             } => {
                 self.parent = Some(SubagentParent {
                     session_id: parent_session_id.clone(),

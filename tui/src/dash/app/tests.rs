@@ -407,6 +407,7 @@ fn following_leaves_a_sub_agents_session_once_its_link_is_known() {
             parent_turn_id: "turn_1".into(),
             parent_call_id: "call_1".into(),
             depth: 1,
+            budget: None,
         },
     );
     commit_and_deliver(&live, &mut dash, &b.events[base.len() + 1..]);
