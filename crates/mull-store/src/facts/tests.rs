@@ -449,6 +449,7 @@ fn failures_retries_hooks_and_sub_agents_are_the_turn_s() {
             child_session_id: "child".into(),
             status: TurnStatus::Completed,
             usage: usage(7, 3),
+            spend: None,
         },
     );
     log.push(
