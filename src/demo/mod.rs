@@ -4,12 +4,14 @@
 //! as a stall), a call its `before_tool_call` policy blocks, a pause mid-answer, a question
 //! it hands to a research sub-agent (a child session in the same log), and a hotel booking
 //! that waits for a person's approval — with the user "typing" between turns, so a dashboard
-//! has something live to show for about half a minute without an API key.
+//! has something live to show without an API key.
 //!
 //! The booking's approval comes through the log's inbox ([`mull_store::inbox`]), as an answer
-//! from the dashboard does: paced, the demo waits up to [`DemoOptions::approval_wait`] for a
-//! person (`a` in `mull dash`), taking the inbox as it waits, and then posts the approval
-//! itself; unpaced it posts it at once.
+//! from the dashboard does: the demo waits up to [`DemoOptions::approval_wait`] for a person
+//! (`a` in `mull dash`), taking the inbox as it waits — having told
+//! [`DemoOptions::on_approval_wait`] when it will stop — and then posts the approval itself,
+//! named in the log as its answerer (`by`), so nobody mistakes it for a person's. A
+//! deterministic run posts it at once.
 //!
 //! With [`DemoOptions::deterministic`] the demo uses a ticking clock, counting ids and no
 //! pacing, so it writes the same log bytes every run (the `fixtures/demo.jsonl` fixture);
@@ -17,7 +19,7 @@
 
 mod script;
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,15 +58,19 @@ pub struct DemoOptions {
     pub policy: Option<ToolPolicy>,
     /// No pacing (real clock and ids): the whole demo in a moment.
     pub fast: bool,
-    /// Paced, how long the booking's approval waits for a person before the demo approves
-    /// it itself (unpaced runs approve at once).
+    /// How long the booking's approval waits for a person before the demo approves it
+    /// itself (zero: at once; a deterministic run always approves at once).
     pub approval_wait: Duration,
-    /// Told when the paced demo starts waiting for a person's approval (the CLI prints it).
+    /// Told when the demo starts waiting for a person's approval (the CLI prints it, or
+    /// announces it on the dashboard).
     pub on_approval_wait: Option<ApprovalNotice>,
     /// MCP servers (or other outside tool sources) whose tools join the demo session's turns
     /// beside the travel desk's own. The scripted model calls only its own tools; the turns'
     /// `turn_configured` events list the servers' tools.
     pub tool_sources: ToolSources,
+    /// Raised to stop the demo early (the dashboard quit): it ends after the turn in
+    /// progress, leaving a waiting approval unanswered.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// Outside tool sources for a session (see [`DemoOptions::tool_sources`]).
@@ -78,10 +84,23 @@ impl std::fmt::Debug for ToolSources {
     }
 }
 
-/// What an [`ApprovalNotice`] calls: the approval waited for, and how long the demo waits.
-pub type NoticeFn = dyn Fn(&PendingApproval, Duration) + Send + Sync;
+/// What an [`ApprovalNotice`] calls: the approval waited for, and when (by the session's
+/// clock) and as whom the demo approves it itself if nobody answers.
+pub type NoticeFn = dyn Fn(&PendingApproval, &SelfApproval) + Send + Sync;
 
-/// A callback told about an approval the demo waits for, with how long it will wait.
+/// The demo's plan for an approval nobody answers: it approves the call itself at `at`,
+/// recorded as answered `by` (so the log tells it from a person's answer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfApproval {
+    /// When the demo stops waiting, by the session's clock.
+    pub at: DateTime<Utc>,
+    /// How long it waits from the request.
+    pub wait: Duration,
+    /// The answerer the log names.
+    pub by: String,
+}
+
+/// A callback told about an approval the demo waits for, and when it approves it itself.
 #[derive(Clone)]
 pub struct ApprovalNotice(pub Arc<NoticeFn>);
 
@@ -91,8 +110,9 @@ impl std::fmt::Debug for ApprovalNotice {
     }
 }
 
-/// How long the paced demo waits for a person to answer the booking's approval.
-pub const APPROVAL_WAIT: Duration = Duration::from_secs(20);
+/// How long the paced demo waits for a person to answer the booking's approval: long enough
+/// to read the screen, find the call and press `a` then `y`.
+pub const APPROVAL_WAIT: Duration = Duration::from_secs(60);
 
 /// How long the model "thinks" before its first part, when paced.
 const FIRST_TOKEN: Duration = Duration::from_millis(700);
@@ -110,6 +130,7 @@ impl Default for DemoOptions {
             approval_wait: APPROVAL_WAIT,
             on_approval_wait: None,
             tool_sources: ToolSources::default(),
+            stop: None,
         }
     }
 }
@@ -128,6 +149,8 @@ pub struct DemoReport {
     pub turns: Vec<DemoTurn>,
     /// How many events the session holds afterwards.
     pub events: u64,
+    /// Stopped early ([`DemoOptions::stop`]) before its seven turns.
+    pub stopped: bool,
 }
 
 /// Why the demo could not finish.
@@ -544,9 +567,18 @@ pub async fn run_on(
             turns.push(completed(*outcome).map_err(|e| *e)?);
         }
     }
+    let stopped = || {
+        options
+            .stop
+            .as_ref()
+            .is_some_and(|stop| stop.load(Ordering::SeqCst))
+    };
     for (index, (id, text)) in prompts.into_iter().enumerate() {
         if paced && index > 0 {
             tokio::time::sleep(TYPING).await;
+        }
+        if stopped() {
+            break;
         }
         let message_id = if options.deterministic {
             id.to_owned()
@@ -561,7 +593,12 @@ pub async fn run_on(
             .await
             .map_err(engine_err)?;
         turns.push(completed(outcome).map_err(|e| *e)?);
-        for outcome in approve(&session, inbox, clock.as_ref(), paced, &options).await? {
+        let wait = if options.deterministic {
+            Duration::ZERO
+        } else {
+            options.approval_wait
+        };
+        for outcome in approve(&session, inbox, clock.as_ref(), wait, &options, &stopped).await? {
             turns.push(completed(outcome).map_err(|e| *e)?);
         }
     }
@@ -570,18 +607,21 @@ pub async fn run_on(
         session_id,
         turns,
         events,
+        stopped: stopped(),
     })
 }
 
-/// Answers the approvals the last turn left waiting, through the inbox: paced, a person has
-/// `options.approval_wait` to answer from the dashboard (the inbox is taken as it waits); then,
-/// or at once unpaced, the demo posts the approval itself. Returns the continuations' outcomes.
+/// Answers the approvals the last turn left waiting, through the inbox: a person has `wait` to
+/// answer from the dashboard (the inbox is taken as it waits); then (at once when `wait` is
+/// zero) the demo posts the approval itself, named as its answerer — unless it was stopped
+/// meanwhile, which leaves the call waiting. Returns the continuations' outcomes.
 async fn approve(
     session: &Session,
     inbox: &dyn InboxStore,
     clock: &dyn Clock,
-    paced: bool,
+    wait: Duration,
     options: &DemoOptions,
+    stopped: &dyn Fn() -> bool,
 ) -> Result<Vec<TurnOutcome>, DemoError> {
     let engine_err = |source| DemoError::Engine {
         session_id: session.id().to_owned(),
@@ -602,14 +642,23 @@ async fn approve(
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    if paced {
+    let by = self_approver(wait);
+    if !wait.is_zero() {
         if let Some(notice) = &options.on_approval_wait {
+            let plan = SelfApproval {
+                at: clock.now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX),
+                wait,
+                by: by.clone(),
+            };
             for p in &pending {
-                (notice.0)(p, options.approval_wait);
+                (notice.0)(p, &plan);
             }
         }
         let start = tokio::time::Instant::now();
-        while !session.pending_approvals().is_empty() && start.elapsed() < options.approval_wait {
+        while !session.pending_approvals().is_empty() && start.elapsed() < wait {
+            if stopped() {
+                return Ok(outcomes);
+            }
             tokio::time::sleep(INBOX_SWEEP_PERIOD.min(Duration::from_millis(200))).await;
             take(
                 session
@@ -625,6 +674,7 @@ async fn approve(
             approval_id: p.approval_id.clone(),
             approved: true,
             reason: None,
+            by: Some(by.clone()),
         };
         inbox
             .post(session.id(), &answer, clock.now())
@@ -638,6 +688,15 @@ async fn approve(
             .map_err(engine_err)?,
     );
     Ok(outcomes)
+}
+
+/// Who the log says approved a call nobody answered: the demo itself, and after how long.
+fn self_approver(wait: Duration) -> String {
+    if wait.is_zero() {
+        "mull demo itself".to_owned()
+    } else {
+        format!("mull demo itself, unanswered for {} s", wait.as_secs())
+    }
 }
 
 /// The turn as the report lists it, or (boxed: it is large) the error of a turn that did not

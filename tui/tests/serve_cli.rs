@@ -147,6 +147,7 @@ fn an_answer_in_the_inbox_is_taken_by_the_server_and_the_tool_runs_once() {
         approval_id: "approval_1".into(),
         approved: true,
         reason: None,
+        by: Some("mull dash".into()),
     };
     let id = inbox.post("s", &answer, chrono::Utc::now()).expect("posts");
     // The server looks every half second; a loaded machine gets a generous bound.

@@ -58,6 +58,8 @@ pub enum Input {
         approval_id: String,
         approved: bool,
         reason: Option<String>,
+        /// Who answered (see [`Event::ToolApprovalAnswered`]'s `by`).
+        by: Option<String>,
     },
 }
 
@@ -173,11 +175,13 @@ impl Input {
                 approved,
                 reason,
                 expired: false,
+                by,
                 ..
             } => Input::ApprovalAnswer {
                 approval_id: approval_id.clone(),
                 approved: *approved,
                 reason: reason.clone(),
+                by: by.clone(),
             },
             _ => return None,
         })

@@ -354,6 +354,7 @@ async fn submit(
         let approval = Approval {
             approved: answer.approved,
             reason: answer.reason,
+            by: Some("a chat client".to_owned()),
         };
         match session
             .answer_approval_streaming(&answer.approval_id, approval)

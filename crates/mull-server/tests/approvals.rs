@@ -91,6 +91,7 @@ async fn an_inbox_answer_for_an_unknown_chat_is_refused_on_the_sessions_clock() 
         approval_id: "approval_1".into(),
         approved: true,
         reason: None,
+        by: None,
     };
     let posted = chrono::Utc::now();
     let id = inbox.post("ghost", &answer, posted).expect("posts");

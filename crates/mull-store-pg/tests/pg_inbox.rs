@@ -12,6 +12,7 @@ fn answer(id: &str) -> InboxMessage {
         approval_id: id.to_owned(),
         approved: false,
         reason: Some("not now".into()),
+        by: Some("mull dash".into()),
     }
 }
 

@@ -48,6 +48,8 @@ pub struct ApprovalAnswer {
     /// The request expired unanswered (a denial the session wrote itself).
     pub expired: bool,
     pub at: DateTime<Utc>,
+    /// Who answered, when the log says (see `tool_approval_answered`'s `by`).
+    pub by: Option<String>,
 }
 
 impl PendingApproval {
@@ -69,6 +71,7 @@ impl From<&AnswerFact> for ApprovalAnswer {
             reason: answer.reason.clone(),
             expired: answer.by == AnsweredBy::Expiry,
             at: answer.at.at,
+            by: answer.through.clone(),
         }
     }
 }

@@ -67,6 +67,10 @@ pub enum InboxMessage {
         approved: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Who answered (`mull dash`, `mull approve` …): recorded with the answer. Rows
+        /// posted before it existed have none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
 }
 
@@ -88,10 +92,12 @@ impl InboxMessage {
                 approval_id,
                 approved,
                 reason,
+                by,
             } => Input::ApprovalAnswer {
                 approval_id: approval_id.clone(),
                 approved: *approved,
                 reason: reason.clone(),
+                by: by.clone(),
             },
         }
     }
@@ -370,6 +376,7 @@ mod tests {
             approval_id: id.to_owned(),
             approved: true,
             reason: None,
+            by: Some("a test".into()),
         }
     }
 
@@ -394,7 +401,8 @@ mod tests {
             Ok(Input::ApprovalAnswer {
                 approval_id: "apr_1".into(),
                 approved: true,
-                reason: None
+                reason: None,
+                by: Some("a test".into()),
             })
         );
         assert_eq!(taker.waiting(None).expect("reads").len(), 2);

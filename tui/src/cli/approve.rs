@@ -77,10 +77,11 @@ pub fn run(args: ApproveArgs) -> Result<()> {
         Approval::deny(args.reason.clone())
     } else {
         Approval {
-            approved: true,
             reason: args.reason.clone(),
+            ..Approval::approve()
         }
-    };
+    }
+    .by(ANSWERER);
     let outcome = runtime.block_on(async {
         let session = Session::open(&log, agent, SessionOptions::new(args.session.as_str()))
             .await
@@ -135,12 +136,16 @@ fn post_to_inbox(args: &ApproveArgs) -> Result<()> {
     Ok(())
 }
 
+/// Who the log says answered, for answers given here.
+const ANSWERER: &str = "mull approve";
+
 /// The inbox message `args` stand for.
 fn message(args: &ApproveArgs) -> InboxMessage {
     InboxMessage::ApprovalAnswer {
         approval_id: args.approval_id.clone(),
         approved: !args.deny,
         reason: args.reason.clone(),
+        by: Some(ANSWERER.to_owned()),
     }
 }
 

@@ -44,6 +44,7 @@ pub fn run(args: DashArgs) -> Result<()> {
         DashOptions {
             follow: args.follow,
             prices,
+            ..DashOptions::default()
         },
     )
 }

@@ -2,6 +2,7 @@
 //! command; `--headless` runs it without a screen.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use mull_core::{IdSource, RandomIds};
 use mull_store::{EventLog, Log};
 use mull_store_pg::{PgInbox, PgLog, PgOptions};
 
+use crate::dash::app::{SelfAnswer, SelfAnswers};
 use crate::dash::{self as dashboard, DashOptions};
 
 /// Arguments of `mull demo`.
@@ -40,6 +42,10 @@ pub struct DemoArgs {
     pub fast: bool,
     #[command(flatten)]
     pub mcp: crate::cli::mcp::McpArgs,
+    /// How many seconds the booking waits for a person's approval before the demo approves
+    /// it itself (the screen says when).
+    #[arg(long, value_name = "SECONDS", default_value_t = demo::APPROVAL_WAIT.as_secs())]
+    pub approval_wait: u64,
 }
 
 /// How long the dashboard waits for the demo's first turn before opening anyway.
@@ -59,6 +65,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
         policy,
         fast: args.fast,
         tool_sources: demo::ToolSources(args.mcp.servers()?),
+        approval_wait: if args.fast {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(args.approval_wait)
+        },
         ..DemoOptions::default()
     };
     if let Some(session) = &args.session {
@@ -71,13 +82,15 @@ pub fn run(args: DemoArgs) -> Result<()> {
     if args.headless {
         // Under the dashboard its approvals view says the same, with the key.
         let db = args.db.clone();
-        options.on_approval_wait = Some(ApprovalNotice(Arc::new(move |pending, wait| {
+        options.on_approval_wait = Some(ApprovalNotice(Arc::new(move |pending, plan| {
             println!(
-                "{} waits for approval ({}): press a in mull dash {} to approve, or wait {} s",
+                "{} waits for approval ({}): press a in mull dash {} to approve; if nobody \
+                 answers, the demo approves it itself at {} UTC (in {} s)",
                 pending.tool,
                 pending.approval_id,
                 db.display(),
-                wait.as_secs()
+                plan.at.format("%H:%M:%S"),
+                plan.wait.as_secs()
             );
         })));
         let report = run_demo(&log, options)?;
@@ -87,6 +100,23 @@ pub fn run(args: DemoArgs) -> Result<()> {
         return Ok(());
     }
 
+    // The dashboard announces the demo's own approval before it happens.
+    let self_answers = SelfAnswers::default();
+    let announce = self_answers.clone();
+    let announced_session = session_id.clone();
+    options.on_approval_wait = Some(ApprovalNotice(Arc::new(move |pending, plan| {
+        announce.announce(SelfAnswer {
+            session_id: announced_session.clone(),
+            approval_id: pending.approval_id.clone(),
+            tool: pending.tool.clone(),
+            at: plan.at,
+            who: "mull demo".to_owned(),
+        });
+    })));
+    // Quitting the dashboard stops the demo after the turn in progress, so the log closes
+    // (and its -wal and -shm files go) without waiting out the rest of the script.
+    let stop = Arc::new(AtomicBool::new(false));
+    options.stop = Some(Arc::clone(&stop));
     let writer = log.clone();
     let agent = std::thread::Builder::new()
         .name("mull-demo".into())
@@ -97,9 +127,14 @@ pub fn run(args: DemoArgs) -> Result<()> {
         &args.db,
         DashOptions {
             follow: true,
+            self_answers,
             ..DashOptions::default()
         },
     );
+    stop.store(true, Ordering::SeqCst);
+    if !agent.is_finished() {
+        println!("stopping the demo after the turn in progress…");
+    }
     let report = agent
         .join()
         .map_err(|_| anyhow::anyhow!("the demo thread panicked"))?;
@@ -180,6 +215,9 @@ fn wait_for_first_turn(db: &Path, session_id: &str) {
 }
 
 fn print_report(report: &DemoReport, db: &Path) {
+    if report.stopped {
+        println!("stopped early: the dashboard was closed");
+    }
     println!(
         "demo session {} · {} turns · {} events in {}",
         report.session_id,

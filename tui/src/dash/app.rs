@@ -18,15 +18,20 @@ mod ingest;
 mod matching;
 mod navigate;
 mod nest;
+mod self_answer;
 mod turn_view;
 
 pub use answer::Answering;
 pub use matching::{item_matches, session_matches, turn_row_matches};
 pub use nest::NestFrame;
+pub use self_answer::{SelfAnswer, SelfAnswers, WallClock};
 pub use turn_view::TurnView;
 
 /// Rows a page key moves.
 pub const PAGE_ROWS: usize = 10;
+/// How long a message stays in the status bar: long enough to read, gone before it
+/// outlives what it said.
+pub const MESSAGE_TTL: Duration = Duration::from_secs(6);
 /// Events read per timeline page.
 pub const TIMELINE_PAGE: usize = 2000;
 /// Load the next page when the selection is this close to the last row.
@@ -284,6 +289,12 @@ pub struct App {
     pub damage: Vec<mull_store::SideDamage>,
     /// Answering pending approvals: the selected call, the confirmation, answers sent.
     pub answering: Answering,
+    /// The status-bar message being shown and how long it has been (see [`MESSAGE_TTL`]).
+    message_age: Option<(String, Duration)>,
+    /// Calls the writer in this process will approve by itself (the demo's), to announce.
+    pub self_answers: SelfAnswers,
+    /// The wall clock deadlines are counted down with.
+    pub clock: WallClock,
     pub quit: bool,
     /// The parents of the sub-agent being shown, outermost first (see [`NestFrame`]).
     pub nest: Vec<NestFrame>,
@@ -324,6 +335,9 @@ impl App {
             status: None,
             damage: Vec::new(),
             answering: Answering::default(),
+            message_age: None,
+            self_answers: SelfAnswers::default(),
+            clock: WallClock::default(),
             quit: false,
             nest: Vec::new(),
             opening_subagent: None,
@@ -525,6 +539,7 @@ impl App {
             Msg::Appended(events) => self.appended(events),
             Msg::Tick(elapsed) => {
                 self.rates.tick(elapsed);
+                self.age_message(elapsed);
                 let mut moved = false;
                 if let Some(turn) = self.turn.as_mut() {
                     if let Some(replay) = turn.replay.as_mut() {
@@ -559,6 +574,35 @@ impl App {
                 self.focus = pane;
                 self.move_selection(rows)
             }
+        }
+    }
+
+    /// Ages the status bar's message: gone after [`MESSAGE_TTL`], or as soon as it stops
+    /// being true (an answer "waiting for the writer" the log now shows recorded).
+    fn age_message(&mut self, elapsed: Duration) {
+        if self.answer_notice_settled() {
+            self.answering.notice = None;
+        }
+        let Some(text) = self.answering.notice.as_ref().or(self.status.as_ref()) else {
+            self.message_age = None;
+            return;
+        };
+        match &mut self.message_age {
+            Some((shown, age)) if shown == text => *age += elapsed,
+            // New since the last tick: it appeared during that tick.
+            _ => self.message_age = Some((text.clone(), elapsed)),
+        }
+        if self
+            .message_age
+            .as_ref()
+            .is_some_and(|(_, age)| *age >= MESSAGE_TTL)
+        {
+            if self.answering.notice.is_some() {
+                self.answering.notice = None;
+            } else {
+                self.status = None;
+            }
+            self.message_age = None;
         }
     }
 

@@ -114,6 +114,7 @@ impl Source {
             approval_id: approval_id.to_owned(),
             approved,
             reason: (!approved).then(|| "denied from the dashboard".to_owned()),
+            by: Some("mull dash".to_owned()),
         };
         futures::executor::block_on(inbox.inbox.post(session_id, &message, chrono::Utc::now()))?;
         Ok(())
@@ -231,7 +232,20 @@ impl Source {
 #[derive(Debug)]
 pub struct Follower {
     pub events: Receiver<Result<Vec<mull_core::Envelope>, String>>,
-    _thread: JoinHandle<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Follower {
+    /// Waits for the tail thread to close its read connection: the log's writer may close
+    /// right after the dashboard (`mull demo`), and only the last connection to close removes
+    /// SQLite's -wal and -shm files.
+    fn drop(&mut self) {
+        let (_, closed) = mpsc::channel();
+        drop(std::mem::replace(&mut self.events, closed));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// How often the follower asks the log what changed (bounds how late a new event shows; a
@@ -257,7 +271,7 @@ impl Follower {
             .spawn(move || follow_loop(&*reader, cursor, positions, sender))?;
         Ok(Self {
             events,
-            _thread: thread,
+            thread: Some(thread),
         })
     }
 }

@@ -148,6 +148,8 @@ pub struct DashOptions {
     pub follow: bool,
     /// The prices costs are shown with.
     pub prices: mull_core::PriceTable,
+    /// Calls the writer beside the dashboard (the demo) announces it will approve by itself.
+    pub self_answers: app::SelfAnswers,
 }
 
 impl Default for DashOptions {
@@ -155,6 +157,7 @@ impl Default for DashOptions {
         DashOptions {
             follow: false,
             prices: mull_core::PriceTable::defaults(),
+            self_answers: app::SelfAnswers::default(),
         }
     }
 }
@@ -169,6 +172,7 @@ pub fn run(db: &Path, options: DashOptions) -> Result<()> {
 pub fn run_named(db: &Path, name: &str, options: DashOptions) -> Result<()> {
     let mut dash = Dash::open_named(db, name)?;
     dash.app.prices = options.prices;
+    dash.app.self_answers = options.self_answers;
     let follower = dash
         .follow(db)
         .with_context(|| format!("following {name}"))?;

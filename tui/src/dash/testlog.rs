@@ -679,3 +679,152 @@ pub fn tools_log() -> Vec<Envelope> {
     );
     b.events
 }
+
+/// A travel desk's session `session` whose first turn parks two bookings for approval:
+/// `approval_1` (call_1) and `approval_2` (call_2). With `answered`, a person approves
+/// approval_2 from `mull dash` at +5 s and denies approval_1 through `mull approve` at +6 s,
+/// and a continuation turn runs the one and declines the other.
+pub fn approval_log(session: &str, answered: bool) -> Vec<Envelope> {
+    let mut b = LogBuilder::new();
+    let s = session;
+    b.push(
+        s,
+        None,
+        0,
+        Event::SessionOpened {
+            agent: "travel-desk".into(),
+            metadata: json!({}),
+        },
+    );
+    let t = Some("turn_1");
+    b.push(s, t, 1, build::turn_started("req_1", "msg_1"));
+    b.push(s, t, 10, Event::StepStarted { step: 0 });
+    for (ms, call, hotel) in [(100, "call_1", "Ritz"), (200, "call_2", "Savoy")] {
+        b.push(
+            s,
+            t,
+            ms,
+            Event::ToolCallStarted {
+                step: 0,
+                call_id: call.into(),
+                tool: "book_hotel".into(),
+                input: json!({ "hotel": hotel }),
+                client: false,
+            },
+        );
+        b.push(
+            s,
+            t,
+            ms + 1,
+            Event::ToolApprovalRequested {
+                step: 0,
+                call_id: call.into(),
+                tool: "book_hotel".into(),
+                approval_id: format!("approval_{}", &call[5..]),
+                input: json!({ "hotel": hotel }),
+                reason: None,
+                expires_at: None,
+            },
+        );
+    }
+    b.push(
+        s,
+        t,
+        300,
+        Event::TurnFinished {
+            request_id: "req_1".into(),
+            status: TurnStatus::Completed,
+            error: None,
+            steps: 1,
+            usage: Usage::default(),
+        },
+    );
+    if !answered {
+        return b.events;
+    }
+    for (ms, n, approved, by, reason) in [
+        (5_000, "2", true, "mull dash", None),
+        (6_000, "1", false, "mull approve", Some("Not the Ritz.")),
+    ] {
+        b.push(
+            s,
+            t,
+            ms,
+            Event::ToolApprovalAnswered {
+                approval_id: format!("approval_{n}"),
+                call_id: format!("call_{n}"),
+                tool: "book_hotel".into(),
+                approved,
+                reason: reason.map(str::to_owned),
+                expired: false,
+                by: Some(by.into()),
+            },
+        );
+    }
+    let t = Some("turn_2");
+    b.push(
+        s,
+        t,
+        6_001,
+        Event::TurnStarted {
+            request_id: "req_2".into(),
+            message_id: "msg_2".into(),
+            entry: mull_core::EntryPath::AutoContinue,
+            continuation: true,
+            attempt: 0,
+            body: json!(null),
+        },
+    );
+    for (ms, call, action, reason) in [
+        (6_002, "call_2", DecisionAction::Allow, None),
+        (
+            6_003,
+            "call_1",
+            DecisionAction::Denied,
+            Some("Not the Ritz."),
+        ),
+    ] {
+        b.push(
+            s,
+            t,
+            ms,
+            Event::ToolDecided {
+                step: 0,
+                call_id: call.into(),
+                tool: "book_hotel".into(),
+                action,
+                model_input: json!({}),
+                effective_input: json!({}),
+                reason: reason.map(str::to_owned),
+                output: None,
+            },
+        );
+    }
+    b.push(
+        s,
+        t,
+        6_010,
+        Event::ToolCallFinished {
+            step: 0,
+            call_id: "call_2".into(),
+            tool: "book_hotel".into(),
+            success: true,
+            output: Some(json!({"booked": "Savoy"})),
+            error: None,
+            duration_ms: 7,
+        },
+    );
+    b.push(
+        s,
+        t,
+        6_100,
+        Event::TurnFinished {
+            request_id: "req_2".into(),
+            status: TurnStatus::Completed,
+            error: None,
+            steps: 1,
+            usage: Usage::default(),
+        },
+    );
+    b.events
+}

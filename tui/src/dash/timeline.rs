@@ -12,6 +12,7 @@ use mull_core::{
     wire_name, DecisionAction, Envelope, Event, FinishReason, StreamPart, TurnStatus, Usage,
 };
 use mull_store::tool_usage::{tool_usage, CallFacts, ToolUsage};
+use mull_store::ApprovalAnswer;
 
 /// A gap between two events at least this long is shown, and splits coalesced text.
 pub const STALL_MS: i64 = 1000;
@@ -102,6 +103,31 @@ pub struct ToolRow {
     pub client: bool,
     /// The sub-agent session the call runs (an agent tool's call), to drill into.
     pub subagent: Option<String>,
+    /// The call asked a person's approval: since when, and the answer once given (boxed:
+    /// few calls ask).
+    pub approval: Option<Box<ToolApproval>>,
+}
+
+/// A tool call's approval request as the timeline shows it: waiting (for a person, not
+/// running), or answered — by whom and when, so an approved call does not read as one that
+/// ran unattended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolApproval {
+    /// The request's id and time: none when only the answer is known (the turn that ran an
+    /// approved call holds no request; the session's tool calls give the answer).
+    pub approval_id: Option<String>,
+    pub requested_at: Option<DateTime<Utc>>,
+    /// The answer (or expiry), once in the log.
+    pub answer: Option<ApprovalAnswer>,
+}
+
+impl ToolRow {
+    /// Whether the call waits for a person's answer (asked, not answered, not decided).
+    pub fn waits_for_approval(&self) -> bool {
+        self.decision.is_none()
+            && self.success.is_none()
+            && self.approval.as_ref().is_some_and(|a| a.answer.is_none())
+    }
 }
 
 impl Item {
@@ -373,6 +399,49 @@ impl TimelineBuilder {
                 if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
                     row.success = Some(false);
                     row.error = Some(error_text.clone());
+                }
+            }
+            Event::ToolApprovalRequested {
+                call_id,
+                tool,
+                approval_id,
+                ..
+            } => {
+                let index = self.tool_row(env, gap_ms, call_id, tool);
+                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
+                    row.approval = Some(Box::new(ToolApproval {
+                        approval_id: Some(approval_id.clone()),
+                        requested_at: Some(env.at),
+                        answer: None,
+                    }));
+                }
+            }
+            Event::ToolApprovalAnswered {
+                call_id,
+                tool,
+                approved,
+                reason,
+                expired,
+                by,
+                approval_id,
+            } => {
+                let index = self.tool_row(env, gap_ms, call_id, tool);
+                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
+                    let approval = row.approval.get_or_insert_with(|| {
+                        Box::new(ToolApproval {
+                            approval_id: Some(approval_id.clone()),
+                            requested_at: None,
+                            answer: None,
+                        })
+                    });
+                    // The first answer counts, as the session's projection has it.
+                    approval.answer.get_or_insert_with(|| ApprovalAnswer {
+                        approved: *approved,
+                        reason: reason.clone(),
+                        expired: *expired,
+                        at: env.at,
+                        by: by.clone(),
+                    });
                 }
             }
             Event::ModelRetried { attempt, error, .. } => {

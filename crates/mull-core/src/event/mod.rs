@@ -512,6 +512,12 @@ pub enum Event {
         reason: Option<String>,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         expired: bool,
+        /// Who answered: the surface the answer came through (`mull dash`, `mull approve`, a
+        /// chat client, the demo approving by itself), so a reader can tell a person's answer
+        /// from an unattended one. Absent in logs written before it was recorded, and on an
+        /// expiry (the session's own doing).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// A tool call left without a result by an interrupted turn was closed with an error.
     ToolCallRepaired {

@@ -7,6 +7,9 @@ pub struct Approval {
     /// For a denial, what the model sees in place of the tool's output (a default sentence
     /// when `None`); for an approval, kept in the log.
     pub reason: Option<String>,
+    /// Who answered: the surface the answer came through (`mull dash`, a chat client …),
+    /// recorded so the log tells a person's answer from an unattended one.
+    pub by: Option<String>,
 }
 
 impl Approval {
@@ -15,6 +18,7 @@ impl Approval {
         Approval {
             approved: true,
             reason: None,
+            by: None,
         }
     }
 
@@ -23,6 +27,13 @@ impl Approval {
         Approval {
             approved: false,
             reason,
+            by: None,
         }
+    }
+
+    /// The same answer, recorded as given by `who`.
+    pub fn by(mut self, who: impl Into<String>) -> Approval {
+        self.by = Some(who.into());
+        self
     }
 }

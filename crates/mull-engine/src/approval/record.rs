@@ -46,7 +46,7 @@ pub(crate) async fn record_answer(
             },
         });
     }
-    append_answer(inner, &pending, approval.approved, approval.reason, false)?;
+    append_answer(inner, &pending, approval, false)?;
     inner.recorder.flush().await?;
     Ok(completed(inner, &pending))
 }
@@ -69,7 +69,7 @@ pub(crate) async fn expire_due(inner: &Arc<Runtime>) -> Result<Vec<CompletedStep
         return Ok(Vec::new());
     }
     for pending in &due {
-        append_answer(inner, pending, false, None, true)?;
+        append_answer(inner, pending, Approval::deny(None), true)?;
     }
     inner.recorder.flush().await?;
     let mut steps: Vec<CompletedStep> = Vec::new();
@@ -87,8 +87,7 @@ pub(crate) async fn expire_due(inner: &Arc<Runtime>) -> Result<Vec<CompletedStep
 fn append_answer(
     inner: &Runtime,
     pending: &PendingApproval,
-    approved: bool,
-    reason: Option<String>,
+    answer: Approval,
     expired: bool,
 ) -> Result<(), EngineError> {
     inner.recorder.append(
@@ -97,9 +96,10 @@ fn append_answer(
             approval_id: pending.approval_id.clone(),
             call_id: pending.call_id.clone(),
             tool: pending.tool.clone(),
-            approved,
-            reason,
+            approved: answer.approved,
+            reason: answer.reason,
             expired,
+            by: answer.by,
         },
     )?;
     Ok(())

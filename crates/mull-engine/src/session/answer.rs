@@ -103,5 +103,6 @@ fn answer_input(approval_id: &str, answer: Approval) -> Input {
         approval_id: approval_id.to_owned(),
         approved: answer.approved,
         reason: answer.reason,
+        by: answer.by,
     }
 }

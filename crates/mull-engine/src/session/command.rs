@@ -126,8 +126,13 @@ impl Session {
                 approval_id,
                 approved,
                 reason,
+                by,
             } => {
-                let answer = crate::approval::Approval { approved, reason };
+                let answer = crate::approval::Approval {
+                    approved,
+                    reason,
+                    by,
+                };
                 if !self.record_approval(&approval_id, answer).await? {
                     return Ok(Reply::Recorded);
                 }

@@ -73,6 +73,9 @@ pub struct AnswerFact {
     pub approved: bool,
     pub reason: Option<String>,
     pub by: AnsweredBy,
+    /// The surface a person answered through, when the log names it (`tool_approval_answered`'s
+    /// `by`: `mull dash`, `mull approve`, a chat client, the demo approving by itself).
+    pub through: Option<String>,
 }
 
 /// Who answered an approval request.
@@ -337,6 +340,7 @@ impl Facts {
                 approved,
                 reason,
                 expired,
+                by,
                 ..
             } => {
                 let index = *self.by_approval_id.get(approval_id)?;
@@ -353,6 +357,7 @@ impl Facts {
                     } else {
                         AnsweredBy::Person
                     },
+                    through: by.clone(),
                 });
                 Some((index, CallStage::ApprovalAnswered))
             }

@@ -317,6 +317,7 @@ fn an_approval_is_asked_answered_by_a_person_decided_by_the_next_turn_and_closed
         approved,
         reason: None,
         expired,
+        by: (!expired).then(|| "mull dash".to_owned()),
     };
     log.push(None, answer(true, false)); // 5
     log.push(None, answer(false, true)); // 6: a late expiry does not count
@@ -337,6 +338,11 @@ fn an_approval_is_asked_answered_by_a_person_decided_by_the_next_turn_and_closed
     assert_eq!(
         (answer.at, answer.approved, answer.by),
         (stamp(5), true, AnsweredBy::Person)
+    );
+    assert_eq!(
+        answer.through.as_deref(),
+        Some("mull dash"),
+        "the surface the person answered through is kept"
     );
     assert!(approval.decided && approval.closed);
     assert_eq!(call.open_approval(), None);
@@ -378,6 +384,7 @@ fn an_expired_request_is_answered_by_its_expiry_and_a_repair_closes_a_call() {
             approved: false,
             reason: None,
             expired: true,
+            by: None,
         },
     );
     // A decision before any answer does not mark an approval decided.

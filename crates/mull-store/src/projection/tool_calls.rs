@@ -4,7 +4,7 @@
 use mull_core::{DecisionAction, Envelope, Event};
 use serde::Serialize;
 
-use crate::approvals::{follow_call, PendingApproval};
+use crate::approvals::{follow_call, ApprovalAnswer, PendingApproval};
 use crate::facts::{FactChange, Facts, ToolCallFact, TurnStage};
 
 /// One tool call as its lifecycle events tell it (stream chunks add nothing to these facts).
@@ -20,6 +20,10 @@ pub struct ToolCallRecord {
     pub success: Option<bool>,
     /// As `tool_call_finished` recorded it.
     pub duration_ms: Option<u64>,
+    /// The answer to the call's approval request, when it asked for one: who answered, and
+    /// when. Kept after the call ran, which the turn that ran it does not record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalAnswer>,
 }
 
 impl From<&ToolCallFact> for ToolCallRecord {
@@ -31,6 +35,11 @@ impl From<&ToolCallFact> for ToolCallRecord {
             decision: call.action(),
             success: call.success(),
             duration_ms: call.outcome.as_ref().and_then(|o| o.duration_ms()),
+            approval: call
+                .approval
+                .as_ref()
+                .and_then(|a| a.answer.as_ref())
+                .map(ApprovalAnswer::from),
         }
     }
 }

@@ -28,6 +28,8 @@ pub struct Answering {
     pub sent: Vec<String>,
     /// The last thing answering did, for the status bar.
     pub notice: Option<String>,
+    /// The answer the notice says waits for the writer: the notice goes once the log shows it.
+    notice_waits_for: Option<String>,
 }
 
 impl App {
@@ -55,6 +57,22 @@ impl App {
     /// Whether this dashboard posted an answer to `approval_id` that the log does not show yet.
     pub fn answer_sent(&self, approval: &PendingApproval) -> bool {
         approval.is_unanswered() && self.answering.sent.contains(&approval.approval_id)
+    }
+
+    /// Whether the notice says an answer waits for the writer, and the log shows it recorded
+    /// (the call no longer waits unanswered).
+    pub(super) fn answer_notice_settled(&mut self) -> bool {
+        let Some(id) = self.answering.notice_waits_for.as_deref() else {
+            return false;
+        };
+        let waits = self
+            .unanswered_approvals()
+            .iter()
+            .any(|p| p.approval_id == id);
+        if !waits {
+            self.answering.notice_waits_for = None;
+        }
+        !waits
     }
 
     /// `w`: the next waiting call.
@@ -121,10 +139,14 @@ impl App {
             Ok(()) => {
                 let verb = if approved { "approval" } else { "denial" };
                 let notice = format!("{verb} of {approval_id} sent; waiting for the writer");
+                self.answering.notice_waits_for = Some(approval_id.clone());
                 self.answering.sent.push(approval_id);
                 notice
             }
-            Err(why) => format!("could not send the answer to {approval_id}: {why}"),
+            Err(why) => {
+                self.answering.notice_waits_for = None;
+                format!("could not send the answer to {approval_id}: {why}")
+            }
         });
         Vec::new()
     }

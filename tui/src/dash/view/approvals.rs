@@ -14,7 +14,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph};
 use ratatui::Frame;
 
-use crate::dash::app::App;
+use unicode_width::UnicodeWidthStr;
+
+use crate::dash::app::{App, View};
 use crate::dash::view::fmt_clock;
 
 /// Most rows the section takes; more waiting calls are counted in its title.
@@ -102,6 +104,36 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(lines), inner);
 }
 
+/// The line that says a waiting call will be approved without a person, and when: the keys
+/// that answer it first, then the deadline and the seconds left — the most that fits `width`.
+pub fn self_answer_banner(app: &App, width: u16) -> Option<Line<'static>> {
+    if app.view == View::Sessions {
+        return None;
+    }
+    let (pending, plan) = app.pending_self_answer()?;
+    let (tool, who, at) = (&pending.tool, &plan.who, fmt_clock(plan.at));
+    let left = app.seconds_until(plan.at);
+    let candidates = [
+        format!(
+            " ⏸ {tool} waits for your approval: a approve · x deny. If nobody answers, {who} \
+             approves it itself at {at} (in {left} s)."
+        ),
+        format!(" ⏸ {tool} waits for you: a approve · x deny · else {who} approves it at {at} ({left} s)"),
+        format!(" ⏸ {tool}: a approve · x deny · {who} approves it at {at} ({left} s)"),
+        format!(" ⏸ a approve · x deny · {who} approves at {at} ({left} s)"),
+        format!(" ⏸ {who} approves at {at} ({left} s)"),
+    ];
+    let width = usize::from(width);
+    let text = candidates
+        .iter()
+        .find(|c| c.width() <= width)
+        .or(candidates.last())?;
+    Some(Line::styled(
+        text.clone(),
+        Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use mull_core::{EntryPath, Event, TurnStatus, Usage};
@@ -184,6 +216,7 @@ mod tests {
                 approved: true,
                 reason: None,
                 expired: false,
+                by: Some("mull dash".into()),
             },
         );
         b.events
@@ -247,6 +280,7 @@ mod tests {
                 approval_id: "approval_1".into(),
                 approved: false,
                 reason: Some("denied from the dashboard".into()),
+                by: Some("mull dash".into()),
             })
         );
         for (width, height) in [(160, 45), (80, 24)] {

@@ -49,23 +49,29 @@ fn breadcrumbs(app: &App) -> Vec<Vec<String>> {
     vec![full, short, vec!["mull".to_owned()]]
 }
 
-/// Draws the breadcrumb and, right-aligned, throughput and mode flags.
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+/// The live numbers and mode flags, right-aligned; `compact` is the short form a narrow
+/// terminal gets, so the breadcrumb keeps room.
+fn right_spans(app: &App, compact: bool) -> Vec<Span<'static>> {
     let dim = Style::new().fg(Color::DarkGray);
+    let (events, tokens) = (app.rates.events_per_sec(), app.rates.tokens_per_sec());
     let mut right: Vec<Span> = vec![
         Span::styled(
-            format!(
-                "⚡ {} ev/s · {} tok/s",
-                app.rates.events_per_sec(),
-                app.rates.tokens_per_sec()
-            ),
+            if compact {
+                format!("⚡{events} ev/s")
+            } else {
+                format!("⚡ {events} ev/s · {tokens} tok/s")
+            },
             Style::new().fg(Color::Green),
         ),
-        Span::styled(" · ", dim),
+        Span::styled(if compact { " " } else { " · " }, dim),
     ];
     let running = app.overviews.running();
     right.push(Span::styled(
-        format!("▶ {running} running"),
+        if compact {
+            format!("▶{running}")
+        } else {
+            format!("▶ {running} running")
+        },
         if running > 0 {
             Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD)
         } else {
@@ -91,13 +97,21 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     };
     if waiting > 0 {
         right.push(Span::styled(
-            format!(" [⏸ {waiting} to approve · a]"),
+            if compact {
+                format!(" [⏸{waiting} · a]")
+            } else {
+                format!(" [⏸ {waiting} to approve · a]")
+            },
             Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ));
     }
     if let Some(marked) = &app.marked {
         right.push(Span::styled(
-            format!(" [◆ {}]", marked.label),
+            if compact {
+                " [◆]".to_owned()
+            } else {
+                format!(" [◆ {}]", marked.label)
+            },
             Style::new().fg(Color::Magenta),
         ));
     }
@@ -109,23 +123,54 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     right.push(Span::raw(" "));
-    let right_width: usize = right.iter().map(Span::width).sum();
-    let room = usize::from(area.width).saturating_sub(right_width + 1);
-    let crumbs = breadcrumbs(app);
-    let sep = " › ";
-    let chosen = crumbs
+    right
+}
+
+/// Columns a breadcrumb takes.
+fn crumbs_width(parts: &[String]) -> usize {
+    parts
         .iter()
-        .find(|parts| {
-            let w: usize = parts
-                .iter()
-                .map(|p| unicode_width::UnicodeWidthStr::width(p.as_str()))
-                .sum::<usize>()
-                + 3 * parts.len().saturating_sub(1);
-            w < room
-        })
-        .or(crumbs.last());
+        .map(|p| unicode_width::UnicodeWidthStr::width(p.as_str()))
+        .sum::<usize>()
+        + 3 * parts.len().saturating_sub(1)
+        + 1
+}
+
+/// Draws the breadcrumb and, right-aligned, throughput and mode flags: the most detailed
+/// breadcrumb that fits beside the full numbers, else beside their short form, else the
+/// breadcrumb's last two places — never just "mull" where more fits.
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let dim = Style::new().fg(Color::DarkGray);
+    let width = usize::from(area.width);
+    let crumbs = breadcrumbs(app);
+    let (full, short) = (&crumbs[0], &crumbs[1]);
+    let tail: Vec<String> = short
+        .iter()
+        .skip(short.len().saturating_sub(2))
+        .cloned()
+        .collect();
+    let fits = |parts: &[String], right: &[Span]| {
+        let right_width: usize = right.iter().map(Span::width).sum();
+        crumbs_width(parts) + right_width < width
+    };
+    let (wide, narrow) = (right_spans(app, false), right_spans(app, true));
+    let (chosen, right): (&[String], Vec<Span>) = if fits(full, &wide) {
+        (full, wide)
+    } else if fits(short, &wide) {
+        (short, wide)
+    } else if fits(full, &narrow) {
+        (full, narrow)
+    } else if fits(short, &narrow) {
+        (short, narrow)
+    } else if fits(&tail, &narrow) {
+        (&tail, narrow)
+    } else {
+        (&crumbs[2], narrow)
+    };
+    let right_width: usize = right.iter().map(Span::width).sum();
+    let sep = " › ";
     let mut left = vec![Span::raw(" ")];
-    for (i, part) in chosen.into_iter().flatten().enumerate() {
+    for (i, part) in chosen.iter().enumerate() {
         if i > 0 {
             left.push(Span::styled(sep, dim));
         }
@@ -137,7 +182,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         left.push(Span::styled(part.clone(), style));
     }
     let left_width: usize = left.iter().map(Span::width).sum();
-    let gap = usize::from(area.width).saturating_sub(left_width + right_width);
+    let gap = width.saturating_sub(left_width + right_width);
     left.push(Span::raw(" ".repeat(gap)));
     left.extend(right);
     frame.render_widget(Paragraph::new(Line::from(left)), area);

@@ -21,7 +21,7 @@ fn table_row(list: Rect, y: u16, visible: &[usize], selected: Option<usize>) -> 
 
 /// What the cell at (`column`, `row`) of a screen of `screen` size shows.
 pub fn hit(app: &App, screen: Rect, column: u16, row: u16) -> Option<Hit> {
-    let [_, body, _] = areas(screen, app);
+    let [_, _, body, _] = areas(screen, app);
     let at = Position::new(column, row);
     if !body.contains(at) {
         return None;

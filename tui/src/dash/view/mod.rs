@@ -31,12 +31,15 @@ use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::dash::app::{App, View};
 
-/// The header (a line more for the damage banner when `app` has one), the body and the status
-/// bar.
-pub fn areas(area: Rect, app: &App) -> [Rect; 3] {
+/// The header (a line more for the damage banner when `app` has one), a line announcing a call
+/// the writer will approve by itself (none when there is nothing to announce), the body and
+/// the status bar.
+pub fn areas(area: Rect, app: &App) -> [Rect; 4] {
     let header = if app.damage.is_empty() { 1 } else { 2 };
+    let self_answer = u16::from(approvals::self_answer_banner(app, area.width).is_some());
     Layout::vertical([
         Constraint::Length(header),
+        Constraint::Length(self_answer),
         Constraint::Min(1),
         Constraint::Length(1),
     ])
@@ -45,11 +48,14 @@ pub fn areas(area: Rect, app: &App) -> [Rect; 3] {
 
 /// Draws the whole screen.
 pub fn render(frame: &mut Frame, app: &App) {
-    let [header_area, body, footer_area] = areas(frame.area(), app);
+    let [header_area, self_answer_area, body, footer_area] = areas(frame.area(), app);
     let [header_area, banner_area] =
         Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(header_area);
     header::render(frame, header_area, app);
     banner::render(frame, banner_area, app);
+    if let Some(line) = approvals::self_answer_banner(app, self_answer_area.width) {
+        frame.render_widget(Paragraph::new(line), self_answer_area);
+    }
     match app.view {
         View::Sessions => sessions::render(frame, body, app),
         View::Turns => turns::render(frame, body, app),
@@ -166,12 +172,27 @@ fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     }
     if let Some(confirm) = &app.answering.confirm {
         let verb = if confirm.approved { "approve" } else { "deny" };
-        let line = Line::from(vec![
-            Span::styled(
-                format!(" {verb} {} ({})? ", confirm.tool, confirm.approval_id),
-                yellow.add_modifier(Modifier::BOLD),
+        // The keys always show; the approval id, then words, give way on a narrow screen.
+        let (tool, id) = (&confirm.tool, &confirm.approval_id);
+        let candidates = [
+            (
+                format!(" {verb} {tool} ({id})? "),
+                "y yes · any other key no",
             ),
-            Span::styled("y yes · any other key no", dim),
+            (format!(" {verb} {tool}? "), "y yes · any other key no"),
+            (format!(" {verb} {tool}? "), "y yes · other key no"),
+            (
+                format!(" {verb} {}? ", ellipsize(tool, width.saturating_sub(22))),
+                "y yes · other no",
+            ),
+        ];
+        let (question, keys) = candidates
+            .iter()
+            .find(|(q, k)| q.width() + k.width() <= width)
+            .unwrap_or(&candidates[3]);
+        let line = Line::from(vec![
+            Span::styled(question.clone(), yellow.add_modifier(Modifier::BOLD)),
+            Span::styled(*keys, dim),
         ]);
         frame.render_widget(Paragraph::new(line), area);
         return;
@@ -387,5 +408,7 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     out
 }
 
+#[cfg(test)]
+mod answer_tests;
 #[cfg(test)]
 mod tests;

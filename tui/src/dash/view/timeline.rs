@@ -4,11 +4,13 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph, Row, Table};
+use ratatui::widgets::{Block, BorderType, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use crate::dash::app::{item_matches, App, Pane, TurnView};
-use crate::dash::timeline::{turn_tool_usage, ItemKind};
+use std::borrow::Cow;
+
+use crate::dash::timeline::{turn_tool_usage, Item, ItemKind, ToolApproval};
 use crate::dash::view::pacing;
 use crate::dash::view::{fmt_duration, selected_style};
 use mull_store::tool_usage::{session_tool_usage, ToolUsage};
@@ -119,15 +121,17 @@ pub fn panes(area: Rect, app: &App, turn: &TurnView) -> Panes {
     panes
 }
 
-/// A pane's frame: its border lit when it has the keys.
+/// A pane's frame. The one with the keys is marked three ways, so a terminal without colour
+/// still shows it: a thick border, a ▶ before its title, and the colour.
 fn pane_block(app: &App, pane: Pane, title: String) -> Block<'static> {
-    let block = Block::bordered().title(title);
     if app.focus == pane {
-        block
+        Block::bordered()
+            .border_type(BorderType::Thick)
+            .title(format!("▶{title}"))
             .border_style(Style::new().fg(Color::Yellow))
             .title_style(Style::new().add_modifier(Modifier::BOLD))
     } else {
-        block
+        Block::bordered().title(title)
     }
 }
 
@@ -142,14 +146,21 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if panes.tabs.height > 0 {
         let mut spans = vec![Span::raw(" ")];
         for pane in Pane::ALL {
-            let style = if pane == app.focus {
-                Style::new()
-                    .fg(Color::Yellow)
-                    .add_modifier(Modifier::REVERSED)
+            // Brackets mark the shown pane without colour (same width, so clicks still land).
+            let (label, style) = if pane == app.focus {
+                (
+                    format!("[{}]", pane.label()),
+                    Style::new()
+                        .fg(Color::Yellow)
+                        .add_modifier(Modifier::REVERSED | Modifier::BOLD),
+                )
             } else {
-                Style::new().fg(Color::DarkGray)
+                (
+                    format!(" {} ", pane.label()),
+                    Style::new().fg(Color::DarkGray),
+                )
             };
-            spans.push(Span::styled(format!(" {} ", pane.label()), style));
+            spans.push(Span::styled(label, style));
             spans.push(Span::raw(" "));
         }
         spans.push(Span::styled(
@@ -294,7 +305,7 @@ fn render_items(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
         };
         let is_selected = index == selected;
         let matched = item_matches(&app.filter.query, item);
-        for mut line in item_lines(item, first_at, width, matched) {
+        for mut line in item_lines(&with_approval(app, item), first_at, width, matched) {
             if is_selected {
                 line = line.patch_style(selected_style());
             }
@@ -303,6 +314,37 @@ fn render_items(frame: &mut Frame, area: Rect, app: &App, turn: &TurnView) {
     }
     lines.truncate(height);
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// `item`, with the approval of its call when the turn's own events do not hold it: a call
+/// approved in one turn runs in the next, whose timeline should still say who approved it.
+fn with_approval<'a>(app: &App, item: &'a Item) -> Cow<'a, Item> {
+    let ItemKind::Tool(row) = &item.kind else {
+        return Cow::Borrowed(item);
+    };
+    if row.approval.is_some() {
+        return Cow::Borrowed(item);
+    }
+    let answer = app.session_tools.as_ref().and_then(|tools| {
+        tools
+            .calls
+            .iter()
+            .rev()
+            .find(|c| c.call_id == row.call_id && c.approval.is_some())
+            .and_then(|c| c.approval.clone())
+    });
+    let Some(answer) = answer else {
+        return Cow::Borrowed(item);
+    };
+    let mut item = item.clone();
+    if let ItemKind::Tool(row) = &mut item.kind {
+        row.approval = Some(Box::new(ToolApproval {
+            approval_id: None,
+            requested_at: None,
+            answer: Some(answer),
+        }));
+    }
+    Cow::Owned(item)
 }
 
 /// The rows the timeline pane shows in `width` × `height` cells, with the lines each takes:
@@ -314,7 +356,7 @@ pub fn shown_rows(app: &App, turn: &TurnView, width: usize, height: usize) -> Ve
     let lines_of = |i: usize| {
         items
             .get(i)
-            .map(|item| item_lines(item, first_at, width, false).len())
+            .map(|item| item_lines(&with_approval(app, item), first_at, width, false).len())
             .unwrap_or(1)
     };
     let at = visible.partition_point(|&i| i < turn.selected);

@@ -6,8 +6,10 @@ use mull_core::DecisionAction;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 
-use crate::dash::timeline::{Item, ItemKind};
-use crate::dash::view::{decision_style, fmt_duration, fmt_tokens, fmt_usage, status_style, wrap};
+use crate::dash::timeline::{Item, ItemKind, ToolApproval};
+use crate::dash::view::{
+    decision_style, fmt_clock, fmt_duration, fmt_tokens, fmt_usage, status_style, wrap,
+};
 
 /// Lines of one text row shown before it is cut (the event view has the rest).
 pub(super) const TEXT_LINES: usize = 12;
@@ -141,12 +143,18 @@ pub(super) fn item_lines(
                 Style::new().add_modifier(Modifier::BOLD),
             ));
             head.push(Span::raw(" "));
+            let yellow = Style::new().fg(Color::Yellow);
+            let waiting = tool.waits_for_approval();
             match tool.decision {
                 Some(action) => head.push(Span::styled(
                     format!("[{}]", action.as_str()),
                     decision_style(action).add_modifier(Modifier::BOLD),
                 )),
                 None if tool.client => head.push(Span::styled("[client]", dim)),
+                None if tool.approval.is_some() => head.push(Span::styled(
+                    "[approval]",
+                    yellow.add_modifier(Modifier::BOLD),
+                )),
                 None => head.push(Span::styled("[…]", dim)),
             }
             let not_run = tool.decision.is_some_and(|d| !d.executes());
@@ -159,7 +167,21 @@ pub(super) fn item_lines(
                 }
                 Some(true) => head.push(Span::styled(" ✓", Style::new().fg(Color::Green))),
                 Some(false) => head.push(Span::styled(" ✗", red)),
-                None => head.push(Span::styled(" running", dim)),
+                None if not_run => head.push(Span::styled(" not run", yellow)),
+                None if waiting => head.push(Span::styled(
+                    " ⏸ waiting for approval",
+                    yellow.add_modifier(Modifier::BOLD),
+                )),
+                None => match tool.approval.as_ref().and_then(|a| a.answer.as_ref()) {
+                    // Answered: the call runs (or is denied) in the turn that continues.
+                    Some(answer) if answer.approved && tool.decision.is_none() => {
+                        head.push(Span::styled(" runs next turn", dim))
+                    }
+                    Some(_) if tool.decision.is_none() => {
+                        head.push(Span::styled(" not run", yellow))
+                    }
+                    _ => head.push(Span::styled(" running", dim)),
+                },
             }
             if let Some(child) = &tool.subagent {
                 head.push(Span::styled(
@@ -176,6 +198,12 @@ pub(super) fn item_lines(
                 Span::raw(indent.clone()),
                 Span::styled(format!("in  {input}"), dim),
             ]));
+            if let Some(approval) = &tool.approval {
+                extra.push(Line::from(vec![
+                    Span::raw(indent.clone()),
+                    approval_span(approval, tool.reason.as_deref()),
+                ]));
+            }
             if let Some(reason) = &tool.reason {
                 extra.push(Line::from(vec![
                     Span::raw(indent.clone()),
@@ -286,4 +314,46 @@ pub(super) fn item_lines(
         lines = lines.into_iter().map(|l| l.patch_style(red)).collect();
     }
     lines
+}
+
+/// A call's approval on its own line: since when it waits, or who answered and when (an old
+/// log that does not record who says so rather than guess).
+fn approval_span(approval: &ToolApproval, shown_reason: Option<&str>) -> Span<'static> {
+    let Some(answer) = &approval.answer else {
+        let since = approval
+            .requested_at
+            .map(|at| format!(" since {}", fmt_clock(at)))
+            .unwrap_or_default();
+        return Span::styled(
+            format!(
+                "ask {} waits for a person{since}",
+                approval.approval_id.as_deref().unwrap_or("the call")
+            ),
+            Style::new().fg(Color::Yellow),
+        );
+    };
+    let at = fmt_clock(answer.at);
+    if answer.expired {
+        return Span::styled(
+            format!("ans expired unanswered at {at}: denied"),
+            Style::new().fg(Color::Red),
+        );
+    }
+    let (verb, style) = if answer.approved {
+        ("approved", Style::new().fg(Color::Green))
+    } else {
+        ("denied", Style::new().fg(Color::Red))
+    };
+    let by = answer
+        .by
+        .as_deref()
+        .map(|who| format!(" by {who}"))
+        .unwrap_or_else(|| " (the log does not say by whom)".to_owned());
+    let reason = answer
+        .reason
+        .as_deref()
+        .filter(|r| !answer.approved && Some(*r) != shown_reason)
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    Span::styled(format!("ans {verb}{by} at {at}{reason}"), style)
 }
