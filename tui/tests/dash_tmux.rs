@@ -221,3 +221,42 @@ fn a_tool_call_committed_by_another_process_shows_up_live() {
     tmux.run(&["send-keys", "-t", "dash", "q"]);
     log.close().expect("close");
 }
+
+#[test]
+fn quitting_the_demo_stops_it_and_leaves_only_the_database() {
+    if !support::tmux::available() {
+        eprintln!("SKIPPED: tmux is not installed; the live dashboard test needs it");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("demo.db");
+    let done = dir.path().join("exited");
+    let tmux = Tmux::start_mull(
+        "demo-quit",
+        &format!("demo --db {} ; touch {}", db.display(), done.display()),
+    );
+    // The paced demo is on its first turns (its seven take about 40 s, then a minute's wait
+    // for the booking): quit now.
+    tmux.wait_for("[FOLLOW]", Duration::from_secs(30));
+    tmux.run(&["send-keys", "-t", "dash", "q"]);
+    let start = Instant::now();
+    while !done.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the demo did not stop after q:\n{}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("lists")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("demo.db"))
+        .collect();
+    assert_eq!(
+        left,
+        vec!["demo.db".to_owned()],
+        "a clean close leaves only the database"
+    );
+}

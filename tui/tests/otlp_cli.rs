@@ -210,3 +210,32 @@ fn the_standard_variables_choose_the_endpoint_and_the_protocol() {
     );
     assert_eq!(receiver.spans().len(), spans.len());
 }
+
+#[test]
+fn a_deterministic_logs_spans_keep_its_2025_clock_and_export_says_so() {
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("fixed.db");
+    let db = db.to_str().expect("utf-8 path");
+    mull(&["demo", "--headless", "--deterministic", "--db", db]);
+    let out = mull(&["export", db, "--otlp", &receiver.url]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "the spans keep the log's times: 2025-01-01 00:00:00 to 2025-01-01 00:00:00 UTC \
+             (a --deterministic log"
+        ),
+        "{stderr}"
+    );
+    let epoch = chrono::DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
+        .expect("RFC 3339")
+        .timestamp_nanos_opt()
+        .expect("in range");
+    let spans = receiver.spans();
+    assert!(!spans.is_empty());
+    for span in &spans {
+        assert!(nanos(span, "start_time_unix_nano") >= epoch, "{span:#}");
+    }
+}
