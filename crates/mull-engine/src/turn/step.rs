@@ -197,8 +197,6 @@ impl TurnRun<'_> {
         };
         // Summarised (and hashed) before the call starts: a step cut short is identified too.
         let summary = RequestSummary::of(&request);
-        // When the provider names no time for its response, the response is dated when the
-        // call started (as the AI SDK does): this event's time, so no extra clock read.
         // The budget check before the step's call: a used-up limit ends the turn here.
         if let Some(error) = crate::budget::before_call(
             self.inner,
@@ -206,8 +204,10 @@ impl TurnRun<'_> {
             mull_core::ModelCallKind::Step,
             Some(step),
         )? {
-            return Ok(StepEnd::Failed(error));
+            return Ok(Err(StepEnd::Failed(error)));
         }
+        // When the provider names no time for its response, the response is dated when the
+        // call started (as the AI SDK does): this event's time, so no extra clock read.
         let call_started = std::time::Instant::now();
         let opened_at = self
             .inner
