@@ -28,6 +28,7 @@ use mull_core::{CompactionReason, UIMessage};
 use crate::error::HookError;
 
 pub(crate) mod block;
+pub mod budget;
 pub mod skills;
 pub mod tokens;
 
@@ -186,7 +187,7 @@ pub struct SessionConfig {
     pub(crate) search_tool: bool,
     pub(crate) skills: Vec<Skill>,
     pub(crate) counter: SharedTokenCounter,
-    pub(crate) budget: Option<crate::budget::Budget>,
+    pub(crate) budget: Option<budget::Budget>,
 }
 
 impl Default for SessionConfig {
@@ -283,14 +284,15 @@ impl SessionConfig {
         self
     }
 
-    /// Caps what the session's model calls may spend (see [`crate::budget`]).
-    pub fn budget(mut self, budget: crate::budget::Budget) -> SessionConfig {
+    /// Caps what the session's model calls may spend: checked before every model call, a
+    /// used-up limit ends the turn with a `budget_exceeded` event.
+    pub fn budget(mut self, budget: budget::Budget) -> SessionConfig {
         self.budget = Some(budget);
         self
     }
 
     /// The budget, when one is set.
-    pub fn budget_settings(&self) -> Option<&crate::budget::Budget> {
+    pub fn budget_settings(&self) -> Option<&budget::Budget> {
         self.budget.as_ref()
     }
 
