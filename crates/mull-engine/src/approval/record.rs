@@ -1,13 +1,11 @@
 //! Recording answers: a person's answer checked and appended as one `tool_approval_answered`
 //! event, and expired requests answered as denials, each reporting the step it completed.
 
-use std::sync::Arc;
-
 use mull_core::Event;
 use mull_store::PendingApproval;
 
 use crate::error::EngineError;
-use crate::runtime::Runtime;
+use crate::recorder::Recorder;
 
 use super::answer::Approval;
 
@@ -23,21 +21,22 @@ pub(crate) struct CompletedStep {
 /// answered (or expired), is refused and nothing is written for it. Returns the step the answer
 /// completed, if it did (no approval nor client call of that step still waits).
 pub(crate) async fn record_answer(
-    inner: &Arc<Runtime>,
+    recorder: &Recorder,
+    expiry: Option<std::time::Duration>,
     approval_id: &str,
     approval: Approval,
 ) -> Result<Option<CompletedStep>, EngineError> {
-    expire_due(inner).await?;
-    let pending = inner.recorder.read(|s| s.approval(approval_id).cloned());
+    expire_due(recorder, expiry).await?;
+    let pending = recorder.read(|s| s.approval(approval_id).cloned());
     let Some(pending) = pending else {
         return Err(EngineError::UnknownApproval {
-            session_id: inner.session_id.clone(),
+            session_id: recorder.session_id().to_owned(),
             approval_id: approval_id.to_owned(),
         });
     };
     if let Some(answer) = &pending.answer {
         return Err(EngineError::ApprovalAlreadyAnswered {
-            session_id: inner.session_id.clone(),
+            session_id: recorder.session_id().to_owned(),
             approval_id: approval_id.to_owned(),
             answer: match (answer.expired, answer.approved) {
                 (true, _) => "expired",
@@ -46,19 +45,22 @@ pub(crate) async fn record_answer(
             },
         });
     }
-    append_answer(inner, &pending, approval, false)?;
-    inner.recorder.flush().await?;
-    Ok(completed(inner, &pending))
+    append_answer(recorder, &pending, approval, false)?;
+    recorder.flush().await?;
+    Ok(completed(recorder, &pending))
 }
 
 /// Answers every unanswered request whose expiry has passed (by the session's clock) with a
-/// denial. Returns the steps those answers completed.
-pub(crate) async fn expire_due(inner: &Arc<Runtime>) -> Result<Vec<CompletedStep>, EngineError> {
-    if inner.options.approval_expiry.is_none() {
+/// denial, when requests expire (`expiry`). Returns the steps those answers completed.
+pub(crate) async fn expire_due(
+    recorder: &Recorder,
+    expiry: Option<std::time::Duration>,
+) -> Result<Vec<CompletedStep>, EngineError> {
+    if expiry.is_none() {
         return Ok(Vec::new());
     }
-    let now = inner.recorder.clock().now();
-    let due: Vec<PendingApproval> = inner.recorder.read(|s| {
+    let now = recorder.clock().now();
+    let due: Vec<PendingApproval> = recorder.read(|s| {
         s.pending_approvals
             .iter()
             .filter(|p| p.expired_at(now))
@@ -69,12 +71,12 @@ pub(crate) async fn expire_due(inner: &Arc<Runtime>) -> Result<Vec<CompletedStep
         return Ok(Vec::new());
     }
     for pending in &due {
-        append_answer(inner, pending, Approval::deny(None), true)?;
+        append_answer(recorder, pending, Approval::deny(None), true)?;
     }
-    inner.recorder.flush().await?;
+    recorder.flush().await?;
     let mut steps: Vec<CompletedStep> = Vec::new();
     for pending in &due {
-        if let Some(step) = completed(inner, pending) {
+        if let Some(step) = completed(recorder, pending) {
             if !steps.contains(&step) {
                 steps.push(step);
             }
@@ -85,12 +87,12 @@ pub(crate) async fn expire_due(inner: &Arc<Runtime>) -> Result<Vec<CompletedStep
 
 /// The one event an answer is. Filed under the turn that asked, as a client tool's result is.
 fn append_answer(
-    inner: &Runtime,
+    recorder: &Recorder,
     pending: &PendingApproval,
     answer: Approval,
     expired: bool,
 ) -> Result<(), EngineError> {
-    inner.recorder.append(
+    recorder.append(
         pending.turn_id.as_deref(),
         Event::ToolApprovalAnswered {
             approval_id: pending.approval_id.clone(),
@@ -106,9 +108,9 @@ fn append_answer(
 }
 
 /// Whether nothing of `pending`'s step still waits (no approval, no client tool call).
-fn completed(inner: &Runtime, pending: &PendingApproval) -> Option<CompletedStep> {
+fn completed(recorder: &Recorder, pending: &PendingApproval) -> Option<CompletedStep> {
     let turn_id = pending.turn_id.as_deref();
-    let done = inner.recorder.read(|s| {
+    let done = recorder.read(|s| {
         s.approvals_answered_in_step(turn_id, pending.step)
             && !s
                 .pending_client_calls

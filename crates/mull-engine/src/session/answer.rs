@@ -66,7 +66,7 @@ impl Session {
         self.check_not_in_turn("expire_approvals")?;
         let completed = {
             let _turns = self.inner.queue.lock().await;
-            approval::expire_due(&self.inner).await?
+            approval::expire_due(&self.inner.recorder, self.inner.options.approval_expiry).await?
         };
         if completed.is_empty() || !self.inner.options.auto_continue {
             return Ok(None);
@@ -91,7 +91,13 @@ impl Session {
         self.check_not_in_turn("answer_approval")?;
         let completed = {
             let _turns = self.inner.queue.lock().await;
-            approval::record_answer(&self.inner, approval_id, answer).await?
+            approval::record_answer(
+                &self.inner.recorder,
+                self.inner.options.approval_expiry,
+                approval_id,
+                answer,
+            )
+            .await?
         };
         Ok(completed.is_some() && self.inner.options.auto_continue)
     }

@@ -72,7 +72,8 @@ impl TurnRun<'_> {
     /// become denials first, then each answered call is decided (flushed), run once or denied,
     /// and its outcome recorded and observed by `after_tool_call`.
     pub(super) async fn act_on_approvals(&mut self, tools: &ToolSet) -> Result<(), EngineError> {
-        crate::approval::expire_due(self.inner).await?;
+        let expiry = self.inner.options.approval_expiry;
+        crate::approval::expire_due(&self.inner.recorder, expiry).await?;
         let due: Vec<PendingApproval> = self
             .inner
             .recorder
