@@ -58,8 +58,14 @@ fn model_spec(base_url: &str) -> String {
 }
 
 fn run_piped(db: &Path, base_url: &str, input: &str) -> Output {
+    run_piped_with(db, base_url, input, &[])
+}
+
+fn run_piped_with(db: &Path, base_url: &str, input: &str, extra: &[&str]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mull"))
-        .args(["chat", "--tools", "--db"])
+        .args(["chat", "--tools"])
+        .args(extra)
+        .arg("--db")
         .arg(db)
         .env("MULL_MODEL", model_spec(base_url))
         .env_remove("OPENAI_COMPATIBLE_API_KEY")
@@ -150,6 +156,73 @@ async fn piped_lines_are_turns_against_a_streaming_chat_completions_server() {
         Event::ToolCallFinished { tool, success: true, output: Some(output), .. }
             if tool == "calculate" && output["value"] == 5
     )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_answer_is_said_to_be_empty() {
+    let server = serve(answer(&[finish("stop")])).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = run_piped(&dir.path().join("chat.db"), &server.base_url, "Hi!\n");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    // Standard output keeps one line per turn; standard error says why it is blank.
+    assert_eq!(stdout, "\n");
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        ["[the model's answer was empty: it finished without any text]"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_off_asks_for_whole_answers() {
+    let completion = json!({
+        "id": "chatcmpl-w", "object": "chat.completion", "created": 1, "model": "local-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "Whole answer."}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}
+    });
+    let server = serve(Reply::Status {
+        status: 200,
+        headers: vec![("content-type", "application/json".into())],
+        body: completion.to_string(),
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("chat.db");
+    let output = run_piped_with(&db, &server.base_url, "Hi!\n", &["--stream", "off"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout, "Whole answer.\n");
+    let received = server.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        received[0].body["stream"], false,
+        "the flag reached the request"
+    );
+    // The log says how the answer came, with the usage from the body.
+    let reader = LogReader::open(&db).expect("open log");
+    let session = reader.sessions().expect("sessions")[0].session_id.clone();
+    let record = reader
+        .session_events(&session, 0)
+        .expect("events")
+        .into_iter()
+        .find_map(|e| match e.event {
+            Event::StepFinished { record } => Some(record),
+            _ => None,
+        })
+        .expect("a step");
+    assert_eq!(record.response["streamed"], false, "{}", record.response);
+    assert_eq!(record.usage.input_tokens, Some(9));
+
+    let bad = run_piped_with(&db, &server.base_url, "Hi!\n", &["--stream", "sometimes"]);
+    assert!(!bad.status.success());
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("sometimes"), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

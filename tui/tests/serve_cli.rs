@@ -234,6 +234,28 @@ fn serve_stderr(args: &[&str], env: &[(&str, &str)]) -> String {
 }
 
 #[test]
+fn the_stream_flag_reaches_the_model_spec() {
+    // Anthropic's Messages API always streams: `--stream off` for it is refused by the
+    // provider's spec, before anything binds, which only happens when the flag reaches it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(env!("CARGO_BIN_EXE_mull"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--stream", "off"])
+        .args(["--model", "anthropic:claude-sonnet-4-5", "--db"])
+        .arg(dir.path().join("serve.db"))
+        .env("ANTHROPIC_API_KEY", "not-used")
+        .env_remove("MULL_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs mull serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("streaming `off` is not available for anthropic"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn the_startup_line_says_what_the_server_is() {
     let stderr = serve_stderr(&[], &[]);
     let first = stderr.lines().next().unwrap_or("");

@@ -14,7 +14,8 @@ use mull::engine::{
     compact_function, model_summarizer, Agent, ChatError, ChatErrorContext, CompactOptions,
     SessionConfig, Tool, ToolError, ToolExecution, ToolOutput, ToolSet,
 };
-use mull::providers::config::{model_from_env, model_from_spec, ConfigError};
+use mull::providers::config::{model_from_spec_with, ConfigError, ModelOverrides, MODEL_VARIABLE};
+use mull::providers::openai::Streaming;
 use serde_json::{json, Value};
 
 /// The `--model` value that runs the demo's scripted agent, no network or key needed.
@@ -23,10 +24,24 @@ pub const SCRIPTED_DEMO: &str = "scripted-demo";
 /// The agent for `--model` (any model spec, or [`SCRIPTED_DEMO`]), or for `MULL_MODEL` when
 /// `--model` is left out; `tools` offers the built-in clock and calculator.
 pub(crate) fn choose_agent(model: Option<&str>, tools: bool) -> Result<Arc<dyn Agent>> {
+    choose_agent_streaming(model, None, tools)
+}
+
+/// [`choose_agent`], with `--stream` (when given) winning over the spec's `?stream=`.
+pub(crate) fn choose_agent_streaming(
+    model: Option<&str>,
+    streaming: Option<Streaming>,
+    tools: bool,
+) -> Result<Arc<dyn Agent>> {
+    let overrides = ModelOverrides::default().streaming(streaming);
+    let env = |name: &str| std::env::var(name).ok();
     let model = match model {
         Some(SCRIPTED_DEMO) => return Ok(mull::demo::agent()),
-        Some(spec) => model_from_spec(spec, |name| std::env::var(name).ok()),
-        None => model_from_env(),
+        Some(spec) => model_from_spec_with(spec, overrides, env),
+        None => match std::env::var(MODEL_VARIABLE) {
+            Ok(spec) => model_from_spec_with(&spec, overrides, env),
+            Err(_) => Err(ConfigError::MissingSpec),
+        },
     };
     match model {
         Ok(model) => Ok(Arc::new(ChatAgent {

@@ -20,7 +20,7 @@ use mull::engine::{Agent, OutcomeStatus, Session, ToolSource, TurnOptions};
 use mull_store::Log;
 use tokio::sync::mpsc;
 
-use super::agent::{choose_agent, SCRIPTED_DEMO};
+use super::agent::{choose_agent_streaming, SCRIPTED_DEMO};
 use super::chat_view::TurnView;
 use super::mcp::{with_servers, McpArgs};
 
@@ -41,13 +41,18 @@ pub struct ChatArgs {
     /// Continue this session instead of starting a new one.
     #[arg(long)]
     pub session: Option<String>,
+    /// Whether the model's answers stream: `auto` (stream; when the server sends an empty
+    /// stream, use its answer without streaming from then on), `on` or `off`. Default: the
+    /// model spec's `?stream=`, else `auto`.
+    #[arg(long, value_name = "auto|on|off")]
+    pub stream: Option<mull::providers::openai::Streaming>,
     #[command(flatten)]
     pub mcp: McpArgs,
 }
 
 /// Runs the chat until input ends, `/quit`, or Ctrl-C at the prompt.
 pub fn run(args: ChatArgs) -> Result<()> {
-    let agent = choose_agent(args.model.as_deref(), args.tools)?;
+    let agent = choose_agent_streaming(args.model.as_deref(), args.stream, args.tools)?;
     let servers = args.mcp.servers()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -202,6 +207,10 @@ async fn turn(
     // log sees by the time the prompt returns.
     log.flush().await?;
     view.finish()?;
+    if outcome.status == OutcomeStatus::Completed && !view.answered() {
+        // Silence would look like a hang or a lost answer: say what happened.
+        eprintln!("[the model's answer was empty: it finished without any text]");
+    }
     match outcome.status {
         OutcomeStatus::Aborted => eprintln!("[cancelled: the partial answer is kept]"),
         OutcomeStatus::Error => {

@@ -100,6 +100,11 @@ impl<O: Write, E: Write> TurnView<O, E> {
         Ok(())
     }
 
+    /// Whether any answer text was shown this turn.
+    pub fn answered(&self) -> bool {
+        self.answered
+    }
+
     /// Ends the turn: the answer's line is closed (a turn with no answer leaves an empty
     /// line, so each turn is one line or more of standard output).
     pub fn finish(&mut self) -> io::Result<()> {

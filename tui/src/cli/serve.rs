@@ -18,7 +18,7 @@ use mull::store::{EventLog, Log};
 use mull_server::{AgentSource, ConnectionLimits, ServerConfig, ServerState};
 use mull_store_pg::{is_postgres_url, PgLog, PgOptions};
 
-use super::agent::{choose_agent, SCRIPTED_DEMO};
+use super::agent::{choose_agent_streaming, SCRIPTED_DEMO};
 use super::mcp::{with_servers, McpArgs};
 
 /// Arguments of `mull serve`.
@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// Offer the model two harmless built-in tools: `time_now` (a clock) and `calculate`.
     #[arg(long)]
     pub tools: bool,
+    /// Whether the model's answers stream (`auto`, `on`, `off`), as for `mull chat`.
+    #[arg(long, value_name = "auto|on|off")]
+    pub stream: Option<mull::providers::openai::Streaming>,
     /// How long a chat nobody uses stays in memory before it is dropped (it is re-opened from
     /// the log on its next request), e.g. `90s`, `10m`, `1h`.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
@@ -86,7 +89,7 @@ pub struct ServeArgs {
 /// Serves until SIGTERM or Ctrl-C, then stops cleanly (see the module docs) and closes the log.
 pub fn run(args: ServeArgs) -> Result<()> {
     // Resolve the agent first, so a missing key is reported before anything binds.
-    let shared = choose_agent(args.model.as_deref(), args.tools)?;
+    let shared = choose_agent_streaming(args.model.as_deref(), args.stream, args.tools)?;
     // Every chat lists the same servers' tools (their connections are shared).
     let servers = args.mcp.servers()?;
     // And a token no request could match before the log is created.
