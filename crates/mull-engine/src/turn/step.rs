@@ -132,36 +132,9 @@ impl TurnRun<'_> {
                 .unwrap_or_default()
         });
         messages.extend(so_far);
-        let prepare = PrepareStepContext {
-            steps: self.steps.clone(),
-            step_number: step,
-            model: Arc::clone(&resolved.model),
-            messages: messages.clone(),
-            context: self.tool_context.clone(),
-        };
-        let config = match guard_hook(
-            self.inner,
-            self.tid(),
-            crate::outside::HookPoint::BeforeStep(&prepare),
-            self.inner.agent.before_step(&prepare),
-        )
-        .await?
-        {
-            Ok(config) => config.unwrap_or_default(),
-            Err(text) => {
-                return Ok(Err(StepEnd::Failed(self.error(
-                    ErrorStage::Stream,
-                    format!("before_step failed: {text}"),
-                ))))
-            }
-        };
-        let step_model = match resolve_model(self.inner, config.model.as_ref()) {
-            Ok(model) => model.unwrap_or_else(|| Arc::clone(&resolved.model)),
-            Err(message) => {
-                return Ok(Err(StepEnd::Failed(
-                    self.error(ErrorStage::Stream, message),
-                )))
-            }
+        let (config, step_model) = match self.before_step(resolved, step, &messages).await? {
+            Ok(configured) => configured,
+            Err(end) => return Ok(Err(end)),
         };
         let overrides = step_overrides(&config);
         let StepConfig {
@@ -241,6 +214,48 @@ impl TurnRun<'_> {
             messages,
             started: call_started,
         }))
+    }
+
+    /// `before_step` on the step's conversation, and the model its config chooses (the turn's
+    /// when it chooses none). `Err` is how the step ends when either fails.
+    async fn before_step(
+        &mut self,
+        resolved: &ResolvedTurn,
+        step: u32,
+        messages: &[ModelMessage],
+    ) -> Result<Result<(StepConfig, Arc<dyn LanguageModel>), StepEnd>, EngineError> {
+        let prepare = PrepareStepContext {
+            steps: self.steps.clone(),
+            step_number: step,
+            model: Arc::clone(&resolved.model),
+            messages: messages.to_vec(),
+            context: self.tool_context.clone(),
+        };
+        let config = match guard_hook(
+            self.inner,
+            self.tid(),
+            crate::outside::HookPoint::BeforeStep(&prepare),
+            self.inner.agent.before_step(&prepare),
+        )
+        .await?
+        {
+            Ok(config) => config.unwrap_or_default(),
+            Err(text) => {
+                return Ok(Err(StepEnd::Failed(self.error(
+                    ErrorStage::Stream,
+                    format!("before_step failed: {text}"),
+                ))))
+            }
+        };
+        let step_model = match resolve_model(self.inner, config.model.as_ref()) {
+            Ok(model) => model.unwrap_or_else(|| Arc::clone(&resolved.model)),
+            Err(message) => {
+                return Ok(Err(StepEnd::Failed(
+                    self.error(ErrorStage::Stream, message),
+                )))
+            }
+        };
+        Ok(Ok((config, step_model)))
     }
 
     /// Streams the step's model call: each part logged, shown and observed, each tool call
