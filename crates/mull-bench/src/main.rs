@@ -7,6 +7,7 @@ mod dash_pg;
 mod log;
 mod nodes;
 mod otlp;
+mod pg_speed;
 mod report;
 mod timetravel;
 mod turns;
@@ -41,6 +42,9 @@ enum Bench {
     /// The dashboard on a large PostgreSQL log: first frame, peak RSS, idle refresh (starts a
     /// throwaway PostgreSQL and imports a generated log into it).
     DashPg(dash_pg::DashPgArgs),
+    /// The log on PostgreSQL at speed: (a), (b), (c) beside SQLite and (c)'s physical floor,
+    /// group commit over 100 sessions (starts a throwaway PostgreSQL).
+    PgSpeed(pg_speed::PgSpeedArgs),
     /// Time travel: backtest sessions/s over recorded demo sessions, and forking a long session.
     Timetravel(timetravel::TimeTravelArgs),
 }
@@ -55,5 +59,6 @@ fn main() -> anyhow::Result<()> {
         Bench::Timetravel(args) => timetravel::run(&args),
         Bench::Nodes(args) => nodes::run(&args),
         Bench::DashPg(args) => dash_pg::run(&args),
+        Bench::PgSpeed(args) => pg_speed::run(&args),
     }
 }

@@ -102,6 +102,16 @@ impl Shape {
             .with_context(|| format!("unknown scenario {name:?} (known: a, b, c)"))
     }
 
+    /// The same shape with `turns` turns.
+    pub(crate) fn with_turns(self, turns: usize) -> Shape {
+        Shape { turns, ..self }
+    }
+
+    /// Text chunks of one turn.
+    pub(crate) fn chunks_per_turn(&self) -> usize {
+        self.steps * self.chunks_per_step
+    }
+
     pub(crate) fn text_chunks(&self) -> usize {
         self.turns * self.steps * self.chunks_per_step
     }
@@ -235,6 +245,17 @@ pub(crate) async fn run_shape(
     on_chunk_calls: &Arc<AtomicU64>,
     text_chunks: &Arc<AtomicU64>,
 ) -> anyhow::Result<()> {
+    run_shape_as(log, shape, "sess", on_chunk_calls, text_chunks).await
+}
+
+/// [`run_shape`], its sessions named `<prefix>_<turn>` (so runs at once never share one).
+pub(crate) async fn run_shape_as(
+    log: &Arc<dyn EventLog>,
+    shape: &Shape,
+    prefix: &str,
+    on_chunk_calls: &Arc<AtomicU64>,
+    text_chunks: &Arc<AtomicU64>,
+) -> anyhow::Result<()> {
     for turn in 0..shape.turns {
         let agent = Arc::new(BenchAgent {
             model: Arc::new(scripted_turn(shape)),
@@ -242,7 +263,7 @@ pub(crate) async fn run_shape(
             text_chunks: Arc::clone(text_chunks),
         });
         // Each turn is its own conversation, as in the peer (prompt = one user message).
-        let options = SessionOptions::new(format!("sess_{turn}"));
+        let options = SessionOptions::new(format!("{prefix}_{turn}"));
         let session = Session::open_on(Arc::clone(log), agent, options)
             .await
             .with_context(|| format!("opening session {turn}"))?;

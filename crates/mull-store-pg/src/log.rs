@@ -445,8 +445,14 @@ impl PgLog {
 impl EventLog for PgLog {
     fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState> {
         Box::pin(async move {
-            // Rows still queued under an earlier lease of this session go first.
-            self.flush_all().await?;
+            // Rows still queued under an earlier lease of this session go first. Only its
+            // own: waiting for every session's queue would force a commit per open and undo
+            // group commit across sessions.
+            let queued = lock(&self.inner.state)
+                .sessions
+                .get(session_id)
+                .map_or(0, |h| h.last_ticket);
+            self.wait_committed(queued, None).await?;
             let sent = Instant::now();
             let epoch = self.take_lease(session_id).await?;
             let (state, last_seq) = self.inner.reads.load_session(session_id).await?;

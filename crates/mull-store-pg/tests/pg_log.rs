@@ -439,3 +439,68 @@ async fn a_restarted_database_makes_the_log_unavailable_then_serving_again() {
     let reads = Reads::open(&url).await.unwrap();
     assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1), (2, 1), (3, 1)]);
 }
+
+fn turn_started(request: &str) -> Event {
+    Event::TurnStarted {
+        request_id: request.into(),
+        message_id: format!("msg_{request}"),
+        entry: mull_core::EntryPath::Chat,
+        continuation: false,
+        attempt: 0,
+        body: json!({}),
+    }
+}
+
+/// Opening a session folds what it holds, whether it spans several pages of reads or is a fork
+/// (its origin's turns up to the fork point first): the first page read tells which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_a_session_folds_a_long_history_and_a_forks_origin() {
+    let Some(pg) = TestPg::start("opening_a_session_folds_a_long_history_and_a_forks_origin")
+    else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    a.open_session("o").await.unwrap();
+    a.append_event("o", None, at(0), opened()).unwrap();
+    a.append_event("o", Some("t1"), at(1), turn_started("r1"))
+        .unwrap();
+    a.append_event("o", Some("t2"), at(2), turn_started("r2"))
+        .unwrap();
+    a.open_session("f").await.unwrap();
+    let fork = Event::SessionForked {
+        origin: "o".into(),
+        origin_seq: 2,
+        origin_turn: None,
+    };
+    a.append_event("f", None, at(3), fork).unwrap();
+    a.append_event("f", Some("tf"), at(4), turn_started("rf"))
+        .unwrap();
+    a.open_session("long").await.unwrap();
+    a.append_event("long", Some("t"), at(5), turn_started("rl"))
+        .unwrap();
+    for i in 0..4100 {
+        a.append_event("long", Some("t"), at(6 + i), delta("w"))
+            .unwrap();
+    }
+    a.flush_all().await.unwrap();
+    for session in ["o", "f", "long"] {
+        a.release_session(session).await.unwrap();
+    }
+
+    let b = node(&url, "b").await;
+    let origin = b.open_session("o").await.unwrap();
+    let ids = |s: &mull_store::SessionState| -> Vec<String> {
+        s.turns.iter().map(|t| t.request_id.clone()).collect()
+    };
+    assert_eq!(ids(&origin), ["r1", "r2"]);
+    let forked = b.open_session("f").await.unwrap();
+    assert_eq!(ids(&forked), ["r1", "rf"], "the origin up to seq 2, then its own");
+    let next = b.append_event("f", None, at(10_000), opened()).unwrap();
+    assert_eq!(next.seq, 3, "the fork's own seqs go on");
+    let long = b.open_session("long").await.unwrap();
+    assert_eq!(ids(&long), ["rl"]);
+    let next = b.append_event("long", None, at(10_001), opened()).unwrap();
+    assert_eq!(next.seq, 4102, "past every page of 4,101 events");
+    b.flush_all().await.unwrap();
+}

@@ -1,0 +1,255 @@
+//! The log on PostgreSQL at speed, side by side in one run:
+//! `cargo run --release -p mull-bench -- pg-speed`.
+//!
+//! Starts a throwaway PostgreSQL (the tests' harness; `MULL_TEST_PG` to use a running server)
+//! and measures, in this process:
+//! - the turn shapes (a), (b), (c) per text chunk on SQLite and on PostgreSQL;
+//! - the physical floor of (c): one bare round trip that inserts the rows a (c) turn logged
+//!   (read back from the run just made) into `mull_events` and commits, timed per turn on the
+//!   same cluster, and shown per chunk beside (c);
+//! - group commit: (c) turns of 100 sessions at once on one node against one session's turns
+//!   one after another, in turns/s.
+//!
+//! Every PostgreSQL row states the cluster's `fsync` and `synchronous_commit`; the load
+//! average before and after the run is printed too, since the machine may be shared.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use mull_store::{EventLog, Log};
+use mull_store_pg::testing::TestPg;
+use mull_store_pg::{PgLog, PgOptions};
+use tokio_postgres::types::ToSql;
+
+use crate::report::{print, Measurement};
+use crate::turns::{run_shape_as, Shape, SHAPES};
+
+/// Arguments of the PostgreSQL speed bench.
+#[derive(Debug, clap::Args)]
+pub struct PgSpeedArgs {
+    /// Which shapes to run, comma-separated.
+    #[arg(long, default_value = "a,b,c", value_delimiter = ',')]
+    pub scenarios: Vec<String>,
+    /// Sessions running (c) turns at once in the group-commit run.
+    #[arg(long, default_value_t = 100)]
+    pub sessions: usize,
+    /// (c) turns each of those sessions runs (and the single session runs, in a row).
+    #[arg(long, default_value_t = 10)]
+    pub turns_per_session: usize,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the bench and prints the table.
+pub fn run(args: &PgSpeedArgs) -> anyhow::Result<()> {
+    let Some(pg) = TestPg::start("the PostgreSQL speed bench") else {
+        anyhow::bail!("no PostgreSQL: see the printed reason, or set MULL_TEST_PG");
+    };
+    let load_before = load_average();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting a runtime")?;
+    let dir = tempfile::tempdir().context("creating a scratch folder")?;
+    let mut results = Vec::new();
+    runtime.block_on(async {
+        let settings = cluster_settings(&pg.database()).await?;
+        for name in &args.scenarios {
+            let shape = Shape::named(name)?;
+            results.extend(shape_rows(&pg, dir.path(), shape, &settings).await?);
+        }
+        results.extend(group_commit(&pg, args, &settings).await?);
+        anyhow::Ok(())
+    })?;
+    print(&results, args.json)?;
+    println!(
+        "load average (1 min) before {load_before}, after {}; the machine may be shared with \
+         other work",
+        load_average()
+    );
+    Ok(())
+}
+
+/// The 1-minute load average, as `/proc/loadavg` says it.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// `fsync=…, synchronous_commit=…` of the cluster behind `url`.
+async fn cluster_settings(url: &str) -> anyhow::Result<String> {
+    let client = connect(url).await?;
+    let mut out = Vec::new();
+    for name in ["fsync", "synchronous_commit"] {
+        let row = client.query_one(&format!("SHOW {name}"), &[]).await?;
+        out.push(format!("{name}={}", row.get::<_, String>(0)));
+    }
+    Ok(out.join(", "))
+}
+
+async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// One shape on SQLite and on PostgreSQL (µs per text chunk); for a shape of many short turns,
+/// the floor beside it.
+async fn shape_rows(
+    pg: &TestPg,
+    dir: &std::path::Path,
+    shape: Shape,
+    settings: &str,
+) -> anyhow::Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    let url = pg.database();
+    for backend in ["sqlite", "postgres"] {
+        let log: Arc<dyn EventLog> = match backend {
+            "sqlite" => Arc::new(Log::open(dir.join(format!("shape-{}.db", shape.name)))?),
+            _ => Arc::new(PgLog::connect(&url, PgOptions::new("bench")).await?),
+        };
+        let (calls, texts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let start = Instant::now();
+        run_shape_as(&log, &shape, "sess", &calls, &texts).await?;
+        let wall = start.elapsed();
+        let chunks = shape.text_chunks();
+        anyhow::ensure!(
+            texts.load(std::sync::atomic::Ordering::Relaxed) as usize == chunks,
+            "shape {} on {backend}: not every text chunk was seen",
+            shape.name
+        );
+        out.push(Measurement {
+            bench: "pg",
+            metric: format!("turn_{}_{backend}", shape.name),
+            value: wall.as_secs_f64() * 1e6 / chunks as f64,
+            unit: "us/chunk",
+            goal: None,
+            met: None,
+            note: match backend {
+                "postgres" => format!("shape ({}) {}; {settings}", shape.name, shape.describe()),
+                _ => format!("shape ({}) {}", shape.name, shape.describe()),
+            },
+        });
+    }
+    if shape.name == "c" {
+        let per_turn = floor(&url, shape.text_chunks() / shape.chunks_per_turn()).await?;
+        out.push(Measurement {
+            bench: "pg",
+            metric: "turn_c_floor".into(),
+            value: per_turn * 1e6 / shape.chunks_per_turn() as f64,
+            unit: "us/chunk",
+            goal: None,
+            met: None,
+            note: format!(
+                "one bare round trip per turn inserting a (c) turn's rows and committing ({:.0} \
+                 us per turn); {settings}",
+                per_turn * 1e6
+            ),
+        });
+    }
+    Ok(out)
+}
+
+/// Seconds per turn of the physical floor: the rows the run's first (c) turn logged, inserted
+/// `turns` times (under a fresh session id each time) by one statement that commits.
+async fn floor(url: &str, turns: usize) -> anyhow::Result<f64> {
+    let client = connect(url).await?;
+    let rows = client
+        .query(
+            "SELECT seq, turn_id, at, v, kind, payload, epoch FROM mull_events \
+             WHERE session_id = 'sess_0' ORDER BY seq",
+            &[],
+        )
+        .await?;
+    anyhow::ensure!(!rows.is_empty(), "the (c) run logged no turn to copy");
+    let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    let turn_ids: Vec<Option<String>> = rows.iter().map(|r| r.get(1)).collect();
+    let ats: Vec<i64> = rows.iter().map(|r| r.get(2)).collect();
+    let vs: Vec<i16> = rows.iter().map(|r| r.get(3)).collect();
+    let kinds: Vec<String> = rows.iter().map(|r| r.get(4)).collect();
+    let payloads: Vec<String> = rows.iter().map(|r| r.get(5)).collect();
+    let epochs: Vec<i64> = rows.iter().map(|r| r.get(6)).collect();
+    let insert = client
+        .prepare(
+            "INSERT INTO mull_events (session_id, seq, turn_id, at, v, kind, payload, epoch)
+             SELECT $1, u.seq, u.turn_id, u.at, u.v, u.kind, u.payload, u.epoch
+             FROM unnest($2::int8[], $3::text[], $4::int8[], $5::int2[], $6::text[], $7::text[],
+                         $8::int8[]) AS u(seq, turn_id, at, v, kind, payload, epoch)",
+        )
+        .await?;
+    let start = Instant::now();
+    for turn in 0..turns.max(1) {
+        let session = format!("floor_{turn}");
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &session, &seqs, &turn_ids, &ats, &vs, &kinds, &payloads, &epochs,
+        ];
+        client.execute(&insert, &params).await?;
+    }
+    Ok(start.elapsed().as_secs_f64() / turns.max(1) as f64)
+}
+
+/// (c) turns: one session's in a row, then `sessions` sessions' at once on one node.
+async fn group_commit(
+    pg: &TestPg,
+    args: &PgSpeedArgs,
+    settings: &str,
+) -> anyhow::Result<Vec<Measurement>> {
+    let shape = SHAPES[2].with_turns(args.turns_per_session);
+    let url = pg.database();
+    let log: Arc<dyn EventLog> = Arc::new(PgLog::connect(&url, PgOptions::new("bench")).await?);
+    let (calls, texts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let start = Instant::now();
+    run_shape_as(&log, &shape, "one", &calls, &texts).await?;
+    let one = args.turns_per_session as f64 / start.elapsed().as_secs_f64();
+
+    let start = Instant::now();
+    let mut running = Vec::new();
+    for s in 0..args.sessions {
+        let (log, calls, texts) = (Arc::clone(&log), Arc::clone(&calls), Arc::clone(&texts));
+        running.push(tokio::spawn(async move {
+            run_shape_as(&log, &shape, &format!("many{s}"), &calls, &texts).await
+        }));
+    }
+    for task in running {
+        task.await??;
+    }
+    let many = (args.sessions * args.turns_per_session) as f64 / start.elapsed().as_secs_f64();
+    let row = |metric: &str, value: f64, note: String| Measurement {
+        bench: "pg",
+        metric: metric.into(),
+        value,
+        unit: "turns/s",
+        goal: None,
+        met: None,
+        note,
+    };
+    Ok(vec![
+        row(
+            "group_commit_1_session",
+            one,
+            format!(
+                "{} (c) turns of one session in a row, one node; {settings}",
+                args.turns_per_session
+            ),
+        ),
+        row(
+            &format!("group_commit_{}_sessions", args.sessions),
+            many,
+            format!(
+                "{} sessions x {} (c) turns at once, one node; {:.1}x one session; {settings}",
+                args.sessions,
+                args.turns_per_session,
+                many / one
+            ),
+        ),
+    ])
+}
