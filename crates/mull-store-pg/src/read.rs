@@ -135,7 +135,9 @@ impl Reads {
             if !full {
                 return Ok((state, last_seq));
             }
-            page = self.session_page(session_id, last_seq, PAGE as usize).await?;
+            page = self
+                .session_page(session_id, last_seq, PAGE as usize)
+                .await?;
         }
     }
 

@@ -495,7 +495,11 @@ async fn opening_a_session_folds_a_long_history_and_a_forks_origin() {
     };
     assert_eq!(ids(&origin), ["r1", "r2"]);
     let forked = b.open_session("f").await.unwrap();
-    assert_eq!(ids(&forked), ["r1", "rf"], "the origin up to seq 2, then its own");
+    assert_eq!(
+        ids(&forked),
+        ["r1", "rf"],
+        "the origin up to seq 2, then its own"
+    );
     let next = b.append_event("f", None, at(10_000), opened()).unwrap();
     assert_eq!(next.seq, 3, "the fork's own seqs go on");
     let long = b.open_session("long").await.unwrap();

@@ -1,0 +1,175 @@
+//! What a node's log handles, its writer task and its lease renewal share: the options, the
+//! queue of appended rows, the sessions held, and how far commits have got.
+//!
+//! # Invariants
+//! 1. Tickets number appended rows in the order they were queued; `Progress::committed` only
+//!    grows, and every row up to it is committed (or refused by its epoch).
+//! 2. A session's `committed_seq` is its last seq the database holds under this node's epoch;
+//!    `next_seq` is one past the last appended, so seqs are handed out without a gap.
+//! 3. A fenced session stays fenced (and known) until it is opened again: a turn still running
+//!    there gets the fence, never "not open".
+//! 4. `State` is one mutex, never held across an await.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use mull_store::StoreError;
+use tokio::sync::{watch, Notify};
+use tokio_postgres::Config;
+
+use crate::error::Target;
+use crate::read::Reads;
+
+/// How a node writes: its name in lease rows, how long a lease lasts, how batches are cut.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// This node's name in the lease rows (unique per running node).
+    pub node: String,
+    /// How long a lease lasts without renewal: the longest a session of a dead node waits
+    /// before another node may take it.
+    pub lease_ttl: Duration,
+    /// Commit once a batch holds this many events.
+    pub batch_max_events: usize,
+    /// Commit once the batch's first event has waited this long.
+    pub batch_max_delay: Duration,
+}
+
+impl PgOptions {
+    /// Defaults for a node called `node`: 10 s leases, batches of 512 events or 5 ms.
+    pub fn new(node: impl Into<String>) -> PgOptions {
+        PgOptions {
+            node: node.into(),
+            lease_ttl: Duration::from_secs(10),
+            batch_max_events: 512,
+            batch_max_delay: Duration::from_millis(5),
+        }
+    }
+}
+
+pub(super) struct Inner {
+    pub(super) target: Target,
+    /// How the writer connects again after a loss.
+    pub(super) config: Config,
+    pub(super) options: PgOptions,
+    pub(super) state: Mutex<State>,
+    /// Wakes the writer task.
+    pub(super) wake: Notify,
+    /// What the writer task has committed (or that it stopped).
+    pub(super) progress: watch::Sender<Progress>,
+    /// Reads, on a connection of their own.
+    pub(super) reads: Reads,
+    /// Leases taken and given back, on another.
+    pub(super) leases: Reads,
+    /// Renewals, on a third: a renewal must never wait behind a node's reads or behind the
+    /// leases of many chats opening at once, or a busy node would lose the leases it holds
+    /// while working (and other nodes would take over chats that are running fine).
+    pub(super) renewals: Reads,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Progress {
+    /// Every row with a ticket up to this one is committed (or refused by its epoch).
+    pub(super) committed: u64,
+    pub(super) stopped: bool,
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    /// The ticket of the last row appended.
+    pub(super) appended: u64,
+    pub(super) rows: Vec<Row>,
+    pub(super) first_at: Option<Instant>,
+    /// A barrier waits: commit without waiting for the batch to fill.
+    pub(super) urgent: bool,
+    pub(super) sessions: HashMap<String, Held>,
+    pub(super) failure: Option<Failure>,
+    /// Why the writer cannot commit now (its connection was lost and is being made again).
+    pub(super) down: Option<String>,
+}
+
+/// A session this node writes.
+pub(super) struct Held {
+    pub(super) epoch: i64,
+    pub(super) next_seq: u64,
+    /// The ticket of the session's last appended row.
+    pub(super) last_ticket: u64,
+    /// The session's last seq in the database (committed by this handle or read at its open).
+    pub(super) committed_seq: u64,
+    pub(super) fenced: Option<Fence>,
+}
+
+impl Held {
+    /// Whether the session is still this node's (not fenced).
+    pub(super) fn is_live(&self) -> bool {
+        self.fenced.is_none()
+    }
+
+    pub(super) fn fence_error(&self, session_id: &str) -> Option<StoreError> {
+        self.fenced.as_ref().map(|f| f.error(session_id))
+    }
+}
+
+/// Why a session is no longer written here.
+#[derive(Clone)]
+pub(super) enum Fence {
+    /// Another node took it over (a newer epoch).
+    TakenOver {
+        epoch: i64,
+        current: i64,
+        owner: String,
+    },
+}
+
+impl Fence {
+    pub(super) fn error(&self, session_id: &str) -> StoreError {
+        match self {
+            Fence::TakenOver {
+                epoch,
+                current,
+                owner,
+            } => StoreError::Fenced {
+                session_id: session_id.to_owned(),
+                epoch: *epoch,
+                current: *current,
+                owner: owner.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(super) enum Failure {
+    Conflict { session_id: String, seq: u64 },
+    Other(String),
+}
+
+impl Failure {
+    pub(super) fn error(&self) -> StoreError {
+        match self {
+            Failure::Conflict { session_id, seq } => StoreError::Conflict {
+                session_id: session_id.clone(),
+                seq: *seq,
+            },
+            Failure::Other(message) => StoreError::WriterFailed {
+                message: message.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(super) struct Row {
+    pub(super) ticket: u64,
+    pub(super) session_id: Arc<str>,
+    pub(super) seq: i64,
+    pub(super) turn_id: Option<String>,
+    pub(super) at: i64,
+    pub(super) kind: String,
+    pub(super) payload: String,
+    pub(super) epoch: i64,
+}
+
+pub(super) fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
