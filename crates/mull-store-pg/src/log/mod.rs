@@ -1,6 +1,6 @@
-//! The PostgreSQL log of one node: sessions taken by lease ([`lease`]), appends fenced by the
+//! The PostgreSQL log of one node: sessions taken by lease (`lease`), appends fenced by the
 //! lease's epoch, group commit on one connection made again when the database goes away
-//! ([`writer`]); what they share is in [`state`].
+//! (`writer`); what they share is in `state`.
 //!
 //! A handle ([`PgLog`]) appends to the queue and waits for commits; it never talks to the
 //! database on a turn's path but to take a session (its lease and its history) and give it
