@@ -165,7 +165,8 @@ pub(crate) fn retry_after(headers: &HeaderMap, clock: &dyn Clock) -> Option<Dura
             return Some(Duration::from_secs_f64(seconds));
         }
     }
-    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    // httpdate reads all three forms HTTP allows (IMF-fixdate, RFC 850, asctime).
+    let at = chrono::DateTime::<chrono::Utc>::from(httpdate::parse_http_date(value).ok()?);
     let wait = at.signed_duration_since(clock.now());
     Some(wait.to_std().unwrap_or(Duration::ZERO))
 }
@@ -561,6 +562,18 @@ mod tests {
                 &clock
             ),
             Some(Duration::ZERO)
+        );
+        // The two older forms HTTP still allows a server to send.
+        assert_eq!(
+            retry_after(
+                &headers("retry-after", "Wednesday, 01-Jan-25 00:00:45 GMT"),
+                &clock
+            ),
+            Some(Duration::from_secs(45))
+        );
+        assert_eq!(
+            retry_after(&headers("retry-after", "Wed Jan  1 00:01:00 2025"), &clock),
+            Some(Duration::from_secs(60))
         );
         assert_eq!(
             retry_after(&headers("retry-after-ms", "1500"), &clock),
