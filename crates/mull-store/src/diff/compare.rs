@@ -63,17 +63,15 @@ impl Out {
     /// Compares one event's facts on both sides, field by field. A side without the event
     /// counts as `null` in every field.
     fn facts(&mut self, place: &Place, a: Option<&Facts>, b: Option<&Facts>) {
-        let Some(event) = a.or(b).map(|f| f.event) else {
+        let Some(event) = a.or(b).map(|f| f.event.as_str()) else {
             return;
         };
-        let fields = a.or(b).map(|f| &f.fields[..]).unwrap_or(&[]);
-        let value = |facts: Option<&Facts>, name: &str| {
-            facts
-                .and_then(|f| f.fields.iter().find(|(n, _)| *n == name))
-                .map(|(_, v)| v.clone())
+        let value = |f: Option<&Facts>, name: &str| {
+            f.and_then(|f| f.field(name))
+                .cloned()
                 .unwrap_or(Value::Null)
         };
-        for (name, _) in fields {
+        for name in super::fields::union(fields_of(a), fields_of(b)) {
             let (va, vb) = (value(a, name), value(b, name));
             if va != vb {
                 self.push(
@@ -118,6 +116,10 @@ impl Out {
             self.timing(place, event, field, a[i], b[i]);
         }
     }
+}
+
+fn fields_of(facts: Option<&Facts>) -> &[(String, Value)] {
+    facts.map(|f| &f.fields[..]).unwrap_or(&[])
 }
 
 /// A turn's timings: from its pacing, and its start and end.
@@ -287,7 +289,7 @@ fn step(
         let (ea, eb) = (a.errors.get(i), b.errors.get(i));
         let mut at = place.clone();
         at.pos = ea.map(|e| e.pos).unwrap_or(place.pos);
-        if ea.map(|e| e.event) == eb.map(|e| e.event) || ea.is_none() || eb.is_none() {
+        if ea.map(|e| &e.event) == eb.map(|e| &e.event) || ea.is_none() || eb.is_none() {
             out.facts(&at, ea, eb);
         } else {
             out.facts(&at, ea, None);

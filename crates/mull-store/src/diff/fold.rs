@@ -6,22 +6,31 @@
 //! one pass with no per-chunk allocation beyond the text the chunks carry.
 
 use chrono::{DateTime, Utc};
-use mull_core::{Envelope, Event, StreamPart, Usage};
-use serde_json::{json, Value};
+use mull_core::{Envelope, Event, StreamPart};
+use serde_json::Value;
+
+use super::fields;
 
 use crate::pacing::TurnPacing;
 
 /// One event's contribution to a run: which event it was, where it stands, and the compared
-/// fields it carried (name → value).
+/// fields it carried (name → value), read through serde (see `fields`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Facts {
     /// The event's kind (`tool_decided`, `step_finished` …).
-    pub event: &'static str,
+    pub event: String,
     /// Its seq in the log it was read from.
     pub seq: u64,
     /// Its position among the run's events (0 = the first), which orders differences.
     pub pos: usize,
-    pub fields: Vec<(&'static str, Value)>,
+    pub fields: Vec<(String, Value)>,
+}
+
+impl Facts {
+    /// The value of the compared field `name`, when the event carried it.
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
 }
 
 /// One tool call of a step.
@@ -59,6 +68,29 @@ pub struct StepRun {
     /// The first event of the step, for ordering a step one side lacks.
     pub pos: usize,
     pub seq: u64,
+}
+
+impl StepRun {
+    /// A step begun by `env` (its start, or its first event when the start was not seen).
+    fn new(step: u32, env: &Envelope, pos: usize) -> StepRun {
+        StepRun {
+            step,
+            configured: None,
+            text: String::new(),
+            text_chunks: Vec::new(),
+            reasoning: String::new(),
+            reasoning_chunks: Vec::new(),
+            calls: Vec::new(),
+            errors: Vec::new(),
+            finished: None,
+            timing: Timing {
+                started_at: Some(env.at),
+                ..Timing::default()
+            },
+            pos,
+            seq: env.seq,
+        }
+    }
 }
 
 /// When an item (a turn, a step) started and ended, from the events' clock readings.
@@ -159,20 +191,6 @@ struct Fold {
     pending_user_text: String,
 }
 
-/// A usage record as compared fields, one per count.
-fn usage_fields(usage: &Usage) -> [(&'static str, Value); 5] {
-    [
-        ("usage.input_tokens", json!(usage.input_tokens)),
-        ("usage.output_tokens", json!(usage.output_tokens)),
-        ("usage.total_tokens", json!(usage.total_tokens)),
-        ("usage.reasoning_tokens", json!(usage.reasoning_tokens)),
-        (
-            "usage.cached_input_tokens",
-            json!(usage.cached_input_tokens),
-        ),
-    ]
-}
-
 impl Fold {
     fn apply(&mut self, pos: usize, env: &Envelope) {
         self.fold(pos, env);
@@ -182,11 +200,18 @@ impl Fold {
     }
 
     fn fold(&mut self, pos: usize, env: &Envelope) {
-        let facts = |event: &'static str, fields: Vec<(&'static str, Value)>| Facts {
-            event,
+        let facts = |fields: Vec<(String, Value)>| Facts {
+            event: env.kind().to_owned(),
             seq: env.seq,
             pos,
             fields,
+        };
+        let compared = || {
+            let kind = env.kind();
+            fields::compared(
+                kind,
+                serde_json::to_value(&env.event).unwrap_or(Value::Null),
+            )
         };
         match &env.event {
             Event::UserMessagesSaved { messages, .. }
@@ -202,26 +227,14 @@ impl Fold {
                     self.pending_user_text.push_str(&text);
                 }
             }
-            Event::TurnStarted {
-                request_id,
-                entry,
-                continuation,
-                attempt,
-                ..
-            } => {
+            Event::TurnStarted { request_id, .. } => {
                 let user_text = std::mem::take(&mut self.pending_user_text);
+                let mut fields = compared();
+                fields.push(("user_text".to_owned(), Value::String(user_text)));
                 self.turns.push(TurnRun {
                     turn_id: env.turn_id.clone(),
                     request_id: request_id.clone(),
-                    started: facts(
-                        "turn_started",
-                        vec![
-                            ("entry", json!(entry)),
-                            ("continuation", json!(continuation)),
-                            ("attempt", json!(attempt)),
-                            ("user_text", json!(user_text)),
-                        ],
-                    ),
+                    started: facts(fields),
                     configured: None,
                     steps: Vec::new(),
                     hook_failures: Vec::new(),
@@ -234,74 +247,9 @@ impl Fold {
                     pacing: TurnPacing::new(),
                 });
             }
-            Event::TurnConfigured { config } => {
-                if let Some(turn) = self.turn(env) {
-                    let fields = match serde_json::to_value(config) {
-                        Ok(Value::Object(map)) => map
-                            .into_iter()
-                            .filter_map(|(k, v)| config_field(&k).map(|k| (k, v)))
-                            .collect(),
-                        _ => Vec::new(),
-                    };
-                    turn.configured = Some(facts("turn_configured", fields));
-                }
-            }
             Event::StepStarted { step } => {
                 if let Some(turn) = self.turn(env) {
-                    turn.steps.push(StepRun {
-                        step: *step,
-                        configured: None,
-                        text: String::new(),
-                        text_chunks: Vec::new(),
-                        reasoning: String::new(),
-                        reasoning_chunks: Vec::new(),
-                        calls: Vec::new(),
-                        errors: Vec::new(),
-                        finished: None,
-                        timing: Timing {
-                            started_at: Some(env.at),
-                            ..Timing::default()
-                        },
-                        pos,
-                        seq: env.seq,
-                    });
-                }
-            }
-            Event::StepConfigured {
-                step,
-                model_id,
-                active_tools,
-                tool_choice,
-                system,
-                message_count,
-                overrides,
-                ..
-            } => {
-                if let Some(s) = self.step(env, *step, pos) {
-                    s.configured = Some(facts(
-                        "step_configured",
-                        vec![
-                            ("model_id", json!(model_id)),
-                            ("active_tools", json!(active_tools)),
-                            ("tool_choice", json!(tool_choice)),
-                            ("system", json!(system)),
-                            ("message_count", json!(message_count)),
-                            ("overrides", json!(overrides)),
-                        ],
-                    ));
-                }
-            }
-            Event::ModelRetried {
-                step,
-                attempt,
-                error,
-                ..
-            } => {
-                if let Some(s) = self.step(env, *step, pos) {
-                    s.errors.push(facts(
-                        "model_retried",
-                        vec![("attempt", json!(attempt)), ("error", json!(error))],
-                    ));
+                    turn.steps.push(StepRun::new(*step, env, pos));
                 }
             }
             Event::Chunk { step, part, .. } => {
@@ -315,9 +263,9 @@ impl Fold {
                             s.reasoning.push_str(text);
                             s.reasoning_chunks.push((s.reasoning.len(), env.seq, pos));
                         }
-                        StreamPart::Error { message } => {
-                            s.errors
-                                .push(facts("chunk", vec![("error", json!(message))]));
+                        StreamPart::Error { .. } => {
+                            let part = serde_json::to_value(part).unwrap_or(Value::Null);
+                            s.errors.push(facts(fields::compared(env.kind(), part)));
                         }
                         _ => {}
                     }
@@ -327,76 +275,57 @@ impl Fold {
                 step,
                 call_id,
                 tool,
-                input,
-                client,
+                ..
             } => {
                 if let Some(s) = self.step(env, *step, pos) {
                     s.calls.push(CallRun {
                         call_id: call_id.clone(),
                         tool: tool.clone(),
-                        started: facts(
-                            "tool_call_started",
-                            vec![
-                                ("tool", json!(tool)),
-                                ("input", input.clone()),
-                                ("client", json!(client)),
-                            ],
-                        ),
+                        started: facts(compared()),
                         decided: None,
                         finished: None,
                         duration_ms: None,
                     });
                 }
             }
-            Event::ToolDecided {
-                step,
-                call_id,
-                action,
-                effective_input,
-                reason,
-                output,
-                ..
-            } => {
+            Event::TurnConfigured { .. } => {
+                let fields = compared();
+                if let Some(turn) = self.turn(env) {
+                    turn.configured = Some(facts(fields));
+                }
+            }
+            Event::StepConfigured { step, .. } => {
+                let fields = compared();
+                if let Some(s) = self.step(env, *step, pos) {
+                    s.configured = Some(facts(fields));
+                }
+            }
+            Event::ModelRetried { step, .. } => {
+                let fields = compared();
+                if let Some(s) = self.step(env, *step, pos) {
+                    s.errors.push(facts(fields));
+                }
+            }
+            Event::ToolDecided { step, call_id, .. } => {
+                let fields = compared();
                 if let Some(call) = self.call(env, *step, call_id) {
-                    call.decided = Some(facts(
-                        "tool_decided",
-                        vec![
-                            ("action", json!(action)),
-                            ("reason", json!(reason)),
-                            ("effective_input", effective_input.clone()),
-                            ("output", json!(output)),
-                        ],
-                    ));
+                    call.decided = Some(facts(fields));
                 }
             }
             Event::ToolCallFinished {
                 step,
                 call_id,
-                success,
-                output,
-                error,
                 duration_ms,
                 ..
             } => {
+                let fields = compared();
                 if let Some(call) = self.call(env, *step, call_id) {
-                    call.finished = Some(facts(
-                        "tool_call_finished",
-                        vec![
-                            ("success", json!(success)),
-                            ("output", json!(output)),
-                            ("error", json!(error)),
-                        ],
-                    ));
+                    call.finished = Some(facts(fields));
                     call.duration_ms = Some(*duration_ms);
                 }
             }
-            Event::ClientToolResult {
-                call_id,
-                state,
-                output,
-                error,
-                ..
-            } => {
+            Event::ClientToolResult { call_id, .. } => {
+                let fields = compared();
                 let call = self
                     .turns
                     .iter_mut()
@@ -405,67 +334,33 @@ impl Fold {
                     .flat_map(|s| s.calls.iter_mut())
                     .find(|c| c.call_id == *call_id);
                 if let Some(call) = call {
-                    call.finished = Some(facts(
-                        "client_tool_result",
-                        vec![
-                            ("state", json!(state)),
-                            ("output", json!(output)),
-                            ("error", json!(error)),
-                        ],
-                    ));
+                    call.finished = Some(facts(fields));
                 }
             }
             Event::StepFinished { record } => {
-                let at = env.at;
+                let fields = compared();
                 if let Some(s) = self.step(env, record.step, pos) {
-                    let mut fields = vec![("finish_reason", json!(record.finish_reason))];
-                    fields.extend(usage_fields(&record.usage));
-                    s.finished = Some(facts("step_finished", fields));
-                    s.timing.finished_at = Some(at);
+                    s.finished = Some(facts(fields));
+                    s.timing.finished_at = Some(env.at);
                 }
             }
-            Event::HookFailed {
-                hook,
-                source,
-                error,
-                ..
-            } => {
+            Event::HookFailed { .. } => {
+                let fields = compared();
                 if let Some(turn) = self.turn(env) {
-                    turn.hook_failures.push(facts(
-                        "hook_failed",
-                        vec![
-                            ("hook", json!(hook)),
-                            ("source", json!(source)),
-                            ("error", json!(error)),
-                        ],
-                    ));
+                    turn.hook_failures.push(facts(fields));
                 }
             }
-            Event::TurnFailed { stage, error, .. } => {
+            Event::TurnFailed { .. } => {
+                let fields = compared();
                 if let Some(turn) = self.turn(env) {
-                    turn.failed = Some(facts(
-                        "turn_failed",
-                        vec![("stage", json!(stage)), ("error", json!(error))],
-                    ));
+                    turn.failed = Some(facts(fields));
                 }
             }
-            Event::TurnFinished {
-                status,
-                error,
-                steps,
-                usage,
-                ..
-            } => {
-                let at = env.at;
+            Event::TurnFinished { .. } => {
+                let fields = compared();
                 if let Some(turn) = self.turn(env) {
-                    let mut fields = vec![
-                        ("status", json!(status)),
-                        ("error", json!(error)),
-                        ("steps", json!(steps)),
-                    ];
-                    fields.extend(usage_fields(usage));
-                    turn.finished = Some(facts("turn_finished", fields));
-                    turn.timing.finished_at = Some(at);
+                    turn.finished = Some(facts(fields));
+                    turn.timing.finished_at = Some(env.at);
                 }
             }
             _ => {}
@@ -484,26 +379,9 @@ impl Fold {
     /// The newest step numbered `step` of the event's turn, begun here when its start was not
     /// seen.
     fn step(&mut self, env: &Envelope, step: u32, pos: usize) -> Option<&mut StepRun> {
-        let (at, seq) = (env.at, env.seq);
         let turn = self.turn(env)?;
         if turn.steps.last().is_none_or(|s| s.step != step) {
-            turn.steps.push(StepRun {
-                step,
-                configured: None,
-                text: String::new(),
-                text_chunks: Vec::new(),
-                reasoning: String::new(),
-                reasoning_chunks: Vec::new(),
-                calls: Vec::new(),
-                errors: Vec::new(),
-                finished: None,
-                timing: Timing {
-                    started_at: Some(at),
-                    ..Timing::default()
-                },
-                pos,
-                seq,
-            });
+            turn.steps.push(StepRun::new(step, env, pos));
         }
         turn.steps.last_mut()
     }
@@ -517,28 +395,4 @@ impl Fold {
             .flat_map(|s| s.calls.iter_mut().rev())
             .find(|c| c.call_id == call_id)
     }
-}
-
-/// The TurnConfig fields a diff compares, by their JSON name (`message_count` follows from
-/// the history, which the turns before already compare).
-fn config_field(name: &str) -> Option<&'static str> {
-    const FIELDS: &[&str] = &[
-        "provider",
-        "model_id",
-        "system",
-        "tool_names",
-        "active_tools",
-        "tool_choice",
-        "max_steps",
-        "stop_when",
-        "send_reasoning",
-        "settings",
-        "max_retries",
-        "timeout_ms",
-        "stall_timeout_ms",
-        "transforms",
-        "output_schema",
-        "overrides",
-    ];
-    FIELDS.iter().copied().find(|f| *f == name)
 }

@@ -15,6 +15,9 @@
 //! effective input, the output a block or substitute gave) and outcome, errors (failed turns,
 //! failed hooks, stream errors, retries), the turn's status and usage, and timing: time to the
 //! first chunk, step and turn durations, the longest gap between two chunks, tool durations.
+//! An event's fields are compared as serde writes them (named as in the log), all but the ids,
+//! times and repeats a diff leaves out (`fields.rs` lists them, with why), so a field added to
+//! an event is compared with no edit here.
 //!
 //! The **first divergence** is the earliest difference that is not timing, in the order the
 //! first run wrote its events, named exactly: turn, step, tool call, event, field and the seq
@@ -26,6 +29,7 @@
 //! [`Run`] from one turn's events.
 
 mod compare;
+mod fields;
 mod fold;
 mod render;
 

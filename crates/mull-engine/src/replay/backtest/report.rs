@@ -28,14 +28,7 @@ pub struct Decision {
 impl Decision {
     fn from_call(call: &CallRun) -> Option<Decision> {
         let facts = call.decided.as_ref()?;
-        let field = |name: &str| {
-            facts
-                .fields
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or(Value::Null)
-        };
+        let field = |name: &str| facts.field(name).cloned().unwrap_or(Value::Null);
         Some(Decision {
             action: field("action").as_str().unwrap_or_default().to_owned(),
             reason: field("reason").as_str().map(str::to_owned),
