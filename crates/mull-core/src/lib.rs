@@ -11,6 +11,7 @@
 //! This crate is pure data and pure functions: no I/O and no async runtime. Everything that
 //! stores, runs or draws lives in the crates above it.
 
+pub mod appended;
 pub mod budget;
 pub mod classify;
 pub mod clock;

@@ -1,11 +1,13 @@
 //! The one way an event enters a session: appended to the log, folded into the session's
-//! [`SessionState`], then published on the session's bus. Holding the state lock across the
-//! append keeps the fold in `seq` order even when two tasks append at once. A session with a
-//! budget also keeps its budget fold here, folded under the same lock.
+//! [`SessionState`], handed to `tracing` for a live telemetry export, then published on the
+//! session's bus. Holding the state lock across the append keeps the fold (and the export's)
+//! in `seq` order even when two tasks append at once. A session with a budget also keeps its
+//! budget fold here, folded under the same lock.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_broadcast::Receiver;
+use mull_core::appended::{hand_over, TRACE_TARGET};
 use mull_core::{Clock, Envelope, Event, EventRef};
 use mull_store::{Appended, BudgetFold, EventLog, SessionState};
 
@@ -21,6 +23,9 @@ pub(crate) struct Recorder {
     /// The budget fold, when the session keeps one (see `crate::budget`).
     budget: Mutex<Option<BudgetFold>>,
     bus: Broadcast<Envelope>,
+    /// Whether the session's telemetry may carry message content (tool arguments and results,
+    /// answers), told to the live export with each event.
+    content: bool,
 }
 
 impl Recorder {
@@ -38,7 +43,14 @@ impl Recorder {
             state: Mutex::new(state),
             budget: Mutex::new(None),
             bus: Broadcast::new(bus_capacity),
+            content: false,
         }
+    }
+
+    /// Tells the live telemetry export that this session's spans may carry message content.
+    pub fn capturing_content(mut self, content: bool) -> Recorder {
+        self.content = content;
+        self
     }
 
     /// The session it records.
@@ -117,6 +129,14 @@ impl Recorder {
                 }
                 None => {}
             }
+        }
+        // Under the state lock, so an export sees the session's events in seq order.
+        if tracing::enabled!(target: TRACE_TARGET, tracing::Level::TRACE) {
+            let env = self.envelope(turn_id, appended.clone());
+            let (seq, kind) = (env.seq, env.kind().to_owned());
+            hand_over(env, || {
+                tracing::trace!(target: TRACE_TARGET, seq, kind, content = self.content);
+            });
         }
         drop(state);
         // With no subscriber listening there is nobody to copy the event for.

@@ -136,9 +136,7 @@ pub fn export_spans_named(
 ) -> Result<(), OtelError> {
     let mut exporter = config.exporter()?;
     exporter.set_resource(&resource());
-    let scope = InstrumentationScope::builder("mull")
-        .with_version(env!("CARGO_PKG_VERSION"))
-        .build();
+    let scope = scope();
     for batch in spans.chunks(BATCH) {
         let data = batch.iter().map(|s| span_data(s, &scope, names)).collect();
         futures_executor::block_on(exporter.export(data)).map_err(|e| OtelError::Send {
@@ -150,7 +148,20 @@ pub fn export_spans_named(
     Ok(())
 }
 
-fn span_data(span: &LogSpan, scope: &InstrumentationScope, names: Conventions) -> SpanData {
+/// The instrumentation scope every span mull sends is under.
+pub(crate) fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("mull")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
+}
+
+/// A span of the fold as the exporter takes it, with the attribute names of `names`: the one
+/// conversion for live and re-exported spans alike.
+pub(crate) fn span_data(
+    span: &LogSpan,
+    scope: &InstrumentationScope,
+    names: Conventions,
+) -> SpanData {
     let context = SpanContext::new(
         TraceId::from_bytes(span.trace_id),
         SpanId::from_bytes(span.span_id),

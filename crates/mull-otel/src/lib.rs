@@ -1,12 +1,12 @@
 //! OpenTelemetry for mull, with the GenAI semantic conventions.
 //!
-//! Two ways out, one span shape:
-//! - **Live** ([`LiveExport`]): a `tracing` layer that sends the engine's spans over OTLP as
-//!   turns run.
+//! Two ways out, one span shape built one way: the log holds every turn, step and tool call
+//! with its time, so spans are folded from events ([`spans::SessionSpans`]), one envelope at a
+//! time, whether the envelopes come as they are appended or from the log.
+//! - **Live** ([`LiveExport`]): a `tracing` layer that receives each envelope the engine
+//!   appends, folds it, and sends each span over OTLP once no later event can change it.
 //! - **From the log** ([`export_log`]): any past session re-exported with its original
-//!   timestamps. The log holds every turn, step and tool call with its time, so the spans are
-//!   built from events ([`spans`]) rather than recorded live; a session run without any
-//!   collector can be looked at in one later.
+//!   timestamps; a session run without any collector can be looked at in one later.
 //!
 //! Both send OTLP over HTTP to the `--otlp URL` the binary was given or to what the standard
 //! `OTEL_EXPORTER_OTLP_*` variables name ([`OtlpConfig`]). Message content (tool arguments and

@@ -54,7 +54,8 @@ impl Session {
             Arc::clone(&options.clock),
             state,
             options.bus_capacity,
-        );
+        )
+        .capturing_content(options.capture_content);
         let config = agent.configure_session(SessionConfig::new()).await;
         let context = agent.configure_context(config.context()).await;
         let config = config.with_context_config(context);

@@ -221,6 +221,9 @@ pub struct SessionSpans {
     /// Requests whose history was compacted: their later model calls saw the compacted
     /// conversation.
     compacted: std::collections::HashSet<String>,
+    /// Set while the last event applied ended a turn that did not complete: the engine writes
+    /// that turn's `turn_failed` next, which still marks its spans.
+    settling: bool,
 }
 
 impl SessionSpans {
@@ -237,11 +240,13 @@ impl SessionSpans {
             inferences: Vec::new(),
             answers: HashMap::new(),
             compacted: std::collections::HashSet::new(),
+            settling: false,
         }
     }
 
     /// Folds one event of the session in.
     pub fn apply(&mut self, env: &Envelope) {
+        self.settling = false;
         match &env.event {
             Event::SessionOpened { agent, .. } => {
                 self.agent = agent.clone();
@@ -565,6 +570,7 @@ impl SessionSpans {
                 if *status == TurnStatus::Error && turn.span.error.is_none() {
                     turn.span.error = Some(error.clone().unwrap_or_else(|| "turn failed".into()));
                 }
+                self.settling = *status != TurnStatus::Completed;
                 return true;
             }
             _ => {}
@@ -693,6 +699,18 @@ impl SessionSpans {
     /// session's traces when they are folded too).
     pub fn children(&self) -> &[String] {
         &self.children
+    }
+
+    /// The spans closed so far that no later event can change, taken out of the fold: what a
+    /// live export sends as the events are appended. Spans of a turn that just ended without
+    /// completing wait for the next event (its `turn_failed` marks them). The model calls
+    /// measured so far are dropped: their metrics are sent by a re-export.
+    pub fn take_closed(&mut self) -> Vec<LogSpan> {
+        self.inferences.clear();
+        if self.settling {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.done)
     }
 
     /// Every span, turns that never finished included, ordered by start time (a parent before

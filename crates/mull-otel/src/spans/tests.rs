@@ -198,3 +198,51 @@ fn a_sub_agents_turn_is_a_child_of_the_parents_tool_call_in_the_parents_trace() 
         .iter()
         .all(|p| child.iter().all(|c| c.span_id != p.span_id)));
 }
+
+/// What a live export sends as events are appended: each span once it closed, and the spans
+/// of a turn that ended in error only after the `turn_failed` the engine writes next.
+#[test]
+fn closed_spans_are_taken_as_they_close_and_a_failed_turns_wait_for_its_failure() {
+    let mut fold = SessionSpans::new("s", SpanOptions::default());
+    let mut apply = |e: Envelope| {
+        fold.apply(&e);
+        fold.take_closed()
+    };
+    assert!(apply(started(1, "t1", 0)).is_empty());
+    assert!(apply(tool_started(2, "t1", 1)).is_empty());
+    let finished = Event::ToolCallFinished {
+        step: 0,
+        call_id: "c1".into(),
+        tool: "add".into(),
+        success: true,
+        output: None,
+        error: None,
+        duration_ms: 1,
+    };
+    let tool = apply(env(3, Some("t1"), 2, finished));
+    assert_eq!(tool.len(), 1);
+    assert_eq!(tool[0].name, "execute_tool add");
+    let ended = Event::TurnFinished {
+        request_id: "r".into(),
+        status: TurnStatus::Error,
+        error: Some("the model broke".into()),
+        steps: 1,
+        usage: Usage::default(),
+    };
+    assert!(apply(env(4, Some("t1"), 3, ended)).is_empty());
+    let failed = Event::TurnFailed {
+        request_id: Some("r".into()),
+        stage: ErrorStage::Stream,
+        messages_persisted: true,
+        classification: None,
+        error: "the model broke".into(),
+        model_error: None,
+    };
+    let turn = apply(env(5, Some("t1"), 4, failed));
+    assert_eq!(turn.len(), 1);
+    assert_eq!(
+        turn[0].attribute("error.type"),
+        Some(&AttrValue::from("stream"))
+    );
+    assert!(fold.finish().is_empty(), "every span was taken");
+}
