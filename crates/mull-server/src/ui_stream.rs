@@ -4,6 +4,9 @@
 //! `tool-output-available`, `finish` …). Those chunks are a pure function of the turn's events in
 //! `seq` order: [`UiStreamMapper`] folds envelopes into chunks and holds only what the mapping
 //! needs to remember (whether reasoning is shown, which tool calls already reported an output).
+//! A tool call's life (input, approval asked, denied, output, error, repaired) is read from the
+//! store's [`Facts`] fold, which the mapper feeds each envelope: the chunks of a call are drawn
+//! from the call's fact at the stage the envelope moved it to.
 //! The live stream and a resumed stream both run the same mapper over the same events, so a
 //! client that reconnects sees byte-identical parts, and the n-th chunk of a turn is the same
 //! chunk however often it is served — which is what WebSocket resume sequences count.
@@ -21,6 +24,7 @@ use std::collections::HashSet;
 use mull_core::{
     DecisionAction, Envelope, Event, FinishReason, Source, StreamPart, ToolPartState, TurnStatus,
 };
+use mull_store::facts::{CallOutcome, CallStage, FactChange, Facts, ToolCallFact};
 use mull_store::{RequestFold, RequestPhase};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -170,12 +174,10 @@ pub struct UiStreamMapper {
     hide_reasoning: bool,
     /// The turn's `send_reasoning`, once `turn_configured` told it.
     send_reasoning: bool,
-    /// Calls whose input reached the client as `tool-input-available`.
-    inputs_sent: HashSet<String>,
-    /// Calls whose final output (or error) reached the client.
-    outputs_sent: HashSet<String>,
-    /// Calls a person denied: their outcome reaches the client as `tool-output-denied`.
-    denied: HashSet<String>,
+    /// The facts of the events mapped so far: each tool call's life.
+    facts: Facts,
+    /// What of each call reached the client.
+    sent: Sent,
     /// The finish reason of the latest step.
     finish_reason: FinishReason,
     /// The request mapped (the first one met): its attempts and verdict.
@@ -197,9 +199,8 @@ impl UiStreamMapper {
         Self {
             hide_reasoning: false,
             send_reasoning: true,
-            inputs_sent: HashSet::new(),
-            outputs_sent: HashSet::new(),
-            denied: HashSet::new(),
+            facts: Facts::new(),
+            sent: Sent::default(),
             finish_reason: FinishReason::Unknown,
             request: None,
             step_pending: false,
@@ -227,7 +228,14 @@ impl UiStreamMapper {
         }
         let from = out.len();
         let phases = self.fold(envelope);
-        self.map_event(&envelope.event, phases, out);
+        match self.facts.push(envelope) {
+            Some(FactChange::Call { call, stage }) => {
+                if let Some(call) = self.facts.calls().get(call) {
+                    self.sent.call(call, stage, out);
+                }
+            }
+            _ => self.map_event(&envelope.event, phases, out),
+        }
         if self.step_pending {
             if let Some(at) = out[from..].iter().position(UiChunk::shows_step_content) {
                 out.insert(from + at, UiChunk::StartStep);
@@ -294,74 +302,6 @@ impl UiStreamMapper {
             Event::MessageMetadataUpdated { metadata, .. } => out.push(UiChunk::MessageMetadata {
                 message_metadata: Value::Object(metadata.clone()),
             }),
-            Event::ToolCallStarted {
-                call_id,
-                tool,
-                input,
-                ..
-            } if !self.inputs_sent.contains(call_id) => {
-                self.inputs_sent.insert(call_id.clone());
-                out.push(UiChunk::ToolInputAvailable {
-                    tool_call_id: call_id.clone(),
-                    tool_name: tool.clone(),
-                    input: input.clone(),
-                });
-            }
-            Event::ToolApprovalRequested {
-                call_id,
-                approval_id,
-                ..
-            } => out.push(UiChunk::ToolApprovalRequest {
-                approval_id: approval_id.clone(),
-                tool_call_id: call_id.clone(),
-            }),
-            Event::ToolDecided {
-                call_id,
-                action: DecisionAction::Denied,
-                ..
-            } => {
-                self.denied.insert(call_id.clone());
-            }
-            Event::ToolCallFinished { call_id, .. }
-                if self.denied.contains(call_id) && self.outputs_sent.insert(call_id.clone()) =>
-            {
-                out.push(UiChunk::ToolOutputDenied {
-                    tool_call_id: call_id.clone(),
-                })
-            }
-            Event::ToolCallFinished {
-                call_id,
-                success,
-                output,
-                error,
-                ..
-            } => self.final_output(
-                call_id,
-                *success,
-                output.clone(),
-                error.clone(),
-                "the tool failed",
-                out,
-            ),
-            Event::ClientToolResult {
-                call_id,
-                state,
-                output,
-                error,
-                ..
-            } => self.final_output(
-                call_id,
-                *state == ToolPartState::OutputAvailable,
-                output.clone(),
-                error.clone(),
-                "Tool execution denied by user",
-                out,
-            ),
-            Event::ToolCallRepaired {
-                call_id,
-                error_text,
-                ..
-            } => self.final_output(call_id, false, None, Some(error_text.clone()), "", out),
             Event::StepFinished { record } => {
                 self.finish_reason = record.finish_reason;
                 out.push(UiChunk::FinishStep);
@@ -413,32 +353,6 @@ impl UiStreamMapper {
         let mut out = Vec::new();
         self.map_into(envelope, &mut out);
         out
-    }
-
-    fn final_output(
-        &mut self,
-        call_id: &str,
-        success: bool,
-        output: Option<Value>,
-        error: Option<String>,
-        default_error: &str,
-        out: &mut Vec<UiChunk>,
-    ) {
-        if !self.outputs_sent.insert(call_id.to_owned()) {
-            return;
-        }
-        out.push(if success {
-            UiChunk::ToolOutputAvailable {
-                tool_call_id: call_id.to_owned(),
-                output: output.unwrap_or(Value::Null),
-                preliminary: None,
-            }
-        } else {
-            UiChunk::ToolOutputError {
-                tool_call_id: call_id.to_owned(),
-                error_text: error.unwrap_or_else(|| default_error.to_owned()),
-            }
-        });
     }
 
     fn map_part(&mut self, part: &StreamPart, out: &mut Vec<UiChunk>) {
@@ -496,7 +410,7 @@ impl UiStreamMapper {
                 tool_name,
                 input,
             } => {
-                if !self.inputs_sent.insert(call_id.clone()) {
+                if !self.sent.inputs.insert(call_id.clone()) {
                     return;
                 }
                 UiChunk::ToolInputAvailable {
@@ -518,11 +432,15 @@ impl UiStreamMapper {
                         preliminary: Some(true),
                     }
                 } else {
-                    return self.final_output(call_id, true, Some(output.clone()), None, "", out);
+                    return self
+                        .sent
+                        .output(call_id, true, Some(output.clone()), None, "", out);
                 }
             }
             StreamPart::ToolError { call_id, error, .. } => {
-                return self.final_output(call_id, false, None, Some(error.clone()), "", out);
+                return self
+                    .sent
+                    .output(call_id, false, None, Some(error.clone()), "", out);
             }
             // The error reaches the client once, from the turn's end; the rest is not shown.
             StreamPart::ToolInputEnd { .. }
@@ -533,6 +451,89 @@ impl UiStreamMapper {
             | StreamPart::ResponseMetadata { .. } => return,
         };
         out.push(chunk);
+    }
+}
+
+/// What of each tool call reached the client: its input once, its final output once.
+#[derive(Debug, Clone, Default)]
+struct Sent {
+    /// Calls whose input reached the client as `tool-input-available`.
+    inputs: HashSet<String>,
+    /// Calls whose final output (or error) reached the client.
+    outputs: HashSet<String>,
+}
+
+impl Sent {
+    /// The chunks of a call that reached `stage`: its input when it started, the request
+    /// when a person is asked, and its outcome — denied (a person said no), an output, an
+    /// error — when it ended.
+    fn call(&mut self, call: &ToolCallFact, stage: CallStage, out: &mut Vec<UiChunk>) {
+        let id = &call.call_id;
+        match (stage, &call.outcome) {
+            (CallStage::Started, _) if self.inputs.insert(id.clone()) => {
+                out.push(UiChunk::ToolInputAvailable {
+                    tool_call_id: id.clone(),
+                    tool_name: call.tool.clone(),
+                    input: call.input.clone().unwrap_or(Value::Null),
+                });
+            }
+            (CallStage::ApprovalRequested, _) => {
+                if let Some(approval) = &call.approval {
+                    out.push(UiChunk::ToolApprovalRequest {
+                        approval_id: approval.approval_id.clone(),
+                        tool_call_id: id.clone(),
+                    });
+                }
+            }
+            (CallStage::Finished, Some(_))
+                if call.action() == Some(DecisionAction::Denied)
+                    && self.outputs.insert(id.clone()) =>
+            {
+                out.push(UiChunk::ToolOutputDenied {
+                    tool_call_id: id.clone(),
+                });
+            }
+            (CallStage::Finished | CallStage::ClientAnswered | CallStage::Repaired, Some(o)) => {
+                let (success, default_error) = match o {
+                    CallOutcome::Finished { success, .. } => (*success, "the tool failed"),
+                    CallOutcome::ClientAnswered { state, .. } => (
+                        *state == ToolPartState::OutputAvailable,
+                        "Tool execution denied by user",
+                    ),
+                    _ => (false, ""),
+                };
+                let (output, error) = (o.output().cloned(), o.error().cloned());
+                self.output(id, success, output, error, default_error, out);
+            }
+            _ => {}
+        }
+    }
+
+    /// A call's final output or error, sent once.
+    fn output(
+        &mut self,
+        call_id: &str,
+        success: bool,
+        output: Option<Value>,
+        error: Option<String>,
+        default_error: &str,
+        out: &mut Vec<UiChunk>,
+    ) {
+        if !self.outputs.insert(call_id.to_owned()) {
+            return;
+        }
+        out.push(if success {
+            UiChunk::ToolOutputAvailable {
+                tool_call_id: call_id.to_owned(),
+                output: output.unwrap_or(Value::Null),
+                preliminary: None,
+            }
+        } else {
+            UiChunk::ToolOutputError {
+                tool_call_id: call_id.to_owned(),
+                error_text: error.unwrap_or_else(|| default_error.to_owned()),
+            }
+        });
     }
 }
 
