@@ -3,7 +3,9 @@
 //! events made visible.
 //!
 //! The builder is incremental (`push` one envelope at a time) so the same code serves a page
-//! loaded from the log, events arriving live, and a replay cursor moving forward.
+//! loaded from the log, events arriving live, and a replay cursor moving forward. A tool
+//! call's row is drawn from the store's [`Facts`] fold of the same envelopes: the builder
+//! reads the call's fact at the stage an envelope moved it to, not the event.
 
 use std::collections::HashMap;
 
@@ -11,6 +13,7 @@ use chrono::{DateTime, Utc};
 use mull_core::{
     wire_name, DecisionAction, Envelope, Event, FinishReason, StreamPart, TurnStatus, Usage,
 };
+use mull_store::facts::{CallOutcome, CallStage, FactChange, Facts, ToolCallFact};
 use mull_store::tool_usage::{tool_usage, CallFacts, ToolUsage};
 use mull_store::ApprovalAnswer;
 
@@ -197,6 +200,8 @@ pub struct TimelineBuilder {
     open_blocks: HashMap<String, usize>,
     /// Tool calls by call id → row index.
     tools: HashMap<String, usize>,
+    /// The facts of the envelopes pushed: each tool call's life.
+    facts: Facts,
     last_at: Option<DateTime<Utc>>,
     last_seq: Option<u64>,
     first_at: Option<DateTime<Utc>>,
@@ -282,6 +287,13 @@ impl TimelineBuilder {
         self.last_seq = Some(env.seq);
         self.first_at.get_or_insert(env.at);
 
+        if let Some(FactChange::Call { call, stage }) = self.facts.push(env) {
+            if let Some(call) = self.facts.calls().get(call).cloned() {
+                if self.call_row(env, gap_ms, &call, stage) {
+                    return;
+                }
+            }
+        }
         match &env.event {
             Event::TurnStarted { entry, attempt, .. } => {
                 let entry = wire_name(entry);
@@ -319,32 +331,6 @@ impl TimelineBuilder {
                 );
             }
             Event::Chunk { part, .. } => self.push_part(env, gap_ms, part),
-            Event::ToolCallStarted {
-                call_id,
-                tool,
-                input,
-                client,
-                ..
-            } => {
-                let index = self.tool_row(env, gap_ms, call_id, tool);
-                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
-                    row.input = preview(input);
-                    row.client = *client;
-                }
-            }
-            Event::ToolDecided {
-                call_id,
-                tool,
-                action,
-                reason,
-                ..
-            } => {
-                let index = self.tool_row(env, gap_ms, call_id, tool);
-                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
-                    row.decision = Some(*action);
-                    row.reason.clone_from(reason);
-                }
-            }
             Event::SubagentStarted {
                 call_id,
                 tool,
@@ -354,51 +340,6 @@ impl TimelineBuilder {
                 let index = self.tool_row(env, gap_ms, call_id, tool);
                 if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
                     row.subagent = Some(child_session_id.clone());
-                }
-            }
-            Event::ToolCallFinished {
-                call_id,
-                tool,
-                success,
-                output,
-                error,
-                duration_ms,
-                ..
-            } => {
-                let index = self.tool_row(env, gap_ms, call_id, tool);
-                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
-                    row.success = Some(*success);
-                    row.duration_ms = Some(*duration_ms);
-                    row.error.clone_from(error);
-                    if let Some(output) = output {
-                        row.output = Some(preview(output));
-                    }
-                }
-            }
-            Event::ClientToolResult {
-                call_id,
-                tool,
-                output,
-                error,
-                ..
-            } => {
-                let index = self.tool_row(env, gap_ms, call_id, tool);
-                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
-                    row.success = Some(error.is_none());
-                    row.error.clone_from(error);
-                    row.output = output.as_ref().map(preview);
-                }
-            }
-            Event::ToolCallRepaired {
-                call_id,
-                tool,
-                error_text,
-                ..
-            } => {
-                let index = self.tool_row(env, gap_ms, call_id, tool);
-                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
-                    row.success = Some(false);
-                    row.error = Some(error_text.clone());
                 }
             }
             Event::ToolApprovalRequested {
@@ -548,6 +489,66 @@ impl TimelineBuilder {
                 );
             }
         }
+    }
+
+    /// Updates a call's row from its fact at `stage`; false for an approval asked or answered,
+    /// which the row takes from its event: a turn's timeline also shows an answer whose request
+    /// is in another turn, which the fold of this turn's events does not know.
+    fn call_row(
+        &mut self,
+        env: &Envelope,
+        gap_ms: Option<i64>,
+        call: &ToolCallFact,
+        stage: CallStage,
+    ) -> bool {
+        if !matches!(
+            stage,
+            CallStage::Started
+                | CallStage::Decided
+                | CallStage::Finished
+                | CallStage::ClientAnswered
+                | CallStage::Repaired
+        ) {
+            return false;
+        }
+        let index = self.tool_row(env, gap_ms, &call.call_id, &call.tool);
+        let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) else {
+            return true;
+        };
+        match (stage, &call.outcome) {
+            (CallStage::Started, _) => {
+                row.input = call.input.as_ref().map(preview).unwrap_or_default();
+                row.client = call.client;
+            }
+            (CallStage::Decided, _) => {
+                if let Some(decision) = &call.decision {
+                    row.decision = Some(decision.action);
+                    row.reason.clone_from(&decision.reason);
+                }
+            }
+            (_, Some(outcome)) => {
+                row.success = Some(outcome.success());
+                row.error = outcome.error().cloned();
+                match outcome {
+                    CallOutcome::Finished {
+                        output,
+                        duration_ms,
+                        ..
+                    } => {
+                        row.duration_ms = Some(*duration_ms);
+                        if let Some(output) = output {
+                            row.output = Some(preview(output));
+                        }
+                    }
+                    CallOutcome::ClientAnswered { output, .. } => {
+                        row.output = output.as_ref().map(preview);
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        true
     }
 
     fn tool_row(
