@@ -22,6 +22,11 @@ pub trait LanguageModel: Send + Sync {
     fn provider(&self) -> &str;
     /// The model's id as the provider names it.
     fn model_id(&self) -> &str;
+    /// Where the provider is reached, as host and port (the GenAI conventions'
+    /// `server.address` and `server.port`); `None` for a model not reached over a network.
+    fn server(&self) -> Option<(String, u16)> {
+        None
+    }
     /// Starts one model call. Errors before the first part (a refused request) come back here;
     /// errors later come through the stream.
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError>;

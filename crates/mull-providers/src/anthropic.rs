@@ -142,6 +142,10 @@ impl LanguageModel for AnthropicModel {
         &self.config.model
     }
 
+    fn server(&self) -> Option<(String, u16)> {
+        crate::http::server_of(&self.config.base_url)
+    }
+
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.request_body(&request);
         let url = format!("{}/messages", self.config.base_url.trim_end_matches('/'));

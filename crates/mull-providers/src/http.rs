@@ -68,6 +68,13 @@ impl Default for HttpOptions {
 }
 
 /// Builds the reqwest client a provider reuses for all its calls.
+/// The host and port of a provider's base URL (the port the scheme implies when none is
+/// written); `None` for a URL that does not parse or names no host.
+pub(crate) fn server_of(base_url: &str) -> Option<(String, u16)> {
+    let url = reqwest::Url::parse(base_url).ok()?;
+    Some((url.host_str()?.to_owned(), url.port_or_known_default()?))
+}
+
 pub(crate) fn build_client(options: HttpOptions) -> Result<reqwest::Client, reqwest::Error> {
     let mut builder = reqwest::Client::builder().connect_timeout(options.connect_timeout);
     if let Some(timeout) = options.request_timeout {
@@ -736,5 +743,23 @@ mod tests {
         let secret = Secret::new("sk-very-secret");
         assert_eq!(format!("{secret:?}"), "Secret([redacted])");
         assert_eq!(secret.expose(), "sk-very-secret");
+    }
+}
+
+#[cfg(test)]
+mod server_tests {
+    use super::server_of;
+
+    #[test]
+    fn a_base_url_names_its_host_and_port_or_the_schemes() {
+        assert_eq!(
+            server_of("https://api.openai.com/v1"),
+            Some(("api.openai.com".to_owned(), 443))
+        );
+        assert_eq!(
+            server_of("http://127.0.0.1:11434/v1"),
+            Some(("127.0.0.1".to_owned(), 11434))
+        );
+        assert_eq!(server_of("not a url"), None);
     }
 }

@@ -260,6 +260,10 @@ impl LanguageModel for OpenAiModel {
         &self.config.model
     }
 
+    fn server(&self) -> Option<(String, u16)> {
+        crate::http::server_of(&self.config.base_url)
+    }
+
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {
         let body = self.request_body(&request);
         if !self.streams() {

@@ -265,6 +265,7 @@ impl Shared {
         Arc::new(PresentedModel {
             provider: chosen.provider().to_owned(),
             model_id: chosen.model_id().to_owned(),
+            server: chosen.server(),
             shared: Arc::clone(self),
         })
     }

@@ -181,6 +181,7 @@ impl ToolRuns {
 pub(super) struct PresentedModel {
     pub(super) provider: String,
     pub(super) model_id: String,
+    pub(super) server: Option<(String, u16)>,
     pub(super) shared: Arc<Shared>,
 }
 
@@ -192,6 +193,10 @@ impl LanguageModel for PresentedModel {
 
     fn model_id(&self) -> &str {
         &self.model_id
+    }
+
+    fn server(&self) -> Option<(String, u16)> {
+        self.server.clone()
     }
 
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ModelError> {

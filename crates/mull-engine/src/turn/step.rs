@@ -41,6 +41,8 @@ impl TurnRun<'_> {
                 gen_ai.operation.name = "chat",
                 gen_ai.provider.name = tracing::field::Empty,
                 gen_ai.request.model = tracing::field::Empty,
+                server.address = tracing::field::Empty,
+                server.port = tracing::field::Empty,
                 gen_ai.conversation.id = %self.inner.session_id,
                 gen_ai.request.stream = true,
                 gen_ai.response.finish_reasons = tracing::field::Empty,
@@ -205,6 +207,10 @@ impl TurnRun<'_> {
         );
         span.record("gen_ai.provider.name", step_model.provider());
         span.record("gen_ai.request.model", step_model.model_id());
+        if let Some((address, port)) = step_model.server() {
+            span.record("server.address", address.as_str());
+            span.record("server.port", i64::from(port));
+        }
         Ok(Ok(StepCall {
             model: step_model,
             request,
@@ -700,6 +706,11 @@ fn response_metadata(
     }
     if let Some(streamed) = meta.streamed {
         out["streamed"] = json!(streamed);
+    }
+    // Where the call went, so a re-exported trace carries it as a live one does.
+    if let Some((address, port)) = model.server() {
+        out["server_address"] = json!(address);
+        out["server_port"] = json!(port);
     }
     out
 }

@@ -875,6 +875,9 @@ fn step_attributes(span: &mut LogSpan, record: &StepRecord, content: bool) {
     {
         span.set("server.address", address);
     }
+    if let Some(port) = record.response.get("server_port").and_then(Value::as_u64) {
+        span.set("server.port", port);
+    }
     usage_attributes(
         span,
         &record.usage,

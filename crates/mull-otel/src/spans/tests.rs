@@ -246,3 +246,49 @@ fn closed_spans_are_taken_as_they_close_and_a_failed_turns_wait_for_its_failure(
     );
     assert!(fold.finish().is_empty(), "every span was taken");
 }
+
+#[test]
+fn a_model_calls_span_names_the_server_its_step_record_went_to() {
+    let configured = Event::StepConfigured {
+        step: 0,
+        model_id: "gpt-4o-mini".into(),
+        active_tools: None,
+        tool_choice: mull_core::ToolChoice::Auto,
+        system: None,
+        message_count: 1,
+        overrides: Vec::new(),
+        request_hash: None,
+    };
+    let record = |response: Value| Event::StepFinished {
+        record: Box::new(mull_core::StepRecord {
+            model_id: "gpt-4o-mini".into(),
+            response,
+            ..mull_core::StepRecord::default()
+        }),
+    };
+    let call = |response: Value| {
+        let spans = fold(&[
+            started(1, "t1", 0),
+            env(2, Some("t1"), 1, Event::StepStarted { step: 0 }),
+            env(3, Some("t1"), 2, configured.clone()),
+            env(4, Some("t1"), 9, record(response)),
+        ]);
+        spans
+            .into_iter()
+            .find(|s| s.name.starts_with("chat"))
+            .expect("the model call's span")
+    };
+    let remote = call(json!({"server_address": "api.openai.com", "server_port": 443}));
+    assert_eq!(
+        remote.attribute("server.address"),
+        Some(&AttrValue::from("api.openai.com"))
+    );
+    assert_eq!(
+        remote.attribute("server.port"),
+        Some(&AttrValue::from(443u64))
+    );
+    // A model reached over no network (a scripted one) names no server.
+    let local = call(json!({"model_id": "gpt-4o-mini"}));
+    assert_eq!(local.attribute("server.address"), None);
+    assert_eq!(local.attribute("server.port"), None);
+}
