@@ -223,6 +223,21 @@ pub enum StreamPart {
 }
 
 impl StreamPart {
+    /// Whether the part is the model's output (text, reasoning, tool-call content, sources,
+    /// files), not call metadata or a tool's result: what the GenAI conventions' "first chunk"
+    /// and "time per output chunk" count, live and in a re-export alike.
+    pub fn is_model_output(&self) -> bool {
+        matches!(
+            self,
+            StreamPart::TextDelta { .. }
+                | StreamPart::ReasoningDelta { .. }
+                | StreamPart::ToolInputDelta { .. }
+                | StreamPart::ToolCall { .. }
+                | StreamPart::Source { .. }
+                | StreamPart::File { .. }
+        )
+    }
+
     /// The part's kebab-case type name, as in the log and the AI SDK.
     pub fn kind(&self) -> &'static str {
         match self {

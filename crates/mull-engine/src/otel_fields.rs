@@ -5,21 +5,6 @@
 
 use mull_core::{DecisionAction, StepRecord, Usage};
 
-/// Whether `part` is model output ("a chunk" for the time to first chunk): text, reasoning or
-/// tool-call content, not call metadata or a tool's result.
-pub(crate) fn is_output_chunk(part: &mull_core::StreamPart) -> bool {
-    use mull_core::StreamPart as P;
-    matches!(
-        part,
-        P::TextDelta { .. }
-            | P::ReasoningDelta { .. }
-            | P::ToolInputDelta { .. }
-            | P::ToolCall { .. }
-            | P::Source { .. }
-            | P::File { .. }
-    )
-}
-
 /// A `chat` span's response fields: finish reason, response id and model, and usage.
 pub(crate) fn record_step(span: &tracing::Span, record: &StepRecord) {
     span.record(

@@ -309,7 +309,7 @@ impl TurnRun<'_> {
                 }
                 Next::Part(part) => part,
             };
-            if !first_chunk_seen && crate::otel_fields::is_output_chunk(&part) {
+            if !first_chunk_seen && part.is_model_output() {
                 first_chunk_seen = true;
                 // Measured on the process's monotonic clock, not the session's: a read of the
                 // injected clock is served from the log under replay, so an extra one would

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use mull_core::price::cache_write_tokens;
-use mull_core::{wire_name, Envelope, Event, StepRecord, StreamPart, TurnStatus, Usage};
+use mull_core::{wire_name, Envelope, Event, StepRecord, TurnStatus, Usage};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -391,7 +391,7 @@ impl SessionSpans {
                     open.opened_at = Some(env.at);
                 }
             }
-            Event::Chunk { step, part, .. } if is_output_chunk(part) => {
+            Event::Chunk { step, part, .. } if part.is_model_output() => {
                 if let Some(open) = turn.steps.get_mut(step) {
                     if open.chunks.is_empty() {
                         if let Some(opened) = open.opened_at {
@@ -828,20 +828,6 @@ fn usage_attributes(span: &mut LogSpan, usage: &Usage, cache_write: Option<u64>)
     if let Some(n) = usage.reasoning_tokens {
         span.set("gen_ai.usage.reasoning.output_tokens", n);
     }
-}
-
-/// The parts a model streams as its answer (text, reasoning, tool calls, sources, files), as
-/// opposed to call metadata and tool results: what "first chunk" and "per output chunk" time.
-fn is_output_chunk(part: &StreamPart) -> bool {
-    matches!(
-        part,
-        StreamPart::TextDelta { .. }
-            | StreamPart::ReasoningDelta { .. }
-            | StreamPart::ToolInputDelta { .. }
-            | StreamPart::ToolCall { .. }
-            | StreamPart::Source { .. }
-            | StreamPart::File { .. }
-    )
 }
 
 /// `to - from` in seconds (0 when the log's clock went backwards).
