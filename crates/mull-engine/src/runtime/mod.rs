@@ -9,7 +9,6 @@ mod outcome;
 pub(crate) mod search_index;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mull_core::Envelope;
@@ -32,7 +31,9 @@ pub use outcome::{
 /// A caller's signal, watched while its request lives (see [`Runtime::register_request`]).
 pub(crate) struct SignalWatch {
     pub(crate) signal: CancellationToken,
-    pub(crate) recorded: Arc<AtomicBool>,
+    /// Whether the signal's cancellation is in the log; held while it is appended, so a
+    /// second recorder waits until the event is written instead of passing it.
+    pub(crate) recorded: Arc<Mutex<bool>>,
     _stop: tokio_util::sync::DropGuard,
 }
 
@@ -147,7 +148,7 @@ impl Runtime {
         };
         let token = signal.child_token();
         lock(&self.active).insert(request_id.to_owned(), token.clone());
-        let recorded = Arc::new(AtomicBool::new(false));
+        let recorded = Arc::new(Mutex::new(false));
         if signal.is_cancelled() {
             self.record_signal(request_id, &recorded);
         }
@@ -173,11 +174,15 @@ impl Runtime {
         (token, Some(watch))
     }
 
-    /// Appends the `cancellation_requested` of a caller's cancelled signal, once.
-    pub(crate) fn record_signal(&self, request_id: &str, recorded: &AtomicBool) {
-        if recorded.swap(true, Ordering::SeqCst) {
+    /// Appends the `cancellation_requested` of a caller's cancelled signal, once. The lock is
+    /// held across the append: a turn ending aborted returns from here only once the event is
+    /// in the log, whoever wrote it, so its `turn_finished` always comes after it.
+    pub(crate) fn record_signal(&self, request_id: &str, recorded: &Mutex<bool>) {
+        let mut recorded = lock(recorded);
+        if *recorded {
             return;
         }
+        *recorded = true;
         let event = mull_core::Event::CancellationRequested {
             request_id: Some(request_id.to_owned()),
             reason: SIGNAL_CANCELLED.to_owned(),
