@@ -1,8 +1,12 @@
 //! The subcommands, run as the real binary: export → import → export round-trips, `replay`
 //! prints the conversation and turn table, `stats` counts.
 
+mod support;
+
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use mull_core::{
@@ -176,16 +180,27 @@ fn export_import_export_is_byte_identical() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("a.db");
     write_sample(&db);
-    let first = mull(&["export", db.to_str().expect("utf-8 path")]).stdout;
+    let exported = mull(&["export", db.to_str().expect("utf-8 path")]);
+    let first = exported.stdout;
     assert_eq!(String::from_utf8_lossy(&first).lines().count(), 11);
+    // Progress is drawn only on a terminal: through a pipe, standard error stays clean.
+    assert_eq!(String::from_utf8_lossy(&exported.stderr), "");
     let jsonl = dir.path().join("a.jsonl");
     std::fs::write(&jsonl, &first).expect("write jsonl");
     let copy = dir.path().join("b.db");
-    mull(&[
+    let imported = mull(&[
         "import",
         jsonl.to_str().expect("utf-8 path"),
         copy.to_str().expect("utf-8 path"),
     ]);
+    assert_eq!(
+        String::from_utf8_lossy(&imported.stderr),
+        format!(
+            "imported 11 events from {} into {}\n",
+            jsonl.display(),
+            copy.display()
+        )
+    );
     let second = mull(&["export", copy.to_str().expect("utf-8 path")]).stdout;
     assert_eq!(first, second);
     let unknown = Command::new(env!("CARGO_BIN_EXE_mull"))
@@ -201,6 +216,61 @@ fn export_import_export_is_byte_identical() {
     assert!(
         unknown.stdout.is_empty(),
         "an unknown session exports nothing"
+    );
+}
+
+/// At a terminal a long export draws its progress on standard error, while the JSONL goes
+/// whole to standard output; the bar is gone when the export ends.
+#[test]
+fn at_a_terminal_export_shows_progress_and_clears_it() {
+    if !support::tmux::available() {
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("big.db");
+    let db = db.to_str().expect("utf-8 path");
+    let made = mull(&["gen-bench-log", db, "--events", "3000"]);
+    let written: usize = String::from_utf8_lossy(&made.stdout)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("gen-bench-log says how many events it wrote");
+    // Standard output is a pipe this test reads only once it has seen the bar: the export,
+    // far larger than a pipe holds, waits with its progress on the screen.
+    let fifo = dir.path().join("out.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn({
+        let fifo = fifo.clone();
+        move || {
+            let mut file = std::fs::File::open(&fifo).expect("open the fifo");
+            let _ = wait.recv();
+            let mut text = String::new();
+            file.read_to_string(&mut text).expect("read the export");
+            text
+        }
+    });
+    let tmux = support::tmux::Tmux::start_mull(
+        "export",
+        &format!(
+            "export '{db}' > '{}'; echo \"export exited $?\"; read keep",
+            fifo.display()
+        ),
+    );
+    let screen = tmux.wait_for("events", Duration::from_secs(30));
+    assert!(screen.contains(&format!("exporting {db}")), "{screen}");
+    // indicatif writes counts with thousands separators.
+    let total = format!("{},{:03}", written / 1000, written % 1000);
+    assert!(screen.contains(&format!("/{total} events")), "{screen}");
+    go.send(()).expect("the reader waits");
+    let exported = reader.join().expect("the reader");
+    assert_eq!(exported.lines().count(), written);
+    let screen = tmux.wait_for("export exited 0", Duration::from_secs(30));
+    assert!(
+        !screen.contains("exporting"),
+        "the bar is cleared: {screen}"
     );
 }
 
@@ -232,6 +302,64 @@ fn replay_prints_the_conversation_and_a_turn_table() {
         vec!["turn_1", "completed", "1", "100", "7", "40", "1", "0"],
         "{out}"
     );
+    // The whole report: the columns under their headings, numbers right-aligned.
+    insta::assert_snapshot!("replay_sample", out);
+}
+
+#[test]
+fn replay_names_a_failed_turn_s_error_after_the_table() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("failed.db");
+    let log = Log::open(&db).expect("open");
+    let at = Utc
+        .with_ymd_and_hms(2025, 1, 1, 0, 0, 0)
+        .single()
+        .expect("time");
+    let (s, t) = ("sess_failed", Some("turn_failed"));
+    let events = vec![
+        (
+            None,
+            Event::SessionOpened {
+                agent: "cli".into(),
+                metadata: json!({}),
+            },
+        ),
+        (
+            t,
+            Event::TurnStarted {
+                request_id: "req_f".into(),
+                message_id: "msg_f".into(),
+                entry: EntryPath::SaveMessages,
+                continuation: false,
+                attempt: 0,
+                body: json!({}),
+            },
+        ),
+        (
+            t,
+            Event::TurnFinished {
+                request_id: "req_f".into(),
+                status: TurnStatus::Error,
+                error: Some("the model server answered 503".into()),
+                steps: 0,
+                usage: Usage::default(),
+            },
+        ),
+    ];
+    for (turn, event) in events {
+        log.append(s, turn, at, event).expect("append");
+    }
+    log.close().expect("commit");
+    let jsonl = dir.path().join("failed.jsonl");
+    std::fs::write(
+        &jsonl,
+        mull(&["export", db.to_str().expect("utf-8 path")]).stdout,
+    )
+    .expect("write jsonl");
+    let out = String::from_utf8(mull(&["replay", jsonl.to_str().expect("utf-8 path")]).stdout)
+        .expect("utf-8");
+    // The row counts the error; the line after the table says what it was, naming the turn.
+    insta::assert_snapshot!("replay_failed_turn", out);
 }
 
 #[test]
@@ -259,6 +387,8 @@ fn stats_counts_sessions_turns_kinds_and_tokens() {
         out.contains("  cache        read 40 tokens $0.000003 · write 0 tokens $0.000000\n"),
         "{out}"
     );
+    // The whole report: the kinds in a column, their counts right-aligned in another.
+    insta::assert_snapshot!("stats_sample", out);
 }
 
 #[test]

@@ -24,14 +24,24 @@ pub fn run(db: &Path, session: Option<&str>) -> Result<()> {
             anyhow::bail!("{}", unknown_session(&reader, db, session)?);
         }
     }
+    let progress = match session {
+        None => super::progress::bar(
+            reader.max_seq()?,
+            super::progress::Unit::Events,
+            &format!("exporting {}", db.display()),
+        ),
+        Some(session) => super::progress::spinner(&format!("exporting session {session}")),
+    };
     let stdout = std::io::stdout();
     let mut out = Lines {
         inner: BufWriter::new(stdout.lock()),
         lines: 0,
+        progress,
     };
     let exported = export_jsonl(&reader, session, &mut out);
     // What went out is whole lines: the export writes a line at a time.
     let flushed = out.inner.flush().context("writing standard output");
+    out.progress.finish_and_clear();
     match exported {
         Ok(_) => flushed,
         Err(err) => Err(err).with_context(|| {
@@ -65,16 +75,19 @@ fn unknown_session(reader: &LogReader, db: &Path, session: &str) -> Result<Strin
     ))
 }
 
-/// A writer that counts the newlines that went through it.
+/// A writer that counts the newlines that went through it (and shows them as progress).
 struct Lines<W> {
     inner: W,
     lines: u64,
+    progress: indicatif::ProgressBar,
 }
 
 impl<W: Write> Write for Lines<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
-        self.lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+        let lines = buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+        self.lines += lines;
+        self.progress.inc(lines);
         Ok(n)
     }
 

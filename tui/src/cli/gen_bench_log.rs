@@ -77,6 +77,7 @@ struct Writer<'a> {
     log: &'a Log,
     clock: FixedClock,
     written: u64,
+    progress: indicatif::ProgressBar,
 }
 
 impl Writer<'_> {
@@ -90,6 +91,7 @@ impl Writer<'_> {
         self.clock.advance(Duration::from_millis(advance_ms));
         self.log.append(session, turn, self.clock.now(), event)?;
         self.written += 1;
+        self.progress.set_position(self.written);
         Ok(())
     }
 }
@@ -114,6 +116,11 @@ pub fn run(args: GenArgs) -> Result<()> {
         log: &log,
         clock: FixedClock::at_fixture_epoch(),
         written: 0,
+        progress: super::progress::bar(
+            args.events,
+            super::progress::Unit::Events,
+            &format!("writing {}", args.db.display()),
+        ),
     };
     while w.written < args.events {
         let session = ids.next_id("sess");
@@ -137,6 +144,7 @@ pub fn run(args: GenArgs) -> Result<()> {
         }
     }
     let written = w.written;
+    w.progress.finish_and_clear();
     log.close()
         .with_context(|| format!("committing {}", args.db.display()))?;
     let secs = started.elapsed().as_secs_f64();
@@ -156,7 +164,9 @@ fn demo_sessions(log: Log, args: &GenArgs, count: usize, started: Instant) -> Re
         .enable_all()
         .build()
         .context("starting a runtime")?;
+    let progress = super::progress::spinner(&format!("recording {count} demo sessions"));
     let events = runtime.block_on(mull::demo::record_sessions(&log, count));
+    progress.finish_and_clear();
     log.close()
         .with_context(|| format!("committing {}", args.db.display()))?;
     let events = events?;

@@ -27,14 +27,23 @@ pub fn run(file: &Path, db: &Path) -> Result<()> {
 pub fn import_into(file: &Path, db: &Path) -> Result<u64> {
     refuse_database(file)?;
     let input = File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let size = input.metadata().map(|m| m.len()).unwrap_or(0);
+    let progress = super::progress::bar(
+        size,
+        super::progress::Unit::Bytes,
+        &format!("importing {}", file.display()),
+    );
     let created = !db.exists();
     let imported = (|| {
         let log = Log::open(db).with_context(|| format!("opening {}", db.display()))?;
-        let count = import_jsonl(BufReader::new(input), &file.display().to_string(), &log)?;
+        let input = BufReader::new(progress.wrap_read(input));
+        let count = import_jsonl(input, &file.display().to_string(), &log)?;
         log.close()
             .with_context(|| format!("committing the import into {}", db.display()))?;
         Ok(count)
     })();
+    // Cleared whatever happened: an error prints below no half-drawn bar.
+    progress.finish_and_clear();
     if imported.is_err() && created {
         mull_store::integrity::remove_log_files(db);
     }

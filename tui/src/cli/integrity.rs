@@ -50,8 +50,12 @@ fn stretches(damaged: &[DamagedRange]) -> String {
 
 /// Copies every readable event of `db` into a new log at `out` and says what was lost.
 pub fn recover(db: &Path, out: &Path) -> Result<()> {
-    let report = mull_store::recover(db, out)
-        .with_context(|| format!("recovering {} into {}", db.display(), out.display()))?;
+    // The store copies without reporting as it goes: a spinner with the time says it works.
+    let progress = super::progress::spinner(&format!("recovering {}", db.display()));
+    let recovered = mull_store::recover(db, out);
+    progress.finish_and_clear();
+    let report =
+        recovered.with_context(|| format!("recovering {} into {}", db.display(), out.display()))?;
     println!(
         "copied {} events from {} into {} ({} of them from the files beside it)",
         report.copied,

@@ -18,9 +18,11 @@ pub mod integrity;
 pub mod mcp;
 pub mod otlp_export;
 pub mod pg;
+pub(crate) mod progress;
 pub mod replay;
 pub mod serve;
 pub mod stats;
+pub(crate) mod table;
 
 use std::path::Path;
 use std::sync::OnceLock;

@@ -104,28 +104,43 @@ fn conversation(state: &SessionState, out: &mut String) -> Result<()> {
 }
 
 fn turn_table(state: &SessionState, out: &mut String) -> Result<()> {
-    writeln!(
-        out,
-        "  {:<20} {:<9} {:>5} {:>8} {:>8} {:>8} {:>6} {:>6}",
-        "turn", "status", "steps", "in", "out", "cached", "tools", "errors"
-    )?;
     let n = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+    let rows = state
+        .turns
+        .iter()
+        .map(|turn| {
+            let errors = turn.tools.failures + turn.hook_failures + u32::from(turn.error.is_some());
+            vec![
+                turn.turn_id
+                    .as_deref()
+                    .unwrap_or(&turn.request_id)
+                    .to_owned(),
+                turn.status.as_str().to_owned(),
+                turn.steps.to_string(),
+                n(turn.usage.input_tokens),
+                n(turn.usage.output_tokens),
+                n(turn.usage.cached_input_tokens),
+                turn.tools.calls.to_string(),
+                errors.to_string(),
+            ]
+        })
+        .collect();
+    let header = [
+        "turn", "status", "steps", "in", "out", "cached", "tools", "errors",
+    ];
+    out.push_str(&super::table::render(
+        Some(&header),
+        &[2, 3, 4, 5, 6, 7],
+        rows,
+    ));
+    // The errors, after the table, each naming the turn it ended.
     for turn in &state.turns {
-        let errors = turn.tools.failures + turn.hook_failures + u32::from(turn.error.is_some());
-        writeln!(
-            out,
-            "  {:<20} {:<9} {:>5} {:>8} {:>8} {:>8} {:>6} {:>6}",
-            turn.turn_id.as_deref().unwrap_or(&turn.request_id),
-            turn.status.as_str(),
-            turn.steps,
-            n(turn.usage.input_tokens),
-            n(turn.usage.output_tokens),
-            n(turn.usage.cached_input_tokens),
-            turn.tools.calls,
-            errors
-        )?;
         if let Some(error) = &turn.error {
-            writeln!(out, "    error: {error}")?;
+            writeln!(
+                out,
+                "  {}: error: {error}",
+                turn.turn_id.as_deref().unwrap_or(&turn.request_id)
+            )?;
         }
     }
     Ok(())

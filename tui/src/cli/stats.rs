@@ -117,9 +117,11 @@ impl Tally {
         let statuses: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
         out.push_str(&format!("turns     {turns} ({})\n", statuses.join(", ")));
         out.push_str(&format!("events    {events}\n"));
-        for (kind, count) in kinds {
-            out.push_str(&format!("  {kind:<26} {count:>10}\n"));
-        }
+        let rows = kinds
+            .iter()
+            .map(|(kind, count)| vec![kind.clone(), count.to_string()])
+            .collect();
+        out.push_str(&super::table::render(None, &[1], rows));
         // A count no provider reported is unknown, not zero.
         let n = |v: Option<u64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
         let total = usage
