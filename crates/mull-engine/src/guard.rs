@@ -117,11 +117,15 @@ pub(crate) async fn guarded<T>(
     let signal = TURN_SCOPE
         .try_with(|scope| scope.signal.clone())
         .unwrap_or_default();
-    // The hook first: one that is ready when the abort arrives still finishes.
+    // The hook first: one that is ready when the abort arrives still finishes. The abort can
+    // land between the hook's poll and the signal's (another thread cancels), so when the
+    // signal wins the hook gets one more poll: a hook that watches the abort and returns
+    // promptly finishes whichever order the two polls saw.
+    let mut bounded = std::pin::pin!(bounded);
     let outcome = tokio::select! {
         biased;
-        outcome = bounded => outcome,
-        _ = signal.cancelled() => Err(Unfinished::Aborted),
+        outcome = &mut bounded => outcome,
+        _ = signal.cancelled() => bounded.now_or_never().unwrap_or(Err(Unfinished::Aborted)),
     };
     let (error, panicked, timed_out) = match outcome {
         Ok(Ok(Ok(value))) => return Ok(Ok(value)),
