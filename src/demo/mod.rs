@@ -68,6 +68,9 @@ pub struct DemoOptions {
     /// beside the travel desk's own. The scripted model calls only its own tools; the turns'
     /// `turn_configured` events list the servers' tools.
     pub tool_sources: ToolSources,
+    /// A budget laid over the travel desk's (it sets none): a turn that reaches it ends the
+    /// demo with that turn's budget error.
+    pub budget: Option<mull_engine::Budget>,
     /// Raised to stop the demo early (the dashboard quit): it ends after the turn in
     /// progress, leaving a waiting approval unanswered.
     pub stop: Option<Arc<AtomicBool>>,
@@ -130,6 +133,7 @@ impl Default for DemoOptions {
             approval_wait: APPROVAL_WAIT,
             on_approval_wait: None,
             tool_sources: ToolSources::default(),
+            budget: None,
             stop: None,
         }
     }
@@ -539,6 +543,9 @@ pub async fn run_on(
     }
     for source in &options.tool_sources.0 {
         session_options = session_options.with_mcp_server(Arc::clone(source));
+    }
+    if let Some(budget) = &options.budget {
+        session_options = session_options.with_budget(budget.clone());
     }
     let clock = Arc::clone(&session_options.clock);
     let session = Session::open_on(log, agent, session_options)

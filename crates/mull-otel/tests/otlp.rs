@@ -11,7 +11,7 @@ use mull_store::LogReader;
 use serde_json::{json, Value};
 use support::{
     attr, attr_bool, attr_f64, attr_int, attr_str, named, nanos, one_test_at_a_time, run_agent,
-    run_manager, run_turn, Calculator, ExportTest, Receiver,
+    run_budgeted, run_manager, run_turn, Calculator, ExportTest, Receiver,
 };
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -374,6 +374,57 @@ fn a_failed_turn_is_an_error_span_live_and_from_the_log() {
         let chat = named(spans, "chat claude-test");
         assert_eq!(chat["status"]["code"], "STATUS_CODE_ERROR", "{chat:#}");
         assert_eq!(attr(chat, "gen_ai.response.finish_reasons"), None);
+    }
+}
+
+/// A turn a budget stopped says so on its span, live and from the log: the limit reached (its
+/// scope, measure, size and what was spent) as attributes, the stop as an event on the
+/// timeline, and an error of type `budget`.
+#[test]
+fn a_budget_stop_is_on_the_turns_span_live_and_from_the_log() {
+    let Some(test) = ExportTest::start() else {
+        return;
+    };
+    let (receiver, db) = (&test.receiver, &test.db);
+    // One model call a turn: the calculator's tool step runs, its answer's call is refused.
+    let budget = mull_engine::Budget::new().turn_calls(1);
+    export_live(receiver, || {
+        runtime().block_on(run_budgeted(db, "capped-1", Calculator::new(), budget))
+    });
+    let live = receiver.wait_for(3);
+    let reader = LogReader::open(db).expect("reader");
+    let report = export_log(
+        &reader,
+        Some("capped-1"),
+        &OtlpConfig::to(&receiver.url),
+        SpanOptions::default(),
+    )
+    .expect("export");
+    let all = receiver.wait_for(live.len() + report.spans);
+    let (live, logged) = all.split_at(live.len());
+    for spans in [live, logged] {
+        let turn = named(spans, "invoke_agent calculator");
+        assert_eq!(turn["status"]["code"], "STATUS_CODE_ERROR", "{turn:#}");
+        assert_eq!(attr_str(turn, "error.type"), Some("budget"), "{turn:#}");
+        assert_eq!(
+            attr_str(turn, "mull.budget.scope"),
+            Some("turn"),
+            "{turn:#}"
+        );
+        assert_eq!(attr_str(turn, "mull.budget.measure"), Some("calls"));
+        assert_eq!(attr_f64(turn, "mull.budget.limit"), Some(1.0));
+        assert_eq!(attr_f64(turn, "mull.budget.spent"), Some(1.0));
+        let stop = turn["events"]
+            .as_array()
+            .and_then(|e| e.iter().find(|e| e["name"] == "mull.budget.exceeded"))
+            .unwrap_or_else(|| panic!("the stop is an event on the turn's span: {turn:#}"));
+        assert_eq!(attr_str(stop, "mull.budget.call"), Some("step"));
+        assert_eq!(attr_int(stop, "mull.step"), Some(1));
+        assert_eq!(attr_int(stop, "mull.budget.remaining.calls"), Some(0));
+        // The tool step's call was made and its tool ran before the stop.
+        assert!(named(spans, "execute_tool add")["status"]
+            .get("code")
+            .is_none());
     }
 }
 

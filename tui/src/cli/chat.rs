@@ -15,12 +15,13 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use futures::StreamExt;
-use mull::core::{IdSource, RandomIds, UIMessage};
-use mull::engine::{Agent, OutcomeStatus, Session, ToolSource, TurnOptions};
+use mull::core::{ErrorStage, IdSource, RandomIds, UIMessage};
+use mull::engine::{Agent, Budget, OutcomeStatus, Session, ToolSource, TurnOptions};
 use mull_store::Log;
 use tokio::sync::mpsc;
 
 use super::agent::{choose_agent_streaming, SCRIPTED_DEMO};
+use super::budget::{with_budget, BudgetArgs};
 use super::chat_view::TurnView;
 use super::mcp::{with_servers, McpArgs};
 
@@ -48,12 +49,15 @@ pub struct ChatArgs {
     pub stream: Option<mull::providers::openai::Streaming>,
     #[command(flatten)]
     pub mcp: McpArgs,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
 }
 
 /// Runs the chat until input ends, `/quit`, or Ctrl-C at the prompt.
 pub fn run(args: ChatArgs) -> Result<()> {
     let agent = choose_agent_streaming(args.model.as_deref(), args.stream, args.tools)?;
     let servers = args.mcp.servers()?;
+    let budget = args.budget.budget()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -61,7 +65,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         .context("starting the chat's runtime")?;
     let log =
         super::open_log(&args.db).with_context(|| format!("opening {}", args.db.display()))?;
-    let result = runtime.block_on(chat(&log, agent, &servers, &args));
+    let result = runtime.block_on(chat(&log, agent, &servers, budget.as_ref(), &args));
     log.close()
         .with_context(|| format!("committing {}", args.db.display()))?;
     result
@@ -78,6 +82,7 @@ async fn chat(
     log: &Log,
     agent: Arc<dyn Agent>,
     servers: &[Arc<dyn ToolSource>],
+    budget: Option<&Budget>,
     args: &ChatArgs,
 ) -> Result<()> {
     let interactive = std::io::stdin().is_terminal();
@@ -86,7 +91,10 @@ async fn chat(
         .clone()
         .unwrap_or_else(|| RandomIds.next_id("chat"));
     let model = agent.model();
-    let options = with_servers(crate::telemetry::session_options(&session_id), servers);
+    let options = with_budget(
+        with_servers(crate::telemetry::session_options(&session_id), servers),
+        budget,
+    );
     let session = Session::open(log, agent, options)
         .await
         .with_context(|| format!("opening session {session_id}"))?;
@@ -214,13 +222,17 @@ async fn turn(
     match outcome.status {
         OutcomeStatus::Aborted => eprintln!("[cancelled: the partial answer is kept]"),
         OutcomeStatus::Error => {
+            let budget = outcome
+                .error
+                .as_ref()
+                .is_some_and(|e| e.stage == ErrorStage::Budget);
             let message = outcome
                 .error
                 .map(|e| e.message)
                 .unwrap_or_else(|| "the turn failed".to_owned());
             if !interactive {
                 // A script must not take a failed turn for an answer.
-                return Err(TurnFailed(message).into());
+                return Err(TurnFailed { message, budget }.into());
             }
             eprintln!("[error: {message}]");
         }
@@ -232,11 +244,13 @@ async fn turn(
 /// Names the input line whose turn failed, and when the demo's scripted model ran past its
 /// script, says so.
 fn explain_failure(err: anyhow::Error, args: &ChatArgs, line: u64, text: &str) -> anyhow::Error {
-    let Some(TurnFailed(message)) = err.downcast_ref::<TurnFailed>() else {
+    let Some(TurnFailed { message, budget }) = err.downcast_ref::<TurnFailed>() else {
         return err;
     };
     let mut explained = format!("input line {line} ({text:?}): the turn failed: {message}");
-    if args.model.as_deref() == Some(SCRIPTED_DEMO) {
+    if *budget {
+        explained.push_str("\nraise the --budget-… limit it names to let such turns finish");
+    } else if args.model.as_deref() == Some(SCRIPTED_DEMO) {
         explained.push_str(&format!(
             "\nthe {SCRIPTED_DEMO} model answers only the demo's own questions, in order, and \
              this input went past its script; chat with a real model with --model SPEC or \
@@ -248,11 +262,16 @@ fn explain_failure(err: anyhow::Error, args: &ChatArgs, line: u64, text: &str) -
 
 /// A turn of a scripted (piped) chat failed: the chat stops and exits non-zero.
 #[derive(Debug)]
-pub struct TurnFailed(pub String);
+pub struct TurnFailed {
+    /// The turn's error.
+    pub message: String,
+    /// Whether a budget stopped it (a limit was reached, nothing went wrong).
+    pub budget: bool,
+}
 
 impl std::fmt::Display for TurnFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the turn failed: {}", self.0)
+        write!(f, "the turn failed: {}", self.message)
     }
 }
 

@@ -42,6 +42,8 @@ pub struct DemoArgs {
     pub fast: bool,
     #[command(flatten)]
     pub mcp: crate::cli::mcp::McpArgs,
+    #[command(flatten)]
+    pub budget: crate::cli::budget::BudgetArgs,
     /// How many seconds the booking waits for a person's approval before the demo approves
     /// it itself (the screen says when).
     #[arg(long, value_name = "SECONDS", default_value_t = demo::APPROVAL_WAIT.as_secs())]
@@ -65,6 +67,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         policy,
         fast: args.fast,
         tool_sources: demo::ToolSources(args.mcp.servers()?),
+        budget: args.budget.budget()?,
         approval_wait: if args.fast {
             Duration::ZERO
         } else {

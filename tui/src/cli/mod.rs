@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod approve;
 pub mod backtest;
+pub mod budget;
 pub mod chat;
 pub mod chat_view;
 pub mod check;

@@ -19,6 +19,7 @@ use mull_server::{AgentSource, ConnectionLimits, ServerConfig, ServerState};
 use mull_store_pg::{is_postgres_url, PgLog, PgOptions};
 
 use super::agent::{choose_agent_streaming, SCRIPTED_DEMO};
+use super::budget::{with_budget, BudgetArgs};
 use super::mcp::{with_servers, McpArgs};
 
 /// Arguments of `mull serve`.
@@ -84,6 +85,8 @@ pub struct ServeArgs {
     pub body_timeout: Duration,
     #[command(flatten)]
     pub mcp: McpArgs,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
 }
 
 /// Serves until SIGTERM or Ctrl-C, then stops cleanly (see the module docs) and closes the log.
@@ -92,6 +95,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let shared = choose_agent_streaming(args.model.as_deref(), args.stream, args.tools)?;
     // Every chat lists the same servers' tools (their connections are shared).
     let servers = args.mcp.servers()?;
+    // Every chat is held to the same budget, each to its own spend.
+    let budget = args.budget.budget()?;
     // And a token no request could match before the log is created.
     let config = ServerConfig {
         addr: args.addr,
@@ -124,7 +129,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ServerState::on(log, Arc::new(move |_: &str| Arc::clone(&shared)))
     }
     .with_session_options(Arc::new(move |id: &str| {
-        with_servers(crate::telemetry::session_options(id), &servers)
+        with_budget(
+            with_servers(crate::telemetry::session_options(id), &servers),
+            budget.as_ref(),
+        )
     }))
     .with_idle_ttl(args.idle_ttl)
     .with_body_timeout(args.body_timeout);

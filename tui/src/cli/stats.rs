@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use mull_core::{PriceTable, Usage};
+use mull_core::{BudgetMeasure, BudgetScope, Event, PriceTable, Usage};
 use mull_store::{CostLedger, CostTotals, ReadLog, TurnSummary};
 
 /// Prints the counts of a log, its costs priced with `prices` (a price file) over the defaults.
@@ -46,6 +46,9 @@ pub fn report(reader: &dyn ReadLog, prices: &PriceTable) -> Result<String> {
         reader.for_each_session_event(&session.session_id, 0, &mut |env| {
             ledger.apply(&env);
             tally.event(env.kind());
+            if let Event::BudgetExceeded { scope, measure, .. } = &env.event {
+                tally.budget_stop(*scope, *measure);
+            }
         })?;
         tally.cost.add(&ledger.totals(prices));
         for turn in reader.turns(&session.session_id)? {
@@ -67,6 +70,8 @@ pub struct Tally {
     pub cost: CostTotals,
     kinds: BTreeMap<String, u64>,
     events: u64,
+    /// Model calls a budget refused, by the limit that refused them (`turn tokens`, …).
+    budget_stops: BTreeMap<String, u64>,
 }
 
 impl Tally {
@@ -99,6 +104,24 @@ impl Tally {
         }
     }
 
+    /// Counts a `budget_exceeded`: a model call the `scope`'s `measure` limit refused.
+    pub fn budget_stop(&mut self, scope: BudgetScope, measure: BudgetMeasure) {
+        let scope = match scope {
+            BudgetScope::Turn => "turn",
+            BudgetScope::Session => "session",
+            _ => "inherited",
+        };
+        let measure = match measure {
+            BudgetMeasure::Tokens => "tokens",
+            BudgetMeasure::Dollars => "dollars",
+            _ => "calls",
+        };
+        *self
+            .budget_stops
+            .entry(format!("{scope} {measure}"))
+            .or_default() += 1;
+    }
+
     /// The counts, as printed.
     pub fn render(&self) -> String {
         let Tally {
@@ -110,6 +133,7 @@ impl Tally {
             cost,
             kinds,
             events,
+            budget_stops,
         } = self;
         let (turns, unreported) = (*turns, *unreported);
         let mut out = String::new();
@@ -144,8 +168,27 @@ impl Tally {
             ));
         }
         out.push_str(&cost_lines(cost));
+        out.push_str(&budget_line(budget_stops));
         out
     }
+}
+
+/// The stops budgets made (a `budget_exceeded` each: a turn's, once per request), by the limit
+/// reached; nothing when there were none.
+fn budget_line(stops: &BTreeMap<String, u64>) -> String {
+    let total: u64 = stops.values().sum();
+    if total == 0 {
+        return String::new();
+    }
+    let limits: Vec<String> = stops
+        .iter()
+        .map(|(limit, n)| format!("{limit} {n}"))
+        .collect();
+    format!(
+        "budgets   {total} {} at a limit, no further model call made: {}\n",
+        if total == 1 { "stop" } else { "stops" },
+        limits.join(" · ")
+    )
 }
 
 /// The cost section: the total, by outcome, the cache's share, and the calls that reported no

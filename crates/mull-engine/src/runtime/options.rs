@@ -48,6 +48,10 @@ pub struct SessionOptions {
     /// trace. A sub-agent's session sets it to the parent's `execute_tool` span, so the child's
     /// turn is one trace with the call that ran it.
     pub trace_parent: Option<tracing::Span>,
+    /// A budget laid over the agent's own (each limit the tighter of the two; dollars priced
+    /// at the agent's prices when it sets a budget, else at this one's): the cap an operator
+    /// puts on an agent it did not write, such as `mull chat --budget-turn-tokens`.
+    pub budget: Option<crate::Budget>,
 }
 
 impl SessionOptions {
@@ -67,6 +71,7 @@ impl SessionOptions {
             approval_expiry: None,
             outside: Arc::new(RealWorld),
             trace_parent: None,
+            budget: None,
         }
     }
 
@@ -97,6 +102,13 @@ impl SessionOptions {
     /// Traces the session's turns under `span` (see [`SessionOptions::trace_parent`]).
     pub fn with_trace_parent(mut self, span: tracing::Span) -> SessionOptions {
         self.trace_parent = Some(span);
+        self
+    }
+
+    /// Caps the session's spend with `budget`, over the agent's own (see
+    /// [`SessionOptions::budget`]).
+    pub fn with_budget(mut self, budget: crate::Budget) -> SessionOptions {
+        self.budget = Some(budget);
         self
     }
 

@@ -59,6 +59,10 @@ impl Session {
         let config = agent.configure_session(SessionConfig::new()).await;
         let context = agent.configure_context(config.context()).await;
         let config = config.with_context_config(context);
+        let config = match &options.budget {
+            Some(cap) => config.budget_capped_by(cap),
+            None => config,
+        };
         crate::budget::load(&recorder, &config).await?;
         let session = Session {
             inner: Arc::new(Runtime::new(

@@ -80,6 +80,14 @@ impl Budget {
         &self.prices
     }
 
+    /// This budget held to `cap` too: each limit the tighter of the two, priced at this
+    /// budget's prices.
+    pub fn capped_by(mut self, cap: &Budget) -> Budget {
+        self.turn = self.turn.tightest(cap.turn);
+        self.session = self.session.tightest(cap.session);
+        self
+    }
+
     /// Whether any limit is set.
     pub fn is_set(&self) -> bool {
         self.turn.is_set() || self.session.is_set()

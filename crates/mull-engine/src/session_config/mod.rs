@@ -291,6 +291,16 @@ impl SessionConfig {
         self
     }
 
+    /// The configured budget held to `cap` too (see [`budget::Budget::capped_by`]); `cap`
+    /// itself when none was configured.
+    pub(crate) fn budget_capped_by(mut self, cap: &budget::Budget) -> SessionConfig {
+        self.budget = Some(match self.budget.take() {
+            Some(own) => own.capped_by(cap),
+            None => cap.clone(),
+        });
+        self
+    }
+
     /// The budget, when one is set.
     pub fn budget_settings(&self) -> Option<&budget::Budget> {
         self.budget.as_ref()

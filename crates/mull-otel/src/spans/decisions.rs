@@ -1,11 +1,12 @@
-//! Decisions on tool spans: what `before_tool_call` decided (or a person answered), as
-//! attributes and as events a trace viewer shows on the timeline, and an error status for a
-//! call that did not run because it was blocked or denied.
+//! Decisions on spans: what `before_tool_call` decided (or a person answered) on tool spans,
+//! and a budget that stopped a turn on the turn's span — as attributes and as events a trace
+//! viewer shows on the timeline, and an error status for a call that did not run because it
+//! was blocked or denied.
 
 use chrono::{DateTime, Utc};
-use mull_core::DecisionAction;
+use mull_core::{BudgetLimits, BudgetMeasure, BudgetScope, DecisionAction, ModelCallKind};
 
-use super::{LogSpan, SpanEvent};
+use super::{AttrValue, LogSpan, SpanEvent};
 
 /// A person's (or the expiry's) answer to an approval request, kept until the turn that acts
 /// on it decides the call.
@@ -71,4 +72,68 @@ pub(super) fn answer_attributes(span: &mut LogSpan, answer: &Answer) {
         at: answer.at,
         attributes,
     });
+}
+
+/// What a `budget_exceeded` said: the limit used up and the call that was not made.
+pub(super) struct BudgetStop<'a> {
+    pub scope: BudgetScope,
+    pub measure: BudgetMeasure,
+    pub limit: f64,
+    pub spent: f64,
+    pub remaining: &'a BudgetLimits,
+    pub call: ModelCallKind,
+    pub step: Option<u32>,
+}
+
+/// A budget that stopped a turn, on the turn's span (and as an event on the span of the step
+/// whose call it refused, when that is open): which limit, its size, what was spent and the
+/// call not made. The turn's error status (`error.type` `budget`) comes with its
+/// `turn_failed`.
+pub(super) fn budget_attributes(
+    turn: &mut LogSpan,
+    step: Option<&mut LogSpan>,
+    stop: &BudgetStop<'_>,
+    at: DateTime<Utc>,
+) {
+    let scope = mull_core::wire_name(&stop.scope);
+    let measure = mull_core::wire_name(&stop.measure);
+    let call = mull_core::wire_name(&stop.call);
+    turn.set("mull.budget.scope", scope.as_str());
+    turn.set("mull.budget.measure", measure.as_str());
+    turn.set("mull.budget.limit", stop.limit);
+    turn.set("mull.budget.spent", stop.spent);
+    let mut attributes = vec![
+        ("mull.budget.scope", scope.into()),
+        ("mull.budget.measure", measure.into()),
+        ("mull.budget.limit", stop.limit.into()),
+        ("mull.budget.spent", stop.spent.into()),
+        ("mull.budget.call", call.into()),
+    ];
+    if let Some(step) = stop.step {
+        attributes.push(("mull.step", step.into()));
+    }
+    let remaining = [
+        (
+            "mull.budget.remaining.tokens",
+            stop.remaining.tokens.map(AttrValue::from),
+        ),
+        (
+            "mull.budget.remaining.dollars",
+            stop.remaining.dollars.map(AttrValue::from),
+        ),
+        (
+            "mull.budget.remaining.calls",
+            stop.remaining.calls.map(AttrValue::from),
+        ),
+    ];
+    attributes.extend(remaining.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    let event = SpanEvent {
+        name: "mull.budget.exceeded",
+        at,
+        attributes,
+    };
+    if let Some(step) = step {
+        step.events.push(event.clone());
+    }
+    turn.events.push(event);
 }

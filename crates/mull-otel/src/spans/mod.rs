@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::conventions::Conventions;
-use decisions::{answer_attributes, decision_attributes, Answer};
+use decisions::{answer_attributes, budget_attributes, decision_attributes, Answer, BudgetStop};
 
 mod decisions;
 
@@ -535,6 +535,30 @@ impl SessionSpans {
                         ("mull.compaction.tokens_after", (*tokens_after).into()),
                     ],
                 });
+            }
+            Event::BudgetExceeded {
+                scope,
+                measure,
+                limit,
+                spent,
+                remaining,
+                call,
+                step,
+                ..
+            } => {
+                let stop = BudgetStop {
+                    scope: *scope,
+                    measure: *measure,
+                    limit: *limit,
+                    spent: *spent,
+                    remaining,
+                    call: *call,
+                    step: *step,
+                };
+                let step_span = step
+                    .and_then(|step| turn.steps.get_mut(&step))
+                    .map(|open| &mut open.span);
+                budget_attributes(&mut turn.span, step_span, &stop, env.at);
             }
             Event::TurnFailed {
                 stage,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use mull_core::{LanguageModel, UIMessage};
 use mull_engine::{
-    Agent, AgentTool, Session, SessionOptions, Tool, ToolError, ToolExecution, ToolOutput,
+    Agent, AgentTool, Budget, Session, SessionOptions, Tool, ToolError, ToolExecution, ToolOutput,
 };
 use mull_engine::{HookResult, ToolCallContext, ToolCallDecision, ToolSet, TurnOptions};
 use mull_providers::scripted::ScriptedModel;
@@ -155,6 +155,12 @@ pub async fn run_turn(db: &Path, id: &str, capture_content: bool) {
 pub async fn run_agent(db: &Path, id: &str, agent: Calculator, capture_content: bool) {
     let mut options = SessionOptions::new(id);
     options.capture_content = capture_content;
+    run_one(db, Arc::new(agent), options, "What is 2 + 3?").await;
+}
+
+/// Runs one turn of `agent` as session `id` into the log at `db`, held to `budget`.
+pub async fn run_budgeted(db: &Path, id: &str, agent: Calculator, budget: Budget) {
+    let options = SessionOptions::new(id).with_budget(budget);
     run_one(db, Arc::new(agent), options, "What is 2 + 3?").await;
 }
 
