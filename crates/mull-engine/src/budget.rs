@@ -67,7 +67,7 @@ pub(crate) async fn load(recorder: &Recorder, config: &SessionConfig) -> Result<
 /// The prices this session counts dollars with.
 fn prices(inner: &Runtime) -> PriceTable {
     inner
-        .config
+        .config()
         .budget_settings()
         .map(|b| b.prices().clone())
         .unwrap_or_else(PriceTable::defaults)
@@ -77,7 +77,7 @@ fn prices(inner: &Runtime) -> PriceTable {
 /// inherited ones.
 fn limits(inner: &Runtime, fold: &BudgetFold) -> Vec<(BudgetScope, BudgetLimits)> {
     let mut out = Vec::with_capacity(3);
-    if let Some(budget) = inner.config.budget_settings() {
+    if let Some(budget) = inner.config().budget_settings() {
         out.push((BudgetScope::Turn, budget.turn));
         out.push((BudgetScope::Session, budget.session));
     }
@@ -97,7 +97,7 @@ pub(crate) fn before_call(
     step: Option<u32>,
 ) -> Result<Option<ChatError>, EngineError> {
     let prices = prices(inner);
-    let checked = inner.recorder.budget_fold(|fold| {
+    let checked = inner.recorder().budget_fold(|fold| {
         let fold = fold?;
         let request = turn_id.and_then(|t| fold.request_of(t));
         if let Some(stopped) = fold.stopped(request.as_deref()) {
@@ -110,7 +110,7 @@ pub(crate) fn before_call(
         return Ok(None);
     };
     if new {
-        inner.recorder.append(
+        inner.recorder().append(
             turn_id,
             Event::BudgetExceeded {
                 request_id: request_id.clone(),
@@ -129,7 +129,7 @@ pub(crate) fn before_call(
 
 /// The error a request a budget stopped ends with, if one did (`turn_id`'s request).
 pub(crate) fn stopped(inner: &Runtime, turn_id: Option<&str>) -> Option<ChatError> {
-    inner.recorder.budget_fold(|fold| {
+    inner.recorder().budget_fold(|fold| {
         let fold = fold?;
         let request = turn_id.and_then(|t| fold.request_of(t));
         let decision = fold.stopped(request.as_deref())?;
@@ -148,7 +148,7 @@ fn error_of(request_id: Option<String>, decision: &BudgetDecision) -> ChatError 
 /// of every limit that holds here. `None` when no limit holds.
 pub(crate) fn remainder(inner: &Runtime, turn_id: &str) -> Option<BudgetLimits> {
     let prices = prices(inner);
-    inner.recorder.budget_fold(|fold| {
+    inner.recorder().budget_fold(|fold| {
         let fold = fold?;
         let request = fold.request_of(turn_id);
         let mut left: Option<BudgetLimits> = None;
@@ -171,6 +171,6 @@ pub(crate) fn remainder(inner: &Runtime, turn_id: &str) -> Option<BudgetLimits> 
 pub(crate) fn session_spend(inner: &Runtime) -> Option<BudgetSpend> {
     let prices = prices(inner);
     inner
-        .recorder
+        .recorder()
         .budget_fold(|fold| fold.map(|f| f.spend(None, &prices)))
 }

@@ -1,20 +1,35 @@
 //! The one failure guard around code the engine does not own — the agent's hooks, each
 //! extension's, the compaction callback, a context block's provider: an error, a panic or
 //! outliving its time limit becomes a `hook_failed` event naming the hook and whose code it was,
-//! and the caller applies that hook's failure rule.
+//! and the caller applies that hook's failure rule. It needs only the log: the hooks
+//! dispatcher (`hooks/`) puts each hook's time limit and source on top.
 
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
 use mull_core::{Event, HookName};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::error::{EngineError, HookResult};
-use crate::outside::HookPoint;
-use crate::runtime::{Runtime, TURN_SCOPE};
+use crate::recorder::Recorder;
+
+tokio::task_local! {
+    /// The turn the current task is inside of, if any.
+    pub(crate) static TURN_SCOPE: TurnScope;
+}
+
+/// Where the current task stands with respect to a session's turn lock.
+#[derive(Debug, Clone)]
+pub(crate) struct TurnScope {
+    pub session_id: String,
+    pub request_id: String,
+    /// The turn's cancellation: every guarded hook of the turn ends when it fires.
+    pub signal: CancellationToken,
+}
 
 /// Whose code a guarded call runs, as its `hook_failed` event names it.
 #[derive(Debug, Clone, Copy)]
@@ -47,14 +62,14 @@ pub(crate) fn panic_text(panic: &Box<dyn Any + Send>) -> String {
 
 /// Appends the `hook_failed` event of a guarded call.
 pub(crate) fn record_failure(
-    inner: &Runtime,
+    recorder: &Recorder,
     turn_id: Option<&str>,
     caller: Caller<'_>,
     error: String,
     panicked: bool,
     timed_out: bool,
 ) -> Result<(), EngineError> {
-    inner.recorder.append(
+    recorder.append(
         turn_id,
         Event::HookFailed {
             hook: caller.hook,
@@ -65,22 +80,6 @@ pub(crate) fn record_failure(
         },
     )?;
     Ok(())
-}
-
-/// [`record_failure`] where the caller is already reporting something else: a log that cannot
-/// take the event is only logged.
-pub(crate) fn record_hook_failure(
-    inner: &Arc<Runtime>,
-    turn_id: Option<&str>,
-    hook: HookName,
-    error: String,
-    panicked: bool,
-    timed_out: bool,
-) {
-    let caller = Caller::agent(hook);
-    if let Err(e) = record_failure(inner, turn_id, caller, error, panicked, timed_out) {
-        tracing::warn!(error = %e, "hook_failed could not be recorded");
-    }
 }
 
 /// What a hook cut off by its turn's abort reports (its `hook_failed` error).
@@ -98,7 +97,7 @@ enum Unfinished {
 /// and the caller applies that hook's failure rule — after an abort, the turn then ends as
 /// aborted at its next check of the signal.
 pub(crate) async fn guarded<T>(
-    inner: &Runtime,
+    recorder: &Recorder,
     turn_id: Option<&str>,
     caller: Caller<'_>,
     limit: Option<Duration>,
@@ -141,34 +140,13 @@ pub(crate) async fn guarded<T>(
         ),
         Err(Unfinished::Aborted) => (CUT_OFF_BY_ABORT.to_owned(), false, false),
     };
-    record_failure(inner, turn_id, caller, error.clone(), panicked, timed_out)?;
+    record_failure(
+        recorder,
+        turn_id,
+        caller,
+        error.clone(),
+        panicked,
+        timed_out,
+    )?;
     Ok(Err(error))
-}
-
-/// Runs one of the agent's hooks under [`Agent::hook_timeout`], once the session's outside
-/// world has seen the point (outside the time limit: see [`Outside::at_hook`]).
-///
-/// [`Agent::hook_timeout`]: crate::Agent::hook_timeout
-/// [`Outside::at_hook`]: crate::Outside::at_hook
-pub(crate) async fn guard_hook<T>(
-    inner: &Arc<Runtime>,
-    turn_id: Option<&str>,
-    point: HookPoint<'_>,
-    fut: impl Future<Output = HookResult<T>>,
-) -> Result<Result<T, String>, EngineError> {
-    let hook = point.hook();
-    inner.options.outside.at_hook(point).await;
-    let limit = inner.agent.hook_timeout();
-    guarded(inner, turn_id, Caller::agent(hook), limit, fut).await
-}
-
-/// Runs an observer hook of the agent: a failure is logged as `hook_failed` and the turn goes
-/// on.
-pub(crate) async fn observe(
-    inner: &Arc<Runtime>,
-    turn_id: Option<&str>,
-    point: HookPoint<'_>,
-    fut: impl Future<Output = HookResult<()>>,
-) -> Result<(), EngineError> {
-    guard_hook(inner, turn_id, point, fut).await.map(|_| ())
 }

@@ -1,167 +1,134 @@
-//! The one dispatcher of observer hooks (`on_chunk`, `after_tool_call`, `on_step_finish`,
-//! `on_chat_response`).
-//!
-//! A turn appends an event, then hands it here: [`Observed`] builds the hook's context from
-//! that event (and what only the turn knows beside it — the request, the model's messages, the
-//! decision), and [`dispatch`] calls the agent's hook, then each extension's in load order,
-//! each under the one guard (`guard.rs`): bounded by the hook timeout, a failure or
-//! panic recorded as `hook_failed`, the turn going on. A new observer hook is one variant here
-//! and one row in [`dispatch`].
+//! The one hooks dispatcher: a session's agent, its extensions and the one failure guard
+//! (`guard.rs`) around each of their hooks. Every part below the session that calls a hook —
+//! a turn, compaction, a context block's provider — calls it here: bounded by the agent's hook
+//! timeout (an extension's by its own), a failure or panic recorded as `hook_failed`, and the
+//! observer hooks called in one order (the agent's, then each extension's in load order).
 
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use mull_core::{DecisionAction, Event, ModelMessage, StreamPart, UIMessage};
-use serde_json::Value;
+use mull_core::HookName;
 
-use crate::error::EngineError;
-use crate::outside::HookPoint;
-use crate::runtime::Runtime;
+use super::extensions::ExtensionHooks;
+use super::observed::Observed;
+use crate::agent::Agent;
+use crate::error::{EngineError, HookResult};
+use crate::guard::{guarded, panic_text, record_failure, Caller};
+use crate::outside::{HookPoint, Outside};
+use crate::recorder::Recorder;
 
-use crate::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
-use crate::guard::observe;
-
-/// What an observer hook sees, built from the event it observes.
-#[derive(Debug)]
-pub(crate) enum Observed {
-    /// A `chunk` event of one of the seed's chunk kinds.
-    Chunk(ChunkContext),
-    /// A `tool_call_finished` event of a decided call.
-    ToolResult(ToolCallResultContext),
-    /// A `step_finished` event.
-    Step(Box<StepContext>),
-    /// A `turn_finished` event, once the turn lock is released.
-    ChatResponse(ChatResponseResult),
+/// A session's agent and extensions, with the log their failures are recorded in.
+pub(crate) struct Hooks {
+    agent: Arc<dyn Agent>,
+    extensions: ExtensionHooks,
+    /// What happens before each of the agent's hooks (see [`Outside::at_hook`]).
+    outside: Arc<dyn Outside>,
+    recorder: Arc<Recorder>,
 }
 
-/// What the turn knows about a finished tool call beside its `tool_call_finished` event.
-pub(crate) struct CallFacts<'a> {
-    /// The input the model emitted.
-    pub model_input: &'a Value,
-    /// The input execute ran with.
-    pub effective_input: &'a Value,
-    pub decision: DecisionAction,
-    pub dynamic: bool,
-    /// The conversation as the model saw it for the call's step.
-    pub messages: &'a [ModelMessage],
-}
-
-impl Observed {
-    /// `on_chunk` of a `chunk` event's step and part, for request `request_id`.
-    pub(crate) fn chunk(step: u32, part: StreamPart, request_id: &str) -> Observed {
-        Observed::Chunk(ChunkContext {
-            chunk: part,
-            step_number: step,
-            request_id: request_id.to_owned(),
-        })
-    }
-
-    /// `after_tool_call` of a `tool_call_finished` event (`None` for any other event).
-    pub(crate) fn tool_result(event: &Event, call: CallFacts<'_>) -> Option<Observed> {
-        let Event::ToolCallFinished {
-            step,
-            call_id,
-            tool,
-            success,
-            output,
-            error,
-            duration_ms,
-        } = event
-        else {
-            return None;
-        };
-        Some(Observed::ToolResult(ToolCallResultContext {
-            tool_call_id: call_id.clone(),
-            tool_name: tool.clone(),
-            input: call.model_input.clone(),
-            effective_input: call.effective_input.clone(),
-            decision: call.decision,
-            dynamic: call.dynamic,
-            step_number: *step,
-            messages: call.messages.to_vec(),
-            duration_ms: *duration_ms,
-            success: *success,
-            output: output.clone(),
-            error: error.clone(),
-        }))
-    }
-
-    /// `on_step_finish` of a `step_finished` event, whose record it takes (`None` for any
-    /// other event). `reasoning` is the step's reasoning blocks; `response_messages` what the
-    /// step produced, as the next step's model sees it.
-    pub(crate) fn step(
-        event: Event,
-        reasoning: Vec<String>,
-        response_messages: Vec<ModelMessage>,
-    ) -> Option<Observed> {
-        let Event::StepFinished { record } = event else {
-            return None;
-        };
-        Some(Observed::Step(Box::new(StepContext {
-            step_number: record.step,
-            record: *record,
-            reasoning,
-            response_messages,
-        })))
-    }
-
-    /// `on_chat_response` of a `turn_finished` event, with the turn's message (`None` for any
-    /// other event).
-    pub(crate) fn chat_response(
-        event: &Event,
-        message: UIMessage,
-        continuation: bool,
-    ) -> Option<Observed> {
-        let Event::TurnFinished {
-            request_id,
-            status,
-            error,
-            ..
-        } = event
-        else {
-            return None;
-        };
-        Some(Observed::ChatResponse(ChatResponseResult {
-            message,
-            request_id: request_id.clone(),
-            continuation,
-            status: *status,
-            error: error.clone(),
-        }))
-    }
-
-    /// The hook that observes it, with what it sees.
-    pub(crate) fn point(&self) -> HookPoint<'_> {
-        match self {
-            Observed::Chunk(ctx) => HookPoint::OnChunk(ctx),
-            Observed::ToolResult(ctx) => HookPoint::AfterToolCall(ctx),
-            Observed::Step(ctx) => HookPoint::OnStepFinish(ctx),
-            Observed::ChatResponse(result) => HookPoint::OnChatResponse(result),
+impl Hooks {
+    /// The dispatcher of `agent`'s and `extensions`' hooks, recording their failures through
+    /// `recorder`; `outside` sees each of the agent's hook points first.
+    pub(crate) fn new(
+        agent: Arc<dyn Agent>,
+        extensions: ExtensionHooks,
+        outside: Arc<dyn Outside>,
+        recorder: Arc<Recorder>,
+    ) -> Hooks {
+        Hooks {
+            agent,
+            extensions,
+            outside,
+            recorder,
         }
     }
-}
 
-/// Calls the agent's hook for `observed`, then each extension's in load order (on a step's
-/// end, each extension first delivers the chunks it batched). A hook's failure is recorded and
-/// the turn goes on; only a log that refuses `hook_failed` is an error, and then no extension
-/// is called.
-pub(crate) async fn dispatch(
-    inner: &Arc<Runtime>,
-    turn_id: Option<&str>,
-    observed: &Observed,
-) -> Result<(), EngineError> {
-    let agent = &inner.agent;
-    let fut = match observed {
-        Observed::Chunk(ctx) => agent.on_chunk(ctx),
-        Observed::ToolResult(ctx) => agent.after_tool_call(ctx),
-        Observed::Step(ctx) => agent.on_step_finish(ctx),
-        Observed::ChatResponse(result) => agent.on_chat_response(result),
-    };
-    observe(inner, turn_id, observed.point(), fut).await?;
-    match observed {
-        Observed::Chunk(ctx) => super::extensions::on_chunk(inner, turn_id, ctx).await,
-        Observed::ToolResult(ctx) => super::extensions::after_tool_call(inner, turn_id, ctx).await,
-        Observed::Step(ctx) => super::extensions::on_step_finish(inner, turn_id, ctx).await,
-        // Extensions do not subscribe to it.
-        Observed::ChatResponse(_) => Ok(()),
+    /// The session's agent.
+    pub(crate) fn agent(&self) -> &Arc<dyn Agent> {
+        &self.agent
+    }
+
+    /// The session's extensions, for the hooks only they have (`before_turn`,
+    /// `before_tool_call`).
+    pub(crate) fn extensions(&self) -> &ExtensionHooks {
+        &self.extensions
+    }
+
+    /// Runs `fut`, code of `caller`, under the agent's hook timeout. `Ok(Err(text))` means it
+    /// failed (recorded as `hook_failed`) and the caller applies that hook's failure rule.
+    pub(crate) async fn guard<T>(
+        &self,
+        turn_id: Option<&str>,
+        caller: Caller<'_>,
+        fut: impl Future<Output = HookResult<T>>,
+    ) -> Result<Result<T, String>, EngineError> {
+        let limit = self.agent.hook_timeout();
+        guarded(&self.recorder, turn_id, caller, limit, fut).await
+    }
+
+    /// Runs one of the agent's hooks at `point` under its hook timeout, once the session's
+    /// outside world has seen the point (outside the time limit: see [`Outside::at_hook`]).
+    pub(crate) async fn guard_hook<T>(
+        &self,
+        turn_id: Option<&str>,
+        point: HookPoint<'_>,
+        fut: impl Future<Output = HookResult<T>>,
+    ) -> Result<Result<T, String>, EngineError> {
+        let hook = point.hook();
+        self.outside.at_hook(point).await;
+        self.guard(turn_id, Caller::agent(hook), fut).await
+    }
+
+    /// Runs one of the agent's synchronous hooks, `hook`: a panic is recorded as `hook_failed`
+    /// (a log that refuses it is only logged, the caller being on its way to report something
+    /// else) and gives `None`.
+    pub(crate) fn catching<T>(
+        &self,
+        turn_id: Option<&str>,
+        hook: HookName,
+        call: impl FnOnce(&dyn Agent) -> T,
+    ) -> Option<T> {
+        // What the hook saw is dropped or handed back whole: a panic leaves nothing half-done.
+        match catch_unwind(AssertUnwindSafe(|| call(&*self.agent))) {
+            Ok(value) => Some(value),
+            Err(panic) => {
+                let caller = Caller::agent(hook);
+                let error = panic_text(&panic);
+                if let Err(e) = record_failure(&self.recorder, turn_id, caller, error, true, false)
+                {
+                    tracing::warn!(error = %e, "hook_failed could not be recorded");
+                }
+                None
+            }
+        }
+    }
+
+    /// Calls the agent's hook for `observed`, then each extension's in load order (on a
+    /// step's end, each extension first delivers the chunks it batched). A hook's failure is
+    /// recorded and the turn goes on; only a log that refuses `hook_failed` is an error, and
+    /// then no extension is called.
+    pub(crate) async fn dispatch(
+        &self,
+        turn_id: Option<&str>,
+        observed: &Observed,
+    ) -> Result<(), EngineError> {
+        let agent = &self.agent;
+        let fut = match observed {
+            Observed::Chunk(ctx) => agent.on_chunk(ctx),
+            Observed::ToolResult(ctx) => agent.after_tool_call(ctx),
+            Observed::Step(ctx) => agent.on_step_finish(ctx),
+            Observed::ChatResponse(result) => agent.on_chat_response(result),
+        };
+        // A failure is recorded as `hook_failed`, and the extensions are still called.
+        self.guard_hook(turn_id, observed.point(), fut).await?.ok();
+        let extensions = &self.extensions;
+        match observed {
+            Observed::Chunk(ctx) => extensions.on_chunk(turn_id, ctx).await,
+            Observed::ToolResult(ctx) => extensions.after_tool_call(turn_id, ctx).await,
+            Observed::Step(ctx) => extensions.on_step_finish(turn_id, ctx).await,
+            // Extensions do not subscribe to it.
+            Observed::ChatResponse(_) => Ok(()),
+        }
     }
 }

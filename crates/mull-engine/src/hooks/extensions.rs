@@ -1,5 +1,8 @@
-//! The dispatcher: runs each subscribed extension in load order right after the agent's own
-//! hook, through the engine's one failure guard, and answers their host calls.
+//! The extensions' side of the hooks dispatcher: runs each subscribed extension in load order
+//! right after the agent's own hook, through the engine's one failure guard, and answers their
+//! host calls.
+
+use std::sync::Arc;
 
 use mull_core::UIMessage;
 
@@ -10,14 +13,24 @@ use crate::context::{
 use crate::error::{EngineError, HookResult};
 use crate::extension::patch::apply_patch;
 use crate::extension::*;
-use crate::runtime::Runtime;
+use crate::recorder::Recorder;
+use crate::session_config::SessionConfig;
+
+/// A session's extensions with what their hooks and host calls use: the log and the session's
+/// context blocks.
+pub(crate) struct ExtensionHooks {
+    session_id: String,
+    extensions: Extensions,
+    recorder: Arc<Recorder>,
+    config: Arc<SessionConfig>,
+}
 
 /// The session's side of host calls: the conversation from the projection, and the session's
 /// declared context blocks. A write is held to the block's budget and recorded as a
 /// `context_block_updated` event (source `application`); it becomes durable at the turn's next
 /// flush barrier and shows in the prompt from the next turn, like any application write.
 struct SessionHost<'a> {
-    inner: &'a Runtime,
+    inner: &'a ExtensionHooks,
 }
 
 impl ExtensionHost for SessionHost<'_> {
@@ -56,7 +69,7 @@ impl ExtensionHost for SessionHost<'_> {
 /// Runs one extension hook through the engine's one failure guard, under the extension's
 /// timeout: a failure is a `hook_failed` event naming the extension, and `None`.
 async fn guarded<T>(
-    inner: &Runtime,
+    inner: &ExtensionHooks,
     turn_id: Option<&str>,
     extension: &dyn Extension,
     hook: ExtensionHook,
@@ -67,186 +80,199 @@ async fn guarded<T>(
         source: extension.name(),
     };
     let limit = Some(extension.timeout(hook));
-    Ok(crate::guard::guarded(inner, turn_id, caller, limit, fut)
-        .await?
-        .ok())
+    Ok(
+        crate::guard::guarded(&inner.recorder, turn_id, caller, limit, fut)
+            .await?
+            .ok(),
+    )
 }
 
-/// Runs every `before_turn` subscriber on the turn as configured so far and merges each
-/// reply's scalar fields into it, in load order.
-pub(crate) async fn before_turn(
-    inner: &Runtime,
-    turn_id: Option<&str>,
-    ctx: &TurnContext,
-    mut resolved: ResolvedTurn,
-) -> Result<ResolvedTurn, EngineError> {
-    let host = SessionHost { inner };
-    for extension in inner
-        .options
-        .extensions
-        .subscribed(ExtensionHook::BeforeTurn)
-    {
-        let snapshot = TurnSnapshot {
-            system: resolved.system.clone(),
-            tool_names: resolved.tools.names(),
-            active_tools: resolved.active_tools.clone(),
-            message_count: u32::try_from(resolved.messages.len()).unwrap_or(u32::MAX),
-            continuation: ctx.continuation,
-            body: ctx.body.clone(),
-            model_id: resolved.model.model_id().to_owned(),
-        };
-        let reply = guarded(
-            inner,
-            turn_id,
-            &**extension,
-            ExtensionHook::BeforeTurn,
-            extension.before_turn(&snapshot, &host),
-        )
-        .await?;
-        if let Some(Some(patch)) = reply {
-            apply_patch(&mut resolved, extension.name(), patch);
+impl ExtensionHooks {
+    /// The extensions of session `session_id`, whose host calls read and write its context
+    /// blocks as `config` declares them.
+    pub(crate) fn new(
+        session_id: String,
+        extensions: Extensions,
+        recorder: Arc<Recorder>,
+        config: Arc<SessionConfig>,
+    ) -> ExtensionHooks {
+        ExtensionHooks {
+            session_id,
+            extensions,
+            recorder,
+            config,
         }
     }
-    Ok(resolved)
-}
 
-/// Offers a decided tool call to every `before_tool_call` subscriber.
-pub(crate) async fn before_tool_call(
-    inner: &Runtime,
-    turn_id: Option<&str>,
-    ctx: &ToolCallContext,
-) -> Result<(), EngineError> {
-    let mut subscribers = inner
-        .options
-        .extensions
-        .subscribed(ExtensionHook::BeforeToolCall)
-        .peekable();
-    if subscribers.peek().is_none() {
-        return Ok(());
-    }
-    let host = SessionHost { inner };
-    let snapshot = ToolCallSnapshot {
-        tool_name: ctx.tool_name.clone(),
-        tool_call_id: ctx.tool_call_id.clone(),
-        input: ctx.input.clone(),
-        step_number: ctx.step_number,
-        dynamic: ctx.dynamic,
-    };
-    for extension in subscribers {
-        let fut = extension.before_tool_call(&snapshot, &host);
-        guarded(
-            inner,
-            turn_id,
-            &**extension,
-            ExtensionHook::BeforeToolCall,
-            fut,
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-/// Offers a tool call's outcome to every `after_tool_call` subscriber.
-pub(crate) async fn after_tool_call(
-    inner: &Runtime,
-    turn_id: Option<&str>,
-    ctx: &ToolCallResultContext,
-) -> Result<(), EngineError> {
-    let mut subscribers = inner
-        .options
-        .extensions
-        .subscribed(ExtensionHook::AfterToolCall)
-        .peekable();
-    if subscribers.peek().is_none() {
-        return Ok(());
-    }
-    let host = SessionHost { inner };
-    let snapshot = ToolResultSnapshot {
-        tool_name: ctx.tool_name.clone(),
-        tool_call_id: ctx.tool_call_id.clone(),
-        input: ctx.input.clone(),
-        step_number: ctx.step_number,
-        duration_ms: ctx.duration_ms,
-        success: ctx.success,
-        output: ctx.output.clone(),
-        error: ctx.error.clone(),
-        dynamic: ctx.dynamic,
-    };
-    for extension in subscribers {
-        let fut = extension.after_tool_call(&snapshot, &host);
-        guarded(
-            inner,
-            turn_id,
-            &**extension,
-            ExtensionHook::AfterToolCall,
-            fut,
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-/// At a step's end: each extension delivers the chunks it batched, then sees the step.
-pub(crate) async fn on_step_finish(
-    inner: &Runtime,
-    turn_id: Option<&str>,
-    ctx: &StepContext,
-) -> Result<(), EngineError> {
-    let extensions = &inner.options.extensions;
-    if extensions.is_empty() {
-        return Ok(());
-    }
-    let host = SessionHost { inner };
-    let record = &ctx.record;
-    let snapshot = StepSnapshot {
-        step_number: ctx.step_number,
-        finish_reason: record.finish_reason.as_str().to_owned(),
-        text: record.text.clone(),
-        reasoning_text: record.reasoning_text.clone(),
-        tool_call_count: u32::try_from(record.tool_calls.len()).unwrap_or(u32::MAX),
-        tool_result_count: u32::try_from(record.tool_results.len()).unwrap_or(u32::MAX),
-        usage: UsageSnapshot::from(&record.usage),
-        provider_metadata: record.provider_metadata.clone(),
-    };
-    for extension in &extensions.list {
-        if extension.subscribes(ExtensionHook::OnChunk) {
-            let fut = extension.flush_chunks(&host);
-            guarded(inner, turn_id, &**extension, ExtensionHook::OnChunk, fut).await?;
-        }
-        if extension.subscribes(ExtensionHook::OnStepFinish) {
-            let fut = extension.on_step_finish(&snapshot, &host);
-            guarded(
-                inner,
+    /// Runs every `before_turn` subscriber on the turn as configured so far and merges each
+    /// reply's scalar fields into it, in load order.
+    pub(crate) async fn before_turn(
+        &self,
+        turn_id: Option<&str>,
+        ctx: &TurnContext,
+        mut resolved: ResolvedTurn,
+    ) -> Result<ResolvedTurn, EngineError> {
+        let host = SessionHost { inner: self };
+        for extension in self.extensions.subscribed(ExtensionHook::BeforeTurn) {
+            let snapshot = TurnSnapshot {
+                system: resolved.system.clone(),
+                tool_names: resolved.tools.names(),
+                active_tools: resolved.active_tools.clone(),
+                message_count: u32::try_from(resolved.messages.len()).unwrap_or(u32::MAX),
+                continuation: ctx.continuation,
+                body: ctx.body.clone(),
+                model_id: resolved.model.model_id().to_owned(),
+            };
+            let reply = guarded(
+                self,
                 turn_id,
                 &**extension,
-                ExtensionHook::OnStepFinish,
+                ExtensionHook::BeforeTurn,
+                extension.before_turn(&snapshot, &host),
+            )
+            .await?;
+            if let Some(Some(patch)) = reply {
+                apply_patch(&mut resolved, extension.name(), patch);
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// Offers a decided tool call to every `before_tool_call` subscriber.
+    pub(crate) async fn before_tool_call(
+        &self,
+        turn_id: Option<&str>,
+        ctx: &ToolCallContext,
+    ) -> Result<(), EngineError> {
+        let mut subscribers = self
+            .extensions
+            .subscribed(ExtensionHook::BeforeToolCall)
+            .peekable();
+        if subscribers.peek().is_none() {
+            return Ok(());
+        }
+        let host = SessionHost { inner: self };
+        let snapshot = ToolCallSnapshot {
+            tool_name: ctx.tool_name.clone(),
+            tool_call_id: ctx.tool_call_id.clone(),
+            input: ctx.input.clone(),
+            step_number: ctx.step_number,
+            dynamic: ctx.dynamic,
+        };
+        for extension in subscribers {
+            let fut = extension.before_tool_call(&snapshot, &host);
+            guarded(
+                self,
+                turn_id,
+                &**extension,
+                ExtensionHook::BeforeToolCall,
                 fut,
             )
             .await?;
         }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Offers a logged stream part to every `on_chunk` subscriber.
-pub(crate) async fn on_chunk(
-    inner: &Runtime,
-    turn_id: Option<&str>,
-    ctx: &ChunkContext,
-) -> Result<(), EngineError> {
-    let mut subscribers = inner
-        .options
-        .extensions
-        .subscribed(ExtensionHook::OnChunk)
-        .peekable();
-    if subscribers.peek().is_none() {
-        return Ok(());
+    /// Offers a tool call's outcome to every `after_tool_call` subscriber.
+    pub(crate) async fn after_tool_call(
+        &self,
+        turn_id: Option<&str>,
+        ctx: &ToolCallResultContext,
+    ) -> Result<(), EngineError> {
+        let mut subscribers = self
+            .extensions
+            .subscribed(ExtensionHook::AfterToolCall)
+            .peekable();
+        if subscribers.peek().is_none() {
+            return Ok(());
+        }
+        let host = SessionHost { inner: self };
+        let snapshot = ToolResultSnapshot {
+            tool_name: ctx.tool_name.clone(),
+            tool_call_id: ctx.tool_call_id.clone(),
+            input: ctx.input.clone(),
+            step_number: ctx.step_number,
+            duration_ms: ctx.duration_ms,
+            success: ctx.success,
+            output: ctx.output.clone(),
+            error: ctx.error.clone(),
+            dynamic: ctx.dynamic,
+        };
+        for extension in subscribers {
+            let fut = extension.after_tool_call(&snapshot, &host);
+            guarded(
+                self,
+                turn_id,
+                &**extension,
+                ExtensionHook::AfterToolCall,
+                fut,
+            )
+            .await?;
+        }
+        Ok(())
     }
-    let host = SessionHost { inner };
-    let snapshot = ChunkSnapshot::from(&ctx.chunk);
-    for extension in subscribers {
-        let fut = extension.on_chunk(&snapshot, &host);
-        guarded(inner, turn_id, &**extension, ExtensionHook::OnChunk, fut).await?;
+
+    /// At a step's end: each extension delivers the chunks it batched, then sees the step.
+    pub(crate) async fn on_step_finish(
+        &self,
+        turn_id: Option<&str>,
+        ctx: &StepContext,
+    ) -> Result<(), EngineError> {
+        let extensions = &self.extensions;
+        if extensions.is_empty() {
+            return Ok(());
+        }
+        let host = SessionHost { inner: self };
+        let record = &ctx.record;
+        let snapshot = StepSnapshot {
+            step_number: ctx.step_number,
+            finish_reason: record.finish_reason.as_str().to_owned(),
+            text: record.text.clone(),
+            reasoning_text: record.reasoning_text.clone(),
+            tool_call_count: u32::try_from(record.tool_calls.len()).unwrap_or(u32::MAX),
+            tool_result_count: u32::try_from(record.tool_results.len()).unwrap_or(u32::MAX),
+            usage: UsageSnapshot::from(&record.usage),
+            provider_metadata: record.provider_metadata.clone(),
+        };
+        for extension in &extensions.list {
+            if extension.subscribes(ExtensionHook::OnChunk) {
+                let fut = extension.flush_chunks(&host);
+                guarded(self, turn_id, &**extension, ExtensionHook::OnChunk, fut).await?;
+            }
+            if extension.subscribes(ExtensionHook::OnStepFinish) {
+                let fut = extension.on_step_finish(&snapshot, &host);
+                guarded(
+                    self,
+                    turn_id,
+                    &**extension,
+                    ExtensionHook::OnStepFinish,
+                    fut,
+                )
+                .await?;
+            }
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Offers a logged stream part to every `on_chunk` subscriber.
+    pub(crate) async fn on_chunk(
+        &self,
+        turn_id: Option<&str>,
+        ctx: &ChunkContext,
+    ) -> Result<(), EngineError> {
+        let mut subscribers = self
+            .extensions
+            .subscribed(ExtensionHook::OnChunk)
+            .peekable();
+        if subscribers.peek().is_none() {
+            return Ok(());
+        }
+        let host = SessionHost { inner: self };
+        let snapshot = ChunkSnapshot::from(&ctx.chunk);
+        for extension in subscribers {
+            let fut = extension.on_chunk(&snapshot, &host);
+            guarded(self, turn_id, &**extension, ExtensionHook::OnChunk, fut).await?;
+        }
+        Ok(())
+    }
 }

@@ -1,9 +1,11 @@
-//! Hooks: the one dispatcher of observer hooks (the agent's, then each extension's) and the
-//! calls of extensions' other hooks. What hooks see and decide is [`context`]; the guard
-//! around every call is `guard.rs`.
+//! Hooks: the one dispatcher of a session's hooks (the agent's, then each extension's), each
+//! under the one failure guard (`guard.rs`). What hooks see and decide is [`context`].
 
 mod dispatch;
-pub(crate) mod extensions;
+mod extensions;
+mod observed;
 
 pub use crate::context;
-pub(crate) use dispatch::{dispatch, CallFacts, Observed};
+pub(crate) use dispatch::Hooks;
+pub(crate) use extensions::ExtensionHooks;
+pub(crate) use observed::{CallFacts, Observed};

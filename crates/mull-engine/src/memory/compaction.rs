@@ -26,7 +26,7 @@ use mull_core::{
 use serde_json::json;
 
 use crate::error::{EngineError, HookError};
-use crate::guard::{guarded, Caller};
+use crate::guard::Caller;
 use crate::runtime::Runtime;
 use crate::session_config::{Compaction, CompactionRequest};
 
@@ -274,9 +274,9 @@ pub(crate) async fn apply(
     reason: CompactionReason,
     attempt: u32,
 ) -> Result<bool, EngineError> {
-    let messages = inner.recorder.read(|s| s.messages.clone());
-    let counter = Arc::clone(&inner.config.counter);
-    let result = match &inner.config.compaction {
+    let messages = inner.recorder().read(|s| s.messages.clone());
+    let counter = Arc::clone(&inner.config().counter);
+    let result = match &inner.config().compaction {
         // A summary is a model call: a used-up budget (its `budget_exceeded` written) refuses
         // it, and the conversation stays as it is.
         Some(_)
@@ -291,21 +291,20 @@ pub(crate) async fn apply(
                 reason,
                 attempt,
                 counter: Arc::clone(&counter),
-                summary_id: inner.options.ids.next_id("summary"),
+                summary_id: inner.options().ids.next_id("summary"),
             };
             let caller = Caller::agent(HookName::OnCompaction);
-            let limit = inner.agent.hook_timeout();
             let calls = SummaryCalls::default();
             let ran = SUMMARY_CALLS
                 .scope(
                     Arc::clone(&calls),
-                    guarded(inner, turn_id, caller, limit, callback(request)),
+                    inner.hooks().guard(turn_id, caller, callback(request)),
                 )
                 .await;
             // Every call made is recorded, whether the callback succeeded or not.
             let made = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
             for call in made {
-                inner.recorder.append(
+                inner.recorder().append(
                     turn_id,
                     Event::CompactionCall {
                         provider: call.provider,
@@ -348,7 +347,7 @@ pub(crate) async fn apply(
         }
         counts => counts,
     };
-    inner.recorder.append(
+    inner.recorder().append(
         turn_id,
         Event::CompactionApplied {
             reason,
@@ -360,7 +359,7 @@ pub(crate) async fn apply(
             tokens_after,
         },
     )?;
-    inner.recorder.flush().await?;
+    inner.recorder().flush().await?;
     Ok(shortened)
 }
 
@@ -370,15 +369,15 @@ pub(crate) async fn compact_if_over_threshold(
     inner: &Arc<Runtime>,
     turn_id: Option<&str>,
 ) -> Result<(), EngineError> {
-    let Some(limit) = inner.config.compact_after else {
+    let Some(limit) = inner.config().compact_after else {
         return Ok(());
     };
-    if inner.config.compaction.is_none() {
+    if inner.config().compaction.is_none() {
         return Ok(());
     }
     let tokens = inner
-        .recorder
-        .read(|s| inner.config.counter.count_conversation(&s.messages));
+        .recorder()
+        .read(|s| inner.config().counter.count_conversation(&s.messages));
     if tokens > limit {
         apply(inner, turn_id, CompactionReason::Threshold, 1).await?;
     }
@@ -399,7 +398,7 @@ pub(crate) async fn proactive(
     compactions: &mut u32,
     messages_overridden: bool,
 ) -> Result<Option<Vec<ModelMessage>>, EngineError> {
-    let Some(guard) = inner.config.proactive else {
+    let Some(guard) = inner.config().proactive else {
         return Ok(None);
     };
     let input = last_step.and_then(|s| s.usage.input_tokens).unwrap_or(0);
@@ -411,7 +410,7 @@ pub(crate) async fn proactive(
     if !shortened || messages_overridden {
         return Ok(None);
     }
-    let mut messages = inner.recorder.read(|s| to_model_messages(&s.messages));
+    let mut messages = inner.recorder().read(|s| to_model_messages(&s.messages));
     truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
     Ok(Some(messages))
 }

@@ -23,7 +23,7 @@ use mull_core::{ContextBlockSource, Event, HookName};
 use serde_json::{json, Value};
 
 use crate::error::EngineError;
-use crate::guard::{guarded, Caller};
+use crate::guard::Caller;
 use crate::runtime::Runtime;
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
@@ -75,7 +75,7 @@ pub(crate) async fn build_system_prompt(
     turn_id: Option<&str>,
     refresh: bool,
 ) -> Result<Option<String>, EngineError> {
-    let config = &inner.config;
+    let config = inner.config();
     if config.blocks.is_empty() {
         return Ok(None);
     }
@@ -83,7 +83,9 @@ pub(crate) async fn build_system_prompt(
         let Some(provider) = &block.provider else {
             continue;
         };
-        let current = inner.recorder.read(|s| s.context_blocks.get(name).cloned());
+        let current = inner
+            .recorder()
+            .read(|s| s.context_blocks.get(name).cloned());
         if current.is_some() && !refresh {
             continue;
         }
@@ -92,10 +94,9 @@ pub(crate) async fn build_system_prompt(
             hook: HookName::ContextBlockProvider,
             source: &source,
         };
-        let limit = inner.agent.hook_timeout();
-        match guarded(inner, turn_id, caller, limit, provider.get()).await? {
+        match inner.hooks().guard(turn_id, caller, provider.get()).await? {
             Ok(value) if current.as_ref() != Some(&value) => {
-                inner.recorder.append(
+                inner.recorder().append(
                     turn_id,
                     Event::ContextBlockUpdated {
                         block: name.clone(),
@@ -109,9 +110,9 @@ pub(crate) async fn build_system_prompt(
             Ok(_) | Err(_) => {}
         }
     }
-    inner.recorder.flush().await?;
+    inner.recorder().flush().await?;
     Ok(Some(
-        inner.recorder.read(|s| render(config, &s.context_blocks)),
+        inner.recorder().read(|s| render(config, &s.context_blocks)),
     ))
 }
 
@@ -123,8 +124,8 @@ pub(crate) async fn write(
     source: ContextBlockSource,
     call_id: Option<String>,
 ) -> Result<(), EngineError> {
-    append_write(&inner.recorder, block, content, source, call_id)?;
-    inner.recorder.flush().await
+    append_write(inner.recorder(), block, content, source, call_id)?;
+    inner.recorder().flush().await
 }
 
 /// The `update_context` tool: the model rewrites one writable block.
@@ -137,7 +138,7 @@ struct UpdateContextTool {
 /// The `update_context` tool when the session has a writable block.
 pub(crate) fn update_context_tool(inner: &Arc<Runtime>) -> Option<Arc<dyn Tool>> {
     let writable: Vec<(&String, &ContextBlock)> = inner
-        .config
+        .config()
         .blocks
         .iter()
         .filter(|(_, b)| b.is_writable())
@@ -193,7 +194,7 @@ impl Tool for UpdateContextTool {
             .ok_or("the session of this tool is closed")?;
         let block = input.get("block").and_then(Value::as_str).unwrap_or("");
         let content = input.get("content").and_then(Value::as_str).unwrap_or("");
-        let tokens = check_write(&inner.config, block, content, true)?;
+        let tokens = check_write(inner.config(), block, content, true)?;
         write(
             &inner,
             block,
@@ -202,7 +203,7 @@ impl Tool for UpdateContextTool {
             Some(call.call_id.clone()),
         )
         .await?;
-        let max_tokens = inner.config.block(block).and_then(|b| b.max_tokens);
+        let max_tokens = inner.config().block(block).and_then(|b| b.max_tokens);
         Ok(ToolOutput::Value(
             json!({"block": block, "tokens": tokens, "max_tokens": max_tokens}),
         ))

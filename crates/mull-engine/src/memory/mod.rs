@@ -24,7 +24,7 @@ pub(crate) fn session_tools(inner: &Arc<Runtime>) -> ToolSet {
     for tool in context_blocks::update_context_tool(inner)
         .into_iter()
         .chain(search::search_tool(inner))
-        .chain(skills::load_skill_tool(&inner.config.skills))
+        .chain(skills::load_skill_tool(&inner.config().skills))
     {
         tools = tools.with(tool);
     }
@@ -60,7 +60,9 @@ mod tests {
         )
         .await
         .expect("the write is recorded");
-        let notes = rt.recorder.read(|s| s.context_blocks.get("notes").cloned());
+        let notes = rt
+            .recorder()
+            .read(|s| s.context_blocks.get("notes").cloned());
         assert_eq!(notes.as_deref(), Some("green tea"));
         let prompt = context_blocks::build_system_prompt(rt, None, false)
             .await

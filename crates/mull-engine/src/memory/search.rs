@@ -27,8 +27,10 @@ pub(crate) fn search(
     query: &str,
     limit: usize,
 ) -> Result<Vec<SearchHit>, SearchError> {
-    let messages = inner.recorder.read(|s| s.messages.clone());
-    inner.search.run(&inner.session_id, &messages, query, limit)
+    let messages = inner.recorder().read(|s| s.messages.clone());
+    inner
+        .search_index()
+        .run(inner.session_id(), &messages, query, limit)
 }
 
 /// The `search_messages` tool: the model searches its own conversation.
@@ -38,7 +40,7 @@ struct SearchTool {
 
 /// The search tool, when the session offers it.
 pub(crate) fn search_tool(inner: &Arc<Runtime>) -> Option<Arc<dyn Tool>> {
-    inner.config.search_tool.then(|| {
+    inner.config().search_tool.then(|| {
         Arc::new(SearchTool {
             inner: Arc::downgrade(inner),
         }) as Arc<dyn Tool>

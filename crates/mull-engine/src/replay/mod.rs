@@ -475,7 +475,7 @@ async fn drive(
                 // A sub-agent's session: the link its parent's call wrote, written again.
                 session
                     .inner
-                    .recorder
+                    .recorder()
                     .append(None, *event)
                     .map_err(engine_err)?;
             }
@@ -503,7 +503,7 @@ async fn accept_only(session: &Session, input: Input) -> Result<(), ReplayError>
     };
     let inner = &session.inner;
     inner
-        .recorder
+        .recorder()
         .append(
             None,
             Event::SubmissionAccepted {
@@ -514,7 +514,7 @@ async fn accept_only(session: &Session, input: Input) -> Result<(), ReplayError>
             },
         )
         .map_err(engine_err)?;
-    inner.recorder.flush().await.map_err(engine_err)?;
+    inner.recorder().flush().await.map_err(engine_err)?;
     Ok(())
 }
 

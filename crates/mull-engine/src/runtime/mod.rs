@@ -1,8 +1,10 @@
 //! What a session's turns run on, below the session's public API: the log handle with its
-//! projection ([`Recorder`]), the agent and what `configure_session` set up, the session's
-//! options, its turn lock and the requests in flight. [`Session`](crate::Session) builds one
-//! and wraps it; turns, hooks, memory and approvals take it (or narrower arguments), so none
-//! of them needs the session's API to run or to be tested.
+//! projection ([`Recorder`]), the hooks dispatcher (the agent and its extensions), what
+//! `configure_session` set up, the session's options, its turn lock and the requests in
+//! flight. [`Session`](crate::Session) builds one and wraps it; its fields are private, and
+//! the parts below it take the narrow handle they use (the recorder, the dispatcher, the
+//! session config) from its accessors, so none of them needs the session's API to run or to
+//! be tested.
 
 mod options;
 mod outcome;
@@ -17,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::broadcast::Broadcast;
+use crate::hooks::{ExtensionHooks, Hooks};
 use crate::recorder::Recorder;
 use crate::session_config::SessionConfig;
 use crate::tool::CallSite;
@@ -40,37 +43,25 @@ pub(crate) struct SignalWatch {
 /// The reason a `cancellation_requested` event gives when a caller's signal was cancelled.
 pub const SIGNAL_CANCELLED: &str = "signal";
 
-tokio::task_local! {
-    /// The turn the current task is inside of, if any.
-    pub(crate) static TURN_SCOPE: TurnScope;
-}
-
-/// Where the current task stands with respect to a session's turn lock.
-#[derive(Debug, Clone)]
-pub(crate) struct TurnScope {
-    pub session_id: String,
-    pub request_id: String,
-    /// The turn's cancellation: every guarded hook of the turn ends when it fires.
-    pub signal: CancellationToken,
-}
-
 /// One open session's state and machinery (everything but its public API).
 pub(crate) struct Runtime {
-    pub session_id: String,
-    pub agent: Arc<dyn Agent>,
-    pub config: SessionConfig,
-    pub options: SessionOptions,
-    pub recorder: Arc<Recorder>,
-    pub queue: tokio::sync::Mutex<()>,
+    session_id: String,
+    hooks: Hooks,
+    config: Arc<SessionConfig>,
+    options: SessionOptions,
+    recorder: Arc<Recorder>,
+    /// The turn lock: one turn (or answer, or memory write) of the session at a time.
+    queue: tokio::sync::Mutex<()>,
     /// Cancellation tokens of requests that have not ended yet (queued or running).
-    pub active: Mutex<HashMap<String, CancellationToken>>,
-    pub waiters: Mutex<HashMap<String, watch::Sender<Option<SubmissionResult>>>>,
+    active: Mutex<HashMap<String, CancellationToken>>,
+    /// Who waits for each submission's result.
+    waiters: Mutex<HashMap<String, watch::Sender<Option<SubmissionResult>>>>,
     /// The full-text index of the conversation, built on first search.
-    pub search: SearchIndex,
+    search: SearchIndex,
     /// Turn tasks running in the background (streamed chats, submissions) that may not have
     /// ended yet: what `Session::abort_background_turns` stops.
-    pub background: Mutex<Vec<tokio::task::AbortHandle>>,
-    pub failures: Broadcast<TurnFailure>,
+    background: Mutex<Vec<tokio::task::AbortHandle>>,
+    failures: Broadcast<TurnFailure>,
 }
 
 impl Runtime {
@@ -81,12 +72,22 @@ impl Runtime {
         options: SessionOptions,
         recorder: Recorder,
     ) -> Runtime {
+        let recorder = Arc::new(recorder);
+        let config = Arc::new(config);
+        let extensions = ExtensionHooks::new(
+            options.session_id.clone(),
+            options.extensions.clone(),
+            Arc::clone(&recorder),
+            Arc::clone(&config),
+        );
+        let outside = Arc::clone(&options.outside);
+        let hooks = Hooks::new(agent, extensions, outside, Arc::clone(&recorder));
         Runtime {
             session_id: options.session_id.clone(),
-            agent,
+            hooks,
             config,
             options,
-            recorder: Arc::new(recorder),
+            recorder,
             queue: tokio::sync::Mutex::new(()),
             active: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
@@ -94,6 +95,94 @@ impl Runtime {
             background: Mutex::new(Vec::new()),
             failures: Broadcast::new(64),
         }
+    }
+
+    /// The session's id.
+    pub(crate) fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The log handle with its projection.
+    pub(crate) fn recorder(&self) -> &Arc<Recorder> {
+        &self.recorder
+    }
+
+    /// The one dispatcher of the agent's and the extensions' hooks.
+    pub(crate) fn hooks(&self) -> &Hooks {
+        &self.hooks
+    }
+
+    /// The session's agent.
+    pub(crate) fn agent(&self) -> &Arc<dyn Agent> {
+        self.hooks.agent()
+    }
+
+    /// What `configure_session` set up.
+    pub(crate) fn config(&self) -> &SessionConfig {
+        &self.config
+    }
+
+    /// How the session was opened.
+    pub(crate) fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// The session's turn lock.
+    pub(crate) fn turn_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.queue
+    }
+
+    /// The full-text index of the conversation.
+    pub(crate) fn search_index(&self) -> &SearchIndex {
+        &self.search
+    }
+
+    /// Whether request `request_id` has not ended yet (`None`: whether any has not).
+    pub(crate) fn is_active(&self, request_id: Option<&str>) -> bool {
+        let active = lock(&self.active);
+        match request_id {
+            Some(id) => active.contains_key(id),
+            None => !active.is_empty(),
+        }
+    }
+
+    /// Registers who waits for submission `submission_id`'s result.
+    pub(crate) fn await_submission(
+        &self,
+        submission_id: String,
+        waiter: watch::Sender<Option<SubmissionResult>>,
+    ) {
+        lock(&self.waiters).insert(submission_id, waiter);
+    }
+
+    /// A watch on submission `submission_id`'s result, while someone waits for it.
+    pub(crate) fn watch_submission(
+        &self,
+        submission_id: &str,
+    ) -> Option<watch::Receiver<Option<SubmissionResult>>> {
+        lock(&self.waiters)
+            .get(submission_id)
+            .map(watch::Sender::subscribe)
+    }
+
+    /// Takes whoever waits for submission `submission_id`'s result.
+    pub(crate) fn take_waiter(
+        &self,
+        submission_id: &str,
+    ) -> Option<watch::Sender<Option<SubmissionResult>>> {
+        lock(&self.waiters).remove(submission_id)
+    }
+
+    /// Aborts every turn task running in the background.
+    pub(crate) fn abort_background(&self) {
+        for handle in lock(&self.background).drain(..) {
+            handle.abort();
+        }
+    }
+
+    /// Subscribes to the session's failed turns.
+    pub(crate) fn failures(&self) -> &Broadcast<TurnFailure> {
+        &self.failures
     }
 
     /// Forgets a request's cancellation token once its turn ended (cancelling it is a no-op).

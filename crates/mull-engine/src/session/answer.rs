@@ -65,10 +65,11 @@ impl Session {
     pub async fn expire_approvals(&self) -> Result<Option<TurnOutcome>, EngineError> {
         self.check_not_in_turn("expire_approvals")?;
         let completed = {
-            let _turns = self.inner.queue.lock().await;
-            approval::expire_due(&self.inner.recorder, self.inner.options.approval_expiry).await?
+            let _turns = self.inner.turn_lock().lock().await;
+            approval::expire_due(self.inner.recorder(), self.inner.options().approval_expiry)
+                .await?
         };
-        if completed.is_empty() || !self.inner.options.auto_continue {
+        if completed.is_empty() || !self.inner.options().auto_continue {
             return Ok(None);
         }
         let spec = self.continuation_spec().await?;
@@ -90,16 +91,16 @@ impl Session {
     ) -> Result<bool, EngineError> {
         self.check_not_in_turn("answer_approval")?;
         let completed = {
-            let _turns = self.inner.queue.lock().await;
+            let _turns = self.inner.turn_lock().lock().await;
             approval::record_answer(
-                &self.inner.recorder,
-                self.inner.options.approval_expiry,
+                self.inner.recorder(),
+                self.inner.options().approval_expiry,
                 approval_id,
                 answer,
             )
             .await?
         };
-        Ok(completed.is_some() && self.inner.options.auto_continue)
+        Ok(completed.is_some() && self.inner.options().auto_continue)
     }
 }
 

@@ -85,7 +85,7 @@ impl Session {
                         duplicate: true,
                     }));
                 }
-                self.inner.recorder.append(
+                self.inner.recorder().append(
                     None,
                     Event::SubmissionAccepted {
                         submission_id: submission_id.clone(),
@@ -94,7 +94,7 @@ impl Session {
                         body: body.clone(),
                     },
                 )?;
-                self.inner.recorder.flush().await?;
+                self.inner.recorder().flush().await?;
                 self.spawn_submission(submission_id.clone(), messages, body);
                 Ok(Reply::Submitted(SubmitReceipt {
                     submission_id,
@@ -139,7 +139,7 @@ impl Session {
                 self.continuation(opts.stream).await
             }
             other => Err(EngineError::InvalidInput {
-                session_id: self.inner.session_id.clone(),
+                session_id: self.inner.session_id().to_owned(),
                 reason: format!("this build cannot act on {other:?}"),
             }),
         }
@@ -147,7 +147,7 @@ impl Session {
 
     /// A fresh request id.
     pub(super) fn next_request_id(&self) -> String {
-        self.inner.options.ids.next_id("req")
+        self.inner.options().ids.next_id("req")
     }
 
     /// The earlier submission with this id or idempotency key, if any.
@@ -171,7 +171,7 @@ impl Session {
         request
             .check()
             .map_err(|reason| EngineError::InvalidInput {
-                session_id: self.inner.session_id.clone(),
+                session_id: self.inner.session_id().to_owned(),
                 reason,
             })?;
         let entry = request.entry;
@@ -181,7 +181,7 @@ impl Session {
                 if let Some(id) = &request.target {
                     if !self.read_state(|s| s.messages.iter().any(|m| &m.id == id)) {
                         return Err(EngineError::UnknownMessage {
-                            session_id: self.inner.session_id.clone(),
+                            session_id: self.inner.session_id().to_owned(),
                             message_id: id.clone(),
                         });
                     }
@@ -205,7 +205,7 @@ impl Session {
             _ => {}
         }
         self.inner
-            .recorder
+            .recorder()
             .append(None, request.clone().into_event())?;
         let target = request.target.clone();
         let spec = self.spec_for(
@@ -297,7 +297,7 @@ impl Session {
             .map(|p| p.tool.clone())
             .or_else(|| self.read_state(|s| find_tool_name(&s.messages, call_id)))
             .unwrap_or_default();
-        self.inner.recorder.append(
+        self.inner.recorder().append(
             pending.as_ref().and_then(|p| p.turn_id.as_deref()),
             Event::ClientToolResult {
                 call_id: call_id.to_owned(),
@@ -307,7 +307,7 @@ impl Session {
                 error,
             },
         )?;
-        self.inner.recorder.flush().await?;
+        self.inner.recorder().flush().await?;
         let Some(pending) = pending else {
             return Ok(false);
         };
@@ -317,7 +317,7 @@ impl Session {
                 .any(|p| p.turn_id == pending.turn_id && p.step == pending.step)
                 && s.approvals_answered_in_step(pending.turn_id.as_deref(), pending.step)
         });
-        Ok(self.inner.options.auto_continue && step_done)
+        Ok(self.inner.options().auto_continue && step_done)
     }
 }
 

@@ -138,7 +138,7 @@ impl Session {
         // which moving it into `now_or_never` would copy on every streamed turn.
         let command = std::pin::pin!(self.turn_command(entry, messages, target, opts));
         let reply = command.now_or_never().ok_or(EngineError::InvalidInput {
-            session_id: self.inner.session_id.clone(),
+            session_id: self.inner.session_id().to_owned(),
             reason: "a streamed turn request had to wait before its turn was spawned".to_owned(),
         })??;
         match reply {
@@ -162,7 +162,7 @@ impl Session {
             request_id,
             parts: rx,
             done,
-            session_id: self.inner.session_id.clone(),
+            session_id: self.inner.session_id().to_owned(),
         }
     }
 
@@ -183,7 +183,7 @@ impl Session {
         if let Some(id) = message_id {
             if !self.read_state(|s| s.messages.iter().any(|m| m.id == id)) {
                 return Err(EngineError::UnknownMessage {
-                    session_id: self.inner.session_id.clone(),
+                    session_id: self.inner.session_id().to_owned(),
                     message_id: id.to_owned(),
                 });
             }
@@ -203,7 +203,7 @@ impl Session {
         message_id: Option<String>,
     ) -> ChatStream {
         self.spawn_streaming(spec, move |inner, spec| async move {
-            let guard = inner.queue.lock().await;
+            let guard = inner.turn_lock().lock().await;
             match retract_for_regeneration(&inner, &spec, message_id.as_deref()).await {
                 Ok(Ok(())) => turn::run_entry(&inner, spec, Some(guard)).await,
                 Ok(Err(error)) => {
@@ -241,16 +241,16 @@ impl Session {
         let Some(turn_id) = turn_id else {
             return Ok(Value::Null);
         };
-        self.inner.recorder.flush().await?;
+        self.inner.recorder().flush().await?;
         let store_err = |source| EngineError::Store {
-            session_id: self.inner.session_id.clone(),
+            session_id: self.inner.session_id().to_owned(),
             source,
         };
         let events = self
             .inner
-            .recorder
+            .recorder()
             .log()
-            .turn_events(&self.inner.session_id, turn_id.as_ref())
+            .turn_events(self.inner.session_id(), turn_id.as_ref())
             .await
             .map_err(store_err)?;
         Ok(events
@@ -356,7 +356,7 @@ async fn retract_for_regeneration(
     spec: &TurnSpec,
     message_id: Option<&str>,
 ) -> Result<Result<(), ChatError>, EngineError> {
-    let plan = inner.recorder.read(|s| {
+    let plan = inner.recorder().read(|s| {
         let index = match message_id {
             Some(id) => s.messages.iter().position(|m| m.id == id)?,
             None => match s.messages.len().checked_sub(1) {
@@ -399,14 +399,14 @@ async fn retract_for_regeneration(
         }));
     };
     if !message_ids.is_empty() {
-        inner.recorder.append(
+        inner.recorder().append(
             turn_id.as_deref(),
             Event::MessagesRetracted {
                 request_id: Some(spec.request_id.clone()),
                 message_ids,
             },
         )?;
-        inner.recorder.flush().await?;
+        inner.recorder().flush().await?;
     }
     Ok(Ok(()))
 }

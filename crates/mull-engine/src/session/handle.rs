@@ -9,8 +9,9 @@ use mull_store::{EventLog, Log, SessionState};
 
 use crate::agent::Agent;
 use crate::error::EngineError;
+use crate::guard::{TurnScope, TURN_SCOPE};
 use crate::recorder::Recorder;
-use crate::runtime::{lock, Runtime, SessionOptions, TurnFailure, TurnScope, TURN_SCOPE};
+use crate::runtime::{Runtime, SessionOptions, TurnFailure};
 use crate::session_config::SessionConfig;
 
 /// A handle to an open session. Cheap to clone; every clone drives the same session.
@@ -72,7 +73,7 @@ impl Session {
                 recorder,
             )),
         };
-        session.inner.recorder.append(
+        session.inner.recorder().append(
             None,
             Event::SessionOpened {
                 agent: agent.name().to_owned(),
@@ -90,37 +91,35 @@ impl Session {
     /// that stopped with work in flight uses it so that work does not outlive the replay.
     /// Whatever they left unfinished is what reopening the session recovers.
     pub(crate) fn abort_background_turns(&self) {
-        for handle in lock(&self.inner.background).drain(..) {
-            handle.abort();
-        }
+        self.inner.abort_background();
     }
 
     /// The session's id.
     pub fn id(&self) -> &str {
-        &self.inner.session_id
+        self.inner.session_id()
     }
 
     /// A snapshot of the session's state (messages, draft, turns, pending calls, submissions).
     pub fn state(&self) -> SessionState {
-        self.inner.recorder.read(SessionState::clone)
+        self.inner.recorder().read(SessionState::clone)
     }
 
     /// Reads the session's state without copying it.
     pub fn read_state<R>(&self, f: impl FnOnce(&SessionState) -> R) -> R {
-        self.inner.recorder.read(f)
+        self.inner.recorder().read(f)
     }
 
     /// Every envelope appended from now on. A lagging receiver sees `Overflowed(n)` and
     /// catches up from the log; [`Session::follow`] does that for you.
     pub fn subscribe(&self) -> Receiver<Envelope> {
-        self.inner.recorder.subscribe()
+        self.inner.recorder().subscribe()
     }
 
     /// Every event of the session after `after_seq`: from the log, then live, gap-free and
     /// once each, a lagging reader made good from the log (see [`super::follow::Follow`]).
     pub fn follow(&self, after_seq: u64) -> super::follow::Follow {
         super::follow::Follow::with_bus(
-            self.inner.recorder.shared_log(),
+            self.inner.recorder().shared_log(),
             self.id(),
             self.subscribe(),
             after_seq,
@@ -129,7 +128,7 @@ impl Session {
 
     /// Every failed turn from now on (Think's `chat:request:failed`).
     pub fn failures(&self) -> Receiver<TurnFailure> {
-        self.inner.failures.subscribe()
+        self.inner.failures().subscribe()
     }
 
     /// Refuses a blocking entry started from inside one of this session's running turns (its
@@ -137,7 +136,7 @@ impl Session {
     /// for the turn that is waiting for it.
     pub(crate) fn check_not_in_turn(&self, entry: &'static str) -> Result<(), EngineError> {
         match TURN_SCOPE.try_with(TurnScope::clone) {
-            Ok(s) if s.session_id == self.inner.session_id => Err(EngineError::TurnLockHeld {
+            Ok(s) if s.session_id == self.inner.session_id() => Err(EngineError::TurnLockHeld {
                 session_id: s.session_id,
                 request_id: s.request_id,
                 entry,
@@ -150,7 +149,7 @@ impl Session {
     /// ended yet. A client following a request by its events asks this when an attempt ended
     /// in error and neither its final failure nor a retry has appeared.
     pub fn is_request_active(&self, request_id: &str) -> bool {
-        lock(&self.inner.active).contains_key(request_id)
+        self.inner.is_active(Some(request_id))
     }
 
     /// The turn running now, as the log tells it so far: its summary (request id, entry path,
@@ -172,7 +171,7 @@ impl Session {
 
     /// Whether anything runs or waits in the session: a queued or running request.
     pub fn is_busy(&self) -> bool {
-        !lock(&self.inner.active).is_empty()
+        self.inner.is_active(None)
     }
 }
 

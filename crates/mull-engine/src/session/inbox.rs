@@ -23,12 +23,12 @@ impl Session {
         opts: CommandOptions,
     ) -> Result<Vec<Reply>, EngineError> {
         let store_err = |source: StoreError| EngineError::Store {
-            session_id: self.inner.session_id.clone(),
+            session_id: self.inner.session_id().to_owned(),
             source,
         };
         let mut replies = Vec::new();
         for entry in inbox.waiting(Some(self.id())).await.map_err(store_err)? {
-            let now = self.inner.options.clock.now();
+            let now = self.inner.options().clock.now();
             if !inbox.claim(entry.id, now).await.map_err(store_err)? {
                 continue;
             }

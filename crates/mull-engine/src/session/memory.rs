@@ -23,7 +23,7 @@ impl Session {
     /// Sets a block's value as the application (any declared block, held to its budget). The
     /// next turn's prompt shows it.
     pub async fn set_context_block(&self, block: &str, content: &str) -> Result<(), ContextError> {
-        check_write(&self.inner.config, block, content, false)?;
+        check_write(self.inner.config(), block, content, false)?;
         write(
             &self.inner,
             block,
@@ -38,7 +38,7 @@ impl Session {
     /// The system prompt built from the blocks' current values (what the next turn of a cached
     /// prompt sends), or `None` when the session has no blocks.
     pub fn context_prompt(&self) -> Option<String> {
-        let config = &self.inner.config;
+        let config = self.inner.config();
         (!config.blocks.is_empty()).then(|| self.read_state(|s| render(config, &s.context_blocks)))
     }
 
@@ -61,7 +61,7 @@ impl Session {
     /// a running turn of this session, which it would wait on forever.
     pub async fn compact(&self) -> Result<bool, EngineError> {
         self.check_not_in_turn("compact")?;
-        let _turn_lock = self.inner.queue.lock().await;
+        let _turn_lock = self.inner.turn_lock().lock().await;
         apply(&self.inner, None, CompactionReason::Manual, 1).await
     }
 }

@@ -13,7 +13,7 @@ use crate::turn::{self};
 
 use super::command::{CommandOptions, Reply};
 use super::handle::Session;
-use crate::runtime::{lock, OutcomeStatus, SubmissionResult, SubmitOptions, SubmitReceipt};
+use crate::runtime::{OutcomeStatus, SubmissionResult, SubmitOptions, SubmitReceipt};
 
 impl Session {
     /// Accepts a durable submission: `submission_accepted` is appended and flushed before
@@ -36,7 +36,7 @@ impl Session {
         let input = Input::Submit {
             submission_id: opts
                 .submission_id
-                .unwrap_or_else(|| self.inner.options.ids.next_id("sub")),
+                .unwrap_or_else(|| self.inner.options().ids.next_id("sub")),
             idempotency_key: opts.idempotency_key,
             messages,
             body: opts.body,
@@ -44,7 +44,7 @@ impl Session {
         match self.command(input, CommandOptions::default()).await? {
             Reply::Submitted(receipt) => Ok(receipt),
             other => Err(EngineError::InvalidInput {
-                session_id: self.inner.session_id.clone(),
+                session_id: self.inner.session_id().to_owned(),
                 reason: format!("a submission was answered with {other:?}"),
             }),
         }
@@ -57,7 +57,7 @@ impl Session {
         body: Value,
     ) {
         let (tx, _rx) = watch::channel(None);
-        lock(&self.inner.waiters).insert(submission_id.clone(), tx);
+        self.inner.await_submission(submission_id.clone(), tx);
         let mut spec = self.spec_for(
             EntryPath::SubmitMessages,
             self.next_request_id(),
@@ -91,7 +91,7 @@ impl Session {
                 status,
                 error: error.clone(),
             };
-            let appended = inner.recorder.append(
+            let appended = inner.recorder().append(
                 None,
                 Event::SubmissionFinished {
                     submission_id: submission_id.clone(),
@@ -101,9 +101,9 @@ impl Session {
                 },
             );
             if appended.is_ok() {
-                let _ = inner.recorder.flush().await;
+                let _ = inner.recorder().flush().await;
             }
-            if let Some(tx) = lock(&inner.waiters).remove(&submission_id) {
+            if let Some(tx) = inner.take_waiter(&submission_id) {
                 let _ = tx.send(Some(result));
             }
         });
@@ -114,9 +114,7 @@ impl Session {
         &self,
         submission_id: &str,
     ) -> Result<SubmissionResult, EngineError> {
-        let rx = lock(&self.inner.waiters)
-            .get(submission_id)
-            .map(watch::Sender::subscribe);
+        let rx = self.inner.watch_submission(submission_id);
         if let Some(mut rx) = rx {
             if let Ok(result) = rx.wait_for(Option::is_some).await {
                 if let Some(result) = result.clone() {
@@ -138,7 +136,7 @@ impl Session {
                 })
         })
         .ok_or_else(|| EngineError::UnknownSubmission {
-            session_id: self.inner.session_id.clone(),
+            session_id: self.inner.session_id().to_owned(),
             submission_id: submission_id.to_owned(),
         })
     }
@@ -192,7 +190,7 @@ impl Session {
                             Some("interrupted before its turn started".to_owned()),
                         ),
                     };
-                    self.inner.recorder.append(
+                    self.inner.recorder().append(
                         None,
                         Event::SubmissionFinished {
                             submission_id: sub.submission_id,
@@ -204,20 +202,20 @@ impl Session {
                 }
             }
         }
-        self.inner.recorder.flush().await
+        self.inner.recorder().flush().await
     }
 
     /// The body a submission was accepted with, read from the log.
     pub(super) async fn submission_body(&self, submission_id: &str) -> Result<Value, EngineError> {
         let store_err = |source| EngineError::Store {
-            session_id: self.inner.session_id.clone(),
+            session_id: self.inner.session_id().to_owned(),
             source,
         };
-        let log = self.inner.recorder.log();
+        let log = self.inner.recorder().log();
         let mut after = 0;
         loop {
             let page = log
-                .session_page(&self.inner.session_id, after, 1000)
+                .session_page(self.inner.session_id(), after, 1000)
                 .await
                 .map_err(store_err)?;
             let Some(last) = page.last() else {

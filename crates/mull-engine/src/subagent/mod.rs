@@ -134,11 +134,11 @@ impl AgentTool {
         let site = &call.site;
         let parent = &calling_session(site)?;
         let inner = &parent.inner;
-        let options = &inner.options;
+        let options = inner.options();
         // Under the parent's id, so it is unique in the log wherever the parent's is (a
         // deterministic id source counts per session) and names its place in the nesting.
         let child_id = format!("{}.{}", parent.id(), options.ids.next_id("agent"));
-        inner.recorder.append(
+        inner.recorder().append(
             Some(&site.turn_id),
             Event::SubagentStarted {
                 step: call.step_number,
@@ -149,7 +149,7 @@ impl AgentTool {
                 depth,
             },
         )?;
-        inner.recorder.flush().await?;
+        inner.recorder().flush().await?;
         let mut child_options = SessionOptions::new(child_id.clone())
             .with_clock(Arc::clone(&options.clock))
             .with_ids(Arc::clone(&options.ids))
@@ -165,12 +165,12 @@ impl AgentTool {
             reports,
         });
         let child = Session::open_on(
-            inner.recorder.shared_log(),
+            inner.recorder().shared_log(),
             Arc::clone(&self.agent),
             child_options,
         )
         .await?;
-        child.inner.recorder.append(
+        child.inner.recorder().append(
             None,
             Event::SubagentLinked {
                 parent_session_id: parent.id().to_owned(),
@@ -349,7 +349,7 @@ impl Running {
         };
         let usage = self.child.read_state(|s| s.usage.clone());
         let inner = &self.parent.inner;
-        inner.recorder.append(
+        inner.recorder().append(
             Some(&self.turn_id),
             Event::SubagentFinished {
                 call_id: self.call_id.clone(),
@@ -359,10 +359,10 @@ impl Running {
                 spend: crate::budget::session_spend(&self.child.inner),
             },
         )?;
-        inner.recorder.flush().await?;
+        inner.recorder().flush().await?;
         // Nothing runs in the child any more: on a shared log (PostgreSQL) its lease is given
         // back now. A failure to give it back only makes it lapse at its time to live.
-        let log = self.child.inner.recorder.shared_log();
+        let log = self.child.inner.recorder().shared_log();
         let _ = log.release_session(self.child.id()).await;
         match status {
             TurnStatus::Completed => Ok(Value::String(

@@ -10,7 +10,6 @@ use super::run::TurnRun;
 use crate::config::{ModelChoice, ResolvedTurn, TurnDefaults};
 use crate::context::TurnContext;
 use crate::error::{ChatError, EngineError};
-use crate::guard::guard_hook;
 use crate::memory::compaction::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
 use crate::outside::HookPoint;
 use crate::runtime::Runtime;
@@ -21,12 +20,12 @@ impl TurnRun<'_> {
     /// workspace → agent → session → MCP → client → caller), with what listing them reported.
     pub(super) async fn tools(&self) -> (ToolSet, Vec<String>) {
         let inner = self.inner;
-        let agent = &inner.agent;
+        let agent = inner.agent();
         let mut tools = agent.workspace().map(|w| w.tools()).unwrap_or_default();
         tools.merge(&agent.tools());
         tools.merge(&crate::memory::session_tools(inner));
         let sources: Vec<_> = (agent.mcp_servers().into_iter())
-            .chain(inner.options.mcp_servers.iter().cloned())
+            .chain(inner.options().mcp_servers.iter().cloned())
             .collect();
         let (mcp_tools, tool_problems) = crate::tool_source::list_all(&sources).await;
         tools.merge(&mcp_tools);
@@ -34,7 +33,7 @@ impl TurnRun<'_> {
             tools.insert(ToolEntry::Client(spec.clone()));
         }
         tools.merge(&self.spec.caller_tools);
-        (inner.options.outside.tools(tools), tool_problems)
+        (inner.options().outside.tools(tools), tool_problems)
     }
 
     /// Assembles the context over `tools`, runs `before_turn`, merges its config and records
@@ -45,9 +44,9 @@ impl TurnRun<'_> {
         tool_problems: Vec<String>,
     ) -> Result<Result<ResolvedTurn, ChatError>, EngineError> {
         let inner = self.inner;
-        let agent = &inner.agent;
+        let agent = inner.agent();
         crate::memory::compaction::compact_if_over_threshold(inner, self.tid()).await?;
-        let mut messages = inner.recorder.read(|s| to_model_messages(&s.messages));
+        let mut messages = inner.recorder().read(|s| to_model_messages(&s.messages));
         truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
         if messages.is_empty() {
             return Ok(Err(self.error(
@@ -55,7 +54,7 @@ impl TurnRun<'_> {
                 "the conversation is empty: there is nothing to send to the model",
             )));
         }
-        let refresh = !inner.config.cached_prompt;
+        let refresh = !inner.config().cached_prompt;
         let system =
             match crate::memory::context_blocks::build_system_prompt(inner, self.tid(), refresh)
                 .await?
@@ -63,9 +62,9 @@ impl TurnRun<'_> {
                 Some(system) => system,
                 None => agent.system_prompt(),
             };
-        let system = crate::session_config::skills::with_listing(system, &inner.config.skills);
+        let system = crate::session_config::skills::with_listing(system, &inner.config().skills);
         let defaults = TurnDefaults {
-            model: inner.options.outside.model(agent.model()),
+            model: inner.options().outside.model(agent.model()),
             system,
             messages,
             tools,
@@ -85,17 +84,18 @@ impl TurnRun<'_> {
             entry: self.spec.entry,
             abort: self.spec.signal.clone(),
         };
-        let config = match guard_hook(
-            inner,
-            self.tid(),
-            HookPoint::BeforeTurn(&ctx),
-            agent.before_turn(&ctx),
-        )
-        .await?
+        let config = match inner
+            .hooks()
+            .guard_hook(
+                self.tid(),
+                HookPoint::BeforeTurn(&ctx),
+                agent.before_turn(&ctx),
+            )
+            .await?
         {
             Ok(config) => {
                 let mut config = config.unwrap_or_default();
-                config.tools = config.tools.map(|t| inner.options.outside.tools(t));
+                config.tools = config.tools.map(|t| inner.options().outside.tools(t));
                 config
             }
             Err(text) => {
@@ -109,8 +109,11 @@ impl TurnRun<'_> {
             Err(message) => return Ok(Err(self.error(ErrorStage::Turn, message))),
         };
         let resolved = ResolvedTurn::merge(defaults, config, model);
-        let resolved =
-            crate::hooks::extensions::before_turn(inner, self.tid(), &ctx, resolved).await?;
+        let resolved = inner
+            .hooks()
+            .extensions()
+            .before_turn(self.tid(), &ctx, resolved)
+            .await?;
         if resolved.messages.is_empty() {
             return Ok(Err(self.error(
                 ErrorStage::Turn,
@@ -138,9 +141,9 @@ pub(super) fn resolve_model(
         None => return Ok(None),
         Some(ModelChoice::Model(model)) => Arc::clone(model),
         Some(ModelChoice::Id(id)) => inner
-            .agent
+            .agent()
             .resolve_model(id)
             .ok_or_else(|| format!("model resolution failed: the agent knows no model {id:?}"))?,
     };
-    Ok(Some(inner.options.outside.model(chosen)))
+    Ok(Some(inner.options().outside.model(chosen)))
 }

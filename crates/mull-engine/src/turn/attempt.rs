@@ -2,7 +2,6 @@
 //! steps, and how the attempt ends (completed, aborted, failed, or retried after overflow
 //! recovery compacted the history).
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use mull_core::{
@@ -16,7 +15,6 @@ use super::recovery::{closed, repair_transcript};
 use super::run::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
 use crate::context::ChatErrorContext;
 use crate::error::{ChatError, EngineError};
-use crate::guard::{panic_text, record_hook_failure};
 use crate::hooks::Observed;
 use crate::runtime::{OutcomeStatus, Runtime};
 
@@ -58,7 +56,7 @@ pub(super) async fn persist_messages(
 }
 
 pub(super) fn persist_events(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<(), EngineError> {
-    inner.recorder.append(
+    inner.recorder().append(
         None,
         Event::UserMessagesSaved {
             request_id: Some(spec.request_id.clone()),
@@ -66,7 +64,7 @@ pub(super) fn persist_events(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<()
         },
     )?;
     if let Some(submission_id) = &spec.submission_id {
-        inner.recorder.append(
+        inner.recorder().append(
             None,
             Event::SubmissionApplied {
                 submission_id: submission_id.clone(),
@@ -94,9 +92,9 @@ pub(super) async fn run_attempt(
             })));
         }
     }
-    let turn_id = inner.options.ids.next_id("turn");
-    let message_id = inner.options.ids.next_id("msg");
-    inner.recorder.append(
+    let turn_id = inner.options().ids.next_id("turn");
+    let message_id = inner.options().ids.next_id("msg");
+    inner.recorder().append(
         Some(&turn_id),
         Event::TurnStarted {
             request_id: spec.request_id.clone(),
@@ -194,7 +192,7 @@ impl TurnRun<'_> {
         status: TurnStatus,
         error: Option<ChatError>,
     ) -> Result<Ended, EngineError> {
-        let draft = self.inner.recorder.read(|s| {
+        let draft = self.inner.recorder().read(|s| {
             s.draft
                 .clone()
                 .filter(|d| d.id == self.message_id)
@@ -225,7 +223,7 @@ impl TurnRun<'_> {
                 message: message.clone(),
             })?;
         }
-        let finished = self.inner.recorder.append(
+        let finished = self.inner.recorder().append(
             self.tid(),
             Event::TurnFinished {
                 request_id: self.spec.request_id.clone(),
@@ -238,7 +236,7 @@ impl TurnRun<'_> {
         // The attempt's `invoke_agent` span carries its usage, as a re-exported one does.
         crate::otel_fields::record_usage(&tracing::Span::current(), &self.usage, None);
         // The gate: the turn's end is reported (outcome, hooks) only once it is durable.
-        self.inner.recorder.durable(finished.seq).await?;
+        self.inner.recorder().durable(finished.seq).await?;
         let shown = match error {
             Some(error) => Some(fail(self.inner, self.tid(), error, true).await),
             None => None,
@@ -265,8 +263,8 @@ impl TurnRun<'_> {
         attempt: u32,
         recoveries: u32,
     ) -> Result<Attempt, EngineError> {
-        let overflow = self.inner.config.overflow();
-        let recovery = self.inner.config.recovery();
+        let overflow = self.inner.config().overflow();
+        let recovery = self.inner.config().recovery();
         if !overflow.reactive && !recovery.is_on() {
             return self
                 .finish(TurnStatus::Error, Some(error))
@@ -279,23 +277,13 @@ impl TurnRun<'_> {
             messages_persisted: true,
             classification: None,
         };
-        let agent = Arc::clone(&self.inner.agent);
-        let classification = match std::panic::catch_unwind(AssertUnwindSafe(|| {
-            agent.classify_chat_error(&error, &ctx)
-        })) {
-            Ok(c) => c,
-            Err(panic) => {
-                record_hook_failure(
-                    self.inner,
-                    self.tid(),
-                    HookName::ClassifyChatError,
-                    panic_text(&panic),
-                    true,
-                    false,
-                );
-                None
-            }
-        };
+        let classification = self
+            .inner
+            .hooks()
+            .catching(self.tid(), HookName::ClassifyChatError, |agent| {
+                agent.classify_chat_error(&error, &ctx)
+            })
+            .flatten();
         match classification {
             Some(c @ (ChatErrorClassification::Transient | ChatErrorClassification::RateLimit))
                 if recovery.is_on() =>
@@ -320,7 +308,7 @@ impl TurnRun<'_> {
         })?;
         crate::otel_fields::record_usage(&tracing::Span::current(), &self.usage, None);
         // The gate: a retry or the failure's report follows.
-        self.inner.recorder.durable(finished).await?;
+        self.inner.recorder().durable(finished).await?;
         // Recovery attempts of the same request do not use up overflow rounds.
         let rounds = attempt.saturating_sub(recoveries);
         if !self.spec.signal.is_cancelled()

@@ -12,7 +12,7 @@ use mull_core::{ChatErrorClassification, Event, HookName, TurnStatus};
 use super::run::{Attempt, TurnRun};
 use crate::context::RecoveryExhausted;
 use crate::error::{ChatError, EngineError};
-use crate::guard::{guarded, Caller};
+use crate::guard::Caller;
 
 /// The snake_case name of a classification, as the log writes it.
 fn class_name(c: ChatErrorClassification) -> &'static str {
@@ -34,7 +34,7 @@ impl TurnRun<'_> {
         classification: ChatErrorClassification,
         recoveries: u32,
     ) -> Result<Attempt, EngineError> {
-        let recovery = self.inner.config.recovery();
+        let recovery = self.inner.config().recovery();
         if recoveries >= recovery.max_attempts || self.spec.signal.is_cancelled() {
             return self.give_up(error, classification, recoveries).await;
         }
@@ -56,8 +56,8 @@ impl TurnRun<'_> {
             delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
         })?;
         // The gate: the wait and the next attempt follow a durable decision to recover.
-        self.inner.recorder.durable(scheduled).await?;
-        if !self.inner.recorder.clock().skip_ahead(delay) {
+        self.inner.recorder().durable(scheduled).await?;
+        if !self.inner.recorder().clock().skip_ahead(delay) {
             tokio::select! {
                 biased;
                 // The next attempt sees the signal and ends at once as aborted.
@@ -82,18 +82,16 @@ impl TurnRun<'_> {
             error: error.message.clone(),
         };
         let caller = Caller::agent(HookName::OnRecoveryExhausted);
-        let limit = self.inner.agent.hook_timeout();
-        let agent = std::sync::Arc::clone(&self.inner.agent);
+        let hooks = self.inner.hooks();
         // A failure of the hook is recorded as `hook_failed`; the turn ends the same way.
-        guarded(
-            self.inner,
-            self.tid(),
-            caller,
-            limit,
-            agent.on_recovery_exhausted(&ctx),
-        )
-        .await?
-        .ok();
+        hooks
+            .guard(
+                self.tid(),
+                caller,
+                hooks.agent().on_recovery_exhausted(&ctx),
+            )
+            .await?
+            .ok();
         let plural = if recoveries == 1 { "" } else { "s" };
         let terminal = ChatError {
             classification: Some(classification),

@@ -1,13 +1,11 @@
 //! Reporting a failed turn: `turn_failed` (flushed and published), then `on_chat_error`.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use mull_core::{wire_name, Event, HookName, ModelErrorRecord};
 
 use crate::context::ChatErrorContext;
 use crate::error::ChatError;
-use crate::guard::{panic_text, record_hook_failure};
 use crate::runtime::Runtime;
 
 /// Marks `span` (a turn's `invoke_agent` or a step's `chat`) as failed: an error status with
@@ -34,7 +32,7 @@ pub(crate) async fn fail(
 ) -> ChatError {
     // The failure on the current `invoke_agent` span.
     mark_span(&tracing::Span::current(), &error);
-    let appended = inner.recorder.append(
+    let appended = inner.recorder().append(
         turn_id,
         Event::TurnFailed {
             request_id: error.request_id.clone(),
@@ -47,10 +45,10 @@ pub(crate) async fn fail(
     );
     match appended {
         Ok(appended) => {
-            if let Err(e) = inner.recorder.flush().await {
+            if let Err(e) = inner.recorder().flush().await {
                 tracing::warn!(error = %e, "turn_failed could not be flushed");
             }
-            inner.publish_failure(inner.recorder.envelope(turn_id, appended));
+            inner.publish_failure(inner.recorder().envelope(turn_id, appended));
         }
         Err(e) => tracing::warn!(error = %e, "turn_failed could not be recorded"),
     }
@@ -60,20 +58,11 @@ pub(crate) async fn fail(
         messages_persisted,
         classification: error.classification,
     };
-    let agent = Arc::clone(&inner.agent);
     let original = error.clone();
-    match std::panic::catch_unwind(AssertUnwindSafe(|| agent.on_chat_error(error, &ctx))) {
-        Ok(shown) => shown,
-        Err(panic) => {
-            record_hook_failure(
-                inner,
-                turn_id,
-                HookName::OnChatError,
-                panic_text(&panic),
-                true,
-                false,
-            );
-            original
-        }
-    }
+    inner
+        .hooks()
+        .catching(turn_id, HookName::OnChatError, |agent| {
+            agent.on_chat_error(error, &ctx)
+        })
+        .unwrap_or(original)
 }

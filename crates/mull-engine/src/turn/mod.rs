@@ -36,8 +36,8 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use crate::error::EngineError;
-use crate::hooks::dispatch;
-use crate::runtime::{Runtime, TurnOutcome, TurnScope, TURN_SCOPE};
+use crate::guard::{TurnScope, TURN_SCOPE};
+use crate::runtime::{Runtime, TurnOutcome};
 
 use attempt::{persist_messages, run_attempt};
 pub(crate) use failure::fail;
@@ -64,10 +64,10 @@ pub(crate) async fn run_entry(
 ) -> Result<TurnOutcome, EngineError> {
     let guard = match held {
         Some(guard) => guard,
-        None => inner.queue.lock().await,
+        None => inner.turn_lock().lock().await,
     };
     let scope = TurnScope {
-        session_id: inner.session_id.clone(),
+        session_id: inner.session_id().to_owned(),
         request_id: spec.request_id.clone(),
         signal: spec.signal.clone(),
     };
@@ -76,7 +76,7 @@ pub(crate) async fn run_entry(
     drop(guard);
     let ended = ended?;
     if let Some(response) = ended.response {
-        dispatch(inner, None, &response).await?;
+        inner.hooks().dispatch(None, &response).await?;
     }
     Ok(ended.outcome)
 }
@@ -91,10 +91,10 @@ async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, En
         let make_span = || {
             tracing::info_span!(
                 "invoke_agent",
-                otel.name = %format!("invoke_agent {}", inner.agent.name()),
+                otel.name = %format!("invoke_agent {}", inner.agent().name()),
                 gen_ai.operation.name = "invoke_agent",
-                gen_ai.agent.name = %inner.agent.name(),
-                gen_ai.conversation.id = %inner.session_id,
+                gen_ai.agent.name = %inner.agent().name(),
+                gen_ai.conversation.id = %inner.session_id(),
                 gen_ai.provider.name = tracing::field::Empty,
                 gen_ai.request.model = tracing::field::Empty,
                 gen_ai.usage.input_tokens = tracing::field::Empty,
@@ -109,7 +109,7 @@ async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, En
             )
         };
         // Under the session's trace parent when it has one (a sub-agent's: the parent's call).
-        let span = match &inner.options.trace_parent {
+        let span = match &inner.options().trace_parent {
             Some(parent) => parent.in_scope(make_span),
             None => make_span(),
         };

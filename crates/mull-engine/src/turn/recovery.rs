@@ -19,7 +19,7 @@ pub(super) async fn repair_transcript(
     inner: &Arc<Runtime>,
     spec: &TurnSpec,
 ) -> Result<Result<(), ChatError>, EngineError> {
-    let (repairs, duplicate) = inner.recorder.read(|s| {
+    let (repairs, duplicate) = inner.recorder().read(|s| {
         let mut seen: Vec<(&str, &str)> = Vec::new();
         let mut duplicate = None;
         let mut repairs = Vec::new();
@@ -63,7 +63,7 @@ pub(super) async fn repair_transcript(
         }));
     }
     for (message_id, call_id, tool) in repairs {
-        inner.recorder.append(
+        inner.recorder().append(
             None,
             Event::ToolCallRepaired {
                 message_id,
@@ -88,9 +88,9 @@ pub(crate) async fn finish_interrupted(
     report: bool,
 ) -> Result<(), EngineError> {
     let turn_id = turn.turn_id.as_deref();
-    let events = inner.recorder.read(|s| recovery::resolve_turn(s, turn));
+    let events = inner.recorder().read(|s| recovery::resolve_turn(s, turn));
     for event in events {
-        inner.recorder.append(turn_id, event)?;
+        inner.recorder().append(turn_id, event)?;
     }
     if report {
         let error = ChatError {
@@ -100,9 +100,9 @@ pub(crate) async fn finish_interrupted(
         fail(inner, turn_id, error, true).await;
     } else {
         inner
-            .recorder
+            .recorder()
             .append(turn_id, recovery::interrupted_failure(turn))?;
-        inner.recorder.flush().await?;
+        inner.recorder().flush().await?;
     }
     Ok(())
 }

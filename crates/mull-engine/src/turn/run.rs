@@ -188,7 +188,10 @@ impl TurnRun<'_> {
     /// Appends an event of this turn; hands back its seq, the ticket the output gate waits on
     /// ([`Recorder::durable`](crate::recorder::Recorder::durable)).
     pub(super) fn append(&self, event: Event) -> Result<u64, EngineError> {
-        self.inner.recorder.append(self.tid(), event).map(|a| a.seq)
+        self.inner
+            .recorder()
+            .append(self.tid(), event)
+            .map(|a| a.seq)
     }
 
     pub(super) fn error(&self, stage: ErrorStage, message: impl Into<String>) -> ChatError {

@@ -17,8 +17,7 @@ use super::run::{Next, PendingCall, ResponseMeta, StepEnd, StepParts, StepsEnd, 
 use crate::config::{ResolvedTurn, StepConfig, SystemPrompt};
 use crate::context::PrepareStepContext;
 use crate::error::{ChatError, EngineError};
-use crate::guard::guard_hook;
-use crate::hooks::{dispatch, Observed};
+use crate::hooks::Observed;
 use crate::transform::apply_all;
 
 impl TurnRun<'_> {
@@ -43,7 +42,7 @@ impl TurnRun<'_> {
                 gen_ai.request.model = tracing::field::Empty,
                 server.address = tracing::field::Empty,
                 server.port = tracing::field::Empty,
-                gen_ai.conversation.id = %self.inner.session_id,
+                gen_ai.conversation.id = %self.inner.session_id(),
                 gen_ai.request.stream = true,
                 gen_ai.response.finish_reasons = tracing::field::Empty,
                 gen_ai.response.id = tracing::field::Empty,
@@ -126,7 +125,7 @@ impl TurnRun<'_> {
     ) -> Result<Result<StepCall, StepEnd>, EngineError> {
         self.append(Event::StepStarted { step })?;
         let mut messages = resolved.messages.clone();
-        let so_far = self.inner.recorder.read(|s| {
+        let so_far = self.inner.recorder().read(|s| {
             s.draft
                 .as_ref()
                 .filter(|d| d.id == self.message_id)
@@ -186,7 +185,7 @@ impl TurnRun<'_> {
         let call_started = std::time::Instant::now();
         let opened_at = self
             .inner
-            .recorder
+            .recorder()
             .append(
                 self.tid(),
                 Event::StepConfigured {
@@ -237,13 +236,15 @@ impl TurnRun<'_> {
             messages: messages.to_vec(),
             context: self.tool_context.clone(),
         };
-        let config = match guard_hook(
-            self.inner,
-            self.tid(),
-            crate::outside::HookPoint::BeforeStep(&prepare),
-            self.inner.agent.before_step(&prepare),
-        )
-        .await?
+        let config = match self
+            .inner
+            .hooks()
+            .guard_hook(
+                self.tid(),
+                crate::outside::HookPoint::BeforeStep(&prepare),
+                self.inner.agent().before_step(&prepare),
+            )
+            .await?
         {
             Ok(config) => config.unwrap_or_default(),
             Err(text) => {
@@ -402,13 +403,13 @@ impl TurnRun<'_> {
         crate::otel_fields::record_step(span, &record);
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
-        let appended = self.inner.recorder.append(
+        let appended = self.inner.recorder().append(
             self.tid(),
             Event::StepFinished {
                 record: Box::new(record),
             },
         )?;
-        let response_messages = self.inner.recorder.read(|s| {
+        let response_messages = self.inner.recorder().read(|s| {
             s.draft
                 .as_ref()
                 .filter(|d| d.id == self.message_id)
@@ -421,7 +422,11 @@ impl TurnRun<'_> {
         else {
             unreachable!("the log returns the step_finished event it was given")
         };
-        let observed = dispatch(self.inner, self.tid(), &step_finished).await;
+        let observed = self
+            .inner
+            .hooks()
+            .dispatch(self.tid(), &step_finished)
+            .await;
         let Observed::Step(ctx) = step_finished else {
             unreachable!("a step_finished event is observed as a step")
         };
@@ -474,7 +479,7 @@ impl TurnRun<'_> {
                         })));
                     }
                     let delay = e.retry_after.unwrap_or_else(|| {
-                        self.inner.options.retry_base_delay * 2u32.saturating_pow(retries)
+                        self.inner.options().retry_base_delay * 2u32.saturating_pow(retries)
                     });
                     retries += 1;
                     self.append(Event::ModelRetried {
@@ -562,7 +567,7 @@ impl TurnRun<'_> {
         part: StreamPart,
         parts: &mut StepParts,
     ) -> Result<StreamPart, EngineError> {
-        let appended = self.inner.recorder.append(
+        let appended = self.inner.recorder().append(
             self.tid(),
             Event::Chunk {
                 step,
@@ -615,7 +620,7 @@ impl TurnRun<'_> {
             return Ok(());
         }
         let observed = Observed::chunk(step, shown, &self.spec.request_id);
-        dispatch(self.inner, self.tid(), &observed).await
+        self.inner.hooks().dispatch(self.tid(), &observed).await
     }
 
     /// `on_chunk` for the tool call deferred until its hooks ran, if one waits.
@@ -624,7 +629,7 @@ impl TurnRun<'_> {
         parts: &mut StepParts,
     ) -> Result<(), EngineError> {
         match parts.deferred_call.take() {
-            Some(observed) => dispatch(self.inner, self.tid(), &observed).await,
+            Some(observed) => self.inner.hooks().dispatch(self.tid(), &observed).await,
             None => Ok(()),
         }
     }

@@ -10,7 +10,6 @@ use super::run::{Outcome, PendingCall, StepParts, ToolEnd, TurnRun};
 use crate::config::ResolvedTurn;
 use crate::context::{ToolCallContext, ToolCallDecision};
 use crate::error::EngineError;
-use crate::guard::guard_hook;
 use crate::tool::{validate_input, Tool, ToolEntry};
 
 impl TurnRun<'_> {
@@ -70,7 +69,7 @@ impl TurnRun<'_> {
             Some(tool) => parsed.and_then(|v| validate_input(&tool_name, &tool.input_schema(), &v)),
         };
         let exec_span = execute_tool_span(&call_id, &tool_name);
-        if self.inner.options.capture_content {
+        if self.inner.options().capture_content {
             exec_span.record(
                 "gen_ai.tool.call.arguments",
                 tracing::field::display(&model_input),
@@ -153,14 +152,18 @@ impl TurnRun<'_> {
         &mut self,
         ctx: ToolCallContext,
     ) -> Result<Result<Option<ToolCallDecision>, String>, EngineError> {
-        let decided = guard_hook(
-            self.inner,
-            self.tid(),
-            crate::outside::HookPoint::BeforeToolCall(&ctx),
-            self.inner.agent.before_tool_call(&ctx),
-        )
-        .await?;
-        crate::hooks::extensions::before_tool_call(self.inner, self.tid(), &ctx).await?;
+        let hooks = self.inner.hooks();
+        let decided = hooks
+            .guard_hook(
+                self.tid(),
+                crate::outside::HookPoint::BeforeToolCall(&ctx),
+                hooks.agent().before_tool_call(&ctx),
+            )
+            .await?;
+        hooks
+            .extensions()
+            .before_tool_call(self.tid(), &ctx)
+            .await?;
         Ok(decided)
     }
 
