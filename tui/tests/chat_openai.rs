@@ -175,6 +175,28 @@ async fn an_empty_answer_is_said_to_be_empty() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piped_chat_reads_plain_lines_and_keeps_no_prompt_history() {
+    let server = serve(answer(&[text_delta("Hello."), finish("stop")])).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let history = dir.path().join("chat-history.txt");
+    let history_arg = history.to_str().expect("utf-8 path");
+    let output = run_piped_with(
+        &dir.path().join("chat.db"),
+        &server.base_url,
+        "Hi!\n",
+        &["--history", history_arg],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    // No line editor on a pipe: no prompt, no escape codes, only the answer.
+    assert_eq!(stdout, "Hello.\n");
+    assert_eq!(stderr, "");
+    // The history is the person's at a terminal; a script's lines are not added to it.
+    assert!(!history.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_off_asks_for_whole_answers() {
     let completion = json!({
         "id": "chatcmpl-w", "object": "chat.completion", "created": 1, "model": "local-model",
@@ -387,11 +409,13 @@ async fn in_a_terminal_the_first_ctrl_c_cancels_the_turn_and_the_second_exits() 
     let tmux = Tmux {
         socket: format!("mull-chat-e2e-{}", std::process::id()),
     };
+    let history = dir.path().join("history").join("chat-history.txt");
     let command = format!(
-        "env MULL_MODEL='{}' RUST_BACKTRACE=0 '{}' chat --db '{}'",
+        "env MULL_MODEL='{}' RUST_BACKTRACE=0 '{}' chat --db '{}' --history '{}'",
         model_spec(&server.base_url),
         env!("CARGO_BIN_EXE_mull"),
-        db.display()
+        db.display(),
+        history.display()
     );
     let started = tmux.run(&[
         "new-session",
@@ -450,6 +474,16 @@ async fn in_a_terminal_the_first_ctrl_c_cancels_the_turn_and_the_second_exits() 
     tmux.run(&["send-keys", "-t", "chat", "Just say done", "Enter"]);
     // The turn is over when the prompt is back below the answer.
     tmux.wait_for("Done.\n>", Duration::from_secs(10));
+    // The prompt is a line editor: the up arrow brings back the last line typed, and the line
+    // can be edited before it is sent (here: cleared again with Ctrl-U).
+    tmux.run(&["send-keys", "-t", "chat", "Up"]);
+    tmux.wait_for("Done.\n> Just say done", Duration::from_secs(10));
+    tmux.run(&["send-keys", "-t", "chat", "C-u"]);
+    tmux.wait_until(
+        "the recalled line cleared",
+        Duration::from_secs(10),
+        |screen| screen.lines().rev().find(|l| !l.trim().is_empty()) == Some(">"),
+    );
     // … and Ctrl-C with no turn running exits.
     tmux.run(&["send-keys", "-t", "chat", "C-c"]);
     tmux.wait_until("the chat exiting", Duration::from_secs(10), |_| {
@@ -464,5 +498,11 @@ async fn in_a_terminal_the_first_ctrl_c_cancels_the_turn_and_the_second_exits() 
     assert_eq!(
         turns.iter().map(|t| t.status).collect::<Vec<_>>(),
         [TurnStatus::Aborted, TurnStatus::Completed]
+    );
+    // The lines typed are kept for the next chat, in the history file asked for.
+    let kept = std::fs::read_to_string(&history).expect("the history file");
+    assert_eq!(
+        kept.lines().collect::<Vec<_>>(),
+        ["Count to ten, slowly", "Just say done"]
     );
 }

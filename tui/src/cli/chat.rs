@@ -2,14 +2,17 @@
 //! scripted model, offline), streaming each answer as it arrives while every event goes to the log.
 //!
 //! At a terminal, Ctrl-C cancels the running turn (it ends `aborted`, its partial answer kept)
-//! and a second Ctrl-C — or one at the prompt — exits; Ctrl-D or `/quit` exits too. When
+//! and a second Ctrl-C — or one at the prompt — exits; Ctrl-D or `/quit` exits too. The prompt
+//! is reedline's: the line can be edited, and the lines typed are kept in a history file
+//! (`--history`, by default `mull/chat-history.txt` in the user's data directory, so it
+//! follows the person across databases) and recalled with the arrow keys. When
 //! standard input is not a terminal, each input line is one user turn and only the answers go
 //! to standard output (reasoning, tool activity and errors go to standard error), so scripts can
 //! drive it; a turn that fails then stops the chat with a non-zero exit, naming the input line.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, IsTerminal};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -47,6 +50,10 @@ pub struct ChatArgs {
     /// model spec's `?stream=`, else `auto`.
     #[arg(long, value_name = "auto|on|off")]
     pub stream: Option<mull::providers::openai::Streaming>,
+    /// The file the lines typed at the prompt are kept in. Default: `mull/chat-history.txt`
+    /// in the user's data directory (`~/.local/share` on Linux).
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
     #[command(flatten)]
     pub mcp: McpArgs,
     #[command(flatten)]
@@ -107,19 +114,24 @@ async fn chat(
             args.db.display()
         );
     }
-    let mut signals = listen(interactive);
+    let (mut signals, editor) = listen(interactive, history_file(args.history.as_deref()));
     let mut typed_ahead = VecDeque::new();
     let mut line_number = 0u64;
     loop {
-        if interactive {
-            eprint!("> ");
-        }
         let line = match typed_ahead.pop_front() {
             Some(line) => line,
-            None => match signals.recv().await {
-                Some(Signal::Line(line)) => line,
-                Some(Signal::End | Signal::Interrupt) | None => break,
-            },
+            None => {
+                // The editor reads only when asked: never over an answer that is streaming.
+                if let Some(editor) = &editor {
+                    if editor.send(()).is_err() {
+                        break;
+                    }
+                }
+                match signals.recv().await {
+                    Some(Signal::Line(line)) => line,
+                    Some(Signal::End | Signal::Interrupt) | None => break,
+                }
+            }
         };
         line_number += 1;
         let text = line.trim();
@@ -150,19 +162,53 @@ async fn chat(
     Ok(())
 }
 
-/// Input lines from a reader thread and Ctrl-C from tokio, on one channel.
-fn listen(interactive: bool) -> mpsc::UnboundedReceiver<Signal> {
+/// Where the prompt's history is kept: `flag`, else `mull/chat-history.txt` in the user's data
+/// directory; none when there is no data directory (the history then lasts one chat).
+fn history_file(flag: Option<&Path>) -> Option<PathBuf> {
+    match flag {
+        Some(path) => Some(path.to_owned()),
+        None => dirs::data_dir().map(|dir| dir.join("mull").join("chat-history.txt")),
+    }
+}
+
+/// Input lines and Ctrl-C, on one channel. Piped, a thread reads standard input line by line;
+/// at a terminal, a thread runs the line editor each time the chat sends on the returned
+/// sender (the prompt is drawn only when the chat wants a line), and tokio reports Ctrl-C
+/// during a turn.
+fn listen(
+    interactive: bool,
+    history: Option<PathBuf>,
+) -> (
+    mpsc::UnboundedReceiver<Signal>,
+    Option<std::sync::mpsc::Sender<()>>,
+) {
     let (tx, rx) = mpsc::unbounded_channel();
     let lines = tx.clone();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if lines.send(Signal::Line(line)).is_err() {
-                return;
+    let mut editor = None;
+    if interactive {
+        let (ready, asked) = std::sync::mpsc::channel();
+        editor = Some(ready);
+        std::thread::spawn(move || {
+            super::chat_prompt::edit_lines(asked, history, |line| {
+                let signal = match line {
+                    super::chat_prompt::Input::Line(line) => Signal::Line(line),
+                    super::chat_prompt::Input::Interrupt => Signal::Interrupt,
+                    super::chat_prompt::Input::End => Signal::End,
+                };
+                lines.send(signal).is_ok()
+            })
+        });
+    } else {
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if lines.send(Signal::Line(line)).is_err() {
+                    return;
+                }
             }
-        }
-        let _ = lines.send(Signal::End);
-    });
+            let _ = lines.send(Signal::End);
+        });
+    }
     if interactive {
         tokio::spawn(async move {
             while tokio::signal::ctrl_c().await.is_ok() {
@@ -172,7 +218,7 @@ fn listen(interactive: bool) -> mpsc::UnboundedReceiver<Signal> {
             }
         });
     }
-    rx
+    (rx, editor)
 }
 
 /// Runs one turn, printing its answer as it streams. Returns false when the user asked to exit.

@@ -5,6 +5,7 @@ pub mod approve;
 pub mod backtest;
 pub mod budget;
 pub mod chat;
+pub mod chat_prompt;
 pub mod chat_view;
 pub mod check;
 pub mod dash;
