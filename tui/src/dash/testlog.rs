@@ -6,8 +6,10 @@ use mull_core::{
 };
 use serde_json::json;
 
+mod budget;
 mod build;
 
+pub use budget::budget_log;
 use build::{chunk, step_finished, text, tool_call, turn_started, usage};
 pub use build::{t0, LogBuilder};
 

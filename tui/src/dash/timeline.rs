@@ -395,6 +395,38 @@ impl TimelineBuilder {
                     },
                 );
             }
+            Event::BudgetExceeded {
+                scope,
+                measure,
+                limit,
+                spent,
+                step,
+                ..
+            } => {
+                // Short enough for a narrow pane: the limit, the spend, the call refused.
+                let amount = |x: f64| match measure {
+                    mull_core::BudgetMeasure::Dollars => format!("${x:.4}"),
+                    _ => format!("{x:.0}"),
+                };
+                let call = match step {
+                    Some(step) => format!("step {step} not called"),
+                    None => "call not made".to_owned(),
+                };
+                self.new_item(
+                    env,
+                    gap_ms,
+                    ItemKind::Error {
+                        what: "budget reached".to_owned(),
+                        message: format!(
+                            "{} {} {} of {} · {call}",
+                            wire_name(scope),
+                            wire_name(measure),
+                            amount(*spent),
+                            amount(*limit)
+                        ),
+                    },
+                );
+            }
             Event::TurnFailed { stage, error, .. } => {
                 let stage = wire_name(stage);
                 self.new_item(

@@ -380,6 +380,23 @@ fn fixture_aborted_timeline() {
     snap("fixture_aborted_timeline", &f.dash);
 }
 
+/// A turn a budget stopped says which limit, what was spent and which call was not made, on a
+/// row of its own before the turn's failure.
+#[test]
+fn timeline_of_a_budget_stopped_turn() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_db(dir.path(), &crate::dash::testlog::budget_log());
+    let mut dash = Dash::open(&path).expect("open dashboard");
+    dash.app.db_label = "test.db".into();
+    open_turn(&mut dash, 1);
+    let text = format!("{}", screen(&dash).backend());
+    assert!(
+        text.contains("✗ budget reached: session tokens 210 of 200 · step 1 not called"),
+        "{text}"
+    );
+    snap("timeline_of_a_budget_stopped_turn", &dash);
+}
+
 /// Opens the second turn of a session whose two turns made allowed, blocked, substituted and
 /// failing calls.
 fn tools_dash() -> Fixture {
