@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use mull::core::{Envelope, Event};
-use mull::store::{Appended, EventLog, Log, LogFuture, SessionState, StoreError};
+use mull::store::{Appended, EventLog, Log, LogFuture, ReadLog, SessionState, StoreError};
 
 /// A journal of lines, shared between a [`GateLog`] and whatever else a test lets write to it.
 #[derive(Debug, Clone, Default)]
@@ -89,6 +89,10 @@ impl EventLog for GateLog {
         limit: usize,
     ) -> LogFuture<'a, Vec<Envelope>> {
         EventLog::session_page(&self.log, session_id, after_seq, limit)
+    }
+
+    fn read_log(&self) -> Result<Arc<dyn ReadLog + Send + Sync>, StoreError> {
+        EventLog::read_log(&self.log)
     }
 
     fn release_session(&self, session_id: &str) -> LogFuture<'static, ()> {

@@ -2,8 +2,9 @@
 //! `seq` order, until the request has its verdict.
 //!
 //! Two pieces below the server do the work. The session's events come from a
-//! [`mull_engine::Follow`] (the log, then live, gap-free and exactly once: on this node
-//! the session's bus, for a chat another node runs the log polled); what the request is doing
+//! [`mull_engine::Follow`] (the log through its read contract, [`mull_store::ReadLog`], then
+//! live, gap-free and exactly once: on this node the session's bus, for a chat another node
+//! runs the log polled); what the request is doing
 //! — which events are its attempts', whether an attempt that ended in error is retried or was
 //! its final failure — comes from a [`RequestFold`]. What is left here is how long a client
 //! waits: when an attempt ended in error and neither the retry nor the final failure appears,
@@ -417,6 +418,72 @@ mod tests {
         assert_eq!(drain(&mut follower).await, vec![1, 2]);
     }
 
+    /// A log whose write contract refuses to read: what a follower reads must come through
+    /// the read contract ([`EventLog::read_log`]).
+    #[derive(Debug)]
+    struct ReadsOnlyThroughReadLog(Log);
+
+    impl EventLog for ReadsOnlyThroughReadLog {
+        fn open_session<'a>(
+            &'a self,
+            session_id: &'a str,
+        ) -> mull_store::LogFuture<'a, mull_store::SessionState> {
+            EventLog::open_session(&self.0, session_id)
+        }
+        fn append_event(
+            &self,
+            session_id: &str,
+            turn_id: Option<&str>,
+            at: chrono::DateTime<chrono::Utc>,
+            event: Event,
+        ) -> Result<mull_store::Appended, mull_store::StoreError> {
+            EventLog::append_event(&self.0, session_id, turn_id, at, event)
+        }
+        fn flush<'a>(&'a self, session_id: &'a str) -> mull_store::LogFuture<'a, ()> {
+            EventLog::flush(&self.0, session_id)
+        }
+        fn turn_events<'a>(
+            &'a self,
+            _session_id: &'a str,
+            _turn_id: &'a str,
+        ) -> mull_store::LogFuture<'a, Vec<Envelope>> {
+            Box::pin(async { Err(mull_store::StoreError::WriterGone) })
+        }
+        fn session_page<'a>(
+            &'a self,
+            _session_id: &'a str,
+            _after_seq: u64,
+            _limit: usize,
+        ) -> mull_store::LogFuture<'a, Vec<Envelope>> {
+            Box::pin(async { Err(mull_store::StoreError::WriterGone) })
+        }
+        fn read_log(
+            &self,
+        ) -> Result<Arc<dyn mull_store::ReadLog + Send + Sync>, mull_store::StoreError> {
+            EventLog::read_log(&self.0)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_log_is_read_through_the_read_contract() {
+        let f = fixture(2);
+        let log = Arc::new(ReadsOnlyThroughReadLog(f.log.clone()));
+        // Half the turn is written before the follower starts, the rest overflows its bus: both
+        // come from reads of the log.
+        emit(&f, "s", Some("t1"), started("r1")).await;
+        emit(&f, "s", Some("t1"), delta("before")).await;
+        let bus = f.rx.activate_cloned();
+        let mut follower = TurnFollower::new(
+            Follow::with_bus(log as Arc<dyn EventLog>, "s", bus, 0),
+            "r1",
+        );
+        for i in 0..20 {
+            emit(&f, "s", Some("t1"), delta(&i.to_string())).await;
+        }
+        emit(&f, "s", Some("t1"), finished("r1")).await;
+        assert_eq!(drain(&mut follower).await, (1..=23).collect::<Vec<u64>>());
+    }
+
     /// A log shared with other nodes, as far as a follower can tell: this node holds the
     /// session until `lost` is set (another node took it over).
     #[derive(Debug)]
@@ -458,6 +525,11 @@ mod tests {
             limit: usize,
         ) -> mull_store::LogFuture<'a, Vec<Envelope>> {
             EventLog::session_page(&self.log, session_id, after_seq, limit)
+        }
+        fn read_log(
+            &self,
+        ) -> Result<Arc<dyn mull_store::ReadLog + Send + Sync>, mull_store::StoreError> {
+            EventLog::read_log(&self.log)
         }
         fn is_shared(&self) -> bool {
             true

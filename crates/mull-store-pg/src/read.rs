@@ -75,6 +75,12 @@ impl Reads {
     /// changes nothing.
     pub async fn open(url: &str) -> Result<Reads, StoreError> {
         let (config, target) = parse(url)?;
+        Reads::open_with(&config, &target).await
+    }
+
+    /// [`Reads::open`] with the connection settings already parsed.
+    pub(crate) async fn open_with(config: &Config, target: &Target) -> Result<Reads, StoreError> {
+        let (config, target) = (config.clone(), target.clone());
         let reads = Reads::connect(&config, &target).await?;
         let client = reads
             .client

@@ -20,6 +20,9 @@ use mull_store::{
     SessionToolCalls, StoreError, TurnSummary,
 };
 
+use tokio_postgres::Config;
+
+use crate::error::{parse, Target};
 use crate::read::Reads;
 
 /// The kinds a session's tool table folds (as the SQLite log's reader).
@@ -46,6 +49,13 @@ impl PgReader {
     /// Opens the log at `url` for reading: checks it is a mull database of this schema and
     /// changes nothing.
     pub fn open(url: &str) -> Result<PgReader, StoreError> {
+        let (config, target) = parse(url)?;
+        PgReader::open_with(config, target)
+    }
+
+    /// [`PgReader::open`] with the connection settings already parsed (a node's writer opens
+    /// its followers' reader so).
+    pub(crate) fn open_with(config: Config, target: Target) -> Result<PgReader, StoreError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("mull-pg-read")
@@ -55,8 +65,7 @@ impl PgReader {
                 context: "starting the PostgreSQL reader's runtime".to_owned(),
                 message: e.to_string(),
             })?;
-        let url = url.to_owned();
-        let opened = runtime.spawn(async move { Reads::open(&url).await });
+        let opened = runtime.spawn(async move { Reads::open_with(&config, &target).await });
         let reads = futures::executor::block_on(opened).map_err(|e| StoreError::Server {
             context: "opening the PostgreSQL log".to_owned(),
             message: e.to_string(),

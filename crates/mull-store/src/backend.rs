@@ -4,7 +4,8 @@
 //! PostgreSQL log of `mull-store-pg` (several nodes, one writer per session by lease). The
 //! interface is what a session needs — take the session and read its state, append, wait for
 //! durability, read back a turn or a page of the session — and nothing a reader of the whole
-//! log needs; those read the backend they were given directly.
+//! log needs: those take the read contract, [`ReadLog`], which [`EventLog::read_log`] hands out
+//! for readers in the writer's own process (a server's followers).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +16,7 @@ use mull_core::{Envelope, Event};
 
 use crate::error::StoreError;
 use crate::projection::SessionState;
+use crate::read::ReadLog;
 use crate::writer::{Appended, Log};
 
 /// A boxed future borrowing the log: what the interface's waiting operations return.
@@ -79,6 +81,13 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
         after_seq: u64,
         limit: usize,
     ) -> LogFuture<'a, Vec<Envelope>>;
+
+    /// The read contract on this log, for readers in this process (a server following a
+    /// session after a seq): what it reads of a session includes every event this handle
+    /// appended to it before the read. Its reads are synchronous: call them from a blocking
+    /// thread (`tokio::task::spawn_blocking`), never on a runtime's worker. SQLite: the log's
+    /// own read connection; PostgreSQL: a connection of its own, opened on first use.
+    fn read_log(&self) -> Result<Arc<dyn ReadLog + Send + Sync>, StoreError>;
 
     /// The session is no longer worked on here (closed or evicted): another writer may take it
     /// at once. What is given back is decided when this is called (so the future may be
@@ -209,6 +218,10 @@ impl EventLog for Log {
         Log::health(self)
     }
 
+    fn read_log(&self) -> Result<Arc<dyn ReadLog + Send + Sync>, StoreError> {
+        Ok(Arc::new(self.clone()))
+    }
+
     fn session_page<'a>(
         &'a self,
         session_id: &'a str,
@@ -264,6 +277,10 @@ impl<T: EventLog + ?Sized> EventLog for Arc<T> {
         limit: usize,
     ) -> LogFuture<'a, Vec<Envelope>> {
         (**self).session_page(session_id, after_seq, limit)
+    }
+
+    fn read_log(&self) -> Result<Arc<dyn ReadLog + Send + Sync>, StoreError> {
+        (**self).read_log()
     }
 
     fn release_session(&self, session_id: &str) -> LogFuture<'static, ()> {

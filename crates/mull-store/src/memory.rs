@@ -150,6 +150,10 @@ impl ReadLog for MemoryLog {
 }
 
 impl EventLog for MemoryLog {
+    fn read_log(&self) -> Result<Arc<dyn ReadLog + Send + Sync>, StoreError> {
+        Ok(Arc::new(self.clone()))
+    }
+
     fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState> {
         Box::pin(async move { ReadLog::load_session(self, session_id) })
     }

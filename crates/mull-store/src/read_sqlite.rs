@@ -16,6 +16,7 @@ use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
 use crate::read::{ChangeCursor, Changes, ReadLog, SessionChange, SessionKey};
 use crate::reader::{decode_row, LogReader, RowError, SessionSummary};
 use crate::schema::LIFECYCLE_PREDICATE;
+use crate::writer::Log;
 
 impl ReadLog for LogReader {
     fn name(&self) -> String {
@@ -193,5 +194,71 @@ impl ReadLog for LogReader {
 
     fn writer_active(&self) -> bool {
         LogReader::writer_active(self)
+    }
+}
+
+/// The read contract on a log this process writes (a server's followers read it): each read
+/// runs on the log's own read connection, after committing what it needs of the rows not
+/// committed yet — a session's own, for a read of that session; any a gate let out, for the
+/// rest. Blocks while it commits: call it from a blocking thread.
+impl ReadLog for Log {
+    fn name(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    fn newest_sessions(
+        &self,
+        before: Option<&SessionKey>,
+        limit: usize,
+    ) -> Result<Vec<SessionSummary>, StoreError> {
+        self.with_reader(|r| ReadLog::newest_sessions(r, before, limit))
+    }
+
+    fn session_page(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.read_session_blocking(session_id, |r| r.session_page(session_id, after_seq, limit))
+    }
+
+    fn turn_events(&self, session_id: &str, turn_id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.read_session_blocking(session_id, |r| r.turn_events(session_id, turn_id))
+    }
+
+    fn fork_origin(&self, session_id: &str) -> Result<Option<(String, u64)>, StoreError> {
+        self.read_session_blocking(session_id, |r| r.fork_origin(session_id))
+    }
+
+    fn cursor(&self) -> Result<ChangeCursor, StoreError> {
+        self.with_reader(ReadLog::cursor)
+    }
+
+    fn changes(&self, since: ChangeCursor) -> Result<Changes, StoreError> {
+        self.with_reader(|r| ReadLog::changes(r, since))
+    }
+
+    fn event_count(&self) -> Result<u64, StoreError> {
+        self.with_reader(ReadLog::event_count)
+    }
+
+    fn numbers_across_sessions(&self) -> bool {
+        true
+    }
+}
+
+impl Log {
+    /// Runs `f` on the read connection once every row of `session_id` appended so far is
+    /// committed.
+    fn read_session_blocking<R>(
+        &self,
+        session_id: &str,
+        f: impl FnOnce(&LogReader) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        if self.has_uncommitted_rows(session_id) {
+            self.flush_blocking()?;
+        }
+        self.with_reader(f)
     }
 }

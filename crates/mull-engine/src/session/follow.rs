@@ -6,8 +6,8 @@
 //!    [`Session::follow`](super::Session::follow)), subscribed *before* anything is read; or,
 //!    for a session another node writes, the log read again every interval
 //!    ([`Follow::polling`]);
-//! 2. the log, read after a flush barrier, so every event appended before the barrier is
-//!    readable.
+//! 2. the log, read through its read contract ([`EventLog::read_log`]) after a flush
+//!    barrier, so every event appended before the barrier is readable.
 //!
 //! An event appended before the subscription is in the log by the time it is read (the barrier
 //! waited for it); an event appended after it is on the bus. Events at or below the last seq
@@ -226,7 +226,7 @@ impl Follow {
             let mut events = Vec::new();
             let mut failing_since: Option<tokio::time::Instant> = None;
             loop {
-                let page = match log.session_page(&session_id, after, PAGE).await {
+                let page = match read_page(&log, &session_id, after).await {
                     Ok(page) => page,
                     Err(e) => {
                         // The database may be away for a restart: wait for it rather than end
@@ -384,6 +384,25 @@ impl Follow {
             }
         }
         Poll::Ready(())
+    }
+}
+
+/// A page of the session after `after_seq`, through the log's read contract
+/// ([`EventLog::read_log`]), on a blocking thread (its reads are synchronous).
+async fn read_page(
+    log: &Arc<dyn EventLog>,
+    session_id: &str,
+    after_seq: u64,
+) -> Result<Vec<Envelope>, StoreError> {
+    let (log, session) = (Arc::clone(log), session_id.to_owned());
+    let read = move || log.read_log()?.session_page(&session, after_seq, PAGE);
+    match tokio::task::spawn_blocking(read).await {
+        Ok(read) => read,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(StoreError::Server {
+            context: format!("reading session {session_id} after seq {after_seq}"),
+            message: format!("the read was cancelled: {e}"),
+        }),
     }
 }
 

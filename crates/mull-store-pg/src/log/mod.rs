@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use mull_core::{Envelope, Event};
 use mull_store::timestamp;
-use mull_store::{Appended, EventLog, LogFuture, SessionState, StoreError};
+use mull_store::{Appended, EventLog, LogFuture, ReadLog, SessionState, StoreError};
 use tokio::sync::{watch, Notify};
 
 use crate::error::{connect, parse, server_error};
 use crate::read::Reads;
+use crate::reader::PgReader;
 use crate::schema;
 
 mod lease;
@@ -87,6 +88,7 @@ impl PgLog {
             reads,
             leases,
             renewals,
+            read_log: Mutex::new(None),
         });
         tokio::spawn(writer::run_writer(
             Arc::downgrade(&inner),
@@ -233,6 +235,23 @@ impl PgLog {
 }
 
 impl EventLog for PgLog {
+    fn read_log(&self) -> Result<Arc<dyn ReadLog + Send + Sync>, StoreError> {
+        // Held while a first reader connects: the followers waiting meanwhile want that one.
+        let mut cached = self
+            .inner
+            .read_log
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(reader) = cached.as_ref() {
+            return Ok(Arc::clone(reader) as Arc<dyn ReadLog + Send + Sync>);
+        }
+        let mut config = self.inner.config.clone();
+        config.application_name(format!("mull follows {}", self.inner.options.node));
+        let reader = Arc::new(PgReader::open_with(config, self.inner.target.clone())?);
+        *cached = Some(Arc::clone(&reader));
+        Ok(reader)
+    }
+
     fn open_session<'a>(&'a self, session_id: &'a str) -> LogFuture<'a, SessionState> {
         Box::pin(async move {
             // Rows still queued under an earlier lease of this session go first. Only its

@@ -20,6 +20,7 @@ use tokio_postgres::Config;
 
 use crate::error::Target;
 use crate::read::Reads;
+use crate::reader::PgReader;
 
 /// How a node writes: its name in lease rows, how long a lease lasts, how batches are cut.
 #[derive(Debug, Clone)]
@@ -65,6 +66,11 @@ pub(super) struct Inner {
     /// leases of many chats opening at once, or a busy node would lose the leases it holds
     /// while working (and other nodes would take over chats that are running fine).
     pub(super) renewals: Reads,
+    /// The read contract for this process's followers ([`EventLog::read_log`]), on a
+    /// connection and runtime of its own, opened on first use.
+    ///
+    /// [`EventLog::read_log`]: mull_store::EventLog::read_log
+    pub(super) read_log: Mutex<Option<Arc<PgReader>>>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
