@@ -24,6 +24,8 @@ use serde_json::{json, Value};
 
 use crate::error::EngineError;
 use crate::guard::Caller;
+use crate::hooks::Hooks;
+use crate::recorder::Recorder;
 use crate::runtime::Runtime;
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
@@ -71,11 +73,12 @@ pub(crate) fn render(config: &SessionConfig, values: &BTreeMap<String, String>) 
 /// blocks without a value); each value that differs from the current one is recorded first.
 /// A failing provider is a `hook_failed` event and its block keeps its current value.
 pub(crate) async fn build_system_prompt(
-    inner: &Arc<Runtime>,
+    recorder: &Recorder,
+    hooks: &Hooks,
+    config: &SessionConfig,
     turn_id: Option<&str>,
     refresh: bool,
 ) -> Result<Option<String>, EngineError> {
-    let config = inner.config();
     if config.blocks.is_empty() {
         return Ok(None);
     }
@@ -83,9 +86,7 @@ pub(crate) async fn build_system_prompt(
         let Some(provider) = &block.provider else {
             continue;
         };
-        let current = inner
-            .recorder()
-            .read(|s| s.context_blocks.get(name).cloned());
+        let current = recorder.read(|s| s.context_blocks.get(name).cloned());
         if current.is_some() && !refresh {
             continue;
         }
@@ -94,9 +95,9 @@ pub(crate) async fn build_system_prompt(
             hook: HookName::ContextBlockProvider,
             source: &source,
         };
-        match inner.hooks().guard(turn_id, caller, provider.get()).await? {
+        match hooks.guard(turn_id, caller, provider.get()).await? {
             Ok(value) if current.as_ref() != Some(&value) => {
-                inner.recorder().append(
+                recorder.append(
                     turn_id,
                     Event::ContextBlockUpdated {
                         block: name.clone(),
@@ -110,22 +111,20 @@ pub(crate) async fn build_system_prompt(
             Ok(_) | Err(_) => {}
         }
     }
-    inner.recorder().flush().await?;
-    Ok(Some(
-        inner.recorder().read(|s| render(config, &s.context_blocks)),
-    ))
+    recorder.flush().await?;
+    Ok(Some(recorder.read(|s| render(config, &s.context_blocks))))
 }
 
 /// Records a checked write.
 pub(crate) async fn write(
-    inner: &Arc<Runtime>,
+    recorder: &Recorder,
     block: &str,
     content: &str,
     source: ContextBlockSource,
     call_id: Option<String>,
 ) -> Result<(), EngineError> {
-    append_write(inner.recorder(), block, content, source, call_id)?;
-    inner.recorder().flush().await
+    append_write(recorder, block, content, source, call_id)?;
+    recorder.flush().await
 }
 
 /// The `update_context` tool: the model rewrites one writable block.
@@ -196,7 +195,7 @@ impl Tool for UpdateContextTool {
         let content = input.get("content").and_then(Value::as_str).unwrap_or("");
         let tokens = check_write(inner.config(), block, content, true)?;
         write(
-            &inner,
+            inner.recorder(),
             block,
             content,
             ContextBlockSource::Model,

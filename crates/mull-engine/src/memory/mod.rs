@@ -52,7 +52,7 @@ mod tests {
         let tools = session_tools(rt);
         assert_eq!(tools.names(), ["update_context", "search_messages"]);
         context_blocks::write(
-            rt,
+            rt.recorder(),
             "notes",
             "green tea",
             ContextBlockSource::Application,
@@ -64,10 +64,16 @@ mod tests {
             .recorder()
             .read(|s| s.context_blocks.get("notes").cloned());
         assert_eq!(notes.as_deref(), Some("green tea"));
-        let prompt = context_blocks::build_system_prompt(rt, None, false)
-            .await
-            .expect("the prompt builds")
-            .expect("blocks make the prompt");
+        let prompt = context_blocks::build_system_prompt(
+            rt.recorder(),
+            rt.hooks(),
+            rt.config(),
+            None,
+            false,
+        )
+        .await
+        .expect("the prompt builds")
+        .expect("blocks make the prompt");
         assert!(prompt.contains("green tea"), "{prompt}");
     }
 }

@@ -354,9 +354,8 @@ impl EffectWriter {
     async fn write(&self, effect: &Effect) -> Result<(), ToolError> {
         match effect {
             Effect::Block(write) => {
-                let session = crate::subagent::calling_session(&self.site)?;
                 write_block(
-                    &session.inner,
+                    &self.site.session.inner.recorder,
                     &write.block,
                     &write.content,
                     write.source,

@@ -25,7 +25,7 @@ impl Session {
     pub async fn set_context_block(&self, block: &str, content: &str) -> Result<(), ContextError> {
         check_write(self.inner.config(), block, content, false)?;
         write(
-            &self.inner,
+            self.inner.recorder(),
             block,
             content,
             ContextBlockSource::Application,
@@ -45,7 +45,8 @@ impl Session {
     /// Runs every block provider now and records the values that changed (a cached prompt picks
     /// them up from the next turn).
     pub async fn refresh_context_blocks(&self) -> Result<(), EngineError> {
-        build_system_prompt(&self.inner, None, true)
+        let inner = &self.inner;
+        build_system_prompt(inner.recorder(), inner.hooks(), inner.config(), None, true)
             .await
             .map(|_| ())
     }

@@ -55,13 +55,18 @@ impl TurnRun<'_> {
             )));
         }
         let refresh = !inner.config().cached_prompt;
-        let system =
-            match crate::memory::context_blocks::build_system_prompt(inner, self.tid(), refresh)
-                .await?
-            {
-                Some(system) => system,
-                None => agent.system_prompt(),
-            };
+        let system = match crate::memory::context_blocks::build_system_prompt(
+            inner.recorder(),
+            inner.hooks(),
+            inner.config(),
+            self.tid(),
+            refresh,
+        )
+        .await?
+        {
+            Some(system) => system,
+            None => agent.system_prompt(),
+        };
         let system = crate::session_config::skills::with_listing(system, &inner.config().skills);
         let defaults = TurnDefaults {
             model: inner.options().outside.model(agent.model()),
