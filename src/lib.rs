@@ -84,6 +84,66 @@
 //! # }
 //! ```
 //!
+//! **Spend caps.** A [`Budget`](engine::Budget) limits what a session's model calls may spend,
+//! per turn and per session, in tokens, dollars and model calls. An agent sets its own in
+//! `configure_session`; whoever runs an agent it did not write lays one over it with
+//! [`SessionOptions::with_budget`](engine::SessionOptions::with_budget) (each limit the tighter
+//! of the two). The check stands before every model call — retries, compaction summaries and
+//! sub-agents included — and a used-up limit writes a `budget_exceeded` event and ends the turn
+//! with an error at stage `budget`:
+//!
+//! ```
+//! use mull::prelude::*;
+//! use mull::core::ErrorStage;
+//! use mull::engine::Budget;
+//! use std::sync::Arc;
+//!
+//! struct Researcher(Arc<dyn LanguageModel>);
+//!
+//! #[async_trait]
+//! impl Agent for Researcher {
+//!     fn name(&self) -> &str {
+//!         "researcher"
+//!     }
+//!     fn model(&self) -> Arc<dyn LanguageModel> {
+//!         Arc::clone(&self.0)
+//!     }
+//!     fn tools(&self) -> ToolSet {
+//!         let search = FnTool::new("search", "Searches.", |_: Value, _| async move {
+//!             Ok::<Value, ToolError>(json!(["a result"]))
+//!         });
+//!         ToolSet::new().with(search.shared())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let log = Log::open(dir.path().join("capped.db"))?;
+//! // A model that would search, then answer: two model calls.
+//! let model = mull::providers::scripted::ScriptedModel::builder("scripted")
+//!     .step(|s| s.tool_call("c1", "search", json!({"q": "tides"})).usage(400, 20))
+//!     .step(|s| s.text("High tide is at six."))
+//!     .build();
+//! let agent = Arc::new(Researcher(Arc::new(model)));
+//! // At most 300 tokens a turn: the first call spends 420, so the second is not made.
+//! let options = SessionOptions::new("capped").with_budget(Budget::new().turn_tokens(300));
+//! let session = Session::open(&log, agent, options).await?;
+//! let outcome = session
+//!     .save_messages(vec![UIMessage::user("m1", "When is high tide?")], TurnOptions::default())
+//!     .await?;
+//! assert_eq!(outcome.status, OutcomeStatus::Error);
+//! let error = outcome.error.expect("the budget's error");
+//! assert_eq!(error.stage, ErrorStage::Budget);
+//! assert!(error.message.contains("the turn's token budget is used up (420 tokens spent of 300"));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The `mull` binary's `chat`, `serve` and `demo` take the same caps as flags
+//! (`--budget-turn-tokens`, `--budget-session-usd`, …); `mull stats`, the dashboard and the
+//! traces show each stop.
+//!
 //! Beyond the prelude: [`core`] (the vocabulary: events, messages, stream parts, the model
 //! trait), [`store`] (the log, its readers and folds), [`engine`] (sessions, hooks, tools,
 //! sub-agents, approvals, replay), [`providers`] (OpenAI-compatible and Anthropic models, the
