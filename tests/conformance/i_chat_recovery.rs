@@ -1,7 +1,8 @@
 //! Think 0.24's bounded recovery: `classify_chat_error` answering `transient` or `rate_limit`
-//! runs the turn again under the same request id after a backoff of 1 s doubling to 30 s (on
-//! the session's clock, so these tests wait no real time), at most `max_attempts` times, each
-//! attempt a `recovery_scheduled` event; then `on_recovery_exhausted` and a terminal error.
+//! runs the turn again under the same request id after a backoff of at most 1 s doubling to 30 s,
+//! jittered by a draw seeded from the request (on the session's clock, so these tests wait no
+//! real time), at most `max_attempts` times, each attempt a `recovery_scheduled` event; then
+//! `on_recovery_exhausted` and a terminal error.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,6 +26,29 @@ fn recovering_agent(model: &ScriptedModel, max_attempts: u32) -> Rec {
                 None
             }
         })
+}
+
+/// The recoveries `schedule` must find: attempts 1… waiting what [`ChatRecovery::delay`] draws
+/// for the session and request, each wait passed on the clock before the next attempt.
+fn expected(
+    events: &[mull::core::Envelope],
+    request_id: &str,
+    attempts: u32,
+) -> Vec<(u32, u64, i64)> {
+    let key = format!("{}/{request_id}", events[0].session_id);
+    (1..=attempts)
+        .map(|attempt| {
+            let ms = ChatRecovery::new(attempts)
+                .delay(attempt - 1, &key)
+                .as_millis();
+            let ms = u64::try_from(ms).expect("a wait in milliseconds");
+            (
+                attempt,
+                ms,
+                i64::try_from(ms).expect("a wait in milliseconds"),
+            )
+        })
+        .collect()
 }
 
 /// (attempt, delay_ms, at) of every `recovery_scheduled` event, and the stamp of the
@@ -68,9 +92,11 @@ async fn transient_errors_are_recovered_with_backoff_under_the_same_request_id()
     );
     assert_eq!(out.status, OutcomeStatus::Completed, "{:?}", out.error);
     let events = env.events().await;
-    // Each recovery is an event, waits its backoff (1 s, then 2 s) on the clock, and the
-    // next attempt runs under the same request id.
-    assert_eq!(schedule(&events), [(1, 1000, 1000), (2, 2000, 2000)]);
+    // Each recovery is an event, waits its backoff (at most 1 s, then at most 2 s, each at
+    // least half of that) on the clock, and the next attempt runs under the same request id.
+    let waits = schedule(&events);
+    assert_eq!(waits, expected(&events, &out.request_id, 2));
+    assert!((500..=1000).contains(&waits[0].1) && (1000..=2000).contains(&waits[1].1));
     let attempts: Vec<(String, u32)> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -143,7 +169,7 @@ async fn rate_limits_past_the_bound_end_in_a_terminal_error_and_on_recovery_exha
         error.message
     );
     let events = env.events().await;
-    assert_eq!(schedule(&events), [(1, 1000, 1000), (2, 2000, 2000)]);
+    assert_eq!(schedule(&events), expected(&events, &out.request_id, 2));
     let failed: Vec<_> = events
         .iter()
         .filter_map(|e| match &e.event {

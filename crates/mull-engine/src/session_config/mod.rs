@@ -96,21 +96,22 @@ impl Default for ContextOverflow {
 }
 
 /// Bounded recovery from errors `classify_chat_error` calls transient or a rate limit (Think
-/// 0.24): the turn runs again under the same request id after a backoff that starts at
-/// `first_delay` and doubles up to `max_delay`, at most `max_attempts` times; then it ends
-/// with a terminal error and `on_recovery_exhausted` runs. Off (`max_attempts` 0) by default.
+/// 0.24): the turn runs again under the same request id after a backoff that grows from
+/// `first_delay` by doubling up to `max_delay`, with jitter (see [`ChatRecovery::delay`]), at
+/// most `max_attempts` times; then it ends with a terminal error and `on_recovery_exhausted`
+/// runs. Off (`max_attempts` 0) by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChatRecovery {
     /// How many times one request may be run again (0: recovery off).
     pub max_attempts: u32,
-    /// The wait before the first recovery attempt (1 s).
+    /// The longest wait before the first recovery attempt (1 s).
     pub first_delay: std::time::Duration,
-    /// The longest wait, however many attempts came before (30 s).
+    /// The longest wait, however many attempts came before (30 s): the cap.
     pub max_delay: std::time::Duration,
 }
 
 impl ChatRecovery {
-    /// Up to `max_attempts` recoveries, waiting 1 s, 2 s, 4 s … at most 30 s.
+    /// Up to `max_attempts` recoveries, waiting at most 1 s, 2 s, 4 s … and never over 30 s.
     pub fn new(max_attempts: u32) -> ChatRecovery {
         ChatRecovery {
             max_attempts,
@@ -124,18 +125,35 @@ impl ChatRecovery {
         self.max_attempts > 0
     }
 
-    /// The wait before recovery attempt `n` (0-based): exponential backoff, no jitter, so a
-    /// replayed session waits as its recording did.
-    pub fn delay(&self, n: u32) -> std::time::Duration {
+    /// The wait before recovery attempt `n` (0-based) of the request `key` names (its session
+    /// and request id). The exponential delay `first_delay · 2ⁿ`, capped at `max_delay`, is
+    /// the most it waits; the wait is drawn between half of that and all of it ("equal
+    /// jitter"), so the many turns one overloaded server failed together do not all come back
+    /// at the same moment. The draw is seeded from `key`, not from a random source: the same
+    /// request waits the same on every run and platform, so a replay re-derives the `delay_ms`
+    /// its recording wrote (and a change here shows as a divergence, never silently).
+    pub fn delay(&self, n: u32, key: &str) -> std::time::Duration {
         use backon::BackoffBuilder;
-        backon::ExponentialBuilder::default()
-            .with_min_delay(self.first_delay)
-            .with_max_delay(self.max_delay)
+        use std::hash::Hasher;
+        // FNV-1a over the bytes: a fixed function, unlike std's hasher, which may change.
+        let mut seed = fnv::FnvHasher::default();
+        seed.write(key.as_bytes());
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        // backon adds a jitter of up to 100% to each delay: halving its bounds draws between
+        // half and all of the capped exponential delay.
+        let drawn = backon::ExponentialBuilder::default()
+            .with_min_delay(self.first_delay / 2)
+            .with_max_delay(self.max_delay / 2)
             .with_factor(2.0)
-            .with_max_times(usize::try_from(n).unwrap_or(usize::MAX).saturating_add(1))
+            .with_jitter()
+            .with_jitter_seed(seed.finish())
+            .with_max_times(n.saturating_add(1))
             .build()
-            .nth(usize::try_from(n).unwrap_or(usize::MAX))
+            .nth(n)
             .unwrap_or(self.max_delay)
+            .min(self.max_delay);
+        // Whole milliseconds: the wait is exactly the `delay_ms` the log records.
+        std::time::Duration::from_millis(u64::try_from(drawn.as_millis()).unwrap_or(u64::MAX))
     }
 }
 

@@ -1,8 +1,10 @@
 //! Bounded recovery from transient and rate-limit errors (Think 0.24): when
 //! `classify_chat_error` calls a stream failure `transient` or `rate_limit` and
 //! [`ChatRecovery`](crate::ChatRecovery) is on, the attempt is discarded, a
-//! `recovery_scheduled` event is written, the turn waits its backoff (1 s doubling to 30 s,
-//! on the session's clock: a clock that only moves when told to lets the wait pass at once)
+//! `recovery_scheduled` event is written with the wait, the turn waits its backoff (at most
+//! 1 s doubling to a cap of 30 s, jittered down to half of that by a draw seeded from the session
+//! and request id, so a replay waits the same; on the session's clock: a clock that only moves
+//! when told to lets the wait pass at once)
 //! and runs again under the same request id. When the attempts are used up,
 //! `on_recovery_exhausted` runs and the turn ends with a terminal error naming the
 //! classification.
@@ -46,7 +48,9 @@ impl TurnRun<'_> {
             steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
             usage: self.usage.clone(),
         })?;
-        let delay = recovery.delay(recoveries);
+        // Seeded by the request, so a replay of this session waits what the recording did.
+        let key = format!("{}/{}", self.inner.session_id(), self.spec.request_id);
+        let delay = recovery.delay(recoveries, &key);
         let scheduled = self.append(Event::RecoveryScheduled {
             request_id: self.spec.request_id.clone(),
             attempt: recoveries + 1,
@@ -115,10 +119,45 @@ mod tests {
     use crate::ChatRecovery;
 
     #[test]
-    fn the_backoff_starts_at_one_second_doubles_and_stops_at_thirty() {
+    fn the_backoff_doubles_to_a_cap_each_wait_jittered_between_half_and_all_of_it() {
         let recovery = ChatRecovery::new(8);
-        let delays: Vec<u64> = (0..8).map(|n| recovery.delay(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
-        assert_eq!(ChatRecovery::new(3).delay(0), Duration::from_secs(1));
+        let ceilings = [1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000];
+        let mut spread = std::collections::BTreeSet::new();
+        for key in 0..50 {
+            let key = format!("sess_{key}/req_1");
+            for (n, ceiling) in (0..8).zip(ceilings) {
+                let ms = recovery.delay(n, &key).as_millis();
+                assert!(
+                    ceiling / 2 <= ms && ms <= ceiling,
+                    "attempt {n} of {key} waits {ms} ms, outside {}..={ceiling}",
+                    ceiling / 2
+                );
+                if n == 0 {
+                    spread.insert(ms);
+                }
+            }
+        }
+        // Different requests come back at different moments …
+        assert!(spread.len() > 40, "{spread:?}");
+        // … and the same request always waits the same (what makes a replay agree).
+        let again = ChatRecovery::new(8);
+        for n in 0..8 {
+            assert_eq!(
+                again.delay(n, "sess_a/req_1"),
+                recovery.delay(n, "sess_a/req_1")
+            );
+        }
+        assert!(recovery.delay(0, "sess_a/req_1") <= Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_draw_is_a_fixed_function_of_the_request() {
+        // Pinned: a replay of a recorded session re-derives these; a change here is a change
+        // of recorded behaviour, to be made knowingly.
+        let recovery = ChatRecovery::new(3);
+        let waits: Vec<u128> = (0..3)
+            .map(|n| recovery.delay(n, "sess_a/req_1").as_millis())
+            .collect();
+        assert_eq!(waits, [932, 1140, 2324]);
     }
 }
