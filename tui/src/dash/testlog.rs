@@ -682,24 +682,15 @@ pub fn tools_log() -> Vec<Envelope> {
     b.events
 }
 
-/// A travel desk's session `session` whose first turn parks two bookings for approval:
-/// `approval_1` (call_1) and `approval_2` (call_2). With `answered`, a person approves
-/// approval_2 from `mull dash` at +5 s and denies approval_1 through `mull approve` at +6 s,
-/// and a continuation turn runs the one and declines the other.
-pub fn approval_log(session: &str, answered: bool) -> Vec<Envelope> {
-    let mut b = LogBuilder::new();
-    let s = session;
-    b.push(
-        s,
-        None,
-        0,
-        Event::SessionOpened {
-            agent: "travel-desk".into(),
-            metadata: json!({}),
-        },
-    );
-    let t = Some("turn_1");
-    b.push(s, t, 1, build::turn_started("req_1", "msg_1"));
+/// Turn `turn_1` of `session` parking two bookings in its step 0: `approval_1` for call_1
+/// (+100 ms) and `approval_2` for call_2 (+200 ms), each expiring at `expires_at`; the turn
+/// ends at +300 ms.
+pub fn parked_bookings(
+    b: &mut LogBuilder,
+    session: &str,
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
+) {
+    let (s, t) = (session, Some("turn_1"));
     b.push(s, t, 10, Event::StepStarted { step: 0 });
     for (ms, call, hotel) in [(100, "call_1", "Ritz"), (200, "call_2", "Savoy")] {
         b.push(
@@ -725,7 +716,7 @@ pub fn approval_log(session: &str, answered: bool) -> Vec<Envelope> {
                 approval_id: format!("approval_{}", &call[5..]),
                 input: json!({ "hotel": hotel }),
                 reason: None,
-                expires_at: None,
+                expires_at,
             },
         );
     }
@@ -741,6 +732,27 @@ pub fn approval_log(session: &str, answered: bool) -> Vec<Envelope> {
             usage: Usage::default(),
         },
     );
+}
+
+/// A travel desk's session `session` whose first turn parks two bookings for approval:
+/// `approval_1` (call_1) and `approval_2` (call_2). With `answered`, a person approves
+/// approval_2 from `mull dash` at +5 s and denies approval_1 through `mull approve` at +6 s,
+/// and a continuation turn runs the one and declines the other.
+pub fn approval_log(session: &str, answered: bool) -> Vec<Envelope> {
+    let mut b = LogBuilder::new();
+    let s = session;
+    b.push(
+        s,
+        None,
+        0,
+        Event::SessionOpened {
+            agent: "travel-desk".into(),
+            metadata: json!({}),
+        },
+    );
+    let t = Some("turn_1");
+    b.push(s, t, 1, build::turn_started("req_1", "msg_1"));
+    parked_bookings(&mut b, s, None);
     if !answered {
         return b.events;
     }

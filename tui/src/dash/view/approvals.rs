@@ -136,14 +136,14 @@ pub fn self_answer_banner(app: &App, width: u16) -> Option<Line<'static>> {
 
 #[cfg(test)]
 mod tests {
-    use mull_core::{EntryPath, Event, TurnStatus, Usage};
+    use mull_core::{EntryPath, Event};
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
     use serde_json::json;
 
     use crate::dash::app::Msg;
     use crate::dash::keys::Action;
-    use crate::dash::testlog::{t0, write_db, LogBuilder};
+    use crate::dash::testlog::{parked_bookings, t0, write_db, LogBuilder};
     use crate::dash::Dash;
 
     /// A session whose turn parked two bookings: one still waits, one was approved and waits
@@ -164,47 +164,7 @@ mod tests {
                 body: json!(null),
             },
         );
-        b.push(s, t, 10, Event::StepStarted { step: 0 });
-        for (ms, call, hotel) in [(100, "call_1", "Ritz"), (200, "call_2", "Savoy")] {
-            b.push(
-                s,
-                t,
-                ms,
-                Event::ToolCallStarted {
-                    step: 0,
-                    call_id: call.into(),
-                    tool: "book_hotel".into(),
-                    input: json!({ "hotel": hotel }),
-                    client: false,
-                },
-            );
-            b.push(
-                s,
-                t,
-                ms + 1,
-                Event::ToolApprovalRequested {
-                    step: 0,
-                    call_id: call.into(),
-                    tool: "book_hotel".into(),
-                    approval_id: format!("approval_{}", &call[5..]),
-                    input: json!({ "hotel": hotel }),
-                    reason: None,
-                    expires_at: Some(t0() + chrono::Duration::minutes(10)),
-                },
-            );
-        }
-        b.push(
-            s,
-            t,
-            300,
-            Event::TurnFinished {
-                request_id: "req_1".into(),
-                status: TurnStatus::Completed,
-                error: None,
-                steps: 1,
-                usage: Usage::default(),
-            },
-        );
+        parked_bookings(&mut b, s, Some(t0() + chrono::Duration::minutes(10)));
         b.push(
             s,
             t,
