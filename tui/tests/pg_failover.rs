@@ -631,3 +631,117 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
         );
     });
 }
+
+/// Waits until the lease of `chat` is held by `node`.
+async fn lease_owner_is(reads: &Reads, chat: &str, node: &str, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        let lease = reads.lease(chat).await.expect("reads the lease");
+        if lease.as_ref().is_some_and(|(owner, _, _)| owner == node) {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{chat}: not taken over by {node} within {limit:?}: {lease:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A node that nothing tells it lost a chat — its renewals are stuck (the lease row of another
+/// chat it holds is locked by a transaction left open, so each renewal statement waits and gives
+/// up) and its turn is quiet (the model holds its answer after the first word, so no commit of
+/// it is refused) — still learns it by its own clock once the lease is past its expiry: its
+/// client's stream stops waiting for the node's own output, follows the log, and ends with the
+/// verdict the node that took the chat over wrote there, while the model still holds the answer.
+#[test]
+fn a_node_whose_lease_ran_out_by_its_own_clock_tells_its_client_the_logs_verdict() {
+    let _one_at_a_time = support::nodes::one_cluster_at_a_time();
+    let Some(pg) = TestPg::start("a_node_whose_lease_ran_out_by_its_own_clock") else {
+        return;
+    };
+    let url = pg.database();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = support::nodes::runtime();
+    runtime.block_on(async {
+        let model = ModelServer::start(Pace {
+            words: 5,
+            word_delay: Duration::from_millis(50),
+        })
+        .await;
+        model.hold();
+        let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "2s"];
+        let nodes: Vec<Node> = ["n0", "n1"]
+            .iter()
+            .map(|name| Node::start(&url, name, dir.path(), &extra))
+            .collect();
+        // "a-blocker" sorts first: each renewal of n1's leases locks its row before the other's.
+        let (blocker, chat) = ("a-blocker", "b-quiet");
+        let mut clients = Vec::new();
+        for id in [blocker, chat] {
+            let addr = nodes[1].addr.clone();
+            clients.push(tokio::spawn(async move {
+                post_message(&addr, id, "u1", REQUEST_LIMIT).await
+            }));
+        }
+        let reads = Reads::open(&url).await.expect("opens the log");
+        let both = [blocker.to_owned(), chat.to_owned()];
+        // Both answers are held after their first word, which the clients were told.
+        streaming(&reads, &both, 1, Duration::from_secs(60)).await;
+
+        let (holder, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connects to the test database");
+        tokio::spawn(conn);
+        holder
+            .batch_execute(&format!(
+                "BEGIN; SELECT 1 FROM mull_leases WHERE session_id = '{blocker}' FOR UPDATE"
+            ))
+            .await
+            .expect("locks the blocker's lease row");
+
+        // n1 renews nothing now; its lease of the quiet chat runs out and n0 takes it over,
+        // resolving its turn as interrupted.
+        lease_owner_is(&reads, chat, "n0", Duration::from_secs(60)).await;
+        let logs = all_resolved(&reads, &[chat.to_owned()], Duration::from_secs(60)).await;
+        let verdict = first_verdict(&logs[0]);
+        assert!(
+            verdict.error.is_some() && !verdict.finished,
+            "the log holds the quiet turn as interrupted: {verdict:?}"
+        );
+
+        let quiet = clients.pop().expect("the quiet chat's client");
+        let reply = quiet.await.expect("the client task");
+        assert!(
+            reply.finished_stream(),
+            "{reply:?}\n--- n1 ---\n{}",
+            nodes[1].stderr_text()
+        );
+        assert_eq!(
+            reply.told(),
+            verdict,
+            "the client was told what the log holds"
+        );
+        assert_eq!(
+            model.answering(),
+            2,
+            "both answers are still held: the verdict came from the log, not the model"
+        );
+        // Its next renewal that fails says so.
+        let started = Instant::now();
+        while !nodes[1]
+            .stderr_text()
+            .contains("past their expiry by this node's clock")
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "n1 says its lease ran out by its own clock:\n{}",
+                nodes[1].stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        holder.batch_execute("ROLLBACK").await.expect("unlocks");
+        model.release();
+    });
+}

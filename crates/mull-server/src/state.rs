@@ -48,6 +48,9 @@ pub const DEFAULT_LEASE_WAIT: Duration = Duration::from_secs(30);
 /// How often a request waiting for another node's chat asks again.
 const LEASE_POLL: Duration = Duration::from_millis(20);
 
+/// Who holds a chat whose lease this node lost while its turn still runs here.
+const STILL_ENDING: &str = "here, ending a turn whose lease ran out or was taken over";
+
 /// Shared state of the router. Cheap to clone; clones share the open sessions.
 #[derive(Clone)]
 pub struct ServerState {
@@ -324,7 +327,10 @@ impl ServerState {
             let expired = slot
                 .idle_since()
                 .is_none_or(|since| now.duration_since(since) >= ttl);
-            let lost = slot.session.get().is_some() && !log.holds(id);
+            // Lost: taken over, or its lease past its expiry by this node's clock. Only once
+            // nothing uses it (its turn there has ended): see `open_once`.
+            let lost =
+                slot.session.get().is_some() && !log.holds(id) && Arc::strong_count(slot) == 1;
             let keep = !(lost || expired && unused(slot));
             if !keep {
                 evicted.push(id.clone());
@@ -400,12 +406,17 @@ impl ServerState {
     async fn open_once(&self, chat_id: &str) -> Result<ChatSession, Opened> {
         let (slot, over_cap) = {
             let mut map = lock(&self.inner.sessions.map);
-            // A session another writer took over is stale: open it afresh.
-            if map
-                .get(chat_id)
-                .is_some_and(|slot| slot.session.get().is_some() && !self.inner.log.holds(chat_id))
-            {
-                map.remove(chat_id);
+            // A session this node no longer holds (taken over, or its lease past its expiry by
+            // this node's clock) is stale: open it afresh — but only once nothing uses it. While
+            // its turn still runs here, a second session of the chat on this node would write
+            // through the same lease as that turn; the chat is busy until the turn ends.
+            if let Some(slot) = map.get(chat_id) {
+                if slot.session.get().is_some() && !self.inner.log.holds(chat_id) {
+                    if Arc::strong_count(slot) > 1 {
+                        return Err(Opened::Held(STILL_ENDING.to_owned()));
+                    }
+                    map.remove(chat_id);
+                }
             }
             let slot = Arc::clone(map.entry(chat_id.to_owned()).or_default());
             (slot, map.len() > self.inner.max_open_sessions)

@@ -232,6 +232,48 @@ async fn a_lease_is_renewed_while_held() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_past_its_expiry_by_the_nodes_own_clock_is_not_held_until_renewed() {
+    let Some(pg) = TestPg::start("a_lease_past_its_expiry_by_the_nodes_own_clock") else {
+        return;
+    };
+    let url = pg.database();
+    let mut options = PgOptions::new("a");
+    options.lease_ttl = Duration::from_millis(900);
+    let a = PgLog::connect(&url, options).await.unwrap();
+    a.open_session("s1").await.unwrap();
+    assert!(a.holds("s1"));
+    // Renewals get stuck: the lease row is locked by a transaction left open, so each renewal
+    // gives up. Nothing is committed or refused meanwhile, and nobody takes the session over.
+    let (holder, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    holder
+        .batch_execute("BEGIN; SELECT 1 FROM mull_leases WHERE session_id = 's1' FOR UPDATE")
+        .await
+        .unwrap();
+    until(
+        Duration::from_secs(30),
+        "the lease lapses by a's clock",
+        || !a.holds("s1"),
+    )
+    .await;
+    // Not fenced: the epoch is still a's, and a renewal that gets through takes it back.
+    assert_eq!(a.epoch("s1"), Some(1));
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    until(
+        Duration::from_secs(30),
+        "a renewal takes the lease back",
+        || a.holds("s1"),
+    )
+    .await;
+    a.append_event("s1", None, at(0), opened()).unwrap();
+    EventLog::flush(&a, "s1").await.unwrap();
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_row_locked_elsewhere_holds_up_no_other_take_over() {
     let Some(pg) = TestPg::start("a_lease_row_locked_elsewhere") else {
         return;

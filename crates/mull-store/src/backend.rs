@@ -106,7 +106,9 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     }
 
     /// Whether this handle still writes `session_id`: false once another writer took it over
-    /// (its later appends are refused). SQLite: always.
+    /// (its later appends are refused), and while it cannot be sure it still holds it
+    /// (PostgreSQL: its lease past its expiry by this node's own clock); a follower then
+    /// follows the log instead of this handle's own output. SQLite: always.
     fn holds(&self, session_id: &str) -> bool {
         let _ = session_id;
         true

@@ -22,8 +22,9 @@
 //! follower on the bus passes an event on only once the log holds it
 //! ([`EventLog::committed`]): a client is never told what the log does not hold. The moment the
 //! session is no longer this node's — the wait for the commit fails (a fenced write), or
-//! [`EventLog::holds`] turns false (a renewal found the lease taken) — the follower goes on from the log alone and
-//! **starts over from its first seq**: the log is the history, and from then on it holds what
+//! [`EventLog::holds`] turns false (a renewal found the lease taken, or the lease is past its
+//! expiry by the node's own clock) — the follower goes on from the log alone and **starts
+//! over from its first seq**: the log is the history, and from then on it holds what
 //! the new owner writes, up to the turn's real end. A consumer sees this as a seq at or below
 //! one it already had, and refolds from there. This is the only time a seq repeats.
 

@@ -17,15 +17,34 @@
 //! 4. A lease that expired while the database was unreachable is taken back by the next renewal
 //!    if no other node took it (its epoch is still this node's); one another node took over
 //!    fences the session here, at the first commit or renewal that finds it.
+//! 5. **The node's own clock.** A node knows until when each lease is surely its own without
+//!    asking the database (`valid_until`): the instant it *sent* the statement that took or
+//!    last renewed the lease (the database's expiry is counted from a later instant), plus the
+//!    time to live, less a margin. Past that instant `holds` is false — a node paused past its
+//!    lease, or whose renewals are stuck behind a dead connection or a locked row, knows it may
+//!    have lost the session before any commit or renewal says so — and its followers stop
+//!    passing on its own output and follow the log. A renewal that gets through later takes the
+//!    lease back (4) and `holds` is true again.
 
 use std::collections::HashMap;
 use std::sync::Weak;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::state::{lock, Fence, Inner};
 
 /// The longest a lease statement waits for a row lock (see `Reads::limit_lock_waits`).
 pub(super) const LEASE_LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// The share of a lease's time to live a node does not count on by its own clock: room for
+/// clocks that run at slightly different rates, and for the instant a statement was sent
+/// standing in for the one the database ran it at.
+const CLOCK_MARGIN_DIVISOR: u32 = 10;
+
+/// Until when a lease taken or renewed by a statement sent at `sent` is surely this node's,
+/// by its own monotonic clock (invariant 5).
+pub(super) fn valid_until(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl - ttl / CLOCK_MARGIN_DIVISOR
+}
 
 /// Renews this node's leases every third of their time to live; a lease found taken over
 /// fences its session.
@@ -53,6 +72,7 @@ pub(super) async fn run_renewal(inner: Weak<Inner>) {
         if held.is_empty() {
             continue;
         }
+        let sent = Instant::now();
         match inner
             .renewals
             .renew_leases(&held, &inner.options.node, inner.options.lease_ttl)
@@ -69,7 +89,7 @@ pub(super) async fn run_renewal(inner: Weak<Inner>) {
                         continue;
                     }
                     match lost.get(session) {
-                        None => {}
+                        None => h.valid_until = valid_until(sent, inner.options.lease_ttl),
                         Some((held_at, current, owner)) => {
                             tracing::warn!(
                                 "session {session}: fenced (its lease at epoch {held_at} was \
@@ -84,7 +104,22 @@ pub(super) async fn run_renewal(inner: Weak<Inner>) {
                     }
                 }
             }
-            Err(e) => tracing::warn!("renewing leases: {e}"),
+            Err(e) => {
+                let now = Instant::now();
+                let lapsed = lock(&inner.state)
+                    .sessions
+                    .values()
+                    .filter(|h| h.is_live() && !h.is_valid(now))
+                    .count();
+                if lapsed > 0 {
+                    tracing::warn!(
+                        "renewing leases: {e}; {lapsed} lease(s) past their expiry by this \
+                         node's clock: their clients follow the log"
+                    );
+                } else {
+                    tracing::warn!("renewing leases: {e}");
+                }
+            }
         }
     }
 }

@@ -266,11 +266,13 @@ impl EventLog for PgLog {
             let epoch = self.take_lease(session_id).await?;
             let (state, last_seq) = self.inner.reads.load_session(session_id).await?;
             let ttl = self.inner.options.lease_ttl;
+            let mut valid_until = lease::valid_until(sent, ttl);
             if sent.elapsed() > ttl / 3 {
                 // A slow load (a busy database) ate into the lease before renewal knew of it:
                 // renew it now, so it does not expire before its first append.
                 let held = [(session_id.to_owned(), epoch)];
                 let node = &self.inner.options.node;
+                let renewed = Instant::now();
                 let lost = self.inner.renewals.renew_leases(&held, node, ttl).await?;
                 if let Some((_, (epoch, current, owner))) = lost.into_iter().next() {
                     return Err(StoreError::Fenced {
@@ -280,6 +282,7 @@ impl EventLog for PgLog {
                         owner,
                     });
                 }
+                valid_until = lease::valid_until(renewed, ttl);
             }
             lock(&self.inner.state).sessions.insert(
                 session_id.to_owned(),
@@ -289,6 +292,7 @@ impl EventLog for PgLog {
                     last_ticket: 0,
                     committed_seq: last_seq,
                     fenced: None,
+                    valid_until,
                 },
             );
             Ok(state)
@@ -428,8 +432,16 @@ impl EventLog for PgLog {
         true
     }
 
+    /// False once the session was found taken over, and while its lease is past its expiry by
+    /// this node's own clock (see `lease`, invariant 5): a follower then stops passing on this
+    /// node's output and follows the log.
     fn holds(&self, session_id: &str) -> bool {
-        self.epoch(session_id).is_some()
+        let state = lock(&self.inner.state);
+        state.failure.is_none()
+            && state
+                .sessions
+                .get(session_id)
+                .is_some_and(|h| h.is_valid(Instant::now()))
     }
 
     fn unavailable(&self) -> Option<String> {

@@ -103,12 +103,20 @@ pub(super) struct Held {
     /// The session's last seq in the database (committed by this handle or read at its open).
     pub(super) committed_seq: u64,
     pub(super) fenced: Option<Fence>,
+    /// Until when the lease is surely this node's by its own clock (see `lease::valid_until`).
+    pub(super) valid_until: Instant,
 }
 
 impl Held {
     /// Whether the session is still this node's (not fenced).
     pub(super) fn is_live(&self) -> bool {
         self.fenced.is_none()
+    }
+
+    /// Whether this node may still tell its clients what it writes to the session: not fenced,
+    /// and its lease not past its expiry by this node's own clock at `now`.
+    pub(super) fn is_valid(&self, now: Instant) -> bool {
+        self.is_live() && now < self.valid_until
     }
 
     pub(super) fn fence_error(&self, session_id: &str) -> Option<StoreError> {
