@@ -1,6 +1,7 @@
 //! The session fold: [`SessionState::apply`] dispatches each event to what it changes — the
-//! conversation, the turns and their counters, submissions, sub-agents, context blocks — and
-//! hands stream chunks to the draft and approval events to the approval fold.
+//! conversation, submissions, sub-agents, context blocks — hands stream chunks to the draft,
+//! and reads a tool call's, a turn's and a step's events through the facts (the call, turn
+//! and approval folds).
 
 use chrono::{DateTime, Utc};
 use mull_core::{
@@ -34,10 +35,22 @@ impl SessionState {
             // only, so the text is not kept twice.
             return self.apply_chunk(part);
         }
-        // A tool call's events are read through the facts, and only there.
-        if let Some(FactChange::Call { call, stage }) = self.facts.push_ref(e) {
-            self.call_changed(call, stage, e.turn_id);
-            return;
+        // A tool call's events are read through the facts, and only there; so are a turn's
+        // and a step's, but for what opens the draft and a sub-agent's end.
+        match self.facts.push_ref(e) {
+            Some(FactChange::Call { call, stage }) => {
+                self.call_changed(call, stage, e.turn_id);
+                return;
+            }
+            Some(FactChange::Turn { turn, stage }) if self.turn_changed(turn, stage, e.turn_id) => {
+                return;
+            }
+            Some(FactChange::Step { turn, step, stage })
+                if self.step_changed(turn, step, stage, e.turn_id) =>
+            {
+                return;
+            }
+            _ => {}
         }
         match e.event {
             Event::UserMessagesSaved { messages, .. } => {
@@ -82,11 +95,6 @@ impl SessionState {
                 });
                 self.open_blocks.clear();
             }
-            Event::TurnConfigured { config } => {
-                if let Some(turn) = self.turn_mut(e.turn_id) {
-                    turn.model_id = Some(config.model_id.clone());
-                }
-            }
             Event::StepStarted { .. } => {
                 if let Some(draft) = &mut self.draft {
                     draft.parts.push(UIPart::StepStart);
@@ -103,51 +111,11 @@ impl SessionState {
                     }
                 }
             }
-            Event::StepFinished { record } => {
-                self.usage.add(&record.usage);
-                if let Some(turn) = self.turn_mut(e.turn_id) {
-                    turn.steps += 1;
-                    turn.usage.add(&record.usage);
-                }
-            }
             Event::AssistantMessageSaved { message, .. } => {
                 upsert(&mut self.messages, message);
                 self.approval_parts_after_save(&message.id);
                 self.draft = None;
                 self.open_blocks.clear();
-            }
-            Event::TurnFinished {
-                status,
-                error,
-                steps,
-                usage,
-                ..
-            } => {
-                let at = e.at;
-                if let Some(turn) = self.turn_mut(e.turn_id) {
-                    turn.status = *status;
-                    if error.is_some() {
-                        turn.error = error.clone();
-                    }
-                    turn.steps = *steps;
-                    turn.usage = usage.clone();
-                    turn.finished_at = Some(at);
-                    turn.duration_ms =
-                        Some((at - turn.started_at).num_milliseconds().max(0) as u64);
-                }
-                self.draft = None;
-                self.open_blocks.clear();
-            }
-            Event::TurnFailed { stage, error, .. } => {
-                if let Some(turn) = self.turn_mut(e.turn_id) {
-                    turn.error = Some(error.clone());
-                    turn.error_stage = Some(*stage);
-                }
-            }
-            Event::HookFailed { .. } => {
-                if let Some(turn) = self.turn_mut(e.turn_id) {
-                    turn.hook_failures += 1;
-                }
             }
             Event::CompactionApplied {
                 replaced_ids,

@@ -3,8 +3,9 @@
 //! [`SessionState::apply`] takes one envelope at a time, so the live engine keeps a state
 //! current as it appends, and opening a session rebuilds the same state from the log.
 //! Applying is cheap (no per-event allocation beyond what the state keeps). A tool call's
-//! events are read through the session's [`Facts`](crate::facts::Facts) (lifecycle events
-//! only; the draft reads the stream parts), so the call's life is interpreted in one place.
+//! events, and a turn's and a step's, are read through the session's
+//! [`Facts`](crate::facts::Facts) (lifecycle events only; the draft reads the stream parts),
+//! so their life is interpreted in one place.
 
 mod approval_fold;
 mod call_fold;
@@ -12,6 +13,7 @@ mod draft;
 mod fold;
 mod state;
 mod tool_calls;
+mod turn_fold;
 
 pub use fold::FORKED_TOOL_CALL;
 pub use state::{
