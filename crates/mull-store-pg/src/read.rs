@@ -45,6 +45,13 @@ impl std::fmt::Debug for Reads {
     }
 }
 
+/// A lease just taken: its epoch, and whether the session is new (no history to read).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TakenLease {
+    pub(crate) epoch: i64,
+    pub(crate) new_session: bool,
+}
+
 /// A lease found taken over: (the epoch it was held at, the current epoch, the current owner).
 pub(crate) type Lost = (String, (i64, i64, String));
 
@@ -506,23 +513,38 @@ impl Reads {
 
     /// Takes a session's lease for `owner` when it is given back, expired or `owner`'s own;
     /// the epoch goes up by one. Otherwise says who holds it.
+    ///
+    /// Answers too whether the session is new — its first lease, and no event in the log — in
+    /// the same statement, so opening a new session costs one round trip, not two (its
+    /// history need not be read). That answer comes from the statement's snapshot, which is
+    /// sound only because nobody else can have written the session: every writer writes under
+    /// a lease, and there was none (a lease row, once made, stays); an import, which writes
+    /// without one, committed before any node opens its sessions, so the snapshot holds its
+    /// rows. When the lease existed,
+    /// a writer that held it may have committed after the snapshot, so the history is read
+    /// after the lease is taken, as a statement of its own.
     pub(crate) async fn take_lease(
         &self,
         session_id: &str,
         owner: &str,
         ttl: Duration,
-    ) -> Result<i64, StoreError> {
+    ) -> Result<TakenLease, StoreError> {
         let ttl = ttl.as_secs_f64();
         let taken = self
             .client
             .query_opt(
-                "INSERT INTO mull_leases AS l (session_id, owner, epoch, expires_at)
-                 VALUES ($1, $2, 1, now() + make_interval(secs => $3))
-                 ON CONFLICT (session_id) DO UPDATE
-                     SET owner = EXCLUDED.owner, epoch = l.epoch + 1,
-                         expires_at = EXCLUDED.expires_at, released = false
-                     WHERE l.expires_at <= now() OR l.released OR l.owner = EXCLUDED.owner
-                 RETURNING epoch",
+                "WITH taken AS (
+                     INSERT INTO mull_leases AS l (session_id, owner, epoch, expires_at)
+                     VALUES ($1, $2, 1, now() + make_interval(secs => $3))
+                     ON CONFLICT (session_id) DO UPDATE
+                         SET owner = EXCLUDED.owner, epoch = l.epoch + 1,
+                             expires_at = EXCLUDED.expires_at, released = false
+                         WHERE l.expires_at <= now() OR l.released OR l.owner = EXCLUDED.owner
+                     RETURNING epoch, xmax = 0 AS made
+                 )
+                 SELECT epoch,
+                        made AND NOT EXISTS (SELECT 1 FROM mull_events WHERE session_id = $1)
+                 FROM taken",
                 &[&session_id, &owner, &ttl],
             )
             .await
@@ -530,7 +552,10 @@ impl Reads {
                 self.ctx(&format!("taking the lease of session {session_id}")),
             ))?;
         if let Some(row) = taken {
-            return Ok(row.get(0));
+            return Ok(TakenLease {
+                epoch: row.get(0),
+                new_session: row.get(1),
+            });
         }
         let row = self
             .client

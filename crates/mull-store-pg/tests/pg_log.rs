@@ -563,3 +563,42 @@ async fn opening_a_session_folds_a_long_history_and_a_forks_origin() {
     assert_eq!(next.seq, 4102, "past every page of 4,101 events");
     b.flush_all().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_session_opens_with_its_history_though_it_never_had_a_lease() {
+    let Some(pg) =
+        TestPg::start("an_imported_session_opens_with_its_history_though_it_never_had_a_lease")
+    else {
+        return;
+    };
+    let url = pg.database();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.db");
+    let log = mull_store::Log::open(&path).unwrap();
+    log.append("s1", None, at(0), opened()).unwrap();
+    log.append("s1", Some("turn_1"), at(1), delta("hi"))
+        .unwrap();
+    log.close().unwrap();
+    let from = mull_store::LogReader::open(&path).unwrap();
+    assert_eq!(mull_store_pg::import(&url, &from).await.unwrap(), 2);
+
+    // Its first lease is taken now, but the log holds its events: they are its history, and
+    // the next append goes after them.
+    let a = node(&url, "a").await;
+    let state = a.open_session("s1").await.unwrap();
+    assert_eq!(state.last_seq, 2);
+    assert_eq!(
+        a.append_event("s1", None, at(2), delta("more"))
+            .unwrap()
+            .seq,
+        3
+    );
+    // A session that is new in every way starts at seq 1.
+    let fresh = a.open_session("s2").await.unwrap();
+    assert_eq!(fresh.last_seq, 0);
+    assert_eq!(a.append_event("s2", None, at(3), opened()).unwrap().seq, 1);
+    EventLog::flush(&a, "s1").await.unwrap();
+    EventLog::flush(&a, "s2").await.unwrap();
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.session_page("s1", 0, 10).await.unwrap().len(), 3);
+}

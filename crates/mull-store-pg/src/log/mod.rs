@@ -16,7 +16,7 @@ use mull_store::{Appended, EventLog, LogFuture, ReadLog, SessionState, StoreErro
 use tokio::sync::{watch, Notify};
 
 use crate::error::{connect, parse, server_error};
-use crate::read::Reads;
+use crate::read::{Reads, TakenLease};
 use crate::reader::PgReader;
 use crate::schema;
 
@@ -204,7 +204,7 @@ impl PgLog {
     }
 
     /// Takes the session's lease (see the module docs): `Ok(epoch)`, or who holds it.
-    async fn take_lease(&self, session_id: &str) -> Result<i64, StoreError> {
+    async fn take_lease(&self, session_id: &str) -> Result<TakenLease, StoreError> {
         let inner = &self.inner;
         inner
             .leases
@@ -263,8 +263,12 @@ impl EventLog for PgLog {
                 .map_or(0, |h| h.last_ticket);
             self.wait_committed(queued, None).await?;
             let sent = Instant::now();
-            let epoch = self.take_lease(session_id).await?;
-            let (state, last_seq) = self.inner.reads.load_session(session_id).await?;
+            let TakenLease { epoch, new_session } = self.take_lease(session_id).await?;
+            let (state, last_seq) = match new_session {
+                // Its first lease and no event: nothing to read (see `Reads::take_lease`).
+                true => (SessionState::new(session_id), 0),
+                false => self.inner.reads.load_session(session_id).await?,
+            };
             let ttl = self.inner.options.lease_ttl;
             let mut valid_until = lease::valid_until(sent, ttl);
             if sent.elapsed() > ttl / 3 {
