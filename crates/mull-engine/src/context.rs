@@ -149,6 +149,10 @@ pub struct ChatResponseResult {
     pub status: TurnStatus,
     /// The error message, when status is `error`.
     pub error: Option<String>,
+    /// This call is a redelivery after a crash: the turn ended in an earlier process, whose
+    /// `on_chat_response` never finished (see `SessionConfig::redeliver_chat_response`). Effects
+    /// keyed by `request_id` stay idempotent.
+    pub recovered: bool,
 }
 
 /// Where a turn failed, for `on_chat_error` and `classify_chat_error`.

@@ -694,6 +694,18 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<u32>,
     },
+    /// `on_chat_response` of `request_id` is owed: written right before the request's
+    /// `turn_finished`, in sessions that redeliver the hook after a crash
+    /// (`SessionConfig::redeliver_chat_response`). A due with no `chat_response_delivered` after
+    /// it is a hook a process never finished: the next open calls it again, `recovered`.
+    ChatResponseDue { request_id: String },
+    /// `on_chat_response` of `request_id` returned (a failure recorded as `hook_failed` first).
+    /// `recovered`: it was the redelivery of a reopen, after a crash.
+    ChatResponseDelivered {
+        request_id: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        recovered: bool,
+    },
     /// An event of a kind this build does not know, kept verbatim (only [`Event::decode`]
     /// produces it; serde's derive stays strict so a known kind with a bad shape is an error).
     #[serde(untagged, skip_deserializing)]
@@ -771,6 +783,8 @@ impl Event {
         SubagentFinished => "subagent_finished",
         SubagentLinked => "subagent_linked",
         BudgetExceeded => "budget_exceeded",
+        ChatResponseDue => "chat_response_due",
+        ChatResponseDelivered => "chat_response_delivered",
     }
 
     /// Decodes a stored payload of version `v`. Unknown kinds come back as [`Event::Unknown`];

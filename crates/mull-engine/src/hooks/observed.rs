@@ -117,6 +117,7 @@ impl Observed {
             continuation,
             status: *status,
             error: error.clone(),
+            recovered: false,
         }))
     }
 

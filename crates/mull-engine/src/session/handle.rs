@@ -83,6 +83,9 @@ impl Session {
         // No barrier of its own: `session_opened` is committed with the session's first
         // durable event (or within the writer's batch delay).
         session.recover().await?;
+        // A turn that ended in a process that died before its `on_chat_response` finished gets
+        // it now, `recovered` (when the configuration asks for it).
+        crate::turn::redeliver::redeliver_owed(&session.inner).await?;
         Ok(session)
     }
 

@@ -198,6 +198,7 @@ pub struct SessionConfig {
     pub(crate) compaction: Option<Arc<CompactionFn>>,
     pub(crate) context_overflow: ContextOverflow,
     pub(crate) recovery: ChatRecovery,
+    pub(crate) redeliver_chat_response: bool,
     pub(crate) proactive: Option<ProactiveGuard>,
     pub(crate) compact_after: Option<u64>,
     pub(crate) blocks: Vec<(String, ContextBlock)>,
@@ -214,6 +215,7 @@ impl Default for SessionConfig {
             compaction: None,
             context_overflow: ContextOverflow::default(),
             recovery: ChatRecovery::default(),
+            redeliver_chat_response: false,
             proactive: None,
             compact_after: None,
             blocks: Vec::new(),
@@ -289,6 +291,21 @@ impl SessionConfig {
     pub fn chat_recovery(mut self, recovery: ChatRecovery) -> SessionConfig {
         self.recovery = recovery;
         self
+    }
+
+    /// Calls `on_chat_response` again, with `recovered: true`, for a turn that ended in a
+    /// process which died before the hook finished (Think's redelivery): the log marks each
+    /// delivery owed (`chat_response_due`) and made (`chat_response_delivered`), so the next
+    /// open calls it exactly for the requests still owed, once each. The hook's effects must then
+    /// be idempotent by request id. Off by default: the hook runs at most once.
+    pub fn redeliver_chat_response(mut self, on: bool) -> SessionConfig {
+        self.redeliver_chat_response = on;
+        self
+    }
+
+    /// Whether `on_chat_response` is redelivered after a crash.
+    pub fn redelivers_chat_response(&self) -> bool {
+        self.redeliver_chat_response
     }
 
     /// The recovery settings for transient and rate-limit errors.

@@ -223,6 +223,12 @@ impl TurnRun<'_> {
                 message: message.clone(),
             })?;
         }
+        if self.inner.config().redelivers_chat_response() {
+            // Owed before the end is: a crash after `turn_finished` leaves it owed.
+            self.append(Event::ChatResponseDue {
+                request_id: self.spec.request_id.clone(),
+            })?;
+        }
         let finished = self.inner.recorder().append(
             self.tid(),
             Event::TurnFinished {

@@ -27,6 +27,7 @@ mod decided;
 mod failure;
 mod parked;
 mod recovery;
+pub(crate) mod redeliver;
 mod run;
 mod step;
 mod tool_call;
@@ -77,6 +78,7 @@ pub(crate) async fn run_entry(
     let ended = ended?;
     if let Some(response) = ended.response {
         inner.hooks().dispatch(None, &response).await?;
+        redeliver::delivered(inner, &response, false).await?;
     }
     Ok(ended.outcome)
 }
