@@ -51,7 +51,7 @@ pub struct SessionOptions {
     /// A budget laid over the agent's own (each limit the tighter of the two; dollars priced
     /// at the agent's prices when it sets a budget, else at this one's): the cap an operator
     /// puts on an agent it did not write, such as `mull chat --budget-turn-tokens`.
-    pub budget: Option<crate::Budget>,
+    pub budget: Option<crate::session_config::budget::Budget>,
 }
 
 impl SessionOptions {
@@ -107,7 +107,7 @@ impl SessionOptions {
 
     /// Caps the session's spend with `budget`, over the agent's own (see
     /// [`SessionOptions::budget`]).
-    pub fn with_budget(mut self, budget: crate::Budget) -> SessionOptions {
+    pub fn with_budget(mut self, budget: crate::session_config::budget::Budget) -> SessionOptions {
         self.budget = Some(budget);
         self
     }
