@@ -648,9 +648,10 @@ async fn lease_owner_is(reads: &Reads, chat: &str, node: &str, limit: Duration) 
     }
 }
 
-/// A node that nothing tells it lost a chat — its renewals are stuck (the lease row of another
-/// chat it holds is locked by a transaction left open, so each renewal statement waits and gives
-/// up) and its turn is quiet (the model holds its answer after the first word, so no commit of
+/// A node that nothing tells it lost a chat — its renewals of it are stuck (its lease row is
+/// locked `FOR KEY SHARE` by a transaction left open: a renewal, which locks the row
+/// `FOR UPDATE`, skips it and then waits and gives up, while a take-over, an update of non-key
+/// columns, goes through) and its turn is quiet (the model holds its answer after the first word, so no commit of
 /// it is refused) — still learns it by its own clock once the lease is past its expiry: its
 /// client's stream stops waiting for the node's own output, follows the log, and ends with the
 /// verdict the node that took the chat over wrote there, while the model still holds the answer.
@@ -675,17 +676,17 @@ fn a_node_whose_lease_ran_out_by_its_own_clock_tells_its_client_the_logs_verdict
             .iter()
             .map(|name| Node::start(&url, name, dir.path(), &extra))
             .collect();
-        // "a-blocker" sorts first: each renewal of n1's leases locks its row before the other's.
-        let (blocker, chat) = ("a-blocker", "b-quiet");
+        // The other chat's lease is renewed all along: only the quiet chat's runs out.
+        let (other, chat) = ("a-other", "b-quiet");
         let mut clients = Vec::new();
-        for id in [blocker, chat] {
+        for id in [other, chat] {
             let addr = nodes[1].addr.clone();
             clients.push(tokio::spawn(async move {
                 post_message(&addr, id, "u1", REQUEST_LIMIT).await
             }));
         }
         let reads = Reads::open(&url).await.expect("opens the log");
-        let both = [blocker.to_owned(), chat.to_owned()];
+        let both = [other.to_owned(), chat.to_owned()];
         // Both answers are held after their first word, which the clients were told.
         streaming(&reads, &both, 1, Duration::from_secs(60)).await;
 
@@ -695,12 +696,12 @@ fn a_node_whose_lease_ran_out_by_its_own_clock_tells_its_client_the_logs_verdict
         tokio::spawn(conn);
         holder
             .batch_execute(&format!(
-                "BEGIN; SELECT 1 FROM mull_leases WHERE session_id = '{blocker}' FOR UPDATE"
+                "BEGIN; SELECT 1 FROM mull_leases WHERE session_id = '{chat}' FOR KEY SHARE"
             ))
             .await
-            .expect("locks the blocker's lease row");
+            .expect("locks the quiet chat's lease row");
 
-        // n1 renews nothing now; its lease of the quiet chat runs out and n0 takes it over,
+        // n1 cannot renew the quiet chat's lease now; it runs out and n0 takes it over,
         // resolving its turn as interrupted.
         lease_owner_is(&reads, chat, "n0", Duration::from_secs(60)).await;
         let logs = all_resolved(&reads, &[chat.to_owned()], Duration::from_secs(60)).await;

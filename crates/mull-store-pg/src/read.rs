@@ -55,6 +55,26 @@ pub(crate) struct TakenLease {
 /// A lease found taken over: (the epoch it was held at, the current epoch, the current owner).
 pub(crate) type Lost = (String, (i64, i64, String));
 
+/// How a lease renewal treats a lease row another statement holds locked right now (a batch's
+/// commit holds its sessions' rows `FOR SHARE` while it runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lock {
+    /// Leaves the row for a later statement: one busy session never holds up the renewal of
+    /// every other lease of the node.
+    Skip,
+    /// Waits for the row, up to the connection's lock timeout.
+    Wait,
+}
+
+/// What one renewal statement found.
+#[derive(Debug, Default)]
+pub(crate) struct Renewal {
+    /// Leases another node took over (or that were given back): their sessions are fenced.
+    pub(crate) lost: Vec<Lost>,
+    /// Leases still this node's whose rows were locked, so not renewed: (session, epoch).
+    pub(crate) busy: Vec<(String, i64)>,
+}
+
 impl Reads {
     pub(crate) async fn connect(config: &Config, target: &Target) -> Result<Reads, StoreError> {
         Ok(Reads {
@@ -576,13 +596,15 @@ impl Reads {
         })
     }
 
-    /// Extends `owner`'s leases; returns the ones found taken over.
+    /// Extends `owner`'s leases; returns the ones found taken over, and the ones left as they
+    /// were because a statement of this node held their row just then (see [`Lock`]).
     pub(crate) async fn renew_leases(
         &self,
         held: &[(String, i64)],
         owner: &str,
         ttl: Duration,
-    ) -> Result<Vec<Lost>, StoreError> {
+        lock: Lock,
+    ) -> Result<Renewal, StoreError> {
         let sessions: Vec<&str> = held.iter().map(|(s, _)| s.as_str()).collect();
         let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
         let ttl = ttl.as_secs_f64();
@@ -591,23 +613,29 @@ impl Reads {
             .query(
                 // The rows are locked first in `session_id` order, as a batch's commit
                 // locks them, so the two never deadlock.
-                "WITH mine AS (
-                     SELECT l.session_id FROM mull_leases l
-                     JOIN unnest($1::text[], $2::int8[]) AS u(session_id, epoch)
-                       ON l.session_id = u.session_id AND l.epoch = u.epoch
-                     WHERE l.owner = $3 AND NOT l.released
-                     ORDER BY l.session_id
-                     FOR UPDATE OF l
-                 )
-                 UPDATE mull_leases l SET expires_at = now() + make_interval(secs => $4)
-                 FROM mine WHERE l.session_id = mine.session_id
-                 RETURNING l.session_id",
+                &format!(
+                    "WITH mine AS (
+                         SELECT l.session_id FROM mull_leases l
+                         JOIN unnest($1::text[], $2::int8[]) AS u(session_id, epoch)
+                           ON l.session_id = u.session_id AND l.epoch = u.epoch
+                         WHERE l.owner = $3 AND NOT l.released
+                         ORDER BY l.session_id
+                         FOR UPDATE OF l{skip}
+                     )
+                     UPDATE mull_leases l SET expires_at = now() + make_interval(secs => $4)
+                     FROM mine WHERE l.session_id = mine.session_id
+                     RETURNING l.session_id",
+                    skip = match lock {
+                        Lock::Skip => " SKIP LOCKED",
+                        Lock::Wait => "",
+                    }
+                ),
                 &[&sessions, &epochs, &owner, &ttl],
             )
             .await
             .map_err(server_error(self.ctx("renewing leases")))?;
         let renewed: std::collections::HashSet<&str> = rows.iter().map(|r| r.get(0)).collect();
-        let mut lost = Vec::new();
+        let mut out = Renewal::default();
         for (session, epoch) in held {
             if renewed.contains(session.as_str()) {
                 continue;
@@ -615,15 +643,22 @@ impl Reads {
             let now = self
                 .client
                 .query_opt(
-                    "SELECT epoch, owner FROM mull_leases WHERE session_id = $1",
+                    "SELECT epoch, owner, released FROM mull_leases WHERE session_id = $1",
                     &[session],
                 )
                 .await
                 .map_err(server_error(self.ctx("reading a lost lease")))?;
-            let (current, by) = now.map_or((-1, "nobody".to_owned()), |r| (r.get(0), r.get(1)));
-            lost.push((session.clone(), (*epoch, current, by)));
+            let (current, by, released) = now.map_or((-1, "nobody".to_owned(), true), |r| {
+                (r.get(0), r.get(1), r.get(2))
+            });
+            if current == *epoch && by == owner && !released {
+                // Still this node's: its row was locked (only possible when skipping).
+                out.busy.push((session.clone(), *epoch));
+            } else {
+                out.lost.push((session.clone(), (*epoch, current, by)));
+            }
         }
-        Ok(lost)
+        Ok(out)
     }
 
     /// Gives a lease back: it expires now, so any node may take the session at once.

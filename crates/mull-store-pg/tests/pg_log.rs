@@ -273,6 +273,78 @@ async fn a_lease_past_its_expiry_by_the_nodes_own_clock_is_not_held_until_renewe
     assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1)]);
 }
 
+/// A lease row held by a commit in flight (a batch locks its sessions' rows `FOR SHARE`) must not
+/// hold up the renewal of the node's other leases: one renewal statement waiting for it would
+/// time out and leave every lease of the node to run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_row_a_commit_holds_holds_up_no_other_renewal() {
+    let Some(pg) = TestPg::start("a_lease_row_a_commit_holds") else {
+        return;
+    };
+    let url = pg.database();
+    let mut options = PgOptions::new("a");
+    options.lease_ttl = Duration::from_secs(3);
+    let a = PgLog::connect(&url, options).await.unwrap();
+    // "s1" sorts first: a renewal locks its row before s2's.
+    a.open_session("s1").await.unwrap();
+    a.open_session("s2").await.unwrap();
+    let (holder, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    holder
+        .batch_execute("BEGIN; SELECT 1 FROM mull_leases WHERE session_id = 's1' FOR SHARE")
+        .await
+        .unwrap();
+    let (reader, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let expiries = || async {
+        let row = reader
+            .query_one(
+                "SELECT (SELECT expires_at FROM mull_leases WHERE session_id = 's1'),
+                        (SELECT expires_at FROM mull_leases WHERE session_id = 's2')",
+                &[],
+            )
+            .await
+            .unwrap();
+        (
+            row.get::<_, std::time::SystemTime>(0),
+            row.get::<_, std::time::SystemTime>(1),
+        )
+    };
+    let (s1_locked, s2_locked) = expiries().await;
+    let started = std::time::Instant::now();
+    loop {
+        let (s1, s2) = expiries().await;
+        assert_eq!(s1, s1_locked, "s1's row stays locked, so it is not renewed");
+        if s2 > s2_locked {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "s2's lease was renewed within 30 s while s1's row was locked"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(a.holds("s2"));
+    // s1 was skipped, not lost: once its row is free a renewal takes it on, and it still writes.
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let started = std::time::Instant::now();
+    while expiries().await.0 == s1_locked {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "s1's lease was renewed within 30 s of its row going free"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.append_event("s1", None, at(0), opened()).unwrap();
+    EventLog::flush(&a, "s1").await.unwrap();
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.epochs("s1").await.unwrap(), [(1, 1)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_row_locked_elsewhere_holds_up_no_other_take_over() {
     let Some(pg) = TestPg::start("a_lease_row_locked_elsewhere") else {

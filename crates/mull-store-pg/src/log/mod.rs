@@ -16,7 +16,7 @@ use mull_store::{Appended, EventLog, LogFuture, ReadLog, SessionState, StoreErro
 use tokio::sync::{watch, Notify};
 
 use crate::error::{connect, parse, server_error};
-use crate::read::{Reads, TakenLease};
+use crate::read::{Lock, Reads, TakenLease};
 use crate::reader::PgReader;
 use crate::schema;
 
@@ -273,12 +273,18 @@ impl EventLog for PgLog {
             let mut valid_until = lease::valid_until(sent, ttl);
             if sent.elapsed() > ttl / 3 {
                 // A slow load (a busy database) ate into the lease before renewal knew of it:
-                // renew it now, so it does not expire before its first append.
+                // renew it now, so it does not expire before its first append. On the lease
+                // connection, as it was taken: the renewal task's connection stays its own, so
+                // the renewal of every held lease never queues behind many chats opening.
                 let held = [(session_id.to_owned(), epoch)];
                 let node = &self.inner.options.node;
                 let renewed = Instant::now();
-                let lost = self.inner.renewals.renew_leases(&held, node, ttl).await?;
-                if let Some((_, (epoch, current, owner))) = lost.into_iter().next() {
+                let renewal = self
+                    .inner
+                    .leases
+                    .renew_leases(&held, node, ttl, Lock::Wait)
+                    .await?;
+                if let Some((_, (epoch, current, owner))) = renewal.lost.into_iter().next() {
                     return Err(StoreError::Fenced {
                         session_id: session_id.to_owned(),
                         epoch,
@@ -286,7 +292,9 @@ impl EventLog for PgLog {
                         owner,
                     });
                 }
-                valid_until = lease::valid_until(renewed, ttl);
+                if renewal.busy.is_empty() {
+                    valid_until = lease::valid_until(renewed, ttl);
+                }
             }
             lock(&self.inner.state).sessions.insert(
                 session_id.to_owned(),
