@@ -29,8 +29,6 @@
 //! assert!(config.budget_settings().is_some());
 //! ```
 
-use std::sync::Arc;
-
 use mull_core::{
     BudgetLimits, BudgetScope, BudgetSpend, ErrorStage, Event, ModelCallKind, PriceTable,
 };
@@ -38,7 +36,6 @@ use mull_store::{BudgetDecision, BudgetFold};
 
 use crate::error::{ChatError, EngineError};
 use crate::recorder::Recorder;
-use crate::runtime::Runtime;
 pub use crate::session_config::budget::Budget;
 use crate::session_config::SessionConfig;
 
@@ -65,9 +62,8 @@ pub(crate) async fn load(recorder: &Recorder, config: &SessionConfig) -> Result<
 }
 
 /// The prices this session counts dollars with.
-fn prices(inner: &Runtime) -> PriceTable {
-    inner
-        .config()
+fn prices(config: &SessionConfig) -> PriceTable {
+    config
         .budget_settings()
         .map(|b| b.prices().clone())
         .unwrap_or_else(PriceTable::defaults)
@@ -75,9 +71,9 @@ fn prices(inner: &Runtime) -> PriceTable {
 
 /// The limits that hold, in the order they are checked: the turn's, the session's, the
 /// inherited ones.
-fn limits(inner: &Runtime, fold: &BudgetFold) -> Vec<(BudgetScope, BudgetLimits)> {
+fn limits(config: &SessionConfig, fold: &BudgetFold) -> Vec<(BudgetScope, BudgetLimits)> {
     let mut out = Vec::with_capacity(3);
-    if let Some(budget) = inner.config().budget_settings() {
+    if let Some(budget) = config.budget_settings() {
         out.push((BudgetScope::Turn, budget.turn));
         out.push((BudgetScope::Session, budget.session));
     }
@@ -91,26 +87,27 @@ fn limits(inner: &Runtime, fold: &BudgetFold) -> Vec<(BudgetScope, BudgetLimits)
 /// the call may be made. `Ok(Some(error))`: a limit is used up — the `budget_exceeded` event
 /// is written (once per request) and the error is what the turn ends with.
 pub(crate) fn before_call(
-    inner: &Arc<Runtime>,
+    recorder: &Recorder,
+    config: &SessionConfig,
     turn_id: Option<&str>,
     call: ModelCallKind,
     step: Option<u32>,
 ) -> Result<Option<ChatError>, EngineError> {
-    let prices = prices(inner);
-    let checked = inner.recorder().budget_fold(|fold| {
+    let prices = prices(config);
+    let checked = recorder.budget_fold(|fold| {
         let fold = fold?;
         let request = turn_id.and_then(|t| fold.request_of(t));
         if let Some(stopped) = fold.stopped(request.as_deref()) {
             return Some((request, stopped, false));
         }
-        let decision = fold.decide(request.as_deref(), &limits(inner, fold), &prices)?;
+        let decision = fold.decide(request.as_deref(), &limits(config, fold), &prices)?;
         Some((request, decision, true))
     });
     let Some((request_id, decision, new)) = checked else {
         return Ok(None);
     };
     if new {
-        inner.recorder().append(
+        recorder.append(
             turn_id,
             Event::BudgetExceeded {
                 request_id: request_id.clone(),
@@ -128,8 +125,8 @@ pub(crate) fn before_call(
 }
 
 /// The error a request a budget stopped ends with, if one did (`turn_id`'s request).
-pub(crate) fn stopped(inner: &Runtime, turn_id: Option<&str>) -> Option<ChatError> {
-    inner.recorder().budget_fold(|fold| {
+pub(crate) fn stopped(recorder: &Recorder, turn_id: Option<&str>) -> Option<ChatError> {
+    recorder.budget_fold(|fold| {
         let fold = fold?;
         let request = turn_id.and_then(|t| fold.request_of(t));
         let decision = fold.stopped(request.as_deref())?;
@@ -146,13 +143,17 @@ fn error_of(request_id: Option<String>, decision: &BudgetDecision) -> ChatError 
 
 /// What a sub-agent started now by the turn `turn_id` inherits: the tightest of what is left
 /// of every limit that holds here. `None` when no limit holds.
-pub(crate) fn remainder(inner: &Runtime, turn_id: &str) -> Option<BudgetLimits> {
-    let prices = prices(inner);
-    inner.recorder().budget_fold(|fold| {
+pub(crate) fn remainder(
+    recorder: &Recorder,
+    config: &SessionConfig,
+    turn_id: &str,
+) -> Option<BudgetLimits> {
+    let prices = prices(config);
+    recorder.budget_fold(|fold| {
         let fold = fold?;
         let request = fold.request_of(turn_id);
         let mut left: Option<BudgetLimits> = None;
-        for (scope, limit) in limits(inner, fold) {
+        for (scope, limit) in limits(config, fold) {
             if !limit.is_set() {
                 continue;
             }
@@ -168,9 +169,7 @@ pub(crate) fn remainder(inner: &Runtime, turn_id: &str) -> Option<BudgetLimits> 
 }
 
 /// This session's whole spend, when it keeps a budget fold.
-pub(crate) fn session_spend(inner: &Runtime) -> Option<BudgetSpend> {
-    let prices = prices(inner);
-    inner
-        .recorder()
-        .budget_fold(|fold| fold.map(|f| f.spend(None, &prices)))
+pub(crate) fn session_spend(recorder: &Recorder, config: &SessionConfig) -> Option<BudgetSpend> {
+    let prices = prices(config);
+    recorder.budget_fold(|fold| fold.map(|f| f.spend(None, &prices)))
 }

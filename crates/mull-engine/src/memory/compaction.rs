@@ -19,16 +19,17 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use mull_core::{
-    to_model_messages, truncate_for_context, CompactionReason, Event, HookName, LanguageModel,
-    ModelCallKind, ModelMessage, ModelRequest, ModelRole, Role, StepRecord, StreamPart,
-    ToolPartState, UIMessage, UIPart, Usage,
+    to_model_messages, truncate_for_context, CompactionReason, Event, HookName, IdSource,
+    LanguageModel, ModelCallKind, ModelMessage, ModelRequest, ModelRole, Role, StepRecord,
+    StreamPart, ToolPartState, UIMessage, UIPart, Usage,
 };
 use serde_json::json;
 
 use crate::error::{EngineError, HookError};
 use crate::guard::Caller;
-use crate::runtime::Runtime;
-use crate::session_config::{Compaction, CompactionRequest};
+use crate::hooks::Hooks;
+use crate::recorder::Recorder;
+use crate::session_config::{Compaction, CompactionRequest, SessionConfig};
 
 /// Longest text or tool output (in bytes) kept whole in older messages given to the model.
 pub const CONTEXT_TRUNCATE_CHARS: usize = 8_000;
@@ -264,155 +265,179 @@ pub fn transcript(messages: &[UIMessage]) -> String {
     lines.join("\n")
 }
 
-/// Runs the session's compaction callback over the conversation and records the result as a
-/// `compaction_applied` event linked to `turn_id`; returns whether the conversation got
-/// shorter. Replaced ids the conversation does not hold (or repeats) are dropped. A failing
-/// callback is a `hook_failed` event and shortens nothing; with no callback nothing shortens.
-pub(crate) async fn apply(
-    inner: &Arc<Runtime>,
-    turn_id: Option<&str>,
-    reason: CompactionReason,
-    attempt: u32,
-) -> Result<bool, EngineError> {
-    let messages = inner.recorder().read(|s| s.messages.clone());
-    let counter = Arc::clone(&inner.config().counter);
-    let result = match &inner.config().compaction {
-        // A summary is a model call: a used-up budget (its `budget_exceeded` written) refuses
-        // it, and the conversation stays as it is.
-        Some(_)
-            if crate::budget::before_call(inner, turn_id, ModelCallKind::Compaction, None)?
+/// What a compaction runs on: the log it reads the conversation from and records to, the
+/// guard the callback runs under, the session's configuration (callback, token counter,
+/// thresholds, budget) and the source of a summary's id.
+pub(crate) struct Compactor<'a> {
+    pub recorder: &'a Recorder,
+    pub hooks: &'a Hooks,
+    pub config: &'a SessionConfig,
+    pub ids: &'a dyn IdSource,
+}
+
+impl Compactor<'_> {
+    /// Runs the session's compaction callback over the conversation and records the result as a
+    /// `compaction_applied` event linked to `turn_id`; returns whether the conversation got
+    /// shorter. Replaced ids the conversation does not hold (or repeats) are dropped. A failing
+    /// callback is a `hook_failed` event and shortens nothing; with no callback nothing shortens.
+    pub(crate) async fn apply(
+        &self,
+        turn_id: Option<&str>,
+        reason: CompactionReason,
+        attempt: u32,
+    ) -> Result<bool, EngineError> {
+        let Compactor {
+            recorder,
+            hooks,
+            config,
+            ids,
+        } = *self;
+        let messages = recorder.read(|s| s.messages.clone());
+        let counter = Arc::clone(&config.counter);
+        let result = match &config.compaction {
+            // A summary is a model call: a used-up budget (its `budget_exceeded` written) refuses
+            // it, and the conversation stays as it is.
+            Some(_)
+                if crate::budget::before_call(
+                    recorder,
+                    config,
+                    turn_id,
+                    ModelCallKind::Compaction,
+                    None,
+                )?
                 .is_some() =>
-        {
-            return Ok(false)
+            {
+                return Ok(false)
+            }
+            Some(callback) => {
+                let request = CompactionRequest {
+                    messages: messages.clone(),
+                    reason,
+                    attempt,
+                    counter: Arc::clone(&counter),
+                    summary_id: ids.next_id("summary"),
+                };
+                let caller = Caller::agent(HookName::OnCompaction);
+                let calls = SummaryCalls::default();
+                let ran = SUMMARY_CALLS
+                    .scope(
+                        Arc::clone(&calls),
+                        hooks.guard(turn_id, caller, callback(request)),
+                    )
+                    .await;
+                // Every call made is recorded, whether the callback succeeded or not.
+                let made = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
+                for call in made {
+                    recorder.append(
+                        turn_id,
+                        Event::CompactionCall {
+                            provider: call.provider,
+                            model_id: call.model_id,
+                            finished: call.usage.is_some(),
+                            usage: call.usage.unwrap_or_default(),
+                        },
+                    )?;
+                }
+                ran?.unwrap_or_default()
+            }
+            None => Compaction::default(),
+        };
+        let mut replaced: Vec<String> = Vec::new();
+        for id in result.replaced_ids {
+            if messages.iter().any(|m| m.id == id) && !replaced.contains(&id) {
+                replaced.push(id);
+            }
         }
-        Some(callback) => {
-            let request = CompactionRequest {
-                messages: messages.clone(),
+        let after =
+            messages.len().saturating_sub(replaced.len()) + usize::from(result.summary.is_some());
+        let shortened = !replaced.is_empty() && after < messages.len();
+        let summary = if shortened { result.summary } else { None };
+        let (tokens_before, tokens_after) = match (result.tokens_before, result.tokens_after) {
+            (0, 0) => {
+                let before = counter.count_conversation(&messages);
+                let mut kept: Vec<UIMessage> = Vec::new();
+                let mut placed = false;
+                for message in &messages {
+                    if shortened && replaced.contains(&message.id) {
+                        if let (false, Some(s)) = (placed, &summary) {
+                            kept.push(s.clone());
+                            placed = true;
+                        }
+                    } else {
+                        kept.push(message.clone());
+                    }
+                }
+                (before, counter.count_conversation(&kept))
+            }
+            counts => counts,
+        };
+        recorder.append(
+            turn_id,
+            Event::CompactionApplied {
                 reason,
                 attempt,
-                counter: Arc::clone(&counter),
-                summary_id: inner.options().ids.next_id("summary"),
-            };
-            let caller = Caller::agent(HookName::OnCompaction);
-            let calls = SummaryCalls::default();
-            let ran = SUMMARY_CALLS
-                .scope(
-                    Arc::clone(&calls),
-                    inner.hooks().guard(turn_id, caller, callback(request)),
-                )
-                .await;
-            // Every call made is recorded, whether the callback succeeded or not.
-            let made = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
-            for call in made {
-                inner.recorder().append(
-                    turn_id,
-                    Event::CompactionCall {
-                        provider: call.provider,
-                        model_id: call.model_id,
-                        finished: call.usage.is_some(),
-                        usage: call.usage.unwrap_or_default(),
-                    },
-                )?;
-            }
-            ran?.unwrap_or_default()
-        }
-        None => Compaction::default(),
-    };
-    let mut replaced: Vec<String> = Vec::new();
-    for id in result.replaced_ids {
-        if messages.iter().any(|m| m.id == id) && !replaced.contains(&id) {
-            replaced.push(id);
-        }
+                shortened,
+                replaced_ids: if shortened { replaced } else { Vec::new() },
+                summary,
+                tokens_before,
+                tokens_after,
+            },
+        )?;
+        recorder.flush().await?;
+        Ok(shortened)
     }
-    let after =
-        messages.len().saturating_sub(replaced.len()) + usize::from(result.summary.is_some());
-    let shortened = !replaced.is_empty() && after < messages.len();
-    let summary = if shortened { result.summary } else { None };
-    let (tokens_before, tokens_after) = match (result.tokens_before, result.tokens_after) {
-        (0, 0) => {
-            let before = counter.count_conversation(&messages);
-            let mut kept: Vec<UIMessage> = Vec::new();
-            let mut placed = false;
-            for message in &messages {
-                if shortened && replaced.contains(&message.id) {
-                    if let (false, Some(s)) = (placed, &summary) {
-                        kept.push(s.clone());
-                        placed = true;
-                    }
-                } else {
-                    kept.push(message.clone());
-                }
-            }
-            (before, counter.count_conversation(&kept))
-        }
-        counts => counts,
-    };
-    inner.recorder().append(
-        turn_id,
-        Event::CompactionApplied {
-            reason,
-            attempt,
-            shortened,
-            replaced_ids: if shortened { replaced } else { Vec::new() },
-            summary,
-            tokens_before,
-            tokens_after,
-        },
-    )?;
-    inner.recorder().flush().await?;
-    Ok(shortened)
-}
 
-/// Compacts before a turn (reason `threshold`) when the conversation holds more tokens than
-/// `compact_after` allows and a compaction callback is registered.
-pub(crate) async fn compact_if_over_threshold(
-    inner: &Arc<Runtime>,
-    turn_id: Option<&str>,
-) -> Result<(), EngineError> {
-    let Some(limit) = inner.config().compact_after else {
-        return Ok(());
-    };
-    if inner.config().compaction.is_none() {
-        return Ok(());
+    /// Compacts before a turn (reason `threshold`) when the conversation holds more tokens than
+    /// `compact_after` allows and a compaction callback is registered.
+    pub(crate) async fn compact_if_over_threshold(
+        &self,
+        turn_id: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let Some(limit) = self.config.compact_after else {
+            return Ok(());
+        };
+        if self.config.compaction.is_none() {
+            return Ok(());
+        }
+        let tokens = self
+            .recorder
+            .read(|s| self.config.counter.count_conversation(&s.messages));
+        if tokens > limit {
+            self.apply(turn_id, CompactionReason::Threshold, 1).await?;
+        }
+        Ok(())
     }
-    let tokens = inner
-        .recorder()
-        .read(|s| inner.config().counter.count_conversation(&s.messages));
-    if tokens > limit {
-        apply(inner, turn_id, CompactionReason::Threshold, 1).await?;
-    }
-    Ok(())
-}
 
-/// The proactive guard, between two steps: when the step that just finished was sent at least
-/// `max_input_tokens × headroom` input tokens and the turn has compactions left, compacts
-/// (reason `proactive`, linked to the turn) and returns the shortened history as the next
-/// step's model messages. `None` when nothing ran, nothing got shorter, or `before_turn`
-/// replaced the messages (the turn then keeps its own; the compaction still shows in the
-/// projection from the next turn on). The running turn's own message is never compacted, so
-/// its tool calls and their results stay together.
-pub(crate) async fn proactive(
-    inner: &Arc<Runtime>,
-    turn_id: Option<&str>,
-    last_step: Option<&StepRecord>,
-    compactions: &mut u32,
-    messages_overridden: bool,
-) -> Result<Option<Vec<ModelMessage>>, EngineError> {
-    let Some(guard) = inner.config().proactive else {
-        return Ok(None);
-    };
-    let input = last_step.and_then(|s| s.usage.input_tokens).unwrap_or(0);
-    if input < guard.threshold() || *compactions >= guard.max_compactions {
-        return Ok(None);
+    /// The proactive guard, between two steps: when the step that just finished was sent at least
+    /// `max_input_tokens × headroom` input tokens and the turn has compactions left, compacts
+    /// (reason `proactive`, linked to the turn) and returns the shortened history as the next
+    /// step's model messages. `None` when nothing ran, nothing got shorter, or `before_turn`
+    /// replaced the messages (the turn then keeps its own; the compaction still shows in the
+    /// projection from the next turn on). The running turn's own message is never compacted, so
+    /// its tool calls and their results stay together.
+    pub(crate) async fn proactive(
+        &self,
+        turn_id: Option<&str>,
+        last_step: Option<&StepRecord>,
+        compactions: &mut u32,
+        messages_overridden: bool,
+    ) -> Result<Option<Vec<ModelMessage>>, EngineError> {
+        let Some(guard) = self.config.proactive else {
+            return Ok(None);
+        };
+        let input = last_step.and_then(|s| s.usage.input_tokens).unwrap_or(0);
+        if input < guard.threshold() || *compactions >= guard.max_compactions {
+            return Ok(None);
+        }
+        *compactions += 1;
+        let shortened = (self.apply(turn_id, CompactionReason::Proactive, *compactions)).await?;
+        if !shortened || messages_overridden {
+            return Ok(None);
+        }
+        let mut messages = self.recorder.read(|s| to_model_messages(&s.messages));
+        truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
+        Ok(Some(messages))
     }
-    *compactions += 1;
-    let shortened = apply(inner, turn_id, CompactionReason::Proactive, *compactions).await?;
-    if !shortened || messages_overridden {
-        return Ok(None);
-    }
-    let mut messages = inner.recorder().read(|s| to_model_messages(&s.messages));
-    truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
-    Ok(Some(messages))
 }
 
 #[cfg(test)]

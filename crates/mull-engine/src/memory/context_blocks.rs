@@ -26,7 +26,6 @@ use crate::error::EngineError;
 use crate::guard::Caller;
 use crate::hooks::Hooks;
 use crate::recorder::Recorder;
-use crate::runtime::Runtime;
 use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
 
@@ -129,15 +128,19 @@ pub(crate) async fn write(
 
 /// The `update_context` tool: the model rewrites one writable block.
 struct UpdateContextTool {
-    inner: Weak<Runtime>,
+    /// Weak: the tool answers only while its session is open.
+    recorder: Weak<Recorder>,
+    config: Weak<SessionConfig>,
     description: String,
     schema: Arc<Value>,
 }
 
 /// The `update_context` tool when the session has a writable block.
-pub(crate) fn update_context_tool(inner: &Arc<Runtime>) -> Option<Arc<dyn Tool>> {
-    let writable: Vec<(&String, &ContextBlock)> = inner
-        .config()
+pub(crate) fn update_context_tool(
+    recorder: &Arc<Recorder>,
+    config: &Arc<SessionConfig>,
+) -> Option<Arc<dyn Tool>> {
+    let writable: Vec<(&String, &ContextBlock)> = config
         .blocks
         .iter()
         .filter(|(_, b)| b.is_writable())
@@ -160,7 +163,8 @@ pub(crate) fn update_context_tool(inner: &Arc<Runtime>) -> Option<Arc<dyn Tool>>
     }
     let names: Vec<&String> = writable.iter().map(|(n, _)| *n).collect();
     Some(Arc::new(UpdateContextTool {
-        inner: Arc::downgrade(inner),
+        recorder: Arc::downgrade(recorder),
+        config: Arc::downgrade(config),
         description,
         schema: json!({
             "type": "object",
@@ -187,22 +191,21 @@ impl Tool for UpdateContextTool {
         Arc::clone(&self.schema)
     }
     async fn execute(&self, input: Value, call: &ToolExecution) -> Result<ToolOutput, ToolError> {
-        let inner = self
-            .inner
-            .upgrade()
-            .ok_or("the session of this tool is closed")?;
+        let closed = "the session of this tool is closed";
+        let recorder = self.recorder.upgrade().ok_or(closed)?;
+        let config = self.config.upgrade().ok_or(closed)?;
         let block = input.get("block").and_then(Value::as_str).unwrap_or("");
         let content = input.get("content").and_then(Value::as_str).unwrap_or("");
-        let tokens = check_write(inner.config(), block, content, true)?;
+        let tokens = check_write(&config, block, content, true)?;
         write(
-            inner.recorder(),
+            &recorder,
             block,
             content,
             ContextBlockSource::Model,
             Some(call.call_id.clone()),
         )
         .await?;
-        let max_tokens = inner.config().block(block).and_then(|b| b.max_tokens);
+        let max_tokens = config.block(block).and_then(|b| b.max_tokens);
         Ok(ToolOutput::Value(
             json!({"block": block, "tokens": tokens, "max_tokens": max_tokens}),
         ))

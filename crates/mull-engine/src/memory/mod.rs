@@ -13,18 +13,24 @@ pub use crate::session_config::{skills, tokens};
 
 use std::sync::Arc;
 
-use crate::runtime::Runtime;
+use crate::recorder::Recorder;
+use crate::runtime::search_index::SearchIndex;
+use crate::session_config::SessionConfig;
 use crate::tool::ToolSet;
 
 /// The tools the session itself offers (the layer of the merge after the agent's):
 /// `update_context` when a block is writable, `search_messages` when asked for, `load_skill`
 /// when the session has skills.
-pub(crate) fn session_tools(inner: &Arc<Runtime>) -> ToolSet {
+pub(crate) fn session_tools(
+    recorder: &Arc<Recorder>,
+    config: &Arc<SessionConfig>,
+    index: &Arc<SearchIndex>,
+) -> ToolSet {
     let mut tools = ToolSet::new();
-    for tool in context_blocks::update_context_tool(inner)
+    for tool in context_blocks::update_context_tool(recorder, config)
         .into_iter()
-        .chain(search::search_tool(inner))
-        .chain(skills::load_skill_tool(&inner.config().skills))
+        .chain(search::search_tool(recorder, config, index))
+        .chain(skills::load_skill_tool(&config.skills))
     {
         tools = tools.with(tool);
     }
@@ -49,7 +55,7 @@ mod tests {
             .with_search_tool();
         let test = runtime("memory", config).await;
         let rt = &test.runtime;
-        let tools = session_tools(rt);
+        let tools = session_tools(rt.recorder(), rt.shared_config(), rt.search_index());
         assert_eq!(tools.names(), ["update_context", "search_messages"]);
         context_blocks::write(
             rt.recorder(),

@@ -12,7 +12,9 @@ use std::sync::{Arc, Weak};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use crate::runtime::Runtime;
+use crate::recorder::Recorder;
+use crate::runtime::search_index::SearchIndex;
+use crate::session_config::SessionConfig;
 use crate::tool::{Tool, ToolError, ToolExecution, ToolOutput};
 
 pub use crate::runtime::search_index::{message_text, SearchError, SearchHit};
@@ -23,26 +25,32 @@ pub const SEARCH_TOOL: &str = "search_messages";
 /// The messages of the conversation that contain every word of `query`, best first, at most
 /// `limit` of them.
 pub(crate) fn search(
-    inner: &Runtime,
+    recorder: &Recorder,
+    index: &SearchIndex,
     query: &str,
     limit: usize,
 ) -> Result<Vec<SearchHit>, SearchError> {
-    let messages = inner.recorder().read(|s| s.messages.clone());
-    inner
-        .search_index()
-        .run(inner.session_id(), &messages, query, limit)
+    let messages = recorder.read(|s| s.messages.clone());
+    index.run(recorder.session_id(), &messages, query, limit)
 }
 
 /// The `search_messages` tool: the model searches its own conversation.
 struct SearchTool {
-    inner: Weak<Runtime>,
+    /// Weak: the tool answers only while its session is open.
+    recorder: Weak<Recorder>,
+    index: Arc<SearchIndex>,
 }
 
 /// The search tool, when the session offers it.
-pub(crate) fn search_tool(inner: &Arc<Runtime>) -> Option<Arc<dyn Tool>> {
-    inner.config().search_tool.then(|| {
+pub(crate) fn search_tool(
+    recorder: &Arc<Recorder>,
+    config: &SessionConfig,
+    index: &Arc<SearchIndex>,
+) -> Option<Arc<dyn Tool>> {
+    config.search_tool.then(|| {
         Arc::new(SearchTool {
-            inner: Arc::downgrade(inner),
+            recorder: Arc::downgrade(recorder),
+            index: Arc::clone(index),
         }) as Arc<dyn Tool>
     })
 }
@@ -72,8 +80,8 @@ impl Tool for SearchTool {
         }))
     }
     async fn execute(&self, input: Value, _call: &ToolExecution) -> Result<ToolOutput, ToolError> {
-        let inner = self
-            .inner
+        let recorder = self
+            .recorder
             .upgrade()
             .ok_or("the session of this tool is closed")?;
         let query = input.get("query").and_then(Value::as_str).unwrap_or("");
@@ -81,7 +89,12 @@ impl Tool for SearchTool {
             .get("limit")
             .and_then(Value::as_u64)
             .unwrap_or(DEFAULT_TOOL_LIMIT);
-        let hits = search(&inner, query, usize::try_from(limit).unwrap_or(50))?;
+        let hits = search(
+            &recorder,
+            &self.index,
+            query,
+            usize::try_from(limit).unwrap_or(50),
+        )?;
         Ok(ToolOutput::Value(json!({
             "results": hits
                 .iter()

@@ -57,7 +57,7 @@ pub(crate) struct Runtime {
     /// Who waits for each submission's result.
     waiters: Mutex<HashMap<String, watch::Sender<Option<SubmissionResult>>>>,
     /// The full-text index of the conversation, built on first search.
-    search: SearchIndex,
+    search: Arc<SearchIndex>,
     /// Turn tasks running in the background (streamed chats, submissions) that may not have
     /// ended yet: what `Session::abort_background_turns` stops.
     background: Mutex<Vec<tokio::task::AbortHandle>>,
@@ -91,7 +91,7 @@ impl Runtime {
             queue: tokio::sync::Mutex::new(()),
             active: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
-            search: SearchIndex::default(),
+            search: Arc::default(),
             background: Mutex::new(Vec::new()),
             failures: Broadcast::new(64),
         }
@@ -122,6 +122,11 @@ impl Runtime {
         &self.config
     }
 
+    /// What `configure_session` set up, for a part that keeps it (a session tool).
+    pub(crate) fn shared_config(&self) -> &Arc<SessionConfig> {
+        &self.config
+    }
+
     /// How the session was opened.
     pub(crate) fn options(&self) -> &SessionOptions {
         &self.options
@@ -133,7 +138,7 @@ impl Runtime {
     }
 
     /// The full-text index of the conversation.
-    pub(crate) fn search_index(&self) -> &SearchIndex {
+    pub(crate) fn search_index(&self) -> &Arc<SearchIndex> {
         &self.search
     }
 

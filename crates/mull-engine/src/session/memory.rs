@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use mull_core::{CompactionReason, ContextBlockSource};
 
 use crate::error::EngineError;
-use crate::memory::compaction::apply;
+use crate::memory::compaction::Compactor;
 use crate::memory::context_blocks::{
     build_system_prompt, check_write, render, write, ContextError,
 };
@@ -54,7 +54,12 @@ impl Session {
     /// The messages of the conversation that contain every word of `query`, best first, at
     /// most `limit` of them.
     pub fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, SearchError> {
-        search(&self.inner, query, limit)
+        search(
+            self.inner.recorder(),
+            self.inner.search_index(),
+            query,
+            limit,
+        )
     }
 
     /// Compacts the conversation now (reason `manual`), between turns: waits for the running
@@ -63,6 +68,13 @@ impl Session {
     pub async fn compact(&self) -> Result<bool, EngineError> {
         self.check_not_in_turn("compact")?;
         let _turn_lock = self.inner.turn_lock().lock().await;
-        apply(&self.inner, None, CompactionReason::Manual, 1).await
+        let inner = &self.inner;
+        let compactor = Compactor {
+            recorder: inner.recorder(),
+            hooks: inner.hooks(),
+            config: inner.config(),
+            ids: &*inner.options().ids,
+        };
+        compactor.apply(None, CompactionReason::Manual, 1).await
     }
 }

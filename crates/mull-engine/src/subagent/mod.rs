@@ -178,7 +178,7 @@ impl AgentTool {
                 parent_call_id: call.call_id.clone(),
                 depth,
                 // The parent's remainder is the child's budget.
-                budget: crate::budget::remainder(inner, &site.turn_id),
+                budget: crate::budget::remainder(inner.recorder(), inner.config(), &site.turn_id),
             },
         )?;
         let signal = CancellationToken::new();
@@ -356,7 +356,10 @@ impl Running {
                 child_session_id: self.child.id().to_owned(),
                 status,
                 usage,
-                spend: crate::budget::session_spend(&self.child.inner),
+                spend: crate::budget::session_spend(
+                    self.child.inner.recorder(),
+                    self.child.inner.config(),
+                ),
             },
         )?;
         inner.recorder().flush().await?;

@@ -23,7 +23,11 @@ impl TurnRun<'_> {
         let agent = inner.agent();
         let mut tools = agent.workspace().map(|w| w.tools()).unwrap_or_default();
         tools.merge(&agent.tools());
-        tools.merge(&crate::memory::session_tools(inner));
+        tools.merge(&crate::memory::session_tools(
+            inner.recorder(),
+            inner.shared_config(),
+            inner.search_index(),
+        ));
         let sources: Vec<_> = (agent.mcp_servers().into_iter())
             .chain(inner.options().mcp_servers.iter().cloned())
             .collect();
@@ -45,7 +49,9 @@ impl TurnRun<'_> {
     ) -> Result<Result<ResolvedTurn, ChatError>, EngineError> {
         let inner = self.inner;
         let agent = inner.agent();
-        crate::memory::compaction::compact_if_over_threshold(inner, self.tid()).await?;
+        (self.compactor())
+            .compact_if_over_threshold(self.tid())
+            .await?;
         let mut messages = inner.recorder().read(|s| to_model_messages(&s.messages));
         truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
         if messages.is_empty() {

@@ -324,7 +324,7 @@ impl TurnRun<'_> {
             return Ok(Attempt::Retry);
         }
         // The compaction a used-up budget refused ends the turn with the budget's error.
-        let error = match crate::budget::stopped(self.inner, self.tid()) {
+        let error = match crate::budget::stopped(self.inner.recorder(), self.tid()) {
             Some(budget) => budget,
             None => ChatError {
                 classification: Some(ChatErrorClassification::ContextOverflow),
@@ -340,12 +340,8 @@ impl TurnRun<'_> {
 
     /// Runs the compaction callback; returns whether the history got shorter.
     pub(super) async fn compact(&mut self, attempt: u32) -> Result<bool, EngineError> {
-        crate::memory::compaction::apply(
-            self.inner,
-            self.tid(),
-            CompactionReason::Reactive,
-            attempt,
-        )
-        .await
+        self.compactor()
+            .apply(self.tid(), CompactionReason::Reactive, attempt)
+            .await
     }
 }

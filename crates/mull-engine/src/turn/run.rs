@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{ChatError, EngineError};
 use crate::hooks::Observed;
+use crate::memory::compaction::Compactor;
 use crate::runtime::{OutcomeStatus, Runtime, TurnOutcome};
 use crate::tool::ToolSet;
 
@@ -192,6 +193,17 @@ impl TurnRun<'_> {
             .recorder()
             .append(self.tid(), event)
             .map(|a| a.seq)
+    }
+
+    /// The session's compaction, as this turn runs it.
+    pub(super) fn compactor(&self) -> Compactor<'_> {
+        let inner = self.inner;
+        Compactor {
+            recorder: inner.recorder(),
+            hooks: inner.hooks(),
+            config: inner.config(),
+            ids: &*inner.options().ids,
+        }
     }
 
     pub(super) fn error(&self, stage: ErrorStage, message: impl Into<String>) -> ChatError {

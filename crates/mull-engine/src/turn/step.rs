@@ -72,14 +72,9 @@ impl TurnRun<'_> {
                     step += 1;
                     let last = self.steps.last();
                     let tid = Some(self.turn_id.as_str());
-                    let guarded = crate::memory::compaction::proactive(
-                        self.inner,
-                        tid,
-                        last,
-                        &mut compactions,
-                        overridden,
-                    )
-                    .await?;
+                    let guarded = (self.compactor())
+                        .proactive(tid, last, &mut compactions, overridden)
+                        .await?;
                     if let Some(messages) = guarded {
                         resolved.to_mut().messages = messages;
                     }
@@ -173,7 +168,8 @@ impl TurnRun<'_> {
         let summary = RequestSummary::of(&request);
         // The budget check before the step's call: a used-up limit ends the turn here.
         if let Some(error) = crate::budget::before_call(
-            self.inner,
+            self.inner.recorder(),
+            self.inner.config(),
             self.tid(),
             mull_core::ModelCallKind::Step,
             Some(step),
@@ -468,7 +464,8 @@ impl TurnRun<'_> {
                 Err(e) if e.is_retryable() && retries < resolved.max_retries => {
                     // A retry is a model call: checked against the budget like the first.
                     if let Some(error) = crate::budget::before_call(
-                        self.inner,
+                        self.inner.recorder(),
+                        self.inner.config(),
                         self.tid(),
                         mull_core::ModelCallKind::Retry,
                         Some(step),
