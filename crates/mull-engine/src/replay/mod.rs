@@ -453,9 +453,13 @@ async fn drive(
                         .collect()
                 });
                 for turn in &running {
-                    crate::turn::finish_interrupted(&session.inner, turn, false)
-                        .await
-                        .map_err(engine_err)?;
+                    crate::turn::finish_interrupted(
+                        &crate::turn::parts::TurnParts::of(&session.inner),
+                        turn,
+                        false,
+                    )
+                    .await
+                    .map_err(engine_err)?;
                 }
             }
             Step::Reopen { reruns } => {

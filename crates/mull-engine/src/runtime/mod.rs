@@ -13,7 +13,6 @@ pub(crate) mod search_index;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use mull_core::Envelope;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +21,6 @@ use crate::broadcast::Broadcast;
 use crate::hooks::{ExtensionHooks, Hooks};
 use crate::recorder::Recorder;
 use crate::session_config::SessionConfig;
-use crate::tool::CallSite;
 use search_index::SearchIndex;
 
 pub use options::{SessionOptions, SubmitOptions, TurnOptions};
@@ -110,11 +108,6 @@ impl Runtime {
     /// The one dispatcher of the agent's and the extensions' hooks.
     pub(crate) fn hooks(&self) -> &Hooks {
         &self.hooks
-    }
-
-    /// The session's agent.
-    pub(crate) fn agent(&self) -> &Arc<dyn Agent> {
-        self.hooks.agent()
     }
 
     /// What `configure_session` set up.
@@ -244,7 +237,7 @@ impl Runtime {
         lock(&self.active).insert(request_id.to_owned(), token.clone());
         let recorded = Arc::new(Mutex::new(false));
         if signal.is_cancelled() {
-            self.record_signal(request_id, &recorded);
+            record_signal(&self.recorder, request_id, &recorded);
         }
         let ended = CancellationToken::new();
         let watch = SignalWatch {
@@ -259,31 +252,13 @@ impl Runtime {
                 _ = signal.cancelled() => {
                     // A request that already ended has nothing to cancel.
                     if lock(&inner.active).contains_key(&id) {
-                        inner.record_signal(&id, &recorded);
+                        record_signal(&inner.recorder, &id, &recorded);
                     }
                 }
                 _ = ended.cancelled() => {}
             }
         });
         (token, Some(watch))
-    }
-
-    /// Appends the `cancellation_requested` of a caller's cancelled signal, once. The lock is
-    /// held across the append: a turn ending aborted returns from here only once the event is
-    /// in the log, whoever wrote it, so its `turn_finished` always comes after it.
-    pub(crate) fn record_signal(&self, request_id: &str, recorded: &Mutex<bool>) {
-        let mut recorded = lock(recorded);
-        if *recorded {
-            return;
-        }
-        *recorded = true;
-        let event = mull_core::Event::CancellationRequested {
-            request_id: Some(request_id.to_owned()),
-            reason: SIGNAL_CANCELLED.to_owned(),
-        };
-        if let Err(e) = self.recorder.append(None, event) {
-            tracing::warn!(error = %e, "a cancelled signal could not be recorded");
-        }
     }
 
     /// Spawns a background turn task, keeping a handle to abort it (tasks that ended are
@@ -300,19 +275,23 @@ impl Runtime {
         background.push(handle.abort_handle());
         handle
     }
+}
 
-    /// Where a tool call in turn `turn_id` of this session runs.
-    pub(crate) fn call_site(self: &Arc<Runtime>, turn_id: &str) -> CallSite {
-        CallSite::new(
-            Arc::clone(&self.recorder),
-            Arc::clone(self) as Arc<dyn std::any::Any + Send + Sync>,
-            turn_id.to_owned(),
-        )
+/// Appends the `cancellation_requested` of a caller's cancelled signal, once. The lock is
+/// held across the append: a turn ending aborted returns from here only once the event is in
+/// the log, whoever wrote it, so its `turn_finished` always comes after it.
+pub(crate) fn record_signal(recorder: &Recorder, request_id: &str, recorded: &Mutex<bool>) {
+    let mut recorded = lock(recorded);
+    if *recorded {
+        return;
     }
-
-    /// Sends a failed turn's final event to the session's failure subscribers.
-    pub(crate) fn publish_failure(&self, envelope: Envelope) {
-        self.failures.publish(|| TurnFailure { envelope });
+    *recorded = true;
+    let event = mull_core::Event::CancellationRequested {
+        request_id: Some(request_id.to_owned()),
+        reason: SIGNAL_CANCELLED.to_owned(),
+    };
+    if let Err(e) = recorder.append(None, event) {
+        tracing::warn!(error = %e, "a cancelled signal could not be recorded");
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::error::{ChatError, EngineError};
 use crate::tool::ToolSet;
+use crate::turn::parts::TurnParts;
 use crate::turn::{self, TurnSpec};
 
 use super::command::{CommandOptions, Reply};
@@ -67,7 +68,7 @@ impl Session {
             request_id: Some(request_id),
             ..ChatError::new(ErrorStage::Parse, message)
         };
-        turn::fail(&self.inner, None, error, false).await
+        turn::fail(&TurnParts::of(&self.inner), None, error, false).await
     }
 
     /// Appends `messages` and runs a turn in a background task, streaming back the parts the
@@ -209,7 +210,7 @@ impl Session {
                 Ok(Err(error)) => {
                     drop(guard);
                     inner.forget_request(&spec.request_id);
-                    let shown = turn::fail(&inner, None, error, false).await;
+                    let shown = turn::fail(&TurnParts::of(&inner), None, error, false).await;
                     Ok(TurnOutcome {
                         request_id: spec.request_id.clone(),
                         status: OutcomeStatus::Error,

@@ -13,6 +13,7 @@ use crate::guard::{TurnScope, TURN_SCOPE};
 use crate::recorder::Recorder;
 use crate::runtime::{Runtime, SessionOptions, TurnFailure};
 use crate::session_config::SessionConfig;
+use crate::turn::parts::TurnParts;
 
 /// A handle to an open session. Cheap to clone; every clone drives the same session.
 #[derive(Clone)]
@@ -85,7 +86,7 @@ impl Session {
         session.recover().await?;
         // A turn that ended in a process that died before its `on_chat_response` finished gets
         // it now, `recovered` (when the configuration asks for it).
-        crate::turn::redeliver::redeliver_owed(&session.inner).await?;
+        crate::turn::redeliver::redeliver_owed(&TurnParts::of(&session.inner)).await?;
         Ok(session)
     }
 

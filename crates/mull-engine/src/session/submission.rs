@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::error::EngineError;
+use crate::turn::parts::TurnParts;
 use crate::turn::{self};
 
 use super::command::{CommandOptions, Reply};
@@ -162,7 +163,7 @@ impl Session {
             return Ok(());
         }
         for turn_summary in &running {
-            turn::finish_interrupted(&self.inner, turn_summary, true).await?;
+            turn::finish_interrupted(&TurnParts::of(&self.inner), turn_summary, true).await?;
         }
         for sub in submissions {
             match sub.phase {

@@ -6,30 +6,30 @@ use std::sync::Arc;
 
 use mull_core::{to_model_messages, truncate_for_context, ErrorStage, Event, LanguageModel};
 
+use super::parts::TurnParts;
 use super::run::TurnRun;
 use crate::config::{ModelChoice, ResolvedTurn, TurnDefaults};
 use crate::context::TurnContext;
 use crate::error::{ChatError, EngineError};
 use crate::memory::compaction::{CONTEXT_KEEP_LAST, CONTEXT_TRUNCATE_CHARS};
 use crate::outside::HookPoint;
-use crate::runtime::Runtime;
 use crate::tool::{ToolEntry, ToolSet};
 
 impl TurnRun<'_> {
     /// The turn's tools, merged in the seed's order (later layers winning on a name clash:
     /// workspace → agent → session → MCP → client → caller), with what listing them reported.
     pub(super) async fn tools(&self) -> (ToolSet, Vec<String>) {
-        let inner = self.inner;
-        let agent = inner.agent();
+        let parts = &self.parts;
+        let agent = parts.hooks.agent();
         let mut tools = agent.workspace().map(|w| w.tools()).unwrap_or_default();
         tools.merge(&agent.tools());
         tools.merge(&crate::memory::session_tools(
-            inner.recorder(),
-            inner.shared_config(),
-            inner.search_index(),
+            parts.recorder,
+            parts.config,
+            parts.search,
         ));
         let sources: Vec<_> = (agent.mcp_servers().into_iter())
-            .chain(inner.options().mcp_servers.iter().cloned())
+            .chain(parts.options.mcp_servers.iter().cloned())
             .collect();
         let (mcp_tools, tool_problems) = crate::tool_source::list_all(&sources).await;
         tools.merge(&mcp_tools);
@@ -37,7 +37,7 @@ impl TurnRun<'_> {
             tools.insert(ToolEntry::Client(spec.clone()));
         }
         tools.merge(&self.spec.caller_tools);
-        (inner.options().outside.tools(tools), tool_problems)
+        (parts.options.outside.tools(tools), tool_problems)
     }
 
     /// Assembles the context over `tools`, runs `before_turn`, merges its config and records
@@ -47,12 +47,13 @@ impl TurnRun<'_> {
         tools: ToolSet,
         tool_problems: Vec<String>,
     ) -> Result<Result<ResolvedTurn, ChatError>, EngineError> {
-        let inner = self.inner;
-        let agent = inner.agent();
-        (self.compactor())
+        let parts = &self.parts;
+        let agent = parts.hooks.agent();
+        self.parts
+            .compactor()
             .compact_if_over_threshold(self.tid())
             .await?;
-        let mut messages = inner.recorder().read(|s| to_model_messages(&s.messages));
+        let mut messages = parts.recorder.read(|s| to_model_messages(&s.messages));
         truncate_for_context(&mut messages, CONTEXT_TRUNCATE_CHARS, CONTEXT_KEEP_LAST);
         if messages.is_empty() {
             return Ok(Err(self.error(
@@ -60,11 +61,11 @@ impl TurnRun<'_> {
                 "the conversation is empty: there is nothing to send to the model",
             )));
         }
-        let refresh = !inner.config().cached_prompt;
+        let refresh = !parts.config.cached_prompt;
         let system = match crate::memory::context_blocks::build_system_prompt(
-            inner.recorder(),
-            inner.hooks(),
-            inner.config(),
+            parts.recorder,
+            parts.hooks,
+            parts.config,
             self.tid(),
             refresh,
         )
@@ -73,9 +74,9 @@ impl TurnRun<'_> {
             Some(system) => system,
             None => agent.system_prompt(),
         };
-        let system = crate::session_config::skills::with_listing(system, &inner.config().skills);
+        let system = crate::session_config::skills::with_listing(system, &parts.config.skills);
         let defaults = TurnDefaults {
-            model: inner.options().outside.model(agent.model()),
+            model: parts.options.outside.model(agent.model()),
             system,
             messages,
             tools,
@@ -95,8 +96,8 @@ impl TurnRun<'_> {
             entry: self.spec.entry,
             abort: self.spec.signal.clone(),
         };
-        let config = match inner
-            .hooks()
+        let config = match parts
+            .hooks
             .guard_hook(
                 self.tid(),
                 HookPoint::BeforeTurn(&ctx),
@@ -106,7 +107,7 @@ impl TurnRun<'_> {
         {
             Ok(config) => {
                 let mut config = config.unwrap_or_default();
-                config.tools = config.tools.map(|t| inner.options().outside.tools(t));
+                config.tools = config.tools.map(|t| parts.options.outside.tools(t));
                 config
             }
             Err(text) => {
@@ -115,13 +116,13 @@ impl TurnRun<'_> {
                 ))
             }
         };
-        let model = match resolve_model(inner, config.model.as_ref()) {
+        let model = match resolve_model(parts, config.model.as_ref()) {
             Ok(model) => model,
             Err(message) => return Ok(Err(self.error(ErrorStage::Turn, message))),
         };
         let resolved = ResolvedTurn::merge(defaults, config, model);
-        let resolved = inner
-            .hooks()
+        let resolved = parts
+            .hooks
             .extensions()
             .before_turn(self.tid(), &ctx, resolved)
             .await?;
@@ -145,16 +146,17 @@ impl TurnRun<'_> {
 }
 
 pub(super) fn resolve_model(
-    inner: &Arc<Runtime>,
+    parts: &TurnParts<'_>,
     choice: Option<&ModelChoice>,
 ) -> Result<Option<Arc<dyn LanguageModel>>, String> {
     let chosen = match choice {
         None => return Ok(None),
         Some(ModelChoice::Model(model)) => Arc::clone(model),
-        Some(ModelChoice::Id(id)) => inner
-            .agent()
-            .resolve_model(id)
-            .ok_or_else(|| format!("model resolution failed: the agent knows no model {id:?}"))?,
+        Some(ModelChoice::Id(id)) => {
+            parts.hooks.agent().resolve_model(id).ok_or_else(|| {
+                format!("model resolution failed: the agent knows no model {id:?}")
+            })?
+        }
     };
-    Ok(Some(inner.options().outside.model(chosen)))
+    Ok(Some(parts.options.outside.model(chosen)))
 }

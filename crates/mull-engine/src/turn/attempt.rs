@@ -2,8 +2,6 @@
 //! steps, and how the attempt ends (completed, aborted, failed, or retried after overflow
 //! recovery compacted the history).
 
-use std::sync::Arc;
-
 use mull_core::{
     ChatErrorClassification, CompactionReason, ErrorStage, Event, HookName, Role, TurnStatus,
     UIMessage, UIPart, Usage,
@@ -11,17 +9,18 @@ use mull_core::{
 use serde_json::Value;
 
 use super::failure::fail;
+use super::parts::TurnParts;
 use super::recovery::{closed, repair_transcript};
 use super::run::{outcome, Attempt, Ended, StepsEnd, TurnRun, TurnSpec};
 use crate::context::ChatErrorContext;
 use crate::error::{ChatError, EngineError};
 use crate::hooks::Observed;
-use crate::runtime::{OutcomeStatus, Runtime};
+use crate::runtime::{record_signal, OutcomeStatus};
 
 /// Appends the incoming messages (and, for a submission, marks it applied). A failure here is
 /// stage `persist`.
 pub(super) async fn persist_messages(
-    inner: &Arc<Runtime>,
+    parts: &TurnParts<'_>,
     spec: &TurnSpec,
 ) -> Result<Option<Ended>, EngineError> {
     if spec.messages.is_empty() {
@@ -34,7 +33,7 @@ pub(super) async fn persist_messages(
     });
     let stored = match problem {
         Some(problem) => Err(problem),
-        None => persist_events(inner, spec).map_err(|e| e.to_string()),
+        None => persist_events(parts, spec).map_err(|e| e.to_string()),
     };
     match stored {
         Ok(()) => Ok(None),
@@ -46,7 +45,7 @@ pub(super) async fn persist_messages(
                     format!("saving the user's messages failed: {message}"),
                 )
             };
-            let shown = fail(inner, None, error, false).await;
+            let shown = fail(parts, None, error, false).await;
             Ok(Some(Ended {
                 outcome: outcome(spec, OutcomeStatus::Error, Some(shown), None),
                 response: None,
@@ -55,8 +54,8 @@ pub(super) async fn persist_messages(
     }
 }
 
-pub(super) fn persist_events(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<(), EngineError> {
-    inner.recorder().append(
+pub(super) fn persist_events(parts: &TurnParts<'_>, spec: &TurnSpec) -> Result<(), EngineError> {
+    parts.recorder.append(
         None,
         Event::UserMessagesSaved {
             request_id: Some(spec.request_id.clone()),
@@ -64,7 +63,7 @@ pub(super) fn persist_events(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<()
         },
     )?;
     if let Some(submission_id) = &spec.submission_id {
-        inner.recorder().append(
+        parts.recorder.append(
             None,
             Event::SubmissionApplied {
                 submission_id: submission_id.clone(),
@@ -78,23 +77,23 @@ pub(super) fn persist_events(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<()
 }
 
 pub(super) async fn run_attempt(
-    inner: &Arc<Runtime>,
+    parts: &TurnParts<'_>,
     spec: &TurnSpec,
     attempt: u32,
     recoveries: u32,
 ) -> Result<Attempt, EngineError> {
     if attempt == 0 {
-        if let Err(error) = repair_transcript(inner, spec).await? {
-            let shown = fail(inner, None, error, true).await;
+        if let Err(error) = repair_transcript(parts, spec).await? {
+            let shown = fail(parts, None, error, true).await;
             return Ok(Attempt::Done(Box::new(Ended {
                 outcome: outcome(spec, OutcomeStatus::Error, Some(shown), None),
                 response: None,
             })));
         }
     }
-    let turn_id = inner.options().ids.next_id("turn");
-    let message_id = inner.options().ids.next_id("msg");
-    inner.recorder().append(
+    let turn_id = parts.options.ids.next_id("turn");
+    let message_id = parts.options.ids.next_id("msg");
+    parts.recorder.append(
         Some(&turn_id),
         Event::TurnStarted {
             request_id: spec.request_id.clone(),
@@ -108,7 +107,7 @@ pub(super) async fn run_attempt(
     // No gate here: a model call leaves nothing behind that a lost turn start would contradict,
     // so it overlaps the commit (the batch's deadline or the turn's first gate commits it).
     let mut run = TurnRun {
-        inner,
+        parts,
         spec,
         turn_id,
         message_id,
@@ -192,7 +191,7 @@ impl TurnRun<'_> {
         status: TurnStatus,
         error: Option<ChatError>,
     ) -> Result<Ended, EngineError> {
-        let draft = self.inner.recorder().read(|s| {
+        let draft = self.parts.recorder.read(|s| {
             s.draft
                 .clone()
                 .filter(|d| d.id == self.message_id)
@@ -212,8 +211,7 @@ impl TurnRun<'_> {
         // has not yet.
         if let (TurnStatus::Aborted, Some(watch)) = (status, &self.spec._watch) {
             if watch.signal.is_cancelled() {
-                self.inner
-                    .record_signal(&self.spec.request_id, &watch.recorded);
+                record_signal(self.parts.recorder, &self.spec.request_id, &watch.recorded);
             }
         }
         let persisted = !message.parts.is_empty();
@@ -223,13 +221,13 @@ impl TurnRun<'_> {
                 message: message.clone(),
             })?;
         }
-        if self.inner.config().redelivers_chat_response() {
+        if self.parts.config.redelivers_chat_response() {
             // Owed before the end is: a crash after `turn_finished` leaves it owed.
             self.append(Event::ChatResponseDue {
                 request_id: self.spec.request_id.clone(),
             })?;
         }
-        let finished = self.inner.recorder().append(
+        let finished = self.parts.recorder.append(
             self.tid(),
             Event::TurnFinished {
                 request_id: self.spec.request_id.clone(),
@@ -242,9 +240,9 @@ impl TurnRun<'_> {
         // The attempt's `invoke_agent` span carries its usage, as a re-exported one does.
         crate::otel_fields::record_usage(&tracing::Span::current(), &self.usage, None);
         // The gate: the turn's end is reported (outcome, hooks) only once it is durable.
-        self.inner.recorder().durable(finished.seq).await?;
+        self.parts.recorder.durable(finished.seq).await?;
         let shown = match error {
-            Some(error) => Some(fail(self.inner, self.tid(), error, true).await),
+            Some(error) => Some(fail(self.parts, self.tid(), error, true).await),
             None => None,
         };
         // What `on_chat_response` sees once the lock is released: the turn's end, as logged.
@@ -269,8 +267,8 @@ impl TurnRun<'_> {
         attempt: u32,
         recoveries: u32,
     ) -> Result<Attempt, EngineError> {
-        let overflow = self.inner.config().overflow();
-        let recovery = self.inner.config().recovery();
+        let overflow = self.parts.config.overflow();
+        let recovery = self.parts.config.recovery();
         if !overflow.reactive && !recovery.is_on() {
             return self
                 .finish(TurnStatus::Error, Some(error))
@@ -284,8 +282,8 @@ impl TurnRun<'_> {
             classification: None,
         };
         let classification = self
-            .inner
-            .hooks()
+            .parts
+            .hooks
             .catching(self.tid(), HookName::ClassifyChatError, |agent| {
                 agent.classify_chat_error(&error, &ctx)
             })
@@ -314,7 +312,7 @@ impl TurnRun<'_> {
         })?;
         crate::otel_fields::record_usage(&tracing::Span::current(), &self.usage, None);
         // The gate: a retry or the failure's report follows.
-        self.inner.recorder().durable(finished).await?;
+        self.parts.recorder.durable(finished).await?;
         // Recovery attempts of the same request do not use up overflow rounds.
         let rounds = attempt.saturating_sub(recoveries);
         if !self.spec.signal.is_cancelled()
@@ -324,14 +322,14 @@ impl TurnRun<'_> {
             return Ok(Attempt::Retry);
         }
         // The compaction a used-up budget refused ends the turn with the budget's error.
-        let error = match crate::budget::stopped(self.inner.recorder(), self.tid()) {
+        let error = match crate::budget::stopped(self.parts.recorder, self.tid()) {
             Some(budget) => budget,
             None => ChatError {
                 classification: Some(ChatErrorClassification::ContextOverflow),
                 ..error
             },
         };
-        let shown = fail(self.inner, self.tid(), error, true).await;
+        let shown = fail(self.parts, self.tid(), error, true).await;
         Ok(Attempt::Done(Box::new(Ended {
             outcome: outcome(self.spec, OutcomeStatus::Error, Some(shown), None),
             response: None,
@@ -340,7 +338,8 @@ impl TurnRun<'_> {
 
     /// Runs the compaction callback; returns whether the history got shorter.
     pub(super) async fn compact(&mut self, attempt: u32) -> Result<bool, EngineError> {
-        self.compactor()
+        self.parts
+            .compactor()
             .apply(self.tid(), CompactionReason::Reactive, attempt)
             .await
     }

@@ -36,7 +36,7 @@ impl TurnRun<'_> {
         classification: ChatErrorClassification,
         recoveries: u32,
     ) -> Result<Attempt, EngineError> {
-        let recovery = self.inner.config().recovery();
+        let recovery = self.parts.config.recovery();
         if recoveries >= recovery.max_attempts || self.spec.signal.is_cancelled() {
             return self.give_up(error, classification, recoveries).await;
         }
@@ -49,7 +49,7 @@ impl TurnRun<'_> {
             usage: self.usage.clone(),
         })?;
         // Seeded by the request, so a replay of this session waits what the recording did.
-        let key = format!("{}/{}", self.inner.session_id(), self.spec.request_id);
+        let key = format!("{}/{}", self.parts.session_id(), self.spec.request_id);
         let delay = recovery.delay(recoveries, &key);
         let scheduled = self.append(Event::RecoveryScheduled {
             request_id: self.spec.request_id.clone(),
@@ -60,8 +60,8 @@ impl TurnRun<'_> {
             delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
         })?;
         // The gate: the wait and the next attempt follow a durable decision to recover.
-        self.inner.recorder().durable(scheduled).await?;
-        if !self.inner.recorder().clock().skip_ahead(delay) {
+        self.parts.recorder.durable(scheduled).await?;
+        if !self.parts.recorder.clock().skip_ahead(delay) {
             tokio::select! {
                 biased;
                 // The next attempt sees the signal and ends at once as aborted.
@@ -86,7 +86,7 @@ impl TurnRun<'_> {
             error: error.message.clone(),
         };
         let caller = Caller::agent(HookName::OnRecoveryExhausted);
-        let hooks = self.inner.hooks();
+        let hooks = self.parts.hooks;
         // A failure of the hook is recorded as `hook_failed`; the turn ends the same way.
         hooks
             .guard(

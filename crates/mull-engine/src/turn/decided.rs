@@ -72,7 +72,7 @@ impl TurnRun<'_> {
         let runs = matches!(call.action, DecisionAction::Allow | DecisionAction::Rewrite);
         // The gate. A blocked, substituted, denied or invalid call runs nothing.
         if runs {
-            self.inner.recorder().durable(decided).await?;
+            self.parts.recorder.durable(decided).await?;
         }
         let (result, duration_ms, end) = match (&call.tool, runs) {
             (Some(tool), true) => {
@@ -104,7 +104,7 @@ impl TurnRun<'_> {
                 ),
             },
         };
-        if self.inner.options().capture_content {
+        if self.parts.options.capture_content {
             if let Ok(output) = &result {
                 call.span
                     .record("gen_ai.tool.call.result", tracing::field::display(output));
@@ -142,10 +142,10 @@ impl TurnRun<'_> {
             messages: call.messages.to_vec(),
             context: self.tool_context.clone(),
             cancel: self.spec.signal.clone(),
-            site: self.inner.call_site(&self.turn_id),
+            site: self.parts.call_site(&self.turn_id),
             served_duration_ms: std::sync::OnceLock::new(),
         };
-        let started = self.inner.recorder().clock().timer();
+        let started = self.parts.recorder.clock().timer();
         let run = self
             .execute(
                 call.step,
@@ -157,7 +157,7 @@ impl TurnRun<'_> {
             )
             .instrument(call.span.clone())
             .await?;
-        let elapsed = self.inner.recorder().clock().timer() - started;
+        let elapsed = self.parts.recorder.clock().timer() - started;
         let duration_ms = match execution.served_duration_ms.get() {
             Some(served) => *served,
             None => u64::try_from(elapsed.num_milliseconds()).unwrap_or(0),
@@ -280,7 +280,7 @@ impl TurnRun<'_> {
             error: error.clone(),
             duration_ms: outcome.duration_ms,
         };
-        let appended = self.inner.recorder().append(self.tid(), finished)?;
+        let appended = self.parts.recorder.append(self.tid(), finished)?;
         let record = ToolResultRecord {
             call_id: outcome.call_id.to_owned(),
             tool_name: outcome.tool_name.to_owned(),
@@ -302,7 +302,7 @@ impl TurnRun<'_> {
                 messages: outcome.messages,
             };
             if let Some(observed) = Observed::tool_result(&appended.event, facts) {
-                self.inner.hooks().dispatch(self.tid(), &observed).await?;
+                self.parts.hooks.dispatch(self.tid(), &observed).await?;
             }
         }
         let Some((resolved, parts)) = shown else {

@@ -1,12 +1,10 @@
 //! Reporting a failed turn: `turn_failed` (flushed and published), then `on_chat_error`.
 
-use std::sync::Arc;
-
 use mull_core::{wire_name, Event, HookName, ModelErrorRecord};
 
+use super::parts::TurnParts;
 use crate::context::ChatErrorContext;
 use crate::error::ChatError;
-use crate::runtime::Runtime;
 
 /// Marks `span` (a turn's `invoke_agent` or a step's `chat`) as failed: an error status with
 /// the message, and the failure's classification (or stage) as `error.type`.
@@ -25,14 +23,14 @@ pub(crate) fn mark_span(span: &tracing::Span, error: &ChatError) {
 /// `on_chat_error`, whose answer is returned. Storage errors here are logged, not raised: the
 /// caller is already reporting a failure.
 pub(crate) async fn fail(
-    inner: &Arc<Runtime>,
+    parts: &TurnParts<'_>,
     turn_id: Option<&str>,
     error: ChatError,
     messages_persisted: bool,
 ) -> ChatError {
     // The failure on the current `invoke_agent` span.
     mark_span(&tracing::Span::current(), &error);
-    let appended = inner.recorder().append(
+    let appended = parts.recorder.append(
         turn_id,
         Event::TurnFailed {
             request_id: error.request_id.clone(),
@@ -45,10 +43,10 @@ pub(crate) async fn fail(
     );
     match appended {
         Ok(appended) => {
-            if let Err(e) = inner.recorder().flush().await {
+            if let Err(e) = parts.recorder.flush().await {
                 tracing::warn!(error = %e, "turn_failed could not be flushed");
             }
-            inner.publish_failure(inner.recorder().envelope(turn_id, appended));
+            parts.publish_failure(parts.recorder.envelope(turn_id, appended));
         }
         Err(e) => tracing::warn!(error = %e, "turn_failed could not be recorded"),
     }
@@ -59,8 +57,8 @@ pub(crate) async fn fail(
         classification: error.classification,
     };
     let original = error.clone();
-    inner
-        .hooks()
+    parts
+        .hooks
         .catching(turn_id, HookName::OnChatError, |agent| {
             agent.on_chat_error(error, &ctx)
         })

@@ -26,6 +26,7 @@ mod backoff;
 mod decided;
 mod failure;
 mod parked;
+pub(crate) mod parts;
 mod recovery;
 pub(crate) mod redeliver;
 mod run;
@@ -42,6 +43,7 @@ use crate::runtime::{Runtime, TurnOutcome};
 
 use attempt::{persist_messages, run_attempt};
 pub(crate) use failure::fail;
+use parts::TurnParts;
 pub(crate) use recovery::finish_interrupted;
 pub(crate) use run::TurnSpec;
 use run::{Attempt, Ended};
@@ -72,19 +74,20 @@ pub(crate) async fn run_entry(
         request_id: spec.request_id.clone(),
         signal: spec.signal.clone(),
     };
-    let ended = TURN_SCOPE.scope(scope, run_attempts(inner, &spec)).await;
+    let parts = TurnParts::of(inner);
+    let ended = TURN_SCOPE.scope(scope, run_attempts(&parts, &spec)).await;
     inner.forget_request(&spec.request_id);
     drop(guard);
     let ended = ended?;
     if let Some(response) = ended.response {
-        inner.hooks().dispatch(None, &response).await?;
-        redeliver::delivered(inner, &response, false).await?;
+        parts.hooks.dispatch(None, &response).await?;
+        redeliver::delivered(&parts, &response, false).await?;
     }
     Ok(ended.outcome)
 }
 
-async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, EngineError> {
-    if let Some(ended) = persist_messages(inner, spec).await? {
+async fn run_attempts(parts: &TurnParts<'_>, spec: &TurnSpec) -> Result<Ended, EngineError> {
+    if let Some(ended) = persist_messages(parts, spec).await? {
         return Ok(ended);
     }
     let mut attempt = 0;
@@ -93,10 +96,10 @@ async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, En
         let make_span = || {
             tracing::info_span!(
                 "invoke_agent",
-                otel.name = %format!("invoke_agent {}", inner.agent().name()),
+                otel.name = %format!("invoke_agent {}", parts.hooks.agent().name()),
                 gen_ai.operation.name = "invoke_agent",
-                gen_ai.agent.name = %inner.agent().name(),
-                gen_ai.conversation.id = %inner.session_id(),
+                gen_ai.agent.name = %parts.hooks.agent().name(),
+                gen_ai.conversation.id = %parts.session_id(),
                 gen_ai.provider.name = tracing::field::Empty,
                 gen_ai.request.model = tracing::field::Empty,
                 gen_ai.usage.input_tokens = tracing::field::Empty,
@@ -111,11 +114,11 @@ async fn run_attempts(inner: &Arc<Runtime>, spec: &TurnSpec) -> Result<Ended, En
             )
         };
         // Under the session's trace parent when it has one (a sub-agent's: the parent's call).
-        let span = match &inner.options().trace_parent {
+        let span = match &parts.options.trace_parent {
             Some(parent) => parent.in_scope(make_span),
             None => make_span(),
         };
-        match run_attempt(inner, spec, attempt, recoveries)
+        match run_attempt(parts, spec, attempt, recoveries)
             .instrument(span)
             .await?
         {

@@ -48,10 +48,10 @@ impl TurnRun<'_> {
         ask: ApprovalAsk<'_>,
         parts: &mut StepParts,
     ) -> Result<ToolEnd, EngineError> {
-        let approval_id = self.inner.options().ids.next_id("approval");
-        let expires_at = self.inner.options().approval_expiry.map(|after| {
+        let approval_id = self.parts.options.ids.next_id("approval");
+        let expires_at = self.parts.options.approval_expiry.map(|after| {
             let after = chrono::Duration::from_std(after).unwrap_or(chrono::TimeDelta::MAX);
-            let now = self.inner.recorder().clock().now();
+            let now = self.parts.recorder.clock().now();
             now.checked_add_signed(after).unwrap_or(now)
         });
         self.append(Event::ToolApprovalRequested {
@@ -63,7 +63,7 @@ impl TurnRun<'_> {
             reason: ask.reason,
             expires_at,
         })?;
-        self.inner.recorder().flush().await?;
+        self.parts.recorder.flush().await?;
         parts.waits_for_client = true;
         Ok(ToolEnd::Done)
     }
@@ -72,11 +72,11 @@ impl TurnRun<'_> {
     /// become denials first, then each answered call is decided (flushed), run once or denied,
     /// and its outcome recorded and observed by `after_tool_call`.
     pub(super) async fn act_on_approvals(&mut self, tools: &ToolSet) -> Result<(), EngineError> {
-        let expiry = self.inner.options().approval_expiry;
-        crate::approval::expire_due(self.inner.recorder(), expiry).await?;
+        let expiry = self.parts.options.approval_expiry;
+        crate::approval::expire_due(self.parts.recorder, expiry).await?;
         let due: Vec<PendingApproval> = self
-            .inner
-            .recorder()
+            .parts
+            .recorder
             .read(|s| s.approvals_to_act_on().cloned().collect());
         for pending in due {
             self.act_on(&pending, tools).await?;
@@ -95,7 +95,7 @@ impl TurnRun<'_> {
         let Some(answer) = &pending.answer else {
             return Ok(());
         };
-        let (model_input, messages) = self.inner.recorder().read(|s| {
+        let (model_input, messages) = self.parts.recorder.read(|s| {
             let asked = s
                 .messages
                 .iter()

@@ -1,25 +1,23 @@
 //! Repairs of what an interrupted turn left behind: tool calls without a result, and a turn an
 //! earlier process left running.
 
-use std::sync::Arc;
-
 use mull_core::{ErrorStage, Event, Role, UIPart};
 use mull_store::{recovery, TurnSummary};
 
 use super::failure::fail;
+use super::parts::TurnParts;
 use super::run::TurnSpec;
 use crate::error::{ChatError, EngineError};
-use crate::runtime::Runtime;
 use mull_store::recovery::INTERRUPTED_TOOL_CALL;
 
 /// Closes tool calls an interrupted turn left without a result, as `tool_call_repaired`
 /// events. A history that cannot be repaired (a call id used twice) fails at stage
 /// `transcript`.
 pub(super) async fn repair_transcript(
-    inner: &Arc<Runtime>,
+    parts: &TurnParts<'_>,
     spec: &TurnSpec,
 ) -> Result<Result<(), ChatError>, EngineError> {
-    let (repairs, duplicate) = inner.recorder().read(|s| {
+    let (repairs, duplicate) = parts.recorder.read(|s| {
         let mut seen: Vec<(&str, &str)> = Vec::new();
         let mut duplicate = None;
         let mut repairs = Vec::new();
@@ -63,7 +61,7 @@ pub(super) async fn repair_transcript(
         }));
     }
     for (message_id, call_id, tool) in repairs {
-        inner.recorder().append(
+        parts.recorder.append(
             None,
             Event::ToolCallRepaired {
                 message_id,
@@ -83,26 +81,26 @@ pub(super) async fn repair_transcript(
 /// live process; a replay re-enacting the log's own recovery writes the same events and calls
 /// no hook, as the log's recovery at open does).
 pub(crate) async fn finish_interrupted(
-    inner: &Arc<Runtime>,
+    parts: &TurnParts<'_>,
     turn: &TurnSummary,
     report: bool,
 ) -> Result<(), EngineError> {
     let turn_id = turn.turn_id.as_deref();
-    let events = inner.recorder().read(|s| recovery::resolve_turn(s, turn));
+    let events = parts.recorder.read(|s| recovery::resolve_turn(s, turn));
     for event in events {
-        inner.recorder().append(turn_id, event)?;
+        parts.recorder.append(turn_id, event)?;
     }
     if report {
         let error = ChatError {
             request_id: Some(turn.request_id.clone()),
             ..ChatError::new(ErrorStage::Recovery, recovery::INTERRUPTED_TURN)
         };
-        fail(inner, turn_id, error, true).await;
+        fail(parts, turn_id, error, true).await;
     } else {
-        inner
-            .recorder()
+        parts
+            .recorder
             .append(turn_id, recovery::interrupted_failure(turn))?;
-        inner.recorder().flush().await?;
+        parts.recorder.flush().await?;
     }
     Ok(())
 }

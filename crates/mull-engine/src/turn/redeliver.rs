@@ -8,29 +8,28 @@
 //! delivered. A process that dies during the redelivery leaves it owed for the next open.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use mull_core::{Event, Role, UIMessage};
 
+use super::parts::TurnParts;
 use crate::context::ChatResponseResult;
 use crate::error::EngineError;
 use crate::hooks::Observed;
-use crate::runtime::Runtime;
 
 /// Marks `response`'s request delivered, when the session redelivers (and `response` is an
 /// `on_chat_response`).
 pub(crate) async fn delivered(
-    inner: &Arc<Runtime>,
+    parts: &TurnParts<'_>,
     response: &Observed,
     recovered: bool,
 ) -> Result<(), EngineError> {
     let Observed::ChatResponse(result) = response else {
         return Ok(());
     };
-    if !inner.config().redelivers_chat_response() {
+    if !parts.config.redelivers_chat_response() {
         return Ok(());
     }
-    inner.recorder().append(
+    parts.recorder.append(
         None,
         Event::ChatResponseDelivered {
             request_id: result.request_id.clone(),
@@ -51,8 +50,8 @@ struct Owed {
 
 /// Calls `on_chat_response` with `recovered: true` for every request the log says is owed, in
 /// the order they ended. Called when the session opens, before any turn can run.
-pub(crate) async fn redeliver_owed(inner: &Arc<Runtime>) -> Result<(), EngineError> {
-    if !inner.config().redelivers_chat_response() {
+pub(crate) async fn redeliver_owed(parts: &TurnParts<'_>) -> Result<(), EngineError> {
+    if !parts.config.redelivers_chat_response() {
         return Ok(());
     }
     let mut owed: Vec<Owed> = Vec::new();
@@ -63,7 +62,7 @@ pub(crate) async fn redeliver_owed(inner: &Arc<Runtime>) -> Result<(), EngineErr
     let mut saved: Option<(String, UIMessage)> = None;
     let mut after = 0;
     loop {
-        let page = inner.recorder().page(after, 1_000).await?;
+        let page = parts.recorder.page(after, 1_000).await?;
         let Some(last) = page.last() else { break };
         after = last.seq;
         for env in page {
@@ -141,8 +140,8 @@ pub(crate) async fn redeliver_owed(inner: &Arc<Runtime>) -> Result<(), EngineErr
             error,
             recovered: true,
         });
-        inner.hooks().dispatch(None, &response).await?;
-        delivered(inner, &response, true).await?;
+        parts.hooks.dispatch(None, &response).await?;
+        delivered(parts, &response, true).await?;
     }
-    inner.recorder().flush().await
+    parts.recorder.flush().await
 }

@@ -2,8 +2,6 @@
 //! hands over, the turn in progress ([`TurnRun`]), how an attempt, its steps and its tool
 //! calls end.
 
-use std::sync::Arc;
-
 use mull_core::{
     CallWarning, DecisionAction, EntryPath, ErrorStage, Event, FinishReason, ModelError,
     ModelMessage, Source, StepRecord, StreamPart, ToolCallRecord, ToolResultRecord, ToolSpec,
@@ -13,10 +11,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::parts::TurnParts;
 use crate::error::{ChatError, EngineError};
 use crate::hooks::Observed;
-use crate::memory::compaction::Compactor;
-use crate::runtime::{OutcomeStatus, Runtime, TurnOutcome};
+use crate::runtime::{OutcomeStatus, TurnOutcome};
 use crate::tool::ToolSet;
 
 /// What a tool call cut off by an abort shows the model and `after_tool_call`.
@@ -172,7 +170,7 @@ pub(super) enum ToolEnd {
 
 /// The state of one turn attempt.
 pub(super) struct TurnRun<'a> {
-    pub(super) inner: &'a Arc<Runtime>,
+    pub(super) parts: &'a TurnParts<'a>,
     pub(super) spec: &'a TurnSpec,
     pub(super) turn_id: String,
     pub(super) message_id: String,
@@ -189,21 +187,7 @@ impl TurnRun<'_> {
     /// Appends an event of this turn; hands back its seq, the ticket the output gate waits on
     /// ([`Recorder::durable`](crate::recorder::Recorder::durable)).
     pub(super) fn append(&self, event: Event) -> Result<u64, EngineError> {
-        self.inner
-            .recorder()
-            .append(self.tid(), event)
-            .map(|a| a.seq)
-    }
-
-    /// The session's compaction, as this turn runs it.
-    pub(super) fn compactor(&self) -> Compactor<'_> {
-        let inner = self.inner;
-        Compactor {
-            recorder: inner.recorder(),
-            hooks: inner.hooks(),
-            config: inner.config(),
-            ids: &*inner.options().ids,
-        }
+        self.parts.recorder.append(self.tid(), event).map(|a| a.seq)
     }
 
     pub(super) fn error(&self, stage: ErrorStage, message: impl Into<String>) -> ChatError {

@@ -42,7 +42,7 @@ impl TurnRun<'_> {
                 gen_ai.request.model = tracing::field::Empty,
                 server.address = tracing::field::Empty,
                 server.port = tracing::field::Empty,
-                gen_ai.conversation.id = %self.inner.session_id(),
+                gen_ai.conversation.id = %self.parts.session_id(),
                 gen_ai.request.stream = true,
                 gen_ai.response.finish_reasons = tracing::field::Empty,
                 gen_ai.response.id = tracing::field::Empty,
@@ -72,7 +72,9 @@ impl TurnRun<'_> {
                     step += 1;
                     let last = self.steps.last();
                     let tid = Some(self.turn_id.as_str());
-                    let guarded = (self.compactor())
+                    let guarded = self
+                        .parts
+                        .compactor()
                         .proactive(tid, last, &mut compactions, overridden)
                         .await?;
                     if let Some(messages) = guarded {
@@ -120,7 +122,7 @@ impl TurnRun<'_> {
     ) -> Result<Result<StepCall, StepEnd>, EngineError> {
         self.append(Event::StepStarted { step })?;
         let mut messages = resolved.messages.clone();
-        let so_far = self.inner.recorder().read(|s| {
+        let so_far = self.parts.recorder.read(|s| {
             s.draft
                 .as_ref()
                 .filter(|d| d.id == self.message_id)
@@ -168,8 +170,8 @@ impl TurnRun<'_> {
         let summary = RequestSummary::of(&request);
         // The budget check before the step's call: a used-up limit ends the turn here.
         if let Some(error) = crate::budget::before_call(
-            self.inner.recorder(),
-            self.inner.config(),
+            self.parts.recorder,
+            self.parts.config,
             self.tid(),
             mull_core::ModelCallKind::Step,
             Some(step),
@@ -180,8 +182,8 @@ impl TurnRun<'_> {
         // call started (as the AI SDK does): this event's time, so no extra clock read.
         let call_started = std::time::Instant::now();
         let opened_at = self
-            .inner
-            .recorder()
+            .parts
+            .recorder
             .append(
                 self.tid(),
                 Event::StepConfigured {
@@ -233,12 +235,12 @@ impl TurnRun<'_> {
             context: self.tool_context.clone(),
         };
         let config = match self
-            .inner
-            .hooks()
+            .parts
+            .hooks
             .guard_hook(
                 self.tid(),
                 crate::outside::HookPoint::BeforeStep(&prepare),
-                self.inner.agent().before_step(&prepare),
+                self.parts.hooks.agent().before_step(&prepare),
             )
             .await?
         {
@@ -250,7 +252,7 @@ impl TurnRun<'_> {
                 ))))
             }
         };
-        let step_model = match resolve_model(self.inner, config.model.as_ref()) {
+        let step_model = match resolve_model(self.parts, config.model.as_ref()) {
             Ok(model) => model.unwrap_or_else(|| Arc::clone(&resolved.model)),
             Err(message) => {
                 return Ok(Err(StepEnd::Failed(
@@ -399,13 +401,13 @@ impl TurnRun<'_> {
         crate::otel_fields::record_step(span, &record);
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
-        let appended = self.inner.recorder().append(
+        let appended = self.parts.recorder.append(
             self.tid(),
             Event::StepFinished {
                 record: Box::new(record),
             },
         )?;
-        let response_messages = self.inner.recorder().read(|s| {
+        let response_messages = self.parts.recorder.read(|s| {
             s.draft
                 .as_ref()
                 .filter(|d| d.id == self.message_id)
@@ -418,11 +420,7 @@ impl TurnRun<'_> {
         else {
             unreachable!("the log returns the step_finished event it was given")
         };
-        let observed = self
-            .inner
-            .hooks()
-            .dispatch(self.tid(), &step_finished)
-            .await;
+        let observed = self.parts.hooks.dispatch(self.tid(), &step_finished).await;
         let Observed::Step(ctx) = step_finished else {
             unreachable!("a step_finished event is observed as a step")
         };
@@ -464,8 +462,8 @@ impl TurnRun<'_> {
                 Err(e) if e.is_retryable() && retries < resolved.max_retries => {
                     // A retry is a model call: checked against the budget like the first.
                     if let Some(error) = crate::budget::before_call(
-                        self.inner.recorder(),
-                        self.inner.config(),
+                        self.parts.recorder,
+                        self.parts.config,
                         self.tid(),
                         mull_core::ModelCallKind::Retry,
                         Some(step),
@@ -476,7 +474,7 @@ impl TurnRun<'_> {
                         })));
                     }
                     let delay = e.retry_after.unwrap_or_else(|| {
-                        self.inner.options().retry_base_delay * 2u32.saturating_pow(retries)
+                        self.parts.options.retry_base_delay * 2u32.saturating_pow(retries)
                     });
                     retries += 1;
                     self.append(Event::ModelRetried {
@@ -564,7 +562,7 @@ impl TurnRun<'_> {
         part: StreamPart,
         parts: &mut StepParts,
     ) -> Result<StreamPart, EngineError> {
-        let appended = self.inner.recorder().append(
+        let appended = self.parts.recorder.append(
             self.tid(),
             Event::Chunk {
                 step,
@@ -617,7 +615,7 @@ impl TurnRun<'_> {
             return Ok(());
         }
         let observed = Observed::chunk(step, shown, &self.spec.request_id);
-        self.inner.hooks().dispatch(self.tid(), &observed).await
+        self.parts.hooks.dispatch(self.tid(), &observed).await
     }
 
     /// `on_chunk` for the tool call deferred until its hooks ran, if one waits.
@@ -626,7 +624,7 @@ impl TurnRun<'_> {
         parts: &mut StepParts,
     ) -> Result<(), EngineError> {
         match parts.deferred_call.take() {
-            Some(observed) => self.inner.hooks().dispatch(self.tid(), &observed).await,
+            Some(observed) => self.parts.hooks.dispatch(self.tid(), &observed).await,
             None => Ok(()),
         }
     }

@@ -69,7 +69,7 @@ impl TurnRun<'_> {
             Some(tool) => parsed.and_then(|v| validate_input(&tool_name, &tool.input_schema(), &v)),
         };
         let exec_span = execute_tool_span(&call_id, &tool_name);
-        if self.inner.options().capture_content {
+        if self.parts.options.capture_content {
             exec_span.record(
                 "gen_ai.tool.call.arguments",
                 tracing::field::display(&model_input),
@@ -152,7 +152,7 @@ impl TurnRun<'_> {
         &mut self,
         ctx: ToolCallContext,
     ) -> Result<Result<Option<ToolCallDecision>, String>, EngineError> {
-        let hooks = self.inner.hooks();
+        let hooks = self.parts.hooks;
         let decided = hooks
             .guard_hook(
                 self.tid(),
