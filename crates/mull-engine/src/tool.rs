@@ -69,15 +69,15 @@ pub(crate) struct CallSite {
 }
 
 impl CallSite {
-    /// The site of a call in turn `turn_id` of the session whose recorder and runtime these are.
+    /// The site of a call in turn `turn_id` of the session whose recorder and parts these are.
     pub(crate) fn new(
         recorder: Arc<Recorder>,
-        runtime: Arc<dyn Any + Send + Sync>,
+        parent: Arc<dyn Any + Send + Sync>,
         turn_id: String,
     ) -> CallSite {
         CallSite {
             session: CallingSession {
-                inner: SessionParts { recorder, runtime },
+                inner: SessionParts { recorder, parent },
             },
             turn_id,
         }
@@ -94,8 +94,8 @@ impl std::fmt::Debug for CallSite {
 }
 
 /// The session a tool call runs in, as tools carry it. Tools sit below sessions (a session's
-/// agent hands them out), so the session's runtime rides here without its type; the
-/// sub-agent tool, which sits above sessions, takes it back.
+/// agent hands them out), so what a sub-agent needs of the session rides here without its
+/// type; the sub-agent tool, which sits above sessions, takes it back.
 #[derive(Clone)]
 pub(crate) struct CallingSession {
     pub inner: SessionParts,
@@ -106,8 +106,8 @@ pub(crate) struct CallingSession {
 pub(crate) struct SessionParts {
     /// The session's recorder: what a call writes events of its own with.
     pub recorder: Arc<Recorder>,
-    /// The session's runtime, opaque at this layer.
-    pub runtime: Arc<dyn Any + Send + Sync>,
+    /// What the sub-agent tool takes back of the session, opaque at this layer.
+    pub parent: Arc<dyn Any + Send + Sync>,
 }
 
 /// A tool with an `execute`, run by the engine.

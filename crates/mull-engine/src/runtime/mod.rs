@@ -46,7 +46,7 @@ pub(crate) struct Runtime {
     session_id: String,
     hooks: Hooks,
     config: Arc<SessionConfig>,
-    options: SessionOptions,
+    options: Arc<SessionOptions>,
     recorder: Arc<Recorder>,
     /// The turn lock: one turn (or answer, or memory write) of the session at a time.
     queue: tokio::sync::Mutex<()>,
@@ -84,7 +84,7 @@ impl Runtime {
             session_id: options.session_id.clone(),
             hooks,
             config,
-            options,
+            options: Arc::new(options),
             recorder,
             queue: tokio::sync::Mutex::new(()),
             active: Mutex::new(HashMap::new()),
@@ -122,6 +122,11 @@ impl Runtime {
 
     /// How the session was opened.
     pub(crate) fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// How the session was opened, for a part that keeps it (a sub-agent's call).
+    pub(crate) fn shared_options(&self) -> &Arc<SessionOptions> {
         &self.options
     }
 

@@ -59,9 +59,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::error::EngineError;
-use crate::runtime::Runtime;
 use crate::session::{OutcomeStatus, Session, SessionOptions, TurnOptions, TurnOutcome};
 use crate::tool::{schema_of, Tool, ToolError, ToolExecution, ToolOutput};
+use crate::turn::parts::CallingParent;
 
 use report::{Progress, Report, Reporting};
 
@@ -78,12 +78,11 @@ pub const PARENT_CALL_ENDED: &str = "the parent's tool call ended before the sub
 /// Where a tool call runs (the type lives with tools, which sit below sessions).
 pub(crate) use crate::tool::CallSite;
 
-/// The session a call runs in, taken back from its call site.
-pub(crate) fn calling_session(site: &CallSite) -> Result<Session, ToolError> {
-    let runtime = Arc::clone(&site.session.inner.runtime)
-        .downcast::<Runtime>()
-        .map_err(|_| "the tool call does not run in a session")?;
-    Ok(Session { inner: runtime })
+/// The parts of the session a call runs in, taken back from its call site.
+fn calling_parent(site: &CallSite) -> Result<Arc<CallingParent>, ToolError> {
+    Ok(Arc::clone(&site.session.inner.parent)
+        .downcast::<CallingParent>()
+        .map_err(|_| "the tool call does not run in a session")?)
 }
 
 /// The input of an agent tool.
@@ -132,13 +131,16 @@ impl AgentTool {
         depth: u32,
     ) -> Result<Running, ToolError> {
         let site = &call.site;
-        let parent = &calling_session(site)?;
-        let inner = &parent.inner;
-        let options = inner.options();
+        let parent = calling_parent(site)?;
+        let options = &parent.options;
         // Under the parent's id, so it is unique in the log wherever the parent's is (a
         // deterministic id source counts per session) and names its place in the nesting.
-        let child_id = format!("{}.{}", parent.id(), options.ids.next_id("agent"));
-        inner.recorder().append(
+        let child_id = format!(
+            "{}.{}",
+            parent.recorder.session_id(),
+            options.ids.next_id("agent")
+        );
+        parent.recorder.append(
             Some(&site.turn_id),
             Event::SubagentStarted {
                 step: call.step_number,
@@ -149,7 +151,7 @@ impl AgentTool {
                 depth,
             },
         )?;
-        inner.recorder().flush().await?;
+        parent.recorder.flush().await?;
         let mut child_options = SessionOptions::new(child_id.clone())
             .with_clock(Arc::clone(&options.clock))
             .with_ids(Arc::clone(&options.ids))
@@ -165,7 +167,7 @@ impl AgentTool {
             reports,
         });
         let child = Session::open_on(
-            inner.recorder().shared_log(),
+            parent.recorder.shared_log(),
             Arc::clone(&self.agent),
             child_options,
         )
@@ -173,12 +175,12 @@ impl AgentTool {
         child.inner.recorder().append(
             None,
             Event::SubagentLinked {
-                parent_session_id: parent.id().to_owned(),
+                parent_session_id: parent.recorder.session_id().to_owned(),
                 parent_turn_id: site.turn_id.clone(),
                 parent_call_id: call.call_id.clone(),
                 depth,
                 // The parent's remainder is the child's budget.
-                budget: crate::budget::remainder(inner.recorder(), inner.config(), &site.turn_id),
+                budget: crate::budget::remainder(&parent.recorder, &parent.config, &site.turn_id),
             },
         )?;
         let signal = CancellationToken::new();
@@ -198,7 +200,7 @@ impl AgentTool {
                 parent_signal: call.cancel.clone(),
                 done: false,
             },
-            parent: parent.clone(),
+            parent,
             turn_id: site.turn_id.clone(),
             call_id: call.call_id.clone(),
             agent: self.agent.name().to_owned(),
@@ -258,7 +260,7 @@ impl Tool for AgentTool {
 /// A child turn in flight, as the parent's call follows it.
 struct Running {
     guard: CancelChild,
-    parent: Session,
+    parent: Arc<CallingParent>,
     turn_id: String,
     call_id: String,
     agent: String,
@@ -348,8 +350,8 @@ impl Running {
             OutcomeStatus::Aborted => TurnStatus::Aborted,
         };
         let usage = self.child.read_state(|s| s.usage.clone());
-        let inner = &self.parent.inner;
-        inner.recorder().append(
+        let recorder = &self.parent.recorder;
+        recorder.append(
             Some(&self.turn_id),
             Event::SubagentFinished {
                 call_id: self.call_id.clone(),
@@ -362,7 +364,7 @@ impl Running {
                 ),
             },
         )?;
-        inner.recorder().flush().await?;
+        recorder.flush().await?;
         // Nothing runs in the child any more: on a shared log (PostgreSQL) its lease is given
         // back now. A failure to give it back only makes it lapse at its time to live.
         let log = self.child.inner.recorder().shared_log();
