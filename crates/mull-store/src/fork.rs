@@ -10,8 +10,8 @@
 //!
 //! Other reads (pages, tails, a turn's events, export) see the rows as stored: a fork's own
 //! events. The projection closes what a fork point cuts (see
-//! [`SessionState`](crate::SessionState)): a turn running at the fork point is aborted, and the
-//! text it streamed so far is the partial assistant message.
+//! [`SessionState`](crate::projection::SessionState)): a turn running at the fork point is
+//! aborted, and the text it streamed so far is the partial assistant message.
 //!
 //! `<dyn ReadLog>::fork_point` turns what a user names — a seq, a turn, a chunk of a turn — into
 //! the exact `(origin, seq)`, or a [`ForkError`] naming what does not exist.
@@ -19,6 +19,7 @@
 use mull_core::{Envelope, Event, UIMessage};
 
 use crate::error::StoreError;
+use crate::projection::TurnSummary;
 use crate::read::{ReadLog, READ_PAGE};
 
 /// A turn of a session: its ordinal (from 1) or its id.
@@ -236,7 +237,7 @@ impl dyn ReadLog + '_ {
     pub fn history_turns(
         &self,
         session_id: &str,
-    ) -> Result<Vec<(String, crate::TurnSummary)>, StoreError> {
+    ) -> Result<Vec<(String, TurnSummary)>, StoreError> {
         let mut out = Vec::new();
         for (session, upto) in self.fork_chain(session_id)? {
             for turn in self.turns(&session)? {
@@ -252,7 +253,7 @@ impl dyn ReadLog + '_ {
         &self,
         session: &str,
         turn: &TurnRef,
-    ) -> Result<(String, crate::TurnSummary), ForkError> {
+    ) -> Result<(String, TurnSummary), ForkError> {
         let turns = self.history_turns(session)?;
         let found = match turn {
             TurnRef::Ordinal(n) => n.checked_sub(1).and_then(|i| turns.get(i)),
@@ -289,7 +290,7 @@ impl crate::reader::LogReader {
     pub fn history_turns(
         &self,
         session_id: &str,
-    ) -> Result<Vec<(String, crate::TurnSummary)>, StoreError> {
+    ) -> Result<Vec<(String, TurnSummary)>, StoreError> {
         <dyn ReadLog>::history_turns(self, session_id)
     }
 }
