@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use support::model::{ModelServer, Pace};
-use support::nodes::{post_message, request, Node};
+use support::nodes::{post_message, request_from, Node};
 use tokio::io::AsyncReadExt;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -190,16 +190,23 @@ fn normal_chats_go_on_while_one_client_attacks() {
             let addr = addr.clone();
             async move {
                 let limit = Duration::from_secs(30);
+                // A third attacking address.
+                let from = Some("127.0.0.4");
                 let mut codes = Vec::new();
                 for i in 0..10 {
                     let huge_id = "c".repeat(1 << 20);
                     let body = serde_json::json!({"id": huge_id, "messages": []}).to_string();
-                    let id = request(&addr, "POST", "/api/chat", Some(&body), limit).await;
+                    let id = request_from(from, &addr, "POST", "/api/chat", Some(&body), limit).await;
                     let path = format!("/api/chat/{}/stream", "p".repeat(200 * 1024));
-                    let uri = request(&addr, "GET", &path, None, limit).await;
+                    let uri = request_from(from, &addr, "GET", &path, None, limit).await;
                     let big = "b".repeat(5 << 20);
                     let body = format!("{{\"id\":\"big-{i}\",\"pad\":\"{big}\"}}");
-                    let body = request(&addr, "POST", "/api/chat", Some(&body), limit).await;
+                    let body = request_from(from, &addr, "POST", "/api/chat", Some(&body), limit).await;
+                    for reply in [&id, &uri] {
+                        if reply.status == 0 {
+                            println!("no answer: {}", reply.body.get(..200).unwrap_or(&reply.body));
+                        }
+                    }
                     codes.push((id.status, uri.status, body.status));
                 }
                 codes
@@ -249,6 +256,14 @@ fn normal_chats_go_on_while_one_client_attacks() {
              ({settled_in:.1?} after the attack)"
         );
 
+        let stderr = node.stderr_text();
+        for line in stderr
+            .lines()
+            .filter(|l| l.contains("panicked") || l.contains("WARN") || l.contains("ERROR"))
+            .take(20)
+        {
+            println!("server: {line}");
+        }
         assert!(refused_503 > 0 || scale.idle_sockets <= 256, "the attacker's share held");
         assert!(frames_sent > 0, "the flooders got their sockets");
         // A body over the limit is refused from its head; the client may still be writing

@@ -160,6 +160,7 @@ impl Node {
             addr: "127.0.0.1:0".parse()?,
             token: None,
             max_turns_per_client: usize::MAX,
+            max_bytes_per_client: usize::MAX,
             ..ServerConfig::from_env()
         };
         config.limits.max_per_client = config.limits.max_connections;

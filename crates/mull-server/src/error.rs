@@ -69,6 +69,11 @@ pub enum ApiError {
          end or retry shortly"
     )]
     TooManyTurns { turns: usize },
+    #[error(
+        "this client address already has {held} bytes of requests in flight, and its share is \
+         {limit} bytes; wait for one of its turns to end or retry shortly"
+    )]
+    TooManyBytes { held: usize, limit: usize },
     /// The server is shutting down: it finishes running turns but starts no new one.
     #[error("the server is shutting down and starts no new turn; retry on another node or after it restarts")]
     Draining,
@@ -97,7 +102,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::InvalidId { .. } => StatusCode::BAD_REQUEST,
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
-            ApiError::TooManyTurns { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyTurns { .. } | ApiError::TooManyBytes { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::ClientOverloaded { .. } | ApiError::Draining => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -124,6 +131,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => "uri_too_long",
             ApiError::ClientOverloaded { .. } => "client_overloaded",
             ApiError::TooManyTurns { .. } => "too_many_turns",
+            ApiError::TooManyBytes { .. } => "too_many_request_bytes",
             ApiError::Draining => "draining",
             ApiError::Unavailable { .. } => "log_unavailable",
             ApiError::Internal(_) => "internal",

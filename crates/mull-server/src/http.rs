@@ -98,12 +98,7 @@ pub(crate) async fn method_not_allowed(request: Request) -> ApiError {
 /// closed.
 async fn read_body(state: &ServerState, request: Request) -> Result<Bytes, ApiError> {
     let limit = state.inner.max_body_bytes;
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
+    if declared_length(request.headers()).is_some_and(|len| len > limit as u64) {
         return Err(ApiError::TooLarge { limit });
     }
     let timeout = state.inner.body_timeout;
@@ -114,6 +109,35 @@ async fn read_body(state: &ServerState, request: Request) -> Result<Bytes, ApiEr
             timeout_ms: timeout.as_millis(),
         }),
     }
+}
+
+/// The body length a request declares (`Content-Length`).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// Reads a body within the limit and the body timeout and drops it: a request refused before
+/// its body was read gets its answer after the body, so a client still sending it reads the
+/// refusal instead of a reset connection.
+async fn discard_body(state: &ServerState, request: Request) {
+    let limit = state.inner.max_body_bytes;
+    if declared_length(request.headers()).is_some_and(|len| len > limit as u64) {
+        return;
+    }
+    let mut data = request.into_body().into_data_stream();
+    let _ = tokio::time::timeout(state.inner.body_timeout, async {
+        let mut read = 0usize;
+        while let Some(Ok(chunk)) = futures::StreamExt::next(&mut data).await {
+            read += chunk.len();
+            if read > limit {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 fn body_error(state: &ServerState, rejection: BytesRejection) -> ApiError {
@@ -137,12 +161,38 @@ pub(crate) async fn post_chat(
     request: Request,
 ) -> Result<Response, ApiError> {
     crate::edge::require_json(request.headers())?;
-    if let Some(Extension(lifecycle)) = &lifecycle {
-        lifecycle.admit()?;
+    let limit = state.inner.max_body_bytes;
+    let declared = declared_length(request.headers());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::TooLarge { limit });
     }
     let client = request.extensions().get::<ClientAddr>().copied();
-    let permit = quota::permit(turns.as_ref().map(|Extension(t)| t), client)?;
+    let turns = turns.as_ref().map(|Extension(t)| t);
+    // The body counts against its client's bytes in flight from before it is read (once read
+    // when its length is not declared) until its turn ends.
+    let admitted = lifecycle
+        .as_ref()
+        .map_or(Ok(()), |Extension(lifecycle)| lifecycle.admit())
+        .and_then(|()| quota::permit(turns, client))
+        .and_then(|permit| {
+            let bytes = match declared {
+                Some(len) => quota::bytes(turns, client, len as usize)?,
+                None => None,
+            };
+            Ok(permit.map(|permit| permit.holding(bytes)))
+        });
+    let permit = match admitted {
+        Ok(permit) => permit,
+        Err(refused) => {
+            discard_body(&state, request).await;
+            return Err(refused);
+        }
+    };
     let body = read_body(&state, request).await?;
+    let permit = match (declared, permit) {
+        (None, Some(permit)) => Some(permit.holding(quota::bytes(turns, client, body.len())?)),
+        (_, permit) => permit,
+    };
     let request = match ChatRequest::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {

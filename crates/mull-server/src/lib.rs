@@ -20,7 +20,7 @@
 //! - [`router`] to mount the routes in an axum app of your own, or [`serve`] with a
 //!   [`ServerConfig`] to run them behind the server's own edge: connection caps per client,
 //!   request-head deadlines, `Host` and browser-origin checks ([`EdgePolicy`]), each client's
-//!   share of running turns, and a clean stop on the future you pass (running turns get
+//!   share of running turns and of request bytes in flight, and a clean stop on the future you pass (running turns get
 //!   [`ServerConfig::grace`], the rest end `aborted` in the log and their clients get the end).
 //! - [`wire`] (the AI SDK's message and request shapes) and [`ui_stream`] (events → UI
 //!   message stream chunks) if you speak the protocol yourself.
@@ -59,6 +59,7 @@ mod http;
 pub mod ids;
 pub mod inbox;
 mod listen;
+mod memory;
 mod prefixed;
 pub mod quota;
 pub mod state;
@@ -83,7 +84,7 @@ pub use listen::{
     ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT, MAX_REQUEST_LINE,
 };
-pub use quota::DEFAULT_MAX_TURNS_PER_CLIENT;
+pub use quota::{DEFAULT_MAX_BYTES_PER_CLIENT, DEFAULT_MAX_TURNS_PER_CLIENT};
 pub use state::{
     AgentSource, ChatSession, OptionsSource, ServerState, DEFAULT_BODY_TIMEOUT, DEFAULT_IDLE_TTL,
     DEFAULT_LEASE_WAIT, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_OPEN_SESSIONS,
@@ -130,6 +131,9 @@ pub struct ServerConfig {
     pub grace: Duration,
     /// The most turns one client address runs at once.
     pub max_turns_per_client: usize,
+    /// The most request bytes one client address has in flight: bodies and WebSocket messages
+    /// being read and decoded, and the requests of its running turns (see [`quota`]).
+    pub max_bytes_per_client: usize,
 }
 
 impl Default for ServerConfig {
@@ -143,6 +147,7 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             grace: DEFAULT_GRACE,
             max_turns_per_client: DEFAULT_MAX_TURNS_PER_CLIENT,
+            max_bytes_per_client: DEFAULT_MAX_BYTES_PER_CLIENT,
         }
     }
 }
@@ -284,12 +289,19 @@ impl Bound {
             let state = swept;
             let mut ticks = tokio::time::interval(period);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut open = state.open_sessions();
             loop {
                 ticks.tick().await;
                 let evicted = state.evict_idle();
                 if evicted > 0 {
                     tracing::debug!(evicted, "idle chat sessions evicted");
                 }
+                // Chats left memory (idle, or their sockets closed): give what they used back.
+                let now_open = state.open_sessions();
+                if now_open < open {
+                    memory::release_freed();
+                }
+                open = now_open;
             }
         });
         let drained = Arc::clone(&lifecycle);
@@ -343,8 +355,9 @@ pub async fn bind(config: &ServerConfig, state: ServerState) -> Result<Bound, Se
     let app = health::routes(state.clone(), Arc::clone(&lifecycle))
         .merge(router(state.clone()))
         .layer(axum::Extension(Arc::clone(&lifecycle)))
-        .layer(axum::Extension(quota::ClientTurns::new(
+        .layer(axum::Extension(quota::ClientTurns::with_max_bytes(
             config.max_turns_per_client,
+            config.max_bytes_per_client,
         )));
     let app = edge::protect(app, config.edge(addr)?);
     Ok(Bound {

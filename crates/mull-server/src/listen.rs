@@ -3,7 +3,8 @@
 //! JSON 503 and closed, never queued); a deadline for each request head, so a client that
 //! trickles its headers, or keeps a connection open without asking anything, is closed instead
 //! of holding a slot forever; and a request line longer than [`MAX_REQUEST_LINE`] is answered
-//! with a JSON 414 (see `prefixed`). Request bodies have their own deadline in the router
+//! with a JSON 414 (see `prefixed`). A connection carries one request, so every request line
+//! passes that check. Request bodies have their own deadline in the router
 //! (`http`), and a WebSocket its idle timeout (`ws`).
 
 use std::collections::HashMap;
@@ -13,7 +14,8 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::Request;
+use axum::http::{header, HeaderValue, Request, StatusCode};
+use axum::response::Response;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -40,8 +42,7 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
 pub const MAX_REQUEST_LINE: usize = 8 * 1024;
 
 /// The default time a request head (request line and headers) may take to arrive, counted from
-/// when the connection starts waiting for it: a new connection, or a kept-alive one between
-/// requests (so it is also how long an idle HTTP connection stays open).
+/// when the connection opens (so it is also how long an idle HTTP connection stays open).
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a refused connection gets to take its 503.
@@ -210,12 +211,13 @@ async fn serve_one(
         .header_read_timeout(limits.header_timeout);
     // Each request carries its client's address (per-client turn shares).
     let client = ClientAddr(peer.ip());
-    let service = TowerToHyperService::new(app.map_request(
-        move |mut request: Request<hyper::body::Incoming>| {
+    let service = TowerToHyperService::new(
+        app.map_request(move |mut request: Request<hyper::body::Incoming>| {
             request.extensions_mut().insert(client);
             request
-        },
-    ));
+        })
+        .map_response(one_request_per_connection),
+    );
     let io = TokioIo::new(Prefixed::new(prefix, stream));
     let mut conn = pin!(builder.serve_connection(io, service).with_upgrades());
     loop {
@@ -236,6 +238,20 @@ async fn serve_one(
             }
         }
     }
+}
+
+/// Closes the connection after each answer but a WebSocket upgrade: every request line is then
+/// read by [`serve_one`] first, so an overlong one always gets the JSON 414 (hyper answers one on
+/// a kept-alive connection with a bare 414). A chat request is a long stream, so a new
+/// connection per request costs little. (hyper's own `keep_alive(false)` would also close the
+/// upgrades.)
+fn one_request_per_connection(mut response: Response) -> Response {
+    if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// Answers a connection the server will not serve (past a cap, an overlong request line) with

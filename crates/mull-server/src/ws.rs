@@ -172,7 +172,16 @@ async fn serve_socket(state: ServerState, edge: Socket, socket: WebSocket) {
             Message::Ping(_) | Message::Pong(_) => continue,
         };
         requests.retain(|_, r| !r.task.is_finished());
-        handle_frame(&state, &edge, &text, &out_tx, &mut requests).await;
+        // The message counts against its client's bytes in flight while it is decoded, and
+        // until its turn ends if it starts one; past the share it is refused undecoded.
+        let bytes = match quota::bytes(edge.turns.as_ref(), edge.client, text.len()) {
+            Ok(bytes) => bytes,
+            Err(refused) => {
+                send_error(&out_tx, None, &refused.to_string()).await;
+                continue;
+            }
+        };
+        handle_frame(&state, &edge, &text, bytes, &out_tx, &mut requests).await;
         for request in requests.values() {
             if chats.len() < MAX_CHATS_RELEASED && !chats.contains(&request.chat_id) {
                 chats.insert(request.chat_id.clone());
@@ -204,6 +213,7 @@ async fn handle_frame(
     state: &ServerState,
     edge: &Socket,
     text: &str,
+    bytes: Option<quota::BytesPermit>,
     out: &Outbox,
     requests: &mut HashMap<String, Request>,
 ) {
@@ -260,7 +270,10 @@ async fn handle_frame(
         } => {
             let request = ChatRequest::new(id.clone(), messages, trigger, message_id, body);
             let started = match quota::permit(edge.turns.as_ref(), edge.client) {
-                Ok(permit) => chat::start_holding(state, request, permit).await,
+                Ok(permit) => {
+                    let permit = permit.map(|permit| permit.holding(bytes));
+                    chat::start_holding(state, request, permit).await
+                }
                 Err(refused) => Err(refused),
             };
             spawn_request(out, requests, request_id, id, started.map(Some), None).await;

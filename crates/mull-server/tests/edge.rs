@@ -280,6 +280,66 @@ async fn oversized_ids_are_refused_by_field_and_never_stored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_request_line_on_a_connection_is_never_answered_by_a_bare_414() {
+    let server = server().await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    // A first request that asks to keep the connection …
+    let first = format!("GET /healthz HTTP/1.1\r\nhost: {}\r\n\r\n", server.addr);
+    stream.write_all(first.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let whole = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if length.is_some_and(|length| body.len() >= length) {
+                    return;
+                }
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(whole.is_ok(), "the first answer came");
+    // … then, on the same connection, one whose URI is past every limit (hyper's own too).
+    let path = format!("/api/chat/{}/stream", "x".repeat(200 * 1024));
+    let second = format!(
+        "GET {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+        server.addr
+    );
+    let _ = stream.write_all(second.as_bytes()).await;
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+    answer.extend_from_slice(&rest);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The server closes after the first answer (the client opens a new connection, whose
+    // request line it reads first): no second answer, and never a 414 without its JSON.
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
+    let head = answer.split("\r\n\r\n").next().unwrap_or("");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    let mut again = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let _ = again.write_all(second.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), again.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 414"), "{answer}");
+    let body: Value =
+        serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or("")).expect("a JSON body");
+    assert_eq!(body["error"]["code"], "uri_too_long");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_address_cannot_take_every_connection() {
     let server = server_configured(|config| {
         config.limits.max_connections = 16;
@@ -431,6 +491,90 @@ async fn one_client_address_runs_only_its_share_of_turns() {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "the slot came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_address_has_only_its_share_of_request_bytes_in_flight() {
+    let server = server_configured(|config| config.max_bytes_per_client = 64 * 1024).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/api/chat", server.addr);
+    let big = "b".repeat(40 * 1024);
+    // A slow turn of a 40 KiB message runs for this client (127.0.0.1): it holds its bytes …
+    let running = client
+        .post(&url)
+        .json(&user_request("slow-bytes", &big))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(running.status(), 200);
+    // … so another 40 KiB request of it is refused (its body read, then the JSON answer) …
+    let (status, body) = error_of(
+        client
+            .post(&url)
+            .json(&user_request("second-bytes", &big))
+            .send()
+            .await
+            .expect("post"),
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_request_bytes");
+    // … and so is a 40 KiB WebSocket message, undecoded, while a small one still passes.
+    let mut ws = ws_connect(server.addr, None).await.expect("upgrade");
+    let frame = json!({"type": "send", "requestId": "r1", "id": "ws-bytes",
+        "messages": user_request("ws-bytes", &big)["messages"]});
+    ws.send(Message::Text(frame.to_string().into()))
+        .await
+        .expect("send");
+    let reply = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("a reply")
+        .expect("a frame")
+        .expect("ok");
+    let frame: Value = serde_json::from_str(&reply.into_text().expect("text")).unwrap();
+    assert_eq!(frame["type"], "error", "{frame}");
+    assert!(frame["errorText"]
+        .as_str()
+        .unwrap()
+        .contains("bytes of requests in flight"));
+    assert!(
+        frame.get("requestId").is_none(),
+        "refused undecoded: {frame}"
+    );
+    // Another address sends the same and chats.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(server.addr).await.expect("connects");
+    let body = user_request("other-bytes", &big).to_string();
+    let head = format!(
+        "POST /api/chat HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        server.addr,
+        body.len()
+    );
+    other.write_all(head.as_bytes()).await.expect("writes");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), other.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("data: [DONE]"), "{answer}");
+    // Once the slow turn ends, its bytes are free again.
+    let (_, done) = read_sse(running, 10_000).await;
+    assert!(done);
+    let started = std::time::Instant::now();
+    loop {
+        let response = server.post_chat(&user_request("after-bytes", &big)).await;
+        if response.status() == 200 {
+            assert!(read_sse(response, 1000).await.1);
+            break;
+        }
+        assert_eq!(response.status(), 429);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the bytes came back"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// The most turns one client address runs at once; one more is answered 429.
     #[arg(long, default_value_t = mull_server::DEFAULT_MAX_TURNS_PER_CLIENT)]
     pub max_turns_per_client: usize,
+    /// The most request bytes one client address has in flight (bodies and WebSocket messages
+    /// being decoded, and the requests of its running turns); one more request is answered 429.
+    /// A client with nothing in flight may always send one request up to the body limit.
+    #[arg(long, default_value_t = mull_server::DEFAULT_MAX_BYTES_PER_CLIENT)]
+    pub max_bytes_per_client: usize,
     /// A browser origin whose pages may use the server, besides its own (repeatable), e.g.
     /// `--allow-origin http://localhost:5173`. Requests from other origins are refused (403).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
@@ -109,6 +114,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         allowed_origins: args.allow_origins.clone(),
         grace: args.grace,
         max_turns_per_client: args.max_turns_per_client,
+        max_bytes_per_client: args.max_bytes_per_client,
         ..ServerConfig::from_env()
     };
     config.check()?;

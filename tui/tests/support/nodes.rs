@@ -206,13 +206,42 @@ pub async fn request(
     body: Option<&str>,
     limit: Duration,
 ) -> Reply {
+    request_from(None, addr, method, path, body, limit).await
+}
+
+/// Connects to `addr`, from the local address `from` when given (such as `127.0.0.2`: another
+/// client address on loopback).
+async fn connect_from(from: Option<&str>, addr: &str) -> std::io::Result<tokio::net::TcpStream> {
+    let Some(from) = from else {
+        return tokio::net::TcpStream::connect(addr).await;
+    };
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    let local = format!("{from}:0")
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    socket.bind(local)?;
+    let remote = addr
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    socket.connect(remote).await
+}
+
+/// [`request`] from the local address `from` (see [`connect_from`]).
+pub async fn request_from(
+    from: Option<&str>,
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    limit: Duration,
+) -> Reply {
     let exchange = async {
-        let mut stream = match tokio::net::TcpStream::connect(addr).await {
+        let mut stream = match connect_from(from, addr).await {
             Ok(stream) => stream,
-            Err(_) => {
+            Err(e) => {
                 return Reply {
                     status: 0,
-                    body: String::new(),
+                    body: format!("connecting: {e}"),
                     complete: false,
                 }
             }
@@ -223,10 +252,10 @@ pub async fn request(
              Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
-        if stream.write_all(head.as_bytes()).await.is_err() {
+        if let Err(e) = stream.write_all(head.as_bytes()).await {
             return Reply {
                 status: 0,
-                body: String::new(),
+                body: format!("sending the request: {e}"),
                 complete: false,
             };
         }

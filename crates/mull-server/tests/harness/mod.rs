@@ -112,6 +112,8 @@ async fn start(
         token: token.map(str::to_owned),
         limits,
         max_turns_per_client: limits.max_per_client,
+        // Unbounded unless a test sets it: its many chats all come from 127.0.0.1.
+        max_bytes_per_client: usize::MAX,
         ..ServerConfig::default()
     };
     start_with(config, agents, configure).await
