@@ -99,18 +99,18 @@ pub(crate) fn follow_call(
     message_id: Option<String>,
 ) -> Option<Followed> {
     let approval = call.approval.as_ref()?;
-    if stage == CallStage::ApprovalRequested {
+    if let (CallStage::ApprovalRequested, Some(request)) = (stage, &approval.request) {
         pending.push(PendingApproval {
             approval_id: approval.approval_id.clone(),
             call_id: call.call_id.clone(),
             tool: call.tool.clone(),
-            input: approval.input.clone(),
-            reason: approval.reason.clone(),
-            step: approval.step,
-            turn_id: approval.turn_id.clone(),
+            input: request.input.clone(),
+            reason: request.reason.clone(),
+            step: request.step,
+            turn_id: request.turn_id.clone(),
             message_id,
-            requested_at: approval.requested.at,
-            expires_at: approval.expires_at,
+            requested_at: request.at.at,
+            expires_at: request.expires_at,
             answer: None,
             decided: false,
         });

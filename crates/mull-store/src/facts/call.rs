@@ -50,7 +50,21 @@ pub struct DecisionFact {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ApprovalFact {
     pub approval_id: String,
-    pub requested: Stamp,
+    /// The request, when its event was pushed: a fold of one turn's events (the turn acting on
+    /// an answer) sees the answer to a request an earlier turn made, and not the request.
+    pub request: Option<ApprovalRequestFact>,
+    /// The first answer; later answers to the same request do not count.
+    pub answer: Option<AnswerFact>,
+    /// The turn acting on the answer recorded its decision.
+    pub decided: bool,
+    /// The call has an outcome (a decided call finished, or any call repaired): nothing waits.
+    pub closed: bool,
+}
+
+/// A call's `tool_approval_requested`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovalRequestFact {
+    pub at: Stamp,
     /// The step that asked, and the turn (the call's turn may differ after a reused id).
     pub step: u32,
     pub turn_id: Option<String>,
@@ -58,12 +72,6 @@ pub struct ApprovalFact {
     pub input: Value,
     pub reason: Option<String>,
     pub expires_at: Option<DateTime<Utc>>,
-    /// The first answer; later answers to the same request do not count.
-    pub answer: Option<AnswerFact>,
-    /// The turn acting on the answer recorded its decision.
-    pub decided: bool,
-    /// The call has an outcome (a decided call finished, or any call repaired): nothing waits.
-    pub closed: bool,
 }
 
 /// An answer to an approval request.
@@ -322,12 +330,14 @@ impl Facts {
                 let index = self.call_index(call_id, tool, e.turn_id);
                 self.calls[index].approval = Some(ApprovalFact {
                     approval_id: approval_id.clone(),
-                    requested: at,
-                    step: *step,
-                    turn_id: e.turn_id.map(str::to_owned),
-                    input: input.clone(),
-                    reason: reason.clone(),
-                    expires_at: *expires_at,
+                    request: Some(ApprovalRequestFact {
+                        at,
+                        step: *step,
+                        turn_id: e.turn_id.map(str::to_owned),
+                        input: input.clone(),
+                        reason: reason.clone(),
+                        expires_at: *expires_at,
+                    }),
                     answer: None,
                     decided: false,
                     closed: false,
@@ -337,13 +347,17 @@ impl Facts {
             }
             Event::ToolApprovalAnswered {
                 approval_id,
+                call_id,
+                tool,
                 approved,
                 reason,
                 expired,
                 by,
-                ..
             } => {
-                let index = *self.by_approval_id.get(approval_id)?;
+                let index = match self.by_approval_id.get(approval_id) {
+                    Some(&index) => index,
+                    None => self.answer_unseen_request(approval_id, call_id, tool, e.turn_id)?,
+                };
                 let approval = self.calls[index]
                     .approval
                     .as_mut()
@@ -377,6 +391,31 @@ impl Facts {
             at,
             output: output.clone(),
         });
+        Some(index)
+    }
+
+    /// The call an answer to a request the fold never saw belongs to, its approval begun
+    /// with no request. `None` when the call already holds another approval.
+    fn answer_unseen_request(
+        &mut self,
+        approval_id: &str,
+        call_id: &str,
+        tool: &str,
+        turn_id: Option<&str>,
+    ) -> Option<usize> {
+        let index = self.call_index(call_id, tool, turn_id);
+        let call = &mut self.calls[index];
+        if call.approval.is_some() {
+            return None;
+        }
+        call.approval = Some(ApprovalFact {
+            approval_id: approval_id.to_owned(),
+            request: None,
+            answer: None,
+            decided: false,
+            closed: false,
+        });
+        self.by_approval_id.insert(approval_id.to_owned(), index);
         Some(index)
     }
 

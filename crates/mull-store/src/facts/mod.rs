@@ -30,7 +30,8 @@ use mull_core::{Envelope, EventRef};
 use serde::Serialize;
 
 pub use call::{
-    AnswerFact, AnsweredBy, ApprovalFact, CallOutcome, DecisionFact, PreliminaryFact, ToolCallFact,
+    AnswerFact, AnsweredBy, ApprovalFact, ApprovalRequestFact, CallOutcome, DecisionFact,
+    PreliminaryFact, ToolCallFact,
 };
 pub use change::{CallStage, FactChange, StepStage, TurnStage};
 pub use turn::{FailureFact, StepEnd, StepFact, TurnEnd, TurnFact, TurnStart};
@@ -60,7 +61,7 @@ pub struct Facts {
     /// Call id → index of its newest call: a model may reuse ids across turns.
     #[serde(skip)]
     by_call_id: HashMap<String, usize>,
-    /// Approval id → index of the call that asked.
+    /// Approval id → index of the call it belongs to.
     #[serde(skip)]
     by_approval_id: HashMap<String, usize>,
 }

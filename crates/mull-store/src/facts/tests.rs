@@ -332,8 +332,9 @@ fn an_approval_is_asked_answered_by_a_person_decided_by_the_next_turn_and_closed
         "the call stays the asking turn's"
     );
     let approval = call.approval.as_ref().expect("asked");
-    assert_eq!(approval.requested, stamp(3));
-    assert_eq!(approval.reason.as_deref(), Some("costly"));
+    let request = approval.request.as_ref().expect("the request was pushed");
+    assert_eq!(request.at, stamp(3));
+    assert_eq!(request.reason.as_deref(), Some("costly"));
     let answer = approval.answer.as_ref().expect("answered");
     assert_eq!(
         (answer.at, answer.approved, answer.by),
@@ -356,6 +357,59 @@ fn an_approval_is_asked_answered_by_a_person_decided_by_the_next_turn_and_closed
     );
     assert_eq!(changes[5], None, "the second answer changes nothing");
     assert_eq!(facts.calls().len(), 1);
+}
+
+#[test]
+fn an_answer_to_a_request_the_fold_never_saw_is_kept_on_its_call() {
+    // The events of the turn acting on an answer alone, as a single turn's timeline folds
+    // them: the request was made by an earlier turn.
+    let answer = |approval_id: &str, call_id: &str| Event::ToolApprovalAnswered {
+        approval_id: approval_id.into(),
+        call_id: call_id.into(),
+        tool: "search".into(),
+        approved: true,
+        reason: Some("fine".into()),
+        expired: false,
+        by: Some("mull approve".into()),
+    };
+    let mut log = Log(Vec::new());
+    log.push(None, answer("a1", "c1")); // 1
+    log.push(None, answer("a1", "c1")); // 2: a second answer does not count
+    log.push(Some("t2"), started("r2", "m2", true)); // 3
+    log.push(Some("t2"), decided("c1", DecisionAction::Allow)); // 4
+    log.push(Some("t2"), finished("c1", true, 5)); // 5
+    log.push(None, answer("a9", "c1")); // 6: another approval for a call that holds one
+    let (facts, changes) = log.fold();
+    assert_eq!(
+        facts.calls().len(),
+        1,
+        "the answer, decision and end are one call"
+    );
+    let call = facts.approval("a1").expect("the call the answer names");
+    assert_eq!(call.call_id, "c1");
+    let approval = call.approval.as_ref().expect("answered");
+    assert_eq!(approval.request, None, "the request is not in these events");
+    let answer = approval.answer.as_ref().expect("the answer is kept");
+    assert_eq!(
+        (
+            answer.at,
+            answer.approved,
+            answer.by,
+            answer.through.as_deref()
+        ),
+        (stamp(1), true, AnsweredBy::Person, Some("mull approve"))
+    );
+    assert!(approval.decided && approval.closed);
+    assert_eq!(
+        changes[0],
+        Some(FactChange::Call {
+            call: 0,
+            stage: CallStage::ApprovalAnswered
+        })
+    );
+    assert_eq!(changes[1], None, "the second answer changes nothing");
+    assert_eq!(changes[5], None, "a call keeps the approval it has");
+    assert_eq!(facts.approval("a9"), None);
 }
 
 #[test]
