@@ -342,48 +342,11 @@ impl TimelineBuilder {
                     row.subagent = Some(child_session_id.clone());
                 }
             }
-            Event::ToolApprovalRequested {
-                call_id,
-                tool,
-                approval_id,
-                ..
-            } => {
-                let index = self.tool_row(env, gap_ms, call_id, tool);
-                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
-                    row.approval = Some(Box::new(ToolApproval {
-                        approval_id: Some(approval_id.clone()),
-                        requested_at: Some(env.at),
-                        answer: None,
-                    }));
-                }
-            }
-            Event::ToolApprovalAnswered {
-                call_id,
-                tool,
-                approved,
-                reason,
-                expired,
-                by,
-                approval_id,
-            } => {
-                let index = self.tool_row(env, gap_ms, call_id, tool);
-                if let Some(ItemKind::Tool(row)) = self.items.get_mut(index).map(|i| &mut i.kind) {
-                    let approval = row.approval.get_or_insert_with(|| {
-                        Box::new(ToolApproval {
-                            approval_id: Some(approval_id.clone()),
-                            requested_at: None,
-                            answer: None,
-                        })
-                    });
-                    // The first answer counts, as the session's projection has it.
-                    approval.answer.get_or_insert_with(|| ApprovalAnswer {
-                        approved: *approved,
-                        reason: reason.clone(),
-                        expired: *expired,
-                        at: env.at,
-                        by: by.clone(),
-                    });
-                }
+            // An approval event the facts left unchanged (a later answer) still counts on its
+            // call's row.
+            Event::ToolApprovalRequested { call_id, tool, .. }
+            | Event::ToolApprovalAnswered { call_id, tool, .. } => {
+                self.tool_row(env, gap_ms, call_id, tool);
             }
             Event::ModelRetried { attempt, error, .. } => {
                 self.new_item(
@@ -523,9 +486,9 @@ impl TimelineBuilder {
         }
     }
 
-    /// Updates a call's row from its fact at `stage`; false for an approval asked or answered,
-    /// which the row takes from its event: a turn's timeline also shows an answer whose request
-    /// is in another turn, which the fold of this turn's events does not know.
+    /// Updates a call's row from its fact at `stage`; false for a stage the row does not show.
+    /// An approval answered in this turn whose request an earlier turn made shows with its
+    /// answer alone (the facts keep it without a request).
     fn call_row(
         &mut self,
         env: &Envelope,
@@ -537,6 +500,8 @@ impl TimelineBuilder {
             stage,
             CallStage::Started
                 | CallStage::Decided
+                | CallStage::ApprovalRequested
+                | CallStage::ApprovalAnswered
                 | CallStage::Finished
                 | CallStage::ClientAnswered
                 | CallStage::Repaired
@@ -548,6 +513,15 @@ impl TimelineBuilder {
             return true;
         };
         match (stage, &call.outcome) {
+            (CallStage::ApprovalRequested | CallStage::ApprovalAnswered, _) => {
+                row.approval = call.approval.as_ref().map(|approval| {
+                    Box::new(ToolApproval {
+                        approval_id: Some(approval.approval_id.clone()),
+                        requested_at: approval.request.as_ref().map(|r| r.at.at),
+                        answer: approval.answer.as_ref().map(ApprovalAnswer::from),
+                    })
+                });
+            }
             (CallStage::Started, _) => {
                 row.input = call.input.as_ref().map(preview).unwrap_or_default();
                 row.client = call.client;
@@ -807,6 +781,41 @@ mod tests {
             .find(|i| matches!(&i.kind, ItemKind::Text { text, .. } if text.starts_with(" —")))
             .expect("the text after the stall has its own row");
         assert_eq!(stalled.gap_ms, Some(2300));
+    }
+
+    #[test]
+    fn an_answer_whose_request_another_turn_made_shows_on_its_call() {
+        // The acting turn's events and the answers, without the requests turn 1 made.
+        let events: Vec<Envelope> = crate::dash::testlog::approval_log("s", true)
+            .into_iter()
+            .filter(|e| {
+                e.turn_id.as_deref() == Some("turn_2")
+                    || matches!(e.event, Event::ToolApprovalAnswered { .. })
+            })
+            .collect();
+        let timeline = TimelineBuilder::from_events(&events);
+        let approval = |call: &str| {
+            timeline
+                .items()
+                .iter()
+                .find_map(|i| match &i.kind {
+                    ItemKind::Tool(t) if t.call_id == call => t.approval.clone(),
+                    _ => None,
+                })
+                .expect("the call's row shows its approval")
+        };
+        let booked = approval("call_2");
+        assert_eq!(booked.approval_id.as_deref(), Some("approval_2"));
+        assert_eq!(
+            booked.requested_at, None,
+            "the request is not in these events"
+        );
+        let answer = booked.answer.expect("answered");
+        assert!(answer.approved);
+        assert_eq!(answer.by.as_deref(), Some("mull dash"));
+        let refused = approval("call_1").answer.expect("answered");
+        assert!(!refused.approved);
+        assert_eq!(refused.reason.as_deref(), Some("Not the Ritz."));
     }
 
     #[test]
