@@ -79,13 +79,7 @@ impl ReadLog for MemoryLog {
         before: Option<&SessionKey>,
         limit: usize,
     ) -> Result<Vec<SessionSummary>, StoreError> {
-        let mut all = self.summaries();
-        all.sort_by(|a, b| SessionKey::of(b).cmp(&SessionKey::of(a)));
-        Ok(all
-            .into_iter()
-            .filter(|s| before.is_none_or(|b| SessionKey::of(s) < *b))
-            .take(limit)
-            .collect())
+        Ok(SessionKey::newest_page(self.summaries(), before, limit))
     }
 
     fn session_page(

@@ -65,6 +65,20 @@ impl SessionKey {
             session_id: summary.session_id.clone(),
         }
     }
+
+    /// A page of [`ReadLog::newest_sessions`] cut from every session of a log that keeps no
+    /// ordered listing: newest first, those before `before`, at most `limit`.
+    pub(crate) fn newest_page(
+        mut all: Vec<SessionSummary>,
+        before: Option<&SessionKey>,
+        limit: usize,
+    ) -> Vec<SessionSummary> {
+        all.sort_by(|a, b| SessionKey::of(b).cmp(&SessionKey::of(a)));
+        all.into_iter()
+            .filter(|s| before.is_none_or(|b| SessionKey::of(s) < *b))
+            .take(limit)
+            .collect()
+    }
 }
 
 /// A point in the log's history of changes, as [`ReadLog::cursor`] and [`ReadLog::changes`]

@@ -14,7 +14,7 @@ use crate::gate::SideDamage;
 use crate::overview::{SessionOverviews, OVERVIEW_KINDS};
 use crate::projection::{SessionState, SessionToolCalls, TurnSummary};
 use crate::read::{ChangeCursor, Changes, ReadLog, SessionChange, SessionKey};
-use crate::reader::{decode_row, LogReader, RowError, SessionSummary};
+use crate::reader::{decode_row, LogReader, RowError, SessionSummary, COLUMNS};
 use crate::schema::LIFECYCLE_PREDICATE;
 use crate::writer::Log;
 
@@ -28,13 +28,11 @@ impl ReadLog for LogReader {
         before: Option<&SessionKey>,
         limit: usize,
     ) -> Result<Vec<SessionSummary>, StoreError> {
-        let mut all = LogReader::sessions(self)?;
-        all.sort_by(|a, b| SessionKey::of(b).cmp(&SessionKey::of(a)));
-        Ok(all
-            .into_iter()
-            .filter(|s| before.is_none_or(|b| SessionKey::of(s) < *b))
-            .take(limit)
-            .collect())
+        Ok(SessionKey::newest_page(
+            LogReader::sessions(self)?,
+            before,
+            limit,
+        ))
     }
 
     fn session_page(
@@ -110,10 +108,9 @@ impl ReadLog for LogReader {
             return Ok(None);
         };
         self.connection()
-            .prepare_cached(
-                "SELECT seq, session_id, turn_id, at, v, payload FROM events \
-                 WHERE seq = ?1 AND session_id = ?2",
-            )
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM events WHERE seq = ?1 AND session_id = ?2"
+            ))
             .and_then(|mut s| {
                 s.query_row(params![seq, session_id], |row| {
                     Ok(decode_row(row).map_err(RowError::into_store))
@@ -167,7 +164,7 @@ impl ReadLog for LogReader {
             .collect::<Vec<_>>()
             .join(", ");
         let sql = format!(
-            "SELECT seq, session_id, turn_id, at, v, payload FROM events \
+            "SELECT {COLUMNS} FROM events \
              WHERE session_id = ?1 AND {LIFECYCLE_PREDICATE} AND kind IN ({kinds}) ORDER BY seq"
         );
         let ctx = || format!("{}: reading session overviews", self.path().display());

@@ -29,7 +29,7 @@ pub(crate) use rows::{decode_row, RawRow, RowError};
 /// How many rows one page of a long read holds (one read transaction each).
 const PAGE_ROWS: usize = 4096;
 
-const COLUMNS: &str = "seq, session_id, turn_id, at, v, payload";
+pub(crate) const COLUMNS: &str = "seq, session_id, turn_id, at, v, payload";
 
 /// A read-only view of a log, usable from any process while a writer runs.
 pub struct LogReader {
