@@ -201,13 +201,19 @@ mod tests {
         env
     }
 
+    /// The start of `request`'s first attempt.
     fn started(request: &str) -> Event {
+        attempt_started(request, 0)
+    }
+
+    /// The start of attempt `attempt` of `request`, each with a message of its own.
+    fn attempt_started(request: &str, attempt: u32) -> Event {
         Event::TurnStarted {
             request_id: request.into(),
-            message_id: format!("msg_{request}"),
+            message_id: format!("msg_{request}_{attempt}"),
             entry: EntryPath::Http,
             continuation: false,
-            attempt: 0,
+            attempt,
             body: json!({}),
         }
     }
@@ -292,17 +298,6 @@ mod tests {
         }
     }
 
-    fn retry(request: &str) -> Event {
-        Event::TurnStarted {
-            request_id: request.into(),
-            message_id: format!("msg_{request}_retry"),
-            entry: EntryPath::Http,
-            continuation: false,
-            attempt: 1,
-            body: json!({}),
-        }
-    }
-
     fn final_failure(request: &str) -> Event {
         Event::TurnFailed {
             request_id: Some(request.into()),
@@ -324,7 +319,7 @@ mod tests {
             emit(&f, "s", Some("t1"), failed_attempt("r1")).await;
             // Compaction takes a while before the retry starts.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            emit(&f, "s", Some("t2"), retry("r1")).await;
+            emit(&f, "s", Some("t2"), attempt_started("r1", 1)).await;
             emit(&f, "s", Some("t2"), delta("answer")).await;
             emit(&f, "s", Some("t2"), finished("r1")).await;
         };
