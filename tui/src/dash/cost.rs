@@ -1,27 +1,39 @@
 //! What the open session's model calls cost, for the turns pane's title: the log's cost ledger
 //! folded from the session's events when it is entered, kept current from the tail, and priced
 //! with the dashboard's table (a model it does not know, or a call with no reported usage,
-//! shows as unknown, never as free).
+//! shows as unknown, never as free). The same fold counts the calls a budget refused
+//! (`budget_exceeded`), so the title shows spend and the stops it ran into together.
 
-use mull_core::{Envelope, PriceTable};
+use std::collections::BTreeMap;
+
+use mull_core::{wire_name, Envelope, Event, PriceTable};
 use mull_store::{CostLedger, ReadLog, StoreError};
 
-/// One session's ledger and the last seq folded into it.
+/// One session's ledger, its budget stops, and the last seq folded into them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionCost {
     pub session_id: String,
     last_seq: u64,
     ledger: CostLedger,
+    /// Budget stops by the limit that made them (`session tokens`, …), as `mull stats` names
+    /// them.
+    budget_stops: BTreeMap<String, u64>,
 }
 
 impl SessionCost {
-    /// Folds every event of `session_id` in the log.
-    pub fn read(reader: &dyn ReadLog, session_id: &str) -> Result<SessionCost, StoreError> {
-        let mut cost = SessionCost {
+    /// Nothing folded yet.
+    fn new(session_id: &str) -> SessionCost {
+        SessionCost {
             session_id: session_id.to_owned(),
             last_seq: 0,
             ledger: CostLedger::new(),
-        };
+            budget_stops: BTreeMap::new(),
+        }
+    }
+
+    /// Folds every event of `session_id` in the log.
+    pub fn read(reader: &dyn ReadLog, session_id: &str) -> Result<SessionCost, StoreError> {
+        let mut cost = SessionCost::new(session_id);
         reader.for_each_session_event(session_id, 0, &mut |env| cost.apply(&env))?;
         Ok(cost)
     }
@@ -31,12 +43,45 @@ impl SessionCost {
         if env.session_id == self.session_id && env.seq > self.last_seq {
             self.last_seq = env.seq;
             self.ledger.apply(env);
+            if let Event::BudgetExceeded { scope, measure, .. } = &env.event {
+                let limit = format!("{} {}", wire_name(scope), wire_name(measure));
+                *self.budget_stops.entry(limit).or_default() += 1;
+            }
         }
     }
 
     /// `$0.001234` at `prices`, or what is unknown about it.
     pub fn show(&self, prices: &PriceTable) -> String {
         self.ledger.totals(prices).total.show()
+    }
+
+    /// The budget stops, `1 budget stop (session tokens)`, or the count alone when `short`;
+    /// `None` when no budget stopped a call.
+    pub fn budget_stops(&self, short: bool) -> Option<String> {
+        let total: u64 = self.budget_stops.values().sum();
+        if total == 0 {
+            return None;
+        }
+        let noun = if total == 1 {
+            "budget stop"
+        } else {
+            "budget stops"
+        };
+        if short {
+            return Some(format!("{total} {noun}"));
+        }
+        let limits: Vec<String> = self
+            .budget_stops
+            .iter()
+            .map(|(limit, n)| {
+                if self.budget_stops.len() == 1 {
+                    limit.clone()
+                } else {
+                    format!("{limit} {n}")
+                }
+            })
+            .collect();
+        Some(format!("{total} {noun} ({})", limits.join(", ")))
     }
 }
 
@@ -102,11 +147,7 @@ mod tests {
 
     #[test]
     fn a_priced_call_is_counted_once_and_other_sessions_not_at_all() {
-        let mut cost = SessionCost {
-            session_id: "s".into(),
-            last_seq: 0,
-            ledger: CostLedger::new(),
-        };
+        let mut cost = SessionCost::new("s");
         let prices = PriceTable::defaults();
         assert_eq!(cost.show(&prices), "$0.000000");
         for e in turn("s", 1) {
@@ -122,11 +163,7 @@ mod tests {
 
     #[test]
     fn the_cost_is_shown_at_the_prices_given_and_unknown_without_one() {
-        let mut cost = SessionCost {
-            session_id: "s".into(),
-            last_seq: 0,
-            ledger: CostLedger::new(),
-        };
+        let mut cost = SessionCost::new("s");
         for e in turn("s", 1) {
             cost.apply(&e);
         }
@@ -135,5 +172,42 @@ mod tests {
             .expect("a price file");
         assert_eq!(cost.show(&doubled), "$0.300000");
         assert!(cost.show(&PriceTable::new()).contains("unknown"));
+    }
+
+    #[test]
+    fn budget_stops_are_counted_by_limit_once_each() {
+        let stop = |seq, scope, measure| {
+            env(
+                seq,
+                "s",
+                Event::BudgetExceeded {
+                    request_id: Some("r".into()),
+                    scope,
+                    measure,
+                    limit: 200.0,
+                    spent: 210.0,
+                    remaining: mull_core::BudgetLimits::none(),
+                    call: mull_core::ModelCallKind::Step,
+                    step: Some(1),
+                },
+            )
+        };
+        use mull_core::{BudgetMeasure, BudgetScope};
+        let mut cost = SessionCost::new("s");
+        assert_eq!(cost.budget_stops(false), None);
+        cost.apply(&stop(1, BudgetScope::Session, BudgetMeasure::Tokens));
+        assert_eq!(
+            cost.budget_stops(false).as_deref(),
+            Some("1 budget stop (session tokens)")
+        );
+        // The tail repeating what the read folded counts nothing twice.
+        cost.apply(&stop(1, BudgetScope::Session, BudgetMeasure::Tokens));
+        cost.apply(&stop(2, BudgetScope::Turn, BudgetMeasure::Dollars));
+        cost.apply(&stop(3, BudgetScope::Session, BudgetMeasure::Tokens));
+        assert_eq!(
+            cost.budget_stops(false).as_deref(),
+            Some("3 budget stops (session tokens 2, turn dollars 1)")
+        );
+        assert_eq!(cost.budget_stops(true).as_deref(), Some("3 budget stops"));
     }
 }

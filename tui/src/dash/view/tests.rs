@@ -397,6 +397,26 @@ fn timeline_of_a_budget_stopped_turn() {
     snap("timeline_of_a_budget_stopped_turn", &dash);
 }
 
+/// The session's header (the turns pane's title) counts the calls budgets refused beside the
+/// cost, from the same fold, naming the limit where the width allows.
+#[test]
+fn turns_of_a_budget_stopped_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_db(dir.path(), &crate::dash::testlog::budget_log());
+    let mut dash = Dash::open(&path).expect("open dashboard");
+    dash.app.db_label = "test.db".into();
+    press(&mut dash, &[Action::Enter]);
+    assert_eq!(dash.app.view, View::Turns);
+    let wide = format!("{}", screen_at(&dash, (160, 45)).backend());
+    assert!(
+        wide.contains("· ✗ 1 budget stop (session tokens) "),
+        "{wide}"
+    );
+    let narrow = format!("{}", screen_at(&dash, (80, 24)).backend());
+    assert!(narrow.contains("· ✗ 1 budget stop "), "{narrow}");
+    snap("turns_of_a_budget_stopped_session", &dash);
+}
+
 /// Opens the second turn of a session whose two turns made allowed, blocked, substituted and
 /// failing calls.
 fn tools_dash() -> Fixture {

@@ -141,15 +141,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             }
         })
         .collect();
-    let cost = app
-        .session_cost
-        .as_ref()
-        .map(|c| format!("· cost {} ", c.show(&app.prices)))
-        .unwrap_or_default();
-    let title = match app.session_overview().and_then(|o| o.agent.clone()) {
-        Some(agent) => format!(" turns of {agent} ({}) {cost}", app.turns.len()),
-        None => format!(" turns ({}) {cost}", app.turns.len()),
-    };
+    let title = turns_title(app, usize::from(list.width.saturating_sub(2)));
     let table = Table::new(rows, widths)
         .header(header)
         .row_highlight_style(selected_style())
@@ -188,6 +180,39 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ))),
         totals,
     );
+}
+
+/// The turns pane's title: the agent, how many turns, and from the session's cost fold what
+/// they cost and the model calls budgets refused — the limits named when they fit in `width`.
+fn turns_title(app: &App, width: usize) -> Line<'static> {
+    let cost = app.session_cost.as_ref();
+    let spend = cost
+        .map(|c| format!("· cost {} ", c.show(&app.prices)))
+        .unwrap_or_default();
+    let head = match app.session_overview().and_then(|o| o.agent.clone()) {
+        Some(agent) => format!(" turns of {agent} ({}) {spend}", app.turns.len()),
+        None => format!(" turns ({}) {spend}", app.turns.len()),
+    };
+    let fits = |stops: &str| {
+        unicode_width::UnicodeWidthStr::width(head.as_str())
+            + unicode_width::UnicodeWidthStr::width(stops)
+            <= width
+    };
+    let stops = cost
+        .and_then(|c| c.budget_stops(false))
+        .map(|full| format!("· ✗ {full} "))
+        .filter(|full| fits(full))
+        .or_else(|| {
+            cost.and_then(|c| c.budget_stops(true))
+                .map(|short| format!("· ✗ {short} "))
+        });
+    match stops {
+        Some(stops) => Line::from(vec![
+            Span::raw(head),
+            Span::styled(stops, Style::new().fg(Color::Red)),
+        ]),
+        None => Line::from(head),
+    }
 }
 
 /// Tokens (input + output) per turn as bars, the selected turn's bar lit; the newest turns
