@@ -257,6 +257,21 @@ fn normal_chats_go_on_while_one_client_attacks() {
         );
 
         let stderr = node.stderr_text();
+        // The most the allocator held free (not in use) when the server gave it back.
+        let free_mib = |line: &str| -> u64 {
+            line.split("free_mib=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        if let Some(line) = stderr
+            .lines()
+            .filter(|l| l.contains("freed memory"))
+            .max_by_key(|l| free_mib(l))
+        {
+            println!("server: {line}");
+        }
         for line in stderr
             .lines()
             .filter(|l| l.contains("panicked") || l.contains("WARN") || l.contains("ERROR"))
