@@ -69,6 +69,6 @@ pub mod testing;
 pub use copy::import;
 pub use error::is_postgres_url;
 pub use inbox::PgInbox;
-pub use log::{PgLog, PgOptions};
+pub use log::{PgLog, PgOptions, PgTraffic};
 pub use read::Reads;
 pub use reader::PgReader;

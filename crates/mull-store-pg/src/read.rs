@@ -45,12 +45,9 @@ impl std::fmt::Debug for Reads {
     }
 }
 
-/// A lease just taken: its epoch, and whether the session is new (no history to read).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TakenLease {
-    pub(crate) epoch: i64,
-    pub(crate) new_session: bool,
-}
+mod open;
+
+pub(crate) use open::OpenedLease;
 
 /// A lease found taken over: (the epoch it was held at, the current epoch, the current owner).
 pub(crate) type Lost = (String, (i64, i64, String));
@@ -96,6 +93,15 @@ impl Reads {
             .set(&format!("SET lock_timeout = {ms}"))
             .await
             .map_err(server_error(self.ctx("limiting lock waits")))
+    }
+
+    /// Round trips made on this connection so far, and statements prepared among them.
+    pub(crate) fn round_trips(&self) -> (u64, u64) {
+        let t = self.client.traffic();
+        (
+            t.round_trips.load(std::sync::atomic::Ordering::Relaxed),
+            t.prepares.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Opens the log at `url` for reading only: checks it is a mull database of this schema and
@@ -150,6 +156,15 @@ impl Reads {
     /// sessions are none, and then opening one costs one round trip less.
     pub async fn load_session(&self, session_id: &str) -> Result<(SessionState, u64), StoreError> {
         let first = self.session_page(session_id, 0, PAGE as usize).await?;
+        self.fold_session(session_id, first).await
+    }
+
+    /// [`Reads::load_session`] with the session's first page already read.
+    pub(crate) async fn fold_session(
+        &self,
+        session_id: &str,
+        first: Vec<Envelope>,
+    ) -> Result<(SessionState, u64), StoreError> {
         let forked = first
             .first()
             .is_some_and(|e| e.seq == 1 && matches!(e.event, Event::SessionForked { .. }));
@@ -529,71 +544,6 @@ impl Reads {
         }
         out.flush().map_err(StoreError::Export)?;
         Ok(total)
-    }
-
-    /// Takes a session's lease for `owner` when it is given back, expired or `owner`'s own;
-    /// the epoch goes up by one. Otherwise says who holds it.
-    ///
-    /// Answers too whether the session is new — its first lease, and no event in the log — in
-    /// the same statement, so opening a new session costs one round trip, not two (its
-    /// history need not be read). That answer comes from the statement's snapshot, which is
-    /// sound only because nobody else can have written the session: every writer writes under
-    /// a lease, and there was none (a lease row, once made, stays); an import, which writes
-    /// without one, committed before any node opens its sessions, so the snapshot holds its
-    /// rows. When the lease existed,
-    /// a writer that held it may have committed after the snapshot, so the history is read
-    /// after the lease is taken, as a statement of its own.
-    pub(crate) async fn take_lease(
-        &self,
-        session_id: &str,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<TakenLease, StoreError> {
-        let ttl = ttl.as_secs_f64();
-        let taken = self
-            .client
-            .query_opt(
-                "WITH taken AS (
-                     INSERT INTO mull_leases AS l (session_id, owner, epoch, expires_at)
-                     VALUES ($1, $2, 1, now() + make_interval(secs => $3))
-                     ON CONFLICT (session_id) DO UPDATE
-                         SET owner = EXCLUDED.owner, epoch = l.epoch + 1,
-                             expires_at = EXCLUDED.expires_at, released = false
-                         WHERE l.expires_at <= now() OR l.released OR l.owner = EXCLUDED.owner
-                     RETURNING epoch, xmax = 0 AS made
-                 )
-                 SELECT epoch,
-                        made AND NOT EXISTS (SELECT 1 FROM mull_events WHERE session_id = $1)
-                 FROM taken",
-                &[&session_id, &owner, &ttl],
-            )
-            .await
-            .map_err(server_error(
-                self.ctx(&format!("taking the lease of session {session_id}")),
-            ))?;
-        if let Some(row) = taken {
-            return Ok(TakenLease {
-                epoch: row.get(0),
-                new_session: row.get(1),
-            });
-        }
-        let row = self
-            .client
-            .query_one(
-                "SELECT owner, epoch, (extract(epoch FROM expires_at - now()) * 1000)::int8
-                 FROM mull_leases WHERE session_id = $1",
-                &[&session_id],
-            )
-            .await
-            .map_err(server_error(
-                self.ctx(&format!("reading the lease of session {session_id}")),
-            ))?;
-        Err(StoreError::LeaseHeld {
-            session_id: session_id.to_owned(),
-            owner: row.get(0),
-            epoch: row.get(1),
-            expires_in_ms: row.get::<_, i64>(2).max(0),
-        })
     }
 
     /// Extends `owner`'s leases; returns the ones found taken over, and the ones left as they

@@ -674,3 +674,46 @@ async fn an_imported_session_opens_with_its_history_though_it_never_had_a_lease(
     let reads = Reads::open(&url).await.unwrap();
     assert_eq!(reads.session_page("s1", 0, 10).await.unwrap().len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_a_session_takes_its_lease_and_history_in_one_round_trip() {
+    let Some(pg) = TestPg::start("opening_a_session_takes_its_lease_and_history_in_one_round_trip")
+    else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    // The first open prepares the statements of the lease connection; later ones reuse them.
+    a.open_session("warm").await.unwrap();
+    a.append_event("warm", Some("t1"), at(0), turn_started("r0"))
+        .unwrap();
+    EventLog::flush(&a, "warm").await.unwrap();
+    a.release_session("warm").await.unwrap();
+
+    let before = a.traffic();
+    let state = a.open_session("new").await.unwrap();
+    assert!(state.turns.is_empty());
+    let opened_new = a.traffic();
+    assert_eq!(
+        opened_new.opening - before.opening,
+        1,
+        "a new session: one round trip"
+    );
+    assert_eq!(opened_new.opening_prepared, before.opening_prepared);
+
+    // A session with history, taken back: its lease and its history, still one round trip.
+    let state = a.open_session("warm").await.unwrap();
+    let ids: Vec<&str> = state.turns.iter().map(|t| t.request_id.as_str()).collect();
+    assert_eq!(ids, ["r0"]);
+    let next = a.append_event("warm", None, at(1), opened()).unwrap();
+    assert_eq!(next.seq, 2);
+    let opened_old = a.traffic();
+    assert_eq!(
+        opened_old.opening - opened_new.opening,
+        1,
+        "an existing session: one round trip"
+    );
+    a.flush_all().await.unwrap();
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.epochs("warm").await.unwrap(), [(1, 1), (2, 2)]);
+}

@@ -6,6 +6,7 @@
 //! database on a turn's path but to take a session (its lease and its history) and give it
 //! back. Each part runs on a connection of its own: the writer's, the reads', the leases'.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use mull_store::{Appended, EventLog, LogFuture, ReadLog, SessionState, StoreErro
 use tokio::sync::{watch, Notify};
 
 use crate::error::{connect, parse, server_error};
-use crate::read::{Lock, Reads, TakenLease};
+use crate::read::{Lock, OpenedLease, Reads};
 use crate::reader::PgReader;
 use crate::schema;
 
@@ -24,8 +25,8 @@ mod lease;
 mod state;
 mod writer;
 
-pub use state::PgOptions;
 use state::{lock, Failure, Held, Inner, Progress, Row, State};
+pub use state::{PgOptions, PgTraffic};
 
 /// The log on a PostgreSQL database, as one node writes it. A cheap handle: clones share one
 /// writer task and its connection.
@@ -85,6 +86,7 @@ impl PgLog {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
             progress,
+            commits: AtomicU64::new(0),
             reads,
             leases,
             renewals,
@@ -117,6 +119,16 @@ impl PgLog {
         }
         let held = state.sessions.get_mut(session_id)?;
         held.is_live().then_some(held.epoch)
+    }
+
+    /// What this node has asked of its database so far (see [`PgTraffic`]).
+    pub fn traffic(&self) -> PgTraffic {
+        let (opening, opening_prepared) = self.inner.leases.round_trips();
+        PgTraffic {
+            commits: self.inner.commits.load(Ordering::Relaxed),
+            opening,
+            opening_prepared,
+        }
     }
 
     /// The reads of this log (the whole log, any session), on its read connection.
@@ -203,12 +215,13 @@ impl PgLog {
         }
     }
 
-    /// Takes the session's lease (see the module docs): `Ok(epoch)`, or who holds it.
-    async fn take_lease(&self, session_id: &str) -> Result<TakenLease, StoreError> {
+    /// Takes the session's lease and reads its first page of events, in one round trip (see
+    /// `Reads::open_lease`); or says who holds the lease.
+    async fn take_lease(&self, session_id: &str) -> Result<OpenedLease, StoreError> {
         let inner = &self.inner;
         inner
             .leases
-            .take_lease(session_id, &inner.options.node, inner.options.lease_ttl)
+            .open_lease(session_id, &inner.options.node, inner.options.lease_ttl)
             .await
     }
 
@@ -263,12 +276,13 @@ impl EventLog for PgLog {
                 .map_or(0, |h| h.last_ticket);
             self.wait_committed(queued, None).await?;
             let sent = Instant::now();
-            let TakenLease { epoch, new_session } = self.take_lease(session_id).await?;
-            let (state, last_seq) = match new_session {
-                // Its first lease and no event: nothing to read (see `Reads::take_lease`).
-                true => (SessionState::new(session_id), 0),
-                false => self.inner.reads.load_session(session_id).await?,
-            };
+            let OpenedLease { epoch, first_page } = self.take_lease(session_id).await?;
+            // Further pages (a long history, a fork's origins) on the same connection.
+            let (state, last_seq) = self
+                .inner
+                .leases
+                .fold_session(session_id, first_page)
+                .await?;
             let ttl = self.inner.options.lease_ttl;
             let mut valid_until = lease::valid_until(sent, ttl);
             if sent.elapsed() > ttl / 3 {

@@ -11,6 +11,7 @@
 //! 4. `State` is one mutex, never held across an await.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,22 @@ impl PgOptions {
     }
 }
 
+/// What a node has asked of its database so far, in round trips (a round trip is one awaited
+/// exchange with the server; statements sent together in one pipeline count once). For a bench
+/// to count what a turn costs, and a test to see what an open did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PgTraffic {
+    /// Batches committed (each one statement, one round trip), retries after a lost
+    /// connection included.
+    pub commits: u64,
+    /// Round trips on the lease connection: sessions taken (lease and history), leases given
+    /// back, statements prepared there.
+    pub opening: u64,
+    /// Statements prepared on the lease connection (each prepared once per connection).
+    pub opening_prepared: u64,
+}
+
 pub(super) struct Inner {
     pub(super) target: Target,
     /// How the writer connects again after a loss.
@@ -58,6 +75,8 @@ pub(super) struct Inner {
     pub(super) wake: Notify,
     /// What the writer task has committed (or that it stopped).
     pub(super) progress: watch::Sender<Progress>,
+    /// Batches the writer sent to be committed (see [`PgTraffic::commits`]).
+    pub(super) commits: AtomicU64,
     /// Reads, on a connection of their own.
     pub(super) reads: Reads,
     /// Leases taken and given back, on another.

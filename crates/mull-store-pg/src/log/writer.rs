@@ -110,6 +110,9 @@ pub(super) async fn run_writer(weak: Weak<Inner>, client: Client, st: Statement)
                 }
             },
         };
+        strong
+            .commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let committed = if doubtful {
             resolve(&client, &st, &batch).await
         } else {
