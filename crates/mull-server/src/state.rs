@@ -39,6 +39,12 @@ pub const DEFAULT_SOCKET_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The default time an unused session stays open: 10 minutes.
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(10 * 60);
 
+/// The default time an unused session stays open on a shared log (several nodes): 2 seconds.
+/// Kept, the chat's next turn on this node neither takes its lease again nor reads its history
+/// (a client tool's result, an approval, a quick follow-up); given back, another node may take
+/// the chat at once. A request for the chat on another node meanwhile waits for the give-back.
+pub const DEFAULT_SHARED_IDLE_TTL: Duration = Duration::from_secs(2);
+
 /// The default most sessions kept open at once (idle ones beyond it are evicted, oldest first).
 pub const DEFAULT_MAX_OPEN_SESSIONS: usize = 10_000;
 
@@ -66,6 +72,8 @@ pub(crate) struct Inner {
     pub max_body_bytes: usize,
     pub hide_reasoning: bool,
     pub idle_ttl: Duration,
+    /// [`Inner::idle_ttl`] on a shared log.
+    pub shared_idle_ttl: Duration,
     pub max_open_sessions: usize,
     pub body_timeout: Duration,
     pub socket_idle_timeout: Duration,
@@ -157,7 +165,8 @@ impl ServerState {
     }
 
     /// On any backend of the log. On a shared one (PostgreSQL, several nodes) a chat's session
-    /// is given back as soon as nothing runs in it, a request for a chat another node works on
+    /// is given back once nothing has run in it for the shared idle TTL
+    /// ([`ServerState::with_shared_idle_ttl`]), a request for a chat another node works on
     /// waits for it (up to [`ServerState::with_lease_wait`]), a resume follows such a chat from
     /// the log, and the sessions of nodes that died are taken over and recovered.
     pub fn on(log: Arc<dyn EventLog>, agents: AgentSource) -> ServerState {
@@ -171,6 +180,7 @@ impl ServerState {
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                 hide_reasoning: false,
                 idle_ttl: DEFAULT_IDLE_TTL,
+                shared_idle_ttl: DEFAULT_SHARED_IDLE_TTL,
                 max_open_sessions: DEFAULT_MAX_OPEN_SESSIONS,
                 body_timeout: DEFAULT_BODY_TIMEOUT,
                 socket_idle_timeout: DEFAULT_SOCKET_IDLE_TIMEOUT,
@@ -191,6 +201,7 @@ impl ServerState {
                 max_body_bytes: shared.max_body_bytes,
                 hide_reasoning: shared.hide_reasoning,
                 idle_ttl: shared.idle_ttl,
+                shared_idle_ttl: shared.shared_idle_ttl,
                 max_open_sessions: shared.max_open_sessions,
                 body_timeout: shared.body_timeout,
                 socket_idle_timeout: shared.socket_idle_timeout,
@@ -229,6 +240,14 @@ impl ServerState {
         self.map(|i| i.idle_ttl = ttl)
     }
 
+    /// How long an unused session stays open on a shared log (several nodes) before it is
+    /// evicted and its lease given back: the node keeps the chat for its next turn meanwhile,
+    /// and another node's request for it waits. Zero gives a chat back as soon as nothing runs
+    /// in it. Default [`DEFAULT_SHARED_IDLE_TTL`].
+    pub fn with_shared_idle_ttl(self, ttl: Duration) -> ServerState {
+        self.map(|i| i.shared_idle_ttl = ttl)
+    }
+
     /// The most sessions kept open; beyond it, idle sessions are evicted oldest first, whatever
     /// their idle time. Default [`DEFAULT_MAX_OPEN_SESSIONS`].
     pub fn with_max_open_sessions(self, cap: usize) -> ServerState {
@@ -252,10 +271,10 @@ impl ServerState {
         self.map(|i| i.lease_wait = wait)
     }
 
-    /// How long an unused session stays open (on a shared log: not at all).
+    /// How long an unused session stays open (on a shared log, the shorter shared idle TTL).
     pub fn idle_ttl(&self) -> Duration {
         if self.inner.log.is_shared() {
-            Duration::ZERO
+            self.inner.shared_idle_ttl
         } else {
             self.inner.idle_ttl
         }

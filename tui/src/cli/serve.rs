@@ -55,6 +55,11 @@ pub struct ServeArgs {
     /// the log on its next request), e.g. `90s`, `10m`, `1h`.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub idle_ttl: Duration,
+    /// On a PostgreSQL log (several nodes): how long a chat nobody uses stays open on this node,
+    /// its lease held, before it is given back for any node to take (`0s`: at once). Its next
+    /// turn here meanwhile neither takes the lease again nor reads the history.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub shared_idle_ttl: Duration,
     /// The most connections open at once; one more is answered 503 and closed.
     #[arg(long, default_value_t = mull_server::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
@@ -141,6 +146,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         )
     }))
     .with_idle_ttl(args.idle_ttl)
+    .with_shared_idle_ttl(args.shared_idle_ttl)
     .with_body_timeout(args.body_timeout);
     // The server takes what the dashboard and `mull approve` post to the log's inbox.
     let inbox: Box<dyn mull_store::InboxStore> = match &backend {
