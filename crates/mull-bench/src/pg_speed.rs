@@ -24,7 +24,7 @@ use mull_store_pg::{PgLog, PgOptions};
 use tokio_postgres::types::ToSql;
 
 use crate::report::{print, Measurement};
-use crate::turns::{run_shape_as, Shape, SHAPES};
+use crate::turns::{process_cpu_ms, run_shape_as, Shape, SHAPES};
 
 /// Arguments of the PostgreSQL speed bench.
 #[derive(Debug, clap::Args)]
@@ -113,15 +113,34 @@ async fn shape_rows(
     let mut out = Vec::new();
     let url = pg.database();
     for backend in ["sqlite", "postgres"] {
-        let log: Arc<dyn EventLog> = match backend {
-            "sqlite" => Arc::new(Log::open(dir.join(format!("shape-{}.db", shape.name)))?),
-            _ => Arc::new(PgLog::connect(&url, PgOptions::new("bench")).await?),
+        let pg_log = match backend {
+            "sqlite" => None,
+            _ => Some(PgLog::connect(&url, PgOptions::new("bench")).await?),
         };
+        let log: Arc<dyn EventLog> = match &pg_log {
+            None => Arc::new(Log::open(dir.join(format!("shape-{}.db", shape.name)))?),
+            Some(pg_log) => Arc::new(pg_log.clone()),
+        };
+        let traffic = pg_log.as_ref().map(PgLog::traffic);
         let (calls, texts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let start = Instant::now();
         run_shape_as(&log, &shape, "sess", &calls, &texts).await?;
         let wall = start.elapsed();
         let chunks = shape.text_chunks();
+        // Round trips per turn: sessions taken (lease and history together) and batches
+        // committed.
+        let trips = match (&pg_log, traffic) {
+            (Some(pg_log), Some(before)) => {
+                let after = pg_log.traffic();
+                let turns = (shape.text_chunks() / shape.chunks_per_turn()).max(1) as f64;
+                format!(
+                    "; round trips per turn: {:.2} opening, {:.2} commits",
+                    (after.opening - before.opening) as f64 / turns,
+                    (after.commits - before.commits) as f64 / turns
+                )
+            }
+            _ => String::new(),
+        };
         anyhow::ensure!(
             texts.load(std::sync::atomic::Ordering::Relaxed) as usize == chunks,
             "shape {} on {backend}: not every text chunk was seen",
@@ -135,7 +154,11 @@ async fn shape_rows(
             goal: None,
             met: None,
             note: match backend {
-                "postgres" => format!("shape ({}) {}; {settings}", shape.name, shape.describe()),
+                "postgres" => format!(
+                    "shape ({}) {}; {settings}{trips}",
+                    shape.name,
+                    shape.describe()
+                ),
                 _ => format!("shape ({}) {}", shape.name, shape.describe()),
             },
         });
@@ -205,12 +228,14 @@ async fn group_commit(
 ) -> anyhow::Result<Vec<Measurement>> {
     let shape = SHAPES[2].with_turns(args.turns_per_session);
     let url = pg.database();
-    let log: Arc<dyn EventLog> = Arc::new(PgLog::connect(&url, PgOptions::new("bench")).await?);
+    let pg_log = PgLog::connect(&url, PgOptions::new("bench")).await?;
+    let log: Arc<dyn EventLog> = Arc::new(pg_log.clone());
     let (calls, texts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let start = Instant::now();
     run_shape_as(&log, &shape, "one", &calls, &texts).await?;
     let one = args.turns_per_session as f64 / start.elapsed().as_secs_f64();
 
+    let (before, cpu_before) = (pg_log.traffic(), process_cpu_ms());
     let start = Instant::now();
     let mut running = Vec::new();
     for s in 0..args.sessions {
@@ -222,7 +247,11 @@ async fn group_commit(
     for task in running {
         task.await??;
     }
-    let many = (args.sessions * args.turns_per_session) as f64 / start.elapsed().as_secs_f64();
+    let wall = start.elapsed();
+    let turns = (args.sessions * args.turns_per_session) as f64;
+    let many = turns / wall.as_secs_f64();
+    let cpu_ms = process_cpu_ms() - cpu_before;
+    let commits = (pg_log.traffic().commits - before.commits).max(1) as f64;
     let row = |metric: &str, value: f64, note: String| Measurement {
         bench: "pg",
         metric: metric.into(),
@@ -245,10 +274,15 @@ async fn group_commit(
             &format!("group_commit_{}_sessions", args.sessions),
             many,
             format!(
-                "{} sessions x {} (c) turns at once, one node; {:.1}x one session; {settings}",
+                "{} sessions x {} (c) turns at once, one node; {:.1}x one session; {:.1} turns \
+                 per commit; this process's CPU {:.2} ms per turn ({:.2} of the machine's cores \
+                 busy with it); {settings}",
                 args.sessions,
                 args.turns_per_session,
-                many / one
+                many / one,
+                turns / commits,
+                cpu_ms / turns,
+                cpu_ms / 1000.0 / wall.as_secs_f64()
             ),
         ),
     ])

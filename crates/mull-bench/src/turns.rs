@@ -290,7 +290,7 @@ pub(crate) async fn run_shape_as(
 }
 
 /// CPU time (user + system) of this process so far, in ms.
-fn process_cpu_ms() -> f64 {
+pub(crate) fn process_cpu_ms() -> f64 {
     // SAFETY: getrusage only writes into the struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };

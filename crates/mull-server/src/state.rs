@@ -39,11 +39,12 @@ pub const DEFAULT_SOCKET_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The default time an unused session stays open: 10 minutes.
 pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(10 * 60);
 
-/// The default time an unused session stays open on a shared log (several nodes): 2 seconds.
-/// Kept, the chat's next turn on this node neither takes its lease again nor reads its history
-/// (a client tool's result, an approval, a quick follow-up); given back, another node may take
-/// the chat at once. A request for the chat on another node meanwhile waits for the give-back.
-pub const DEFAULT_SHARED_IDLE_TTL: Duration = Duration::from_secs(2);
+/// The default time an unused session stays open on a shared log (several nodes): none, it is
+/// given back at once, so another node may take the chat at once. Where a chat's requests go
+/// to one node (sticky routing), keeping it ([`ServerState::with_shared_idle_ttl`]) spares its
+/// next turn there the lease and the history read; where they go to any node, a request for a
+/// chat kept idle elsewhere waits until it is given back.
+pub const DEFAULT_SHARED_IDLE_TTL: Duration = Duration::ZERO;
 
 /// The default most sessions kept open at once (idle ones beyond it are evicted, oldest first).
 pub const DEFAULT_MAX_OPEN_SESSIONS: usize = 10_000;
@@ -271,7 +272,7 @@ impl ServerState {
         self.map(|i| i.lease_wait = wait)
     }
 
-    /// How long an unused session stays open (on a shared log, the shorter shared idle TTL).
+    /// How long an unused session stays open (on a shared log, the shared idle TTL).
     pub fn idle_ttl(&self) -> Duration {
         if self.inner.log.is_shared() {
             self.inner.shared_idle_ttl

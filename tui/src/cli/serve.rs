@@ -57,8 +57,9 @@ pub struct ServeArgs {
     pub idle_ttl: Duration,
     /// On a PostgreSQL log (several nodes): how long a chat nobody uses stays open on this node,
     /// its lease held, before it is given back for any node to take (`0s`: at once). Its next
-    /// turn here meanwhile neither takes the lease again nor reads the history.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    /// turn here meanwhile takes no lease and reads no history; a request for it on another
+    /// node waits for the give-back. Worth it where a chat's requests go to one node.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub shared_idle_ttl: Duration,
     /// The most connections open at once; one more is answered 503 and closed.
     #[arg(long, default_value_t = mull_server::DEFAULT_MAX_CONNECTIONS)]

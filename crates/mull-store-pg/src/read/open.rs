@@ -48,8 +48,12 @@ impl Reads {
     ) -> Result<OpenedLease, StoreError> {
         let ttl = ttl.as_secs_f64();
         let ctx = || self.ctx(&format!("taking the lease of session {session_id}"));
+        // Read only when the lease is this node's: a request waiting for a session another
+        // node holds asks again and again, and would otherwise read the history each time.
         let first_page = format!(
             "SELECT {COLUMNS} FROM mull_events WHERE session_id = $1 AND seq > $2 \
+               AND EXISTS (SELECT 1 FROM mull_leases \
+                           WHERE session_id = $1 AND owner = $4 AND NOT released) \
              ORDER BY seq LIMIT $3"
         );
         let (client, st) = self
@@ -58,8 +62,10 @@ impl Reads {
             .await
             .map_err(server_error(ctx()))?;
         self.client.pipelined();
-        let (lease_params, read_params): ([&(dyn ToSql + Sync); 3], [&(dyn ToSql + Sync); 3]) =
-            ([&session_id, &owner, &ttl], [&session_id, &0i64, &PAGE]);
+        let (lease_params, read_params): ([&(dyn ToSql + Sync); 3], [&(dyn ToSql + Sync); 4]) = (
+            [&session_id, &owner, &ttl],
+            [&session_id, &0i64, &PAGE, &owner],
+        );
         let mut lease = pin!(client.query_opt(&st[0], &lease_params));
         // Polled once before the read is made: that sends the lease statement first.
         let early = futures::poll!(lease.as_mut());
