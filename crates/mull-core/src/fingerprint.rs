@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::model::{CallSettings, ModelRequest, ModelRole, ToolChoice};
+use crate::model::{CallSettings, ModelMessage, ModelRequest, ModelRole, ToolChoice};
 
 /// Hex characters of a digest in a [`RequestSummary`] (64 bits: enough to tell items apart).
 pub const DIGEST_HEX_CHARS: usize = 16;
@@ -32,37 +32,60 @@ struct Canonical {
 impl Canonical {
     fn of(request: &ModelRequest) -> Canonical {
         let mut json = Vec::with_capacity(1024);
-        json.extend_from_slice(b"{\"system\":");
-        let system_at = write_json(&mut json, &request.system);
-        json.extend_from_slice(b",\"messages\":");
-        let messages = write_seq(&mut json, &request.messages);
-        json.extend_from_slice(b",\"tools\":");
-        let tools = write_seq(&mut json, &request.tools);
-        json.extend_from_slice(b",\"tool_choice\":");
-        write_json(&mut json, &request.tool_choice);
-        json.extend_from_slice(b",\"settings\":");
-        if request.settings.headers.is_empty() {
-            write_json(&mut json, &request.settings);
-        } else {
-            write_json(&mut json, &request.settings.redacted());
-        }
-        let output_schema = request.output_schema.as_ref().map(|schema| {
-            json.extend_from_slice(b",\"output_schema\":");
-            write_json(&mut json, schema)
-        });
-        json.push(b'}');
+        let system_at = write_head(&mut json, request);
+        let messages = write_items(&mut json, &request.messages);
+        let tail = write_tail(&mut json, request);
         Canonical {
             json,
             system: request.system.as_ref().map(|_| system_at),
             messages,
-            tools,
-            output_schema,
+            tools: tail.tools,
+            output_schema: tail.output_schema,
         }
     }
 
     /// The short digest of the item at `range`.
     fn digest(&self, range: &Range<usize>) -> String {
         short_hex(&Sha256::digest(&self.json[range.clone()]).into())
+    }
+}
+
+/// Appends the start of the canonical request, `{"system":…,"messages":[`; returns where the
+/// system prompt landed.
+fn write_head(json: &mut Vec<u8>, request: &ModelRequest) -> Range<usize> {
+    json.extend_from_slice(b"{\"system\":");
+    let system_at = write_json(json, &request.system);
+    json.extend_from_slice(b",\"messages\":[");
+    system_at
+}
+
+/// Where the items after the messages landed.
+struct Tail {
+    tools: Vec<Range<usize>>,
+    output_schema: Option<Range<usize>>,
+}
+
+/// Appends what follows the messages' array in the canonical request, from its closing `]` to
+/// the request's closing `}`.
+fn write_tail(json: &mut Vec<u8>, request: &ModelRequest) -> Tail {
+    json.extend_from_slice(b"],\"tools\":");
+    let tools = write_seq(json, &request.tools);
+    json.extend_from_slice(b",\"tool_choice\":");
+    write_json(json, &request.tool_choice);
+    json.extend_from_slice(b",\"settings\":");
+    if request.settings.headers.is_empty() {
+        write_json(json, &request.settings);
+    } else {
+        write_json(json, &request.settings.redacted());
+    }
+    let output_schema = request.output_schema.as_ref().map(|schema| {
+        json.extend_from_slice(b",\"output_schema\":");
+        write_json(json, schema)
+    });
+    json.push(b'}');
+    Tail {
+        tools,
+        output_schema,
     }
 }
 
@@ -80,7 +103,14 @@ fn write_json(json: &mut Vec<u8>, value: &impl Serialize) -> Range<usize> {
 /// Appends `items` as a JSON array; returns where each item landed.
 fn write_seq<T: Serialize>(json: &mut Vec<u8>, items: &[T]) -> Vec<Range<usize>> {
     json.push(b'[');
-    let ranges = items
+    let ranges = write_items(json, items);
+    json.push(b']');
+    ranges
+}
+
+/// Appends `items` comma-separated (an array's inside); returns where each item landed.
+fn write_items<T: Serialize>(json: &mut Vec<u8>, items: &[T]) -> Vec<Range<usize>> {
+    items
         .iter()
         .enumerate()
         .map(|(i, item)| {
@@ -89,9 +119,7 @@ fn write_seq<T: Serialize>(json: &mut Vec<u8>, items: &[T]) -> Vec<Range<usize>>
             }
             write_json(json, item)
         })
-        .collect();
-    json.push(b']');
-    ranges
+        .collect()
 }
 
 /// The hex-encoded SHA-256 of `request` with header values redacted (see
@@ -181,6 +209,97 @@ impl RequestSummary {
     }
 }
 
+/// The summaries of one conversation's successive requests (a turn's steps). Each request
+/// repeats the one before with messages appended, and hashing the whole conversation again at
+/// every step made a step cost O(history): here the SHA-256 state after the messages already
+/// hashed is kept with their digests, and a step hashes only its new messages and what follows
+/// them. The same bytes are hashed, so the result is exactly [`RequestSummary::of`]'s (recorded
+/// hashes and replays are unchanged); a request that does not extend the kept one (another
+/// system prompt, an earlier message changed or dropped) starts over.
+#[derive(Clone, Default)]
+pub struct SummaryCache {
+    /// `{"system":…,"messages":[` of the kept requests, serialized.
+    head: Vec<u8>,
+    /// Where the system prompt sits in `head`, when there is one.
+    system: Option<Range<usize>>,
+    /// The messages hashed so far, each with its `role:digest`.
+    messages: Vec<(ModelMessage, String)>,
+    /// SHA-256 after `head` and the kept messages, comma-separated.
+    state: Sha256,
+}
+
+impl std::fmt::Debug for SummaryCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SummaryCache")
+            .field("messages", &self.messages.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SummaryCache {
+    /// A cache holding nothing yet.
+    pub fn new() -> SummaryCache {
+        SummaryCache::default()
+    }
+
+    /// [`RequestSummary::of`] `request`, reusing what the kept requests hashed.
+    pub fn summarize(&mut self, request: &ModelRequest) -> RequestSummary {
+        self.extend(request);
+        let mut tail = Vec::with_capacity(256);
+        let at = write_tail(&mut tail, request);
+        let mut whole = self.state.clone();
+        whole.update(&tail);
+        let digest_of = |json: &[u8], range: &Range<usize>| {
+            short_hex(&Sha256::digest(&json[range.clone()]).into())
+        };
+        RequestSummary {
+            hash: hex::encode(whole.finalize()),
+            system: self.system.as_ref().map(|r| digest_of(&self.head, r)),
+            message_count: u32::try_from(request.messages.len()).unwrap_or(u32::MAX),
+            messages: self.messages.iter().map(|(_, d)| d.clone()).collect(),
+            tools: request
+                .tools
+                .iter()
+                .zip(&at.tools)
+                .map(|(t, r)| format!("{}:{}", t.name, digest_of(&tail, r)))
+                .collect(),
+            tool_choice: request.tool_choice.clone(),
+            settings: request.settings.redacted(),
+            output_schema: at.output_schema.as_ref().map(|r| digest_of(&tail, r)),
+        }
+    }
+
+    /// Brings the kept state to `request`'s messages: appends the new ones, or starts over when
+    /// `request` does not extend what is kept.
+    fn extend(&mut self, request: &ModelRequest) {
+        let mut head = Vec::with_capacity(64);
+        let system = write_head(&mut head, request);
+        let kept = &self.messages;
+        let extends = head == self.head
+            && kept.len() <= request.messages.len()
+            && kept.iter().zip(&request.messages).all(|((k, _), m)| k == m);
+        if !extends {
+            self.state = Sha256::new();
+            self.state.update(&head);
+            self.head = head;
+            self.system = request.system.as_ref().map(|_| system);
+            self.messages.clear();
+        }
+        let mut json = Vec::new();
+        for message in &request.messages[self.messages.len()..] {
+            if !self.messages.is_empty() {
+                self.state.update(b",");
+            }
+            json.clear();
+            write_json(&mut json, message);
+            self.state.update(&json);
+            let digest = short_hex(&Sha256::digest(&json).into());
+            let summarised = format!("{}:{digest}", role_name(message.role));
+            self.messages.push((message.clone(), summarised));
+        }
+    }
+}
+
 fn role_name(role: ModelRole) -> &'static str {
     match role {
         ModelRole::System => "system",
@@ -238,6 +357,94 @@ mod tests {
         };
         let bytes = serde_json::to_vec(&plain).unwrap();
         assert_eq!(plain.canonical_hash(), hex::encode(Sha256::digest(&bytes)));
+    }
+
+    /// How one step's request differs from the one before.
+    #[derive(Debug, Clone)]
+    enum Change {
+        /// Messages appended (the usual step).
+        Append(Vec<(u8, String)>),
+        /// An earlier message rewritten (a hook, compaction).
+        Rewrite(usize, String),
+        /// The conversation cut to its first n messages.
+        Truncate(usize),
+        /// Another system prompt, or none.
+        System(Option<String>),
+        /// Other tools or settings: only what follows the messages changes.
+        Tail(u8),
+    }
+
+    fn change() -> impl proptest::strategy::Strategy<Value = Change> {
+        use proptest::prelude::*;
+        let text = "[a-z\"\\\\ é\n]{0,12}";
+        prop_oneof![
+            4 => proptest::collection::vec((0u8..4, text), 0..4).prop_map(Change::Append),
+            1 => (0usize..8, text).prop_map(|(i, t)| Change::Rewrite(i, t)),
+            1 => (0usize..8).prop_map(Change::Truncate),
+            1 => proptest::option::of(text).prop_map(Change::System),
+            1 => (0u8..4).prop_map(Change::Tail),
+        ]
+    }
+
+    fn apply(request: &mut ModelRequest, change: Change) {
+        let role = |r: u8| match r {
+            0 => ModelRole::User,
+            1 => ModelRole::Assistant,
+            2 => ModelRole::Tool,
+            _ => ModelRole::System,
+        };
+        match change {
+            Change::Append(messages) => request.messages.extend(
+                messages
+                    .into_iter()
+                    .map(|(r, t)| ModelMessage::text(role(r), t)),
+            ),
+            Change::Rewrite(i, text) => {
+                if let Some(m) = request.messages.get_mut(i) {
+                    *m = ModelMessage::text(m.role, text);
+                }
+            }
+            Change::Truncate(n) => request.messages.truncate(n),
+            Change::System(system) => request.system = system,
+            Change::Tail(n) => {
+                request.tools.truncate(usize::from(n % 2));
+                request.settings.temperature = Some(f64::from(n));
+                request.output_schema = (n > 1).then(|| json!({"n": n}));
+                if n == 3 {
+                    request.settings.headers.insert("k".into(), "v".into());
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Step after step, whatever each step changed, the cache gives exactly the summary
+        /// (hash and every digest) a fresh computation gives.
+        #[test]
+        fn a_cached_summary_is_the_fresh_one(changes in proptest::collection::vec(change(), 1..12)) {
+            let mut request = request();
+            let mut cache = SummaryCache::new();
+            proptest::prop_assert_eq!(cache.summarize(&request), RequestSummary::of(&request));
+            for change in changes {
+                apply(&mut request, change);
+                let fresh = RequestSummary::of(&request);
+                proptest::prop_assert_eq!(&fresh.hash, &request.canonical_hash());
+                proptest::prop_assert_eq!(cache.summarize(&request), fresh);
+            }
+        }
+    }
+
+    #[test]
+    fn a_changed_earlier_message_changes_the_cached_hash() {
+        let mut request = request();
+        let mut cache = SummaryCache::new();
+        let first = cache.summarize(&request);
+        request.messages[0] = ModelMessage::text(ModelRole::User, "hi!");
+        let changed = cache.summarize(&request);
+        assert_ne!(changed.hash, first.hash);
+        assert_ne!(changed.messages[0], first.messages[0]);
+        assert_eq!(changed.messages[1], first.messages[1]);
+        assert_eq!(changed, RequestSummary::of(&request));
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub use event::{
     EventDecodeError, EventRef, HookName, StepRecord, SubmissionStatus, ToolCallRecord,
     ToolResultRecord, TurnConfigRecord, TurnStatus, EVENT_VERSION,
 };
-pub use fingerprint::RequestSummary;
+pub use fingerprint::{RequestSummary, SummaryCache};
 pub use input::{Input, TurnRequest};
 pub use message::{Role, ToolPart, ToolPartState, UIMessage, UIPart};
 pub use model::{

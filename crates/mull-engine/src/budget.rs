@@ -93,13 +93,14 @@ pub(crate) fn before_call(
     call: ModelCallKind,
     step: Option<u32>,
 ) -> Result<Option<ChatError>, EngineError> {
-    let prices = prices(config);
     let checked = recorder.budget_fold(|fold| {
         let fold = fold?;
         let request = turn_id.and_then(|t| fold.request_of(t));
         if let Some(stopped) = fold.stopped(request.as_deref()) {
             return Some((request, stopped, false));
         }
+        // Built only where a budget is kept: a session without one pays nothing per call.
+        let prices = prices(config);
         let decision = fold.decide(request.as_deref(), &limits(config, fold), &prices)?;
         Some((request, decision, true))
     });

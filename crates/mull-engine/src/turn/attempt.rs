@@ -114,6 +114,7 @@ pub(super) async fn run_attempt(
         steps: Vec::new(),
         usage: Usage::default(),
         tool_context: Value::Null,
+        summaries: mull_core::SummaryCache::new(),
     };
     if spec.signal.is_cancelled() {
         return run

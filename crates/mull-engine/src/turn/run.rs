@@ -177,6 +177,8 @@ pub(super) struct TurnRun<'a> {
     pub(super) steps: Vec<StepRecord>,
     pub(super) usage: Usage,
     pub(super) tool_context: Value,
+    /// What the step requests so far hashed: a step's fingerprint hashes only its new messages.
+    pub(super) summaries: mull_core::SummaryCache,
 }
 
 impl TurnRun<'_> {

@@ -167,7 +167,7 @@ impl TurnRun<'_> {
             }
         };
         // Summarised (and hashed) before the call starts: a step cut short is identified too.
-        let summary = RequestSummary::of(&request);
+        let summary = self.summaries.summarize(&request);
         // The budget check before the step's call: a used-up limit ends the turn here.
         if let Some(error) = crate::budget::before_call(
             self.parts.recorder,
@@ -283,10 +283,14 @@ impl TurnRun<'_> {
         let mut parts = StepParts::default();
         let mut first_chunk_seen = false;
         let stall = Duration::from_millis(resolved.stall_timeout_ms);
+        // One wait on the abort for the whole step, not a new one per part: each new wait
+        // registers with the token (a lock) and unregisters when dropped (another).
+        let signal = self.spec.signal.clone();
+        let mut aborted = std::pin::pin!(signal.cancelled());
         loop {
             let next = tokio::select! {
                 biased;
-                _ = self.spec.signal.cancelled() => return Ok(Err(StepEnd::Aborted)),
+                _ = &mut aborted => return Ok(Err(StepEnd::Aborted)),
                 next = next_part(&mut stream, stall) => next,
             };
             let part = match next {
@@ -632,13 +636,20 @@ impl TurnRun<'_> {
 
 /// The next part of the stream, or `Stalled` when the watchdog (if on) fires first.
 async fn next_part(stream: &mut ModelStream, stall: Duration) -> Next {
-    let next = if stall.is_zero() {
-        stream.next().await
-    } else {
-        match tokio::time::timeout(stall, stream.next()).await {
+    // A part that is already there needs no watchdog: the timer (a clock read and a timer
+    // entry) is only set up when the stream has to be waited for.
+    let ready = std::future::poll_fn(|cx| match stream.poll_next_unpin(cx) {
+        std::task::Poll::Ready(next) => std::task::Poll::Ready(Some(next)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await;
+    let next = match ready {
+        Some(next) => next,
+        None if stall.is_zero() => stream.next().await,
+        None => match tokio::time::timeout(stall, stream.next()).await {
             Ok(next) => next,
             Err(_) => return Next::Stalled,
-        }
+        },
     };
     match next {
         None => Next::End,
