@@ -12,7 +12,7 @@ use mull_core::{Event, TurnStatus};
 use mull_store_pg::testing::TestPg;
 use mull_store_pg::Reads;
 use support::model::{ModelServer, Pace};
-use support::nodes::{post_message, Node};
+use support::nodes::{post_message, Node, PgGround};
 
 /// Runs `mull serve` on `db` expecting it to refuse to start; returns its standard error.
 fn refused(db: &str) -> String {
@@ -94,12 +94,12 @@ fn another_programs_database_and_a_newer_schema_are_refused() {
 
 #[test]
 fn a_connection_lost_mid_turn_is_made_again_and_the_turn_completes() {
-    let Some(pg) = TestPg::start("a_connection_lost_mid_turn_is_made_again") else {
+    let Some(ground) = PgGround::start("a_connection_lost_mid_turn_is_made_again") else {
         return;
     };
-    let url = pg.database();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = support::nodes::runtime();
+    let PgGround {
+        url, dir, runtime, ..
+    } = &ground;
     runtime.block_on(async {
         let model = ModelServer::start(Pace {
             words: 40,
@@ -107,13 +107,13 @@ fn a_connection_lost_mid_turn_is_made_again_and_the_turn_completes() {
         })
         .await;
         let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "10s"];
-        let mut n0 = Node::start(&url, "n0", dir.path(), &extra);
+        let mut n0 = Node::start(url, "n0", dir.path(), &extra);
         let addr = n0.addr.clone();
         let client = tokio::spawn(async move {
             post_message(&addr, "chat-1", "u1", Duration::from_secs(60)).await
         });
         // Mid-answer: the tool has run and its result is in the log.
-        let reads = Reads::open(&url).await.expect("opens the log");
+        let reads = Reads::open(url).await.expect("opens the log");
         let started = Instant::now();
         loop {
             let events = reads
@@ -135,7 +135,7 @@ fn a_connection_lost_mid_turn_is_made_again_and_the_turn_completes() {
         }
         // The database drops every connection of n0 mid-answer.
         sql(
-            &url,
+            url,
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
              WHERE application_name LIKE 'mull % n0'",
         )
@@ -191,12 +191,12 @@ fn a_connection_lost_mid_turn_is_made_again_and_the_turn_completes() {
 
 #[test]
 fn a_cancel_asked_on_another_node_cancels_the_turn_where_it_runs() {
-    let Some(pg) = TestPg::start("a_cancel_asked_on_another_node_cancels_the_turn") else {
+    let Some(ground) = PgGround::start("a_cancel_asked_on_another_node_cancels_the_turn") else {
         return;
     };
-    let url = pg.database();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = support::nodes::runtime();
+    let PgGround {
+        url, dir, runtime, ..
+    } = &ground;
     runtime.block_on(async {
         let model = ModelServer::start(Pace {
             words: 200,
@@ -204,8 +204,8 @@ fn a_cancel_asked_on_another_node_cancels_the_turn_where_it_runs() {
         })
         .await;
         let extra = ["--model", &model.spec];
-        let n0 = Node::start(&url, "n0", dir.path(), &extra);
-        let n1 = Node::start(&url, "n1", dir.path(), &extra);
+        let n0 = Node::start(url, "n0", dir.path(), &extra);
+        let n1 = Node::start(url, "n1", dir.path(), &extra);
         let addr = n0.addr.clone();
         let client = tokio::spawn(async move {
             post_message(&addr, "chat-1", "u1", Duration::from_secs(30)).await
@@ -244,7 +244,7 @@ fn a_cancel_asked_on_another_node_cancels_the_turn_where_it_runs() {
             "cancelled after {:?}",
             asked.elapsed()
         );
-        let reads = Reads::open(&url).await.expect("opens the log");
+        let reads = Reads::open(url).await.expect("opens the log");
         let events = reads
             .session_page("chat-1", 0, 10_000)
             .await

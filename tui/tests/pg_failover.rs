@@ -17,10 +17,9 @@ use std::time::{Duration, Instant};
 
 use mull_core::{Envelope, Event, StreamPart, TurnStatus};
 use mull_store::SessionState;
-use mull_store_pg::testing::TestPg;
 use mull_store_pg::Reads;
 use support::model::{ModelServer, Pace};
-use support::nodes::{post_message, resume, Node, Reply, Told};
+use support::nodes::{post_message, resume, Node, PgGround, Reply, Told};
 
 const CHATS: usize = 200;
 
@@ -205,13 +204,14 @@ fn stderr_of(nodes: &[Arc<Node>]) -> String {
 #[test]
 fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
     let _one_at_a_time = support::nodes::one_cluster_at_a_time();
-    let Some(pg) = TestPg::start("three_nodes_lose_nothing_when_one_is_killed_and_one_paused")
+    let Some(ground) =
+        PgGround::start("three_nodes_lose_nothing_when_one_is_killed_and_one_paused")
     else {
         return;
     };
-    let url = pg.database();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = support::nodes::runtime();
+    let PgGround {
+        url, dir, runtime, ..
+    } = &ground;
     runtime.block_on(async {
         let model = ModelServer::start(Pace {
             words: 12,
@@ -221,7 +221,7 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
         let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "5s"];
         let nodes: Vec<Arc<Node>> = ["n0", "n1", "n2"]
             .iter()
-            .map(|name| Arc::new(Node::start(&url, name, dir.path(), &extra)))
+            .map(|name| Arc::new(Node::start(url, name, dir.path(), &extra)))
             .collect();
 
         // Wave 1: 200 chats at once, chat i on node i % 3; their answers wait after the
@@ -249,8 +249,8 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
         nodes[0].signal("KILL");
         nodes[1].signal("STOP");
         model.release();
-        taken_over(&url, "n0", Duration::from_secs(60), &nodes).await;
-        taken_over(&url, "n1", Duration::from_secs(60), &nodes).await;
+        taken_over(url, "n0", Duration::from_secs(60), &nodes).await;
+        taken_over(url, "n1", Duration::from_secs(60), &nodes).await;
         // n1 wakes up with writes queued under leases it lost.
         nodes[1].signal("CONT");
 
@@ -304,7 +304,7 @@ fn three_nodes_lose_nothing_when_one_is_killed_and_one_paused_mid_turn() {
         }
 
         // The log.
-        let reads = Reads::open(&url).await.expect("opens the log");
+        let reads = Reads::open(url).await.expect("opens the log");
         let mut totals = Audit::default();
         for i in 0..CHATS {
             let chat = chat_id(i);
@@ -434,12 +434,12 @@ async fn streaming(reads: &Reads, chats: &[String], deltas: usize, limit: Durati
 #[test]
 fn a_paused_nodes_clients_are_told_what_the_log_holds_not_what_it_generated() {
     let _one_at_a_time = support::nodes::one_cluster_at_a_time();
-    let Some(pg) = TestPg::start("a_paused_nodes_clients_are_told_what_the_log_holds") else {
+    let Some(ground) = PgGround::start("a_paused_nodes_clients_are_told_what_the_log_holds") else {
         return;
     };
-    let url = pg.database();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = support::nodes::runtime();
+    let PgGround {
+        url, dir, runtime, ..
+    } = &ground;
     runtime.block_on(async {
         let model = ModelServer::start(Pace {
             words: 40,
@@ -449,7 +449,7 @@ fn a_paused_nodes_clients_are_told_what_the_log_holds_not_what_it_generated() {
         let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "2s"];
         let mut nodes: Vec<Node> = ["n0", "n1", "n2"]
             .iter()
-            .map(|name| Node::start(&url, name, dir.path(), &extra))
+            .map(|name| Node::start(url, name, dir.path(), &extra))
             .collect();
         let chats: Vec<String> = (0..9).map(|i| format!("paused-{i}")).collect();
         let mut clients = Vec::new();
@@ -460,11 +460,11 @@ fn a_paused_nodes_clients_are_told_what_the_log_holds_not_what_it_generated() {
             }));
         }
         // Every answer is streaming, part of it committed and so already told to the client.
-        let reads = Reads::open(&url).await.expect("opens the log");
+        let reads = Reads::open(url).await.expect("opens the log");
         streaming(&reads, &chats, 3, Duration::from_secs(60)).await;
         nodes[1].signal("STOP");
         let all: Vec<Arc<Node>> = Vec::new();
-        taken_over(&url, "n1", Duration::from_secs(60), &all).await;
+        taken_over(url, "n1", Duration::from_secs(60), &all).await;
         all_resolved(&reads, &chats, Duration::from_secs(60)).await;
         // The chats go on elsewhere while n1 sleeps.
         for (i, chat) in chats.iter().enumerate() {
@@ -500,12 +500,12 @@ fn a_paused_nodes_clients_are_told_what_the_log_holds_not_what_it_generated() {
 #[test]
 fn three_nodes_ride_out_a_database_restart_under_load() {
     let _one_at_a_time = support::nodes::one_cluster_at_a_time();
-    let Some(pg) = TestPg::start("three_nodes_ride_out_a_database_restart_under_load") else {
+    let Some(ground) = PgGround::start("three_nodes_ride_out_a_database_restart_under_load") else {
         return;
     };
-    let url = pg.database();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = support::nodes::runtime();
+    let PgGround {
+        url, dir, runtime, ..
+    } = &ground;
     runtime.block_on(async {
         let model = ModelServer::start(Pace {
             words: 30,
@@ -515,7 +515,7 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
         let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "5s"];
         let mut nodes: Vec<Node> = ["n0", "n1", "n2"]
             .iter()
-            .map(|name| Node::start(&url, name, dir.path(), &extra))
+            .map(|name| Node::start(url, name, dir.path(), &extra))
             .collect();
         let chats: Vec<String> = (0..60).map(|i| format!("restart-{i:02}")).collect();
         // Their answers wait after the first word until the database is stopped.
@@ -537,7 +537,7 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
 
-        pg.stop_now();
+        ground.pg.stop_now();
         model.release();
         // Every node refuses new turns, naming why, while the database is away.
         for (n, node) in nodes.iter().enumerate() {
@@ -568,7 +568,7 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
         // The outage outlasts the leases (5 s): each chat is taken back by its node or taken
         // over by another, its turn going on or resolved as interrupted.
         tokio::time::sleep(Duration::from_secs(6)).await;
-        pg.start_again();
+        ground.pg.start_again();
 
         // Every node takes new turns again once the database is back.
         for (n, node) in nodes.iter().enumerate() {
@@ -595,7 +595,7 @@ fn three_nodes_ride_out_a_database_restart_under_load() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        let reads = Reads::open(&url).await.expect("opens the log");
+        let reads = Reads::open(url).await.expect("opens the log");
         let logs = all_resolved(&reads, &chats, Duration::from_secs(90)).await;
         // Each client was told its turn's outcome as the log holds it, nothing more or less.
         let mut interrupted = 0;
@@ -658,12 +658,12 @@ async fn lease_owner_is(reads: &Reads, chat: &str, node: &str, limit: Duration) 
 #[test]
 fn a_node_whose_lease_ran_out_by_its_own_clock_tells_its_client_the_logs_verdict() {
     let _one_at_a_time = support::nodes::one_cluster_at_a_time();
-    let Some(pg) = TestPg::start("a_node_whose_lease_ran_out_by_its_own_clock") else {
+    let Some(ground) = PgGround::start("a_node_whose_lease_ran_out_by_its_own_clock") else {
         return;
     };
-    let url = pg.database();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = support::nodes::runtime();
+    let PgGround {
+        url, dir, runtime, ..
+    } = &ground;
     runtime.block_on(async {
         let model = ModelServer::start(Pace {
             words: 5,
@@ -674,7 +674,7 @@ fn a_node_whose_lease_ran_out_by_its_own_clock_tells_its_client_the_logs_verdict
         let extra = ["--model", &model.spec, "--tools", "--lease-ttl", "2s"];
         let nodes: Vec<Node> = ["n0", "n1"]
             .iter()
-            .map(|name| Node::start(&url, name, dir.path(), &extra))
+            .map(|name| Node::start(url, name, dir.path(), &extra))
             .collect();
         // The other chat's lease is renewed all along: only the quiet chat's runs out.
         let (other, chat) = ("a-other", "b-quiet");
@@ -685,12 +685,12 @@ fn a_node_whose_lease_ran_out_by_its_own_clock_tells_its_client_the_logs_verdict
                 post_message(&addr, id, "u1", REQUEST_LIMIT).await
             }));
         }
-        let reads = Reads::open(&url).await.expect("opens the log");
+        let reads = Reads::open(url).await.expect("opens the log");
         let both = [other.to_owned(), chat.to_owned()];
         // Both answers are held after their first word, which the clients were told.
         streaming(&reads, &both, 1, Duration::from_secs(60)).await;
 
-        let (holder, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        let (holder, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
             .await
             .expect("connects to the test database");
         tokio::spawn(conn);

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use mull_store_pg::testing::TestPg;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One `mull serve` process; killed (and reaped) when dropped.
@@ -304,6 +305,30 @@ pub async fn resume(addr: &str, chat: &str, limit: Duration) -> Reply {
         limit,
     )
     .await
+}
+
+/// Where a multi-node test runs: a throwaway PostgreSQL cluster and a database on it, a
+/// folder for the nodes' files, and the runtime that drives the clients and the model server.
+/// Fields drop in order: the runtime, then the folder, then the cluster.
+pub struct PgGround {
+    pub runtime: tokio::runtime::Runtime,
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub pg: TestPg,
+}
+
+impl PgGround {
+    /// The ground for `test`; `None` when PostgreSQL is not installed and not required (see
+    /// [`TestPg::start`]).
+    pub fn start(test: &str) -> Option<PgGround> {
+        let pg = TestPg::start(test)?;
+        Some(PgGround {
+            runtime: runtime(),
+            dir: tempfile::tempdir().expect("tempdir"),
+            url: pg.database(),
+            pg,
+        })
+    }
 }
 
 /// The runtime a multi-node test drives its clients and model server on.
