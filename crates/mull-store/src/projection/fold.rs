@@ -5,13 +5,11 @@
 
 use chrono::{DateTime, Utc};
 use mull_core::{
-    Envelope, Event, EventRef, Role, SubmissionStatus, ToolPartState, TurnStatus, UIMessage,
-    UIPart, Usage,
+    Envelope, Event, EventRef, SubmissionStatus, ToolPartState, TurnStatus, UIMessage, UIPart,
+    Usage,
 };
 
-use super::state::{
-    SessionState, SubagentParent, SubagentRun, Submission, SubmissionPhase, ToolStats, TurnSummary,
-};
+use super::state::{SessionState, SubagentParent, SubagentRun, Submission, SubmissionPhase};
 use crate::facts::FactChange;
 
 /// The error a tool call without a result gets in a fork cut before the result came.
@@ -36,7 +34,7 @@ impl SessionState {
             return self.apply_chunk(part);
         }
         // A tool call's events are read through the facts, and only there; so are a turn's
-        // and a step's, but for what opens the draft and a sub-agent's end.
+        // and a step's, but for a sub-agent's end.
         match self.facts.push_ref(e) {
             Some(FactChange::Call { call, stage }) => {
                 self.call_changed(call, stage, e.turn_id);
@@ -56,48 +54,6 @@ impl SessionState {
             Event::UserMessagesSaved { messages, .. } => {
                 for message in messages {
                     upsert(&mut self.messages, message);
-                }
-            }
-            Event::TurnStarted {
-                request_id,
-                message_id,
-                entry,
-                continuation,
-                attempt,
-                ..
-            } => {
-                self.turns.push(TurnSummary {
-                    turn_id: e.turn_id.map(str::to_owned),
-                    request_id: request_id.clone(),
-                    message_id: message_id.clone(),
-                    entry: *entry,
-                    continuation: *continuation,
-                    attempt: *attempt,
-                    status: TurnStatus::Running,
-                    model_id: None,
-                    error: None,
-                    error_stage: None,
-                    steps: 0,
-                    usage: Usage::default(),
-                    subagent_usage: Usage::default(),
-                    tools: ToolStats::default(),
-                    hook_failures: 0,
-                    started_at: e.at,
-                    finished_at: None,
-                    duration_ms: None,
-                    first_seq: e.seq,
-                });
-                self.draft = Some(UIMessage {
-                    id: message_id.clone(),
-                    role: Role::Assistant,
-                    metadata: None,
-                    parts: Vec::new(),
-                });
-                self.open_blocks.clear();
-            }
-            Event::StepStarted { .. } => {
-                if let Some(draft) = &mut self.draft {
-                    draft.parts.push(UIPart::StepStart);
                 }
             }
             Event::MessageMetadataUpdated { metadata, .. } => {

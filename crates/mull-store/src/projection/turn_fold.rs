@@ -1,11 +1,13 @@
 //! What a turn's facts change in a session's state, stage by stage: the turn's summary (its
-//! model, its failure, its hook failures, its steps and usage, its end) and the session's
-//! usage. A turn's start (which opens the draft) and a sub-agent's end (which also moves the
-//! session's sub-agent runs) stay with the session fold.
+//! start, model, failure, hook failures, steps and usage, its end), the draft its start opens
+//! and its steps mark, and the session's usage. A sub-agent's end (which also moves the
+//! session's sub-agent runs) stays with the session fold.
 
-use crate::facts::{StepStage, TurnStage};
+use mull_core::{Role, TurnStatus, UIMessage, UIPart, Usage};
 
-use super::state::SessionState;
+use crate::facts::{StepStage, TurnStage, TurnStart};
+
+use super::state::{SessionState, ToolStats, TurnSummary};
 
 impl SessionState {
     /// The turn at `turn` in the session's facts reached `stage`, in an event filed under
@@ -17,6 +19,12 @@ impl SessionState {
         turn_id: Option<&str>,
     ) -> bool {
         let fact = &self.facts.turns()[turn];
+        if matches!(stage, TurnStage::Started) {
+            if let Some(start) = fact.start.clone() {
+                self.turn_started(turn_id, start);
+            }
+            return true;
+        }
         let (model_id, failure, end) = (
             fact.model_id.clone(),
             fact.failure.clone(),
@@ -67,6 +75,12 @@ impl SessionState {
         stage: StepStage,
         turn_id: Option<&str>,
     ) -> bool {
+        if matches!(stage, StepStage::Started) {
+            if let Some(draft) = &mut self.draft {
+                draft.parts.push(UIPart::StepStart);
+            }
+            return true;
+        }
         if !matches!(stage, StepStage::Finished) {
             return false;
         }
@@ -80,5 +94,37 @@ impl SessionState {
             summary.usage.add(&usage);
         }
         true
+    }
+
+    /// A turn started: its summary, running, and the draft of the message it writes.
+    fn turn_started(&mut self, turn_id: Option<&str>, start: TurnStart) {
+        self.draft = Some(UIMessage {
+            id: start.message_id.clone(),
+            role: Role::Assistant,
+            metadata: None,
+            parts: Vec::new(),
+        });
+        self.open_blocks.clear();
+        self.turns.push(TurnSummary {
+            turn_id: turn_id.map(str::to_owned),
+            request_id: start.request_id,
+            message_id: start.message_id,
+            entry: start.entry,
+            continuation: start.continuation,
+            attempt: start.attempt,
+            status: TurnStatus::Running,
+            model_id: None,
+            error: None,
+            error_stage: None,
+            steps: 0,
+            usage: Usage::default(),
+            subagent_usage: Usage::default(),
+            tools: ToolStats::default(),
+            hook_failures: 0,
+            started_at: start.at.at,
+            finished_at: None,
+            duration_ms: None,
+            first_seq: start.at.seq,
+        });
     }
 }
