@@ -83,14 +83,16 @@ async fn a_turn_stops_at_its_token_limit_before_the_next_model_call() {
         }]
     );
     // The check stands before step 2's `step_configured`: nothing is configured, nothing
-    // called; the turn ends, then reports the failure at stage `budget`.
+    // called; the turn ends, then reports the failure at stage `budget`, and `on_chat_response`
+    // ran.
     assert_eq!(
         kinds_from(&events, "budget_exceeded"),
         [
             "budget_exceeded",
             "assistant_message_saved",
             "turn_finished",
-            "turn_failed"
+            "turn_failed",
+            "chat_response_delivered"
         ]
     );
     let steps_configured = events

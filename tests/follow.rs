@@ -109,7 +109,8 @@ async fn a_reader_that_falls_far_behind_a_small_bus_still_gets_every_event_once_
             .await
             .expect("the stream goes on")
             .expect("reads");
-        let done = env.kind() == "turn_finished";
+        // The turn's last event: its `on_chat_response` delivered, after `turn_finished`.
+        let done = env.kind() == "chat_response_delivered";
         reader_lags.push(env);
         if done {
             break;

@@ -435,9 +435,17 @@ async fn every_cut_inside_a_submitted_turn_replays_identically_or_is_named_unrea
         .rposition(|e| matches!(e.event, Event::SubmissionFinished { .. }))
         .unwrap();
     let [saved, configured, tool_call, answered] = UNREACHABLE;
+    // The submission's end follows its `on_chat_response`'s delivery mark without waiting.
     assert_eq!(
         replay_every_cut(&full, accepted + 1..=finished).await,
-        [saved, "submission_applied", configured, tool_call, answered]
+        [
+            saved,
+            "submission_applied",
+            configured,
+            tool_call,
+            answered,
+            "chat_response_delivered"
+        ]
     );
 }
 

@@ -494,7 +494,16 @@ async fn a_crash_with_a_child_running_recovers_both_and_reruns_no_tool() {
         .filter(|e| e.seq > before)
         .map(|e| e.kind().to_owned())
         .collect();
-    assert_eq!(after, ["session_opened", "session_opened"]);
+    // Each interrupted turn's `on_chat_response`, never called, is delivered once, recovered.
+    assert_eq!(
+        after,
+        [
+            "session_opened",
+            "chat_response_delivered",
+            "session_opened",
+            "chat_response_delivered"
+        ]
+    );
     drop((parent, child));
     // Re-execution re-enacts the crash in both: the parent's call writes its link and parks
     // where the process stopped; the child's lookup parks after its decision.
@@ -658,7 +667,8 @@ async fn a_process_killed_with_its_sub_agent_running_recovers_both_and_runs_no_t
             "{session}"
         );
     }
-    // Opening both sessions again runs nothing: the lookup ran once, before the kill.
+    // Opening both sessions again runs no tool: the lookup ran once, before the kill. Each
+    // interrupted turn's `on_chat_response`, never called, runs once, with the error.
     let calls = HookCalls::default();
     let parent = Arc::new(desk(
         &calls,
@@ -680,7 +690,13 @@ async fn a_process_killed_with_its_sub_agent_running_recovers_both_and_runs_no_t
     .unwrap();
     assert!(!session.is_busy() && !child.is_busy());
     assert_eq!(std::fs::read_to_string(&effects).unwrap(), "lookup ran\n");
-    assert!(calls.lines().is_empty(), "no hook ran: {:?}", calls.lines());
+    assert_eq!(
+        calls.lines(),
+        [
+            "desk: on_chat_response Error",
+            "researcher: on_chat_response Error"
+        ]
+    );
 }
 
 #[tokio::test]

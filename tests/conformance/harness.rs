@@ -233,8 +233,17 @@ pub(crate) fn render(env: &Envelope) -> String {
             status,
             error,
             steps,
+            response_owed,
             ..
-        } => format!("{request_id} {} steps={steps} error={error:?}", status.as_str()),
+        } => format!(
+            "{request_id} {} steps={steps} error={error:?}{}",
+            status.as_str(),
+            if *response_owed { " owed" } else { "" }
+        ),
+        Event::ChatResponseDelivered {
+            request_id,
+            recovered,
+        } => format!("{request_id}{}", if *recovered { " recovered" } else { "" }),
         Event::TurnFailed {
             request_id,
             stage,

@@ -165,6 +165,7 @@ fn write_sample(db: &Path) {
                 error: None,
                 steps: 1,
                 usage,
+                response_owed: false,
             },
         ),
     ];
@@ -343,6 +344,7 @@ fn replay_names_a_failed_turn_s_error_after_the_table() {
                 error: Some("the model server answered 503".into()),
                 steps: 0,
                 usage: Usage::default(),
+                response_owed: false,
             },
         ),
     ];

@@ -300,6 +300,7 @@ pub(crate) fn write_turns(log: &Log, n: usize) -> anyhow::Result<()> {
             error: None,
             steps: 1,
             usage,
+            response_owed: false,
         })?;
     }
     log.flush_blocking()?;

@@ -335,6 +335,7 @@ fn turn_finished(status: TurnStatus, error: Option<&str>) -> Event {
         error: error.map(str::to_owned),
         steps: 0,
         usage: Usage::default(),
+        response_owed: false,
     }
 }
 

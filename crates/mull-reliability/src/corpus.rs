@@ -68,6 +68,7 @@ pub fn write_sample_log(path: &Path, chunks: u32) -> anyhow::Result<()> {
             error: None,
             steps: 1,
             usage: Usage::default(),
+            response_owed: false,
         },
     )?;
     log.close()?;

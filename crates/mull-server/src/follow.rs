@@ -236,6 +236,7 @@ mod tests {
             error: None,
             steps: 1,
             usage: Usage::default(),
+            response_owed: false,
         }
     }
 
@@ -295,6 +296,7 @@ mod tests {
             error: Some("prompt is too long".into()),
             steps: 0,
             usage: Usage::default(),
+            response_owed: false,
         }
     }
 

@@ -341,6 +341,7 @@ mod tests {
                 error: None,
                 steps: 1,
                 usage: Usage::default(),
+                response_owed: false,
             },
         );
         // Request r2: one finished step.

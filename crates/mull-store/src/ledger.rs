@@ -416,6 +416,7 @@ mod tests {
             error: None,
             steps: 1,
             usage: Usage::default(),
+            response_owed: false,
         }
     }
 

@@ -257,6 +257,7 @@ mod tests {
                 output_tokens: Some(output),
                 ..Usage::default()
             },
+            response_owed: false,
         }
     }
 

@@ -38,6 +38,7 @@ fn finished(request: &str) -> Event {
         error: None,
         steps: 1,
         usage: Usage::default(),
+        response_owed: false,
     }
 }
 

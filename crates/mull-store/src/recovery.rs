@@ -117,6 +117,9 @@ pub fn resolve_turn(state: &SessionState, turn: &TurnSummary) -> Vec<Event> {
         error: Some(INTERRUPTED_TURN.to_owned()),
         steps: turn.steps,
         usage: turn.usage.clone(),
+        // The turn's hook never ran: owed, whoever's session opens next decides whether
+        // to deliver it.
+        response_owed: true,
     });
     events
 }

@@ -361,6 +361,7 @@ mod tests {
                     error: (status == TurnStatus::Error).then(|| "prompt is too long".into()),
                     steps: 1,
                     usage: Usage::default(),
+                    response_owed: false,
                 },
             )
         }

@@ -100,6 +100,7 @@ fn turn(log: &Log, session: &str, n: u64, chunks: usize, finish: bool) {
             error: None,
             steps: 1,
             usage: Usage::default(),
+            response_owed: false,
         },
     );
 }

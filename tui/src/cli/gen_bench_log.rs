@@ -435,6 +435,7 @@ fn write_turn(
             error,
             steps,
             usage: total,
+            response_owed: false,
         },
     )?;
     Ok(())

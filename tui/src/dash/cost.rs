@@ -140,6 +140,7 @@ mod tests {
                     error: None,
                     steps: 1,
                     usage: Usage::default(),
+                    response_owed: false,
                 },
             ),
         ]

@@ -150,6 +150,7 @@ fn push_completed_turn(b: &mut LogBuilder) {
             error: None,
             steps: 2,
             usage: usage(1712, 52, Some(600)),
+            response_owed: false,
         },
     );
 }
@@ -249,6 +250,7 @@ pub fn sample_log() -> Vec<Envelope> {
             error: Some("upstream 529: overloaded".into()),
             steps: 1,
             usage: Usage::default(),
+            response_owed: false,
         },
     );
 
@@ -324,6 +326,7 @@ pub fn sample_log() -> Vec<Envelope> {
             error: None,
             steps: 1,
             usage: usage(20, 7, None),
+            response_owed: false,
         },
     );
     b.events
@@ -448,6 +451,7 @@ pub fn compaction_log() -> Vec<Envelope> {
             error: None,
             steps: 1,
             usage: usage(40_000, 900, None),
+            response_owed: false,
         },
     );
     let t = "turn_2";
@@ -518,6 +522,7 @@ pub fn compaction_log() -> Vec<Envelope> {
             error: None,
             steps: 1,
             usage: usage(1_400, 20, None),
+            response_owed: false,
         },
     );
     b.events
@@ -567,6 +572,7 @@ pub fn regenerate_log() -> Vec<Envelope> {
                 error: None,
                 steps: 1,
                 usage: usage(120, 8, None),
+                response_owed: false,
             },
         );
     };
@@ -677,6 +683,7 @@ pub fn tools_log() -> Vec<Envelope> {
             error: None,
             steps: 1,
             usage: usage(1_500, 30, None),
+            response_owed: false,
         },
     );
     b.events
@@ -730,6 +737,7 @@ pub fn parked_bookings(
             error: None,
             steps: 1,
             usage: Usage::default(),
+            response_owed: false,
         },
     );
 }
@@ -838,6 +846,7 @@ pub fn approval_log(session: &str, answered: bool) -> Vec<Envelope> {
             error: None,
             steps: 1,
             usage: Usage::default(),
+            response_owed: false,
         },
     );
     b.events

@@ -540,6 +540,17 @@ pub enum Event {
         error: Option<String>,
         steps: u32,
         usage: Usage,
+        /// This is the request's last end, and its `on_chat_response` is owed until a
+        /// `chat_response_delivered` of the request follows: a process that dies before then
+        /// leaves it owed, and the next open calls the hook again, `recovered` (Think's
+        /// redelivery). Set on a turn's final end unless the session opted out
+        /// (`SessionConfig::redeliver_chat_response(false)`), and always on a recovery's
+        /// interrupted end (the log's recovery cannot know the session's choice; an opted-out
+        /// session never redelivers it); false on an attempt a retry replaced, and absent from
+        /// logs written before deliveries were recorded, so reopening such a log redelivers
+        /// nothing from before.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        response_owed: bool,
     },
     /// A failure, with its stage. `error` is the message callers were given; `model_error`,
     /// when the failure came from a model call, is that call's error as the model gave it
@@ -694,13 +705,9 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<u32>,
     },
-    /// `on_chat_response` of `request_id` is owed: written right before the request's
-    /// `turn_finished`, in sessions that redeliver the hook after a crash
-    /// (`SessionConfig::redeliver_chat_response`). A due with no `chat_response_delivered` after
-    /// it is a hook a process never finished: the next open calls it again, `recovered`.
-    ChatResponseDue { request_id: String },
-    /// `on_chat_response` of `request_id` returned (a failure recorded as `hook_failed` first).
-    /// `recovered`: it was the redelivery of a reopen, after a crash.
+    /// `on_chat_response` of `request_id` returned (a failure recorded as `hook_failed` first):
+    /// the delivery its `turn_finished` marked owed is made. `recovered`: it was the redelivery
+    /// of a reopen, after a crash. One per turn, written after the turn lock is released.
     ChatResponseDelivered {
         request_id: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -783,7 +790,6 @@ impl Event {
         SubagentFinished => "subagent_finished",
         SubagentLinked => "subagent_linked",
         BudgetExceeded => "budget_exceeded",
-        ChatResponseDue => "chat_response_due",
         ChatResponseDelivered => "chat_response_delivered",
     }
 

@@ -74,7 +74,7 @@ impl Session {
                 recorder,
             )),
         };
-        session.inner.recorder().append(
+        let opened = session.inner.recorder().append(
             None,
             Event::SessionOpened {
                 agent: agent.name().to_owned(),
@@ -84,9 +84,11 @@ impl Session {
         // No barrier of its own: `session_opened` is committed with the session's first
         // durable event (or within the writer's batch delay).
         session.recover().await?;
-        // A turn that ended in a process that died before its `on_chat_response` finished gets
-        // it now, `recovered` (when the configuration asks for it).
-        crate::turn::redeliver::redeliver_owed(&TurnParts::of(&session.inner)).await?;
+        // A turn that started in an earlier process and ended without its `on_chat_response`
+        // returning (the process died in the hook, or mid-turn and the recovery just ended it)
+        // gets it now, `recovered` (unless the session opted out). A submission the recovery
+        // re-ran is this process's turn and delivers its own.
+        crate::turn::redeliver::redeliver_owed(&TurnParts::of(&session.inner), opened.seq).await?;
         Ok(session)
     }
 

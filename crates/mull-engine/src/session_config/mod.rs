@@ -215,7 +215,7 @@ impl Default for SessionConfig {
             compaction: None,
             context_overflow: ContextOverflow::default(),
             recovery: ChatRecovery::default(),
-            redeliver_chat_response: false,
+            redeliver_chat_response: true,
             proactive: None,
             compact_after: None,
             blocks: Vec::new(),
@@ -293,11 +293,14 @@ impl SessionConfig {
         self
     }
 
-    /// Calls `on_chat_response` again, with `recovered: true`, for a turn that ended in a
-    /// process which died before the hook finished (Think's redelivery): the log marks each
-    /// delivery owed (`chat_response_due`) and made (`chat_response_delivered`), so the next
-    /// open calls it exactly for the requests still owed, once each. The hook's effects must then
-    /// be idempotent by request id. Off by default: the hook runs at most once.
+    /// Whether `on_chat_response` runs again, with `recovered: true`, for a turn whose end
+    /// reached the log but whose hook never returned (the process died first), as Think does.
+    /// On by default: each turn's final `turn_finished` marks the delivery owed and a
+    /// `chat_response_delivered` follows the hook's return, so the next open calls the hook
+    /// exactly for the requests still owed — a turn a crash cut short and the reopen ended as
+    /// interrupted included — once each; the hook's effects must then be idempotent by request
+    /// id. `false` opts out: the hook runs at most once, no delivery is recorded, and an open
+    /// redelivers nothing.
     pub fn redeliver_chat_response(mut self, on: bool) -> SessionConfig {
         self.redeliver_chat_response = on;
         self

@@ -222,12 +222,6 @@ impl TurnRun<'_> {
                 message: message.clone(),
             })?;
         }
-        if self.parts.config.redelivers_chat_response() {
-            // Owed before the end is: a crash after `turn_finished` leaves it owed.
-            self.append(Event::ChatResponseDue {
-                request_id: self.spec.request_id.clone(),
-            })?;
-        }
         let finished = self.parts.recorder.append(
             self.tid(),
             Event::TurnFinished {
@@ -236,6 +230,8 @@ impl TurnRun<'_> {
                 error: error.as_ref().map(|e| e.message.clone()),
                 steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
                 usage: self.usage.clone(),
+                // Owed with the end itself: a crash before the hook returns leaves it owed.
+                response_owed: self.parts.config.redelivers_chat_response(),
             },
         )?;
         // The attempt's `invoke_agent` span carries its usage, as a re-exported one does.
@@ -310,6 +306,9 @@ impl TurnRun<'_> {
             error: Some(error.message.clone()),
             steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
             usage: self.usage.clone(),
+            // A retry follows, or the turn ends here without `on_chat_response` (an attempt
+            // overflow discarded gets none): never owed.
+            response_owed: false,
         })?;
         crate::otel_fields::record_usage(&tracing::Span::current(), &self.usage, None);
         // The gate: a retry or the failure's report follows.

@@ -47,6 +47,8 @@ impl TurnRun<'_> {
             error: Some(error.message.clone()),
             steps: u32::try_from(self.steps.len()).unwrap_or(u32::MAX),
             usage: self.usage.clone(),
+            // The next attempt ends the request: not its last end.
+            response_owed: false,
         })?;
         // Seeded by the request, so a replay of this session waits what the recording did.
         let key = format!("{}/{}", self.parts.session_id(), self.spec.request_id);

@@ -1,13 +1,19 @@
-//! `on_chat_response` again after a crash (Think 0.24's `recovered: true`), for sessions that
-//! turn it on (`SessionConfig::redeliver_chat_response`).
+//! `on_chat_response` again after a crash (Think 0.24's `recovered: true`), unless the session
+//! opts out (`SessionConfig::redeliver_chat_response(false)`).
 //!
-//! The log says which deliveries are owed: `chat_response_due` is written right before a
-//! request's `turn_finished`, `chat_response_delivered` once its hook returned. A due without a
-//! delivery is a hook a dead process never finished; opening the session calls it again for
-//! each such request, once, with the turn's end and message as the log holds them, and marks it
-//! delivered. A process that dies during the redelivery leaves it owed for the next open.
-
-use std::collections::HashSet;
+//! The log says which deliveries are owed, with one event per turn: a request's final
+//! `turn_finished` carries `response_owed`, and `chat_response_delivered` follows once its
+//! hook returned. The projection folds both (`TurnSummary::response_owed`), so opening the
+//! session reads what is owed without scanning the log, calls the hook again for each such
+//! turn, once, with its end and message as the log holds them, and marks it delivered. A
+//! process that dies during the redelivery leaves it owed for the next open.
+//!
+//! A turn a crash cut short is ended by the reopen's recovery (the log's own at open, or the
+//! session's), whose `turn_finished` is owed too: its hook, never called, runs once with the
+//! partial message and the error status.
+//!
+//! A log written before deliveries were recorded has no `response_owed` on any end: read as
+//! owing nothing, so reopening it redelivers no past turn.
 
 use mull_core::{Event, Role, UIMessage};
 
@@ -17,7 +23,8 @@ use crate::error::EngineError;
 use crate::hooks::Observed;
 
 /// Marks `response`'s request delivered, when the session redelivers (and `response` is an
-/// `on_chat_response`).
+/// `on_chat_response`), and waits until the mark is durable: an entry returns with everything
+/// it wrote in the log, so a reader of the log after it sees the delivery made.
 pub(crate) async fn delivered(
     parts: &TurnParts<'_>,
     response: &Observed,
@@ -29,119 +36,52 @@ pub(crate) async fn delivered(
     if !parts.config.redelivers_chat_response() {
         return Ok(());
     }
-    parts.recorder.append(
+    let mark = parts.recorder.append(
         None,
         Event::ChatResponseDelivered {
             request_id: result.request_id.clone(),
             recovered,
         },
     )?;
-    Ok(())
+    parts.recorder.durable(mark.seq).await
 }
 
-/// What the log holds of one request whose delivery is owed.
-struct Owed {
-    request_id: String,
-    message_id: String,
-    continuation: bool,
-    message: Option<UIMessage>,
-    end: Option<(mull_core::TurnStatus, Option<String>)>,
-}
-
-/// Calls `on_chat_response` with `recovered: true` for every request the log says is owed, in
-/// the order they ended. Called when the session opens, before any turn can run.
-pub(crate) async fn redeliver_owed(parts: &TurnParts<'_>) -> Result<(), EngineError> {
+/// Calls `on_chat_response` with `recovered: true` for every turn the projection says is
+/// owed that started before `opened` (this open's `session_opened`), in the order they started.
+/// Called when the session opens, after its recovery.
+pub(crate) async fn redeliver_owed(parts: &TurnParts<'_>, opened: u64) -> Result<(), EngineError> {
     if !parts.config.redelivers_chat_response() {
         return Ok(());
     }
-    let mut owed: Vec<Owed> = Vec::new();
-    let mut done: HashSet<String> = HashSet::new();
-    // The latest start of each request: its message id and whether it continued a turn.
-    let mut starts: Vec<(String, String, bool)> = Vec::new();
-    // The last message saved: a due follows its request's `assistant_message_saved`.
-    let mut saved: Option<(String, UIMessage)> = None;
-    let mut after = 0;
-    loop {
-        let page = parts.recorder.page(after, 1_000).await?;
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        for env in page {
-            match env.event {
-                Event::TurnStarted {
-                    request_id,
-                    message_id,
-                    continuation,
-                    ..
-                } => {
-                    starts.retain(|(r, _, _)| *r != request_id);
-                    starts.push((request_id, message_id, continuation));
-                }
-                Event::ChatResponseDue { request_id } => {
-                    done.remove(&request_id);
-                    let (message_id, continuation) = starts
-                        .iter()
-                        .find(|(r, _, _)| *r == request_id)
-                        .map(|(_, m, c)| (m.clone(), *c))
-                        .unwrap_or_default();
-                    let message = saved
-                        .take()
-                        .filter(|(r, _)| *r == request_id)
-                        .map(|(_, m)| m);
-                    owed.retain(|o| o.request_id != request_id);
-                    owed.push(Owed {
-                        request_id,
-                        message_id,
-                        continuation,
-                        message,
-                        end: None,
-                    });
-                }
-                Event::AssistantMessageSaved {
-                    request_id,
-                    message,
-                } => saved = Some((request_id, message)),
-                Event::TurnFinished {
-                    request_id,
-                    status,
-                    error,
-                    ..
-                } => {
-                    if let Some(o) = owed.iter_mut().find(|o| o.request_id == request_id) {
-                        o.end = Some((status, error));
-                    }
-                }
-                Event::ChatResponseDelivered { request_id, .. } => {
-                    done.insert(request_id);
-                }
-                _ => {}
-            }
-        }
-    }
-    for o in owed {
-        if done.contains(&o.request_id) {
-            continue;
-        }
-        // A due whose `turn_finished` never reached the log: the turn did not end there, and
-        // reopening recovers it as an interrupted turn instead.
-        let Some((status, error)) = o.end else {
-            continue;
-        };
-        let message = o.message.unwrap_or(UIMessage {
-            id: o.message_id,
-            role: Role::Assistant,
-            metadata: None,
-            parts: Vec::new(),
-        });
-        let response = Observed::ChatResponse(ChatResponseResult {
-            message,
-            request_id: o.request_id,
-            continuation: o.continuation,
-            status,
-            error,
-            recovered: true,
-        });
+    let owed: Vec<ChatResponseResult> = parts.recorder.read(|s| {
+        s.turns
+            .iter()
+            .filter(|t| t.response_owed && t.first_seq < opened)
+            .map(|t| ChatResponseResult {
+                // The message as saved, or none when the turn persisted no parts.
+                message: s
+                    .messages
+                    .iter()
+                    .find(|m| m.id == t.message_id)
+                    .cloned()
+                    .unwrap_or_else(|| UIMessage {
+                        id: t.message_id.clone(),
+                        role: Role::Assistant,
+                        metadata: None,
+                        parts: Vec::new(),
+                    }),
+                request_id: t.request_id.clone(),
+                continuation: t.continuation,
+                status: t.status,
+                error: t.error.clone(),
+                recovered: true,
+            })
+            .collect()
+    });
+    for result in owed {
+        let response = Observed::ChatResponse(result);
         parts.hooks.dispatch(None, &response).await?;
         delivered(parts, &response, true).await?;
     }
-    parts.recorder.flush().await
+    Ok(())
 }

@@ -125,6 +125,7 @@ fn a_failed_tool_and_an_overflowed_turn_are_errors_with_their_type() {
                 error: Some("too long".into()),
                 steps: 0,
                 usage: Usage::default(),
+                response_owed: false,
             },
         ),
     ]);
@@ -228,6 +229,7 @@ fn closed_spans_are_taken_as_they_close_and_a_failed_turns_wait_for_its_failure(
         error: Some("the model broke".into()),
         steps: 1,
         usage: Usage::default(),
+        response_owed: false,
     };
     assert!(apply(env(4, Some("t1"), 3, ended)).is_empty());
     let failed = Event::TurnFailed {

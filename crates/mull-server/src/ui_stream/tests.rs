@@ -49,6 +49,7 @@ fn finished(status: TurnStatus, error: Option<&str>) -> Event {
         error: error.map(str::to_owned),
         steps: 1,
         usage: Usage::default(),
+        response_owed: false,
     }
 }
 

@@ -183,6 +183,7 @@ mod tests {
                 output_tokens: Some(4),
                 ..Usage::default()
             },
+            response_owed: false,
         };
         let value = serde_json::to_value(&event).unwrap_or_default();
         assert_eq!(

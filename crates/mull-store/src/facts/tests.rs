@@ -118,6 +118,7 @@ fn turn_finished(status: TurnStatus, input: u64, output: u64) -> Event {
         error: None,
         steps: 1,
         usage: usage(input, output),
+        response_owed: false,
     }
 }
 

@@ -66,6 +66,10 @@ pub struct TurnEnd {
     pub error: Option<String>,
     /// The steps the turn counted.
     pub steps: u32,
+    /// Its `on_chat_response` is owed until a `chat_response_delivered` (see
+    /// `Event::TurnFinished`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub response_owed: bool,
 }
 
 /// One step: one model call (sent again after a retryable failure).
@@ -229,6 +233,7 @@ impl Facts {
                 error,
                 steps,
                 usage,
+                response_owed,
                 ..
             } => {
                 fact.usage = usage.clone();
@@ -237,6 +242,7 @@ impl Facts {
                     status: *status,
                     error: error.clone(),
                     steps: *steps,
+                    response_owed: *response_owed,
                 });
                 TurnStage::Finished
             }

@@ -120,6 +120,15 @@ impl SessionState {
                     }
                 }
             }
+            Event::ChatResponseDelivered { request_id, .. } => {
+                for turn in self
+                    .turns
+                    .iter_mut()
+                    .filter(|t| t.request_id == *request_id)
+                {
+                    turn.response_owed = false;
+                }
+            }
             Event::SessionForked { origin_seq, .. } => self.cut_at_fork(*origin_seq, e.at),
             Event::SubagentStarted {
                 call_id,
@@ -212,6 +221,8 @@ impl SessionState {
         }
         self.open_blocks.clear();
         for turn in &mut self.turns {
+            // The origin's hooks are owed the origin's deliveries, not the fork's agent.
+            turn.response_owed = false;
             if turn.status == TurnStatus::Running {
                 turn.status = TurnStatus::Aborted;
                 turn.error = Some(format!("cut by a fork at seq {origin_seq}"));

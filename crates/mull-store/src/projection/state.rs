@@ -61,6 +61,10 @@ pub struct TurnSummary {
     pub duration_ms: Option<u64>,
     /// The turn's `turn_started` event.
     pub first_seq: u64,
+    /// Its end marked `on_chat_response` owed and no `chat_response_delivered` of its request
+    /// followed yet: what a reopen redelivers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub response_owed: bool,
 }
 
 /// Whether a usage counts nothing (a turn that ran no sub-agent).

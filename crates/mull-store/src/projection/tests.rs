@@ -355,6 +355,7 @@ fn turn_finished_sets_status_steps_usage_and_duration() {
         error: Some("cancelled".into()),
         steps: 2,
         usage: usage.clone(),
+        response_owed: false,
     });
     let turn = &feed.state.turns[0];
     assert_eq!(turn.status, TurnStatus::Aborted);

@@ -55,6 +55,7 @@ impl SessionState {
                         summary.error = end.error;
                     }
                     summary.steps = end.steps;
+                    summary.response_owed = end.response_owed;
                     summary.usage = usage;
                     summary.finished_at = Some(end.at.at);
                     summary.duration_ms =
@@ -125,6 +126,7 @@ impl SessionState {
             finished_at: None,
             duration_ms: None,
             first_seq: start.at.seq,
+            response_owed: false,
         });
     }
 }

@@ -28,6 +28,7 @@ fn finished(n: u32) -> Event {
         error: None,
         steps: 1,
         usage: Usage::default(),
+        response_owed: false,
     }
 }
 

@@ -274,6 +274,7 @@ fn replay_pages_through_a_turn_longer_than_a_page() {
             error: None,
             steps: 1,
             usage: Usage::default(),
+            response_owed: false,
         },
     );
     let total = b.events.len();

@@ -43,6 +43,7 @@ pub fn budget_log() -> Vec<Envelope> {
                     error: None,
                     steps: 1,
                     usage: usage(spent.0, spent.1, None),
+                    response_owed: false,
                 },
             );
         }
@@ -78,6 +79,7 @@ pub fn budget_log() -> Vec<Envelope> {
             error: Some(message.into()),
             steps: 1,
             usage: usage(100, 20, None),
+            response_owed: false,
         },
     );
     b.push(
