@@ -211,7 +211,7 @@ pub use integrity::{check, recover, DamagedRange, IntegrityReport, RecoverReport
 pub use jsonl::{export_jsonl, import_jsonl};
 pub use ledger::{Amount, CostLedger, CostTotals};
 pub use memory::MemoryLog;
-pub use overview::{SessionOverview, SessionOverviews, StatusMix};
+pub use overview::{SessionOverview, SessionOverviews, StatusMix, OVERVIEW_KINDS};
 pub use pacing::TurnPacing;
 pub use projection::{
     PendingClientCall, SessionState, SessionToolCalls, SubagentParent, SubagentRun, Submission,

@@ -29,8 +29,9 @@ pub fn run(args: DashArgs) -> Result<()> {
     if args.bench_first_frame {
         let times = dash::bench_first_frame(&args.db, 160, 48)?;
         println!(
-            "first frame {:.1} ms · newest turn's timeline {:.1} ms · scroll {:.2} ms/frame · peak RSS {}",
+            "first frame {:.1} ms · every session's overview drawn {:.1} ms · newest turn's timeline {:.1} ms · scroll {:.2} ms/frame · peak RSS {}",
             times.first_frame.as_secs_f64() * 1000.0,
+            times.overviews_drawn.as_secs_f64() * 1000.0,
             times.newest_timeline.as_secs_f64() * 1000.0,
             times.scroll_frame.as_secs_f64() * 1000.0,
             peak_rss().unwrap_or_else(|| "unknown".into())

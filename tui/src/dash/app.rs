@@ -246,6 +246,11 @@ pub struct App {
     pub sessions: Vec<SessionSummary>,
     /// What each session's list row says about it, kept current from the tail.
     pub overviews: SessionOverviews,
+    /// Until every session's overview has been read (a large log reads it after the first
+    /// frame), the events the tail brought meanwhile: laid over the overviews when they come,
+    /// so nothing that happened while they were read is missed (an overview ignores an event
+    /// it already holds).
+    overview_backlog: Option<Vec<Envelope>>,
     pub session_selected: usize,
     /// The session whose turns are listed.
     pub session_id: Option<String>,
@@ -310,6 +315,7 @@ impl App {
             view: View::Sessions,
             sessions: Vec::new(),
             overviews: SessionOverviews::default(),
+            overview_backlog: Some(Vec::new()),
             session_selected: 0,
             session_id: None,
             turns: Vec::new(),
@@ -487,6 +493,9 @@ impl App {
             }
             Msg::Overviews(overviews) => {
                 self.overviews = *overviews;
+                for env in self.overview_backlog.take().unwrap_or_default() {
+                    self.overviews.apply(&env);
+                }
                 let keep = self
                     .sessions
                     .get(self.session_selected)

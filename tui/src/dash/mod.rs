@@ -52,21 +52,51 @@ impl Dash {
     }
 
     /// Opens `db` (a SQLite file or a `postgres://` URL) for reading, shown as `name`;
-    /// answers go to its inbox.
+    /// answers go to its inbox. Every session's overview is read before this returns.
+    #[cfg(test)]
     pub fn open_named(db: &Path, name: &str) -> Result<Self> {
+        let (mut dash, effects) = Self::opened(db, name)?;
+        dash.run_effects(effects);
+        Ok(dash)
+    }
+
+    /// [`Dash::open_named`], but every session's overview is read on a reader of its own while
+    /// the first frames draw (on a log of thousands of sessions that read takes seconds); the
+    /// loop hands them over with [`Dash::take_overviews`].
+    pub fn open_drawing_first(db: &Path, name: &str) -> Result<(Self, OverviewLoader)> {
+        let (mut dash, effects) = Self::opened(db, name)?;
+        let (later, now): (Vec<_>, Vec<_>) = effects
+            .into_iter()
+            .partition(|e| matches!(e, Effect::Overviews));
+        dash.run_effects(now);
+        let loader = OverviewLoader::spawn(db, name, !later.is_empty())?;
+        Ok((dash, loader))
+    }
+
+    /// Hands over the overviews when the loader has read them; whether they came.
+    pub fn take_overviews(&mut self, loader: &OverviewLoader) -> bool {
+        match loader.read.try_recv() {
+            Ok(msg) => {
+                self.send(msg);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn opened(db: &Path, name: &str) -> Result<(Self, Vec<Effect>)> {
         let source = Source::open(db).with_context(|| format!("opening {name}"))?;
         // Taken before anything is read: what commits meanwhile is followed, not missed.
         let opened_at = source.cursor()?;
         let (mut app, effects) = App::new(name.to_owned());
         app.max_seq = source.event_count()?;
         app.damage = source.side_damage().to_vec();
-        let mut dash = Self {
+        let dash = Self {
             app,
             source,
             opened_at,
         };
-        dash.run_effects(effects);
-        Ok(dash)
+        Ok((dash, effects))
     }
 
     /// Follows the log from where it stood when the dashboard opened, on a reader of its own.
@@ -162,6 +192,33 @@ impl Default for DashOptions {
     }
 }
 
+/// Every session's overview, read on a thread and a reader of its own.
+pub struct OverviewLoader {
+    read: std::sync::mpsc::Receiver<Msg>,
+}
+
+impl OverviewLoader {
+    fn spawn(db: &Path, name: &str, wanted: bool) -> Result<Self> {
+        let (send, read) = std::sync::mpsc::channel();
+        if wanted {
+            let mut source = Source::open(db).with_context(|| format!("opening {name}"))?;
+            std::thread::Builder::new()
+                .name("dash-overviews".into())
+                .spawn(move || {
+                    // The dashboard may have quit meanwhile: nobody left to tell.
+                    let _ = send.send(source.perform(&Effect::Overviews));
+                })
+                .context("starting the thread that reads the sessions' overviews")?;
+        }
+        Ok(Self { read })
+    }
+
+    /// Waits until the overviews are read (or the reader thread is gone).
+    fn wait(&self) -> Option<Msg> {
+        self.read.recv().ok()
+    }
+}
+
 /// Runs the dashboard in the terminal until the user quits. The terminal is restored on exit
 /// and on panic.
 pub fn run(db: &Path, options: DashOptions) -> Result<()> {
@@ -170,7 +227,7 @@ pub fn run(db: &Path, options: DashOptions) -> Result<()> {
 
 /// [`run`], the log shown as `name`.
 pub fn run_named(db: &Path, name: &str, options: DashOptions) -> Result<()> {
-    let mut dash = Dash::open_named(db, name)?;
+    let (mut dash, overviews) = Dash::open_drawing_first(db, name)?;
     dash.app.prices = options.prices;
     dash.app.self_answers = options.self_answers;
     let follower = dash
@@ -182,7 +239,7 @@ pub fn run_named(db: &Path, name: &str, options: DashOptions) -> Result<()> {
     let mut terminal = ratatui::init();
     // Without mouse reports the dashboard still works; clicks just do nothing.
     let _ = crossterm::execute!(std::io::stdout(), EnableMouseCapture);
-    let result = event_loop(&mut terminal, &mut dash, &follower);
+    let result = event_loop(&mut terminal, &mut dash, &follower, &overviews);
     let _ = crossterm::execute!(std::io::stdout(), DisableMouseCapture);
     ratatui::restore();
     result
@@ -192,9 +249,11 @@ fn event_loop<B: Backend>(
     terminal: &mut Terminal<B>,
     dash: &mut Dash,
     follower: &Follower,
+    overviews: &OverviewLoader,
 ) -> Result<()> {
     let mut last_tick = Instant::now();
     loop {
+        dash.take_overviews(overviews);
         dash.draw(terminal)?;
         if event::poll(POLL).context("reading the terminal")? {
             match event::read().context("reading the terminal")? {
@@ -257,6 +316,9 @@ fn event_loop<B: Backend>(
 pub struct BenchTimes {
     /// Opening the log and drawing the session list.
     pub first_frame: Duration,
+    /// From the start to every session's overview read and drawn (read on a thread of its own
+    /// while the first frame draws).
+    pub overviews_drawn: Duration,
     /// From the start to the newest turn's timeline drawn.
     pub newest_timeline: Duration,
     /// Mean time of one key press (row down) plus one frame, over the sessions, turns and
@@ -268,11 +330,17 @@ pub struct BenchTimes {
 /// takes first (newest session, newest turn) and scrolls each list, timing it all.
 pub fn bench_first_frame(db: &Path, width: u16, height: u16) -> Result<BenchTimes> {
     let start = Instant::now();
-    let mut dash = Dash::open_named(db, &db.display().to_string())?;
+    let name = db.display().to_string();
+    let (mut dash, overviews) = Dash::open_drawing_first(db, &name)?;
     let mut terminal = Terminal::new(TestBackend::new(width, height))
         .map_err(|e| anyhow::anyhow!("creating the off-screen terminal: {e}"))?;
     dash.draw(&mut terminal)?;
     let first_frame = start.elapsed();
+    if let Some(msg) = overviews.wait() {
+        dash.send(msg);
+    }
+    dash.draw(&mut terminal)?;
+    let overviews_drawn = start.elapsed();
     dash.send(Msg::Action(keys::Action::Last));
     dash.send(Msg::Action(keys::Action::Enter));
     dash.send(Msg::Action(keys::Action::Last));
@@ -295,6 +363,7 @@ pub fn bench_first_frame(db: &Path, width: u16, height: u16) -> Result<BenchTime
     }
     Ok(BenchTimes {
         first_frame,
+        overviews_drawn,
         newest_timeline,
         scroll_frame: scrolling.elapsed() / frames.max(1),
     })

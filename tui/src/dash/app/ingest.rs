@@ -72,6 +72,14 @@ impl App {
         for env in &events {
             self.overviews.apply(env);
         }
+        if let Some(backlog) = self.overview_backlog.as_mut() {
+            backlog.extend(
+                events
+                    .iter()
+                    .filter(|e| mull_store::OVERVIEW_KINDS.contains(&e.event.kind()))
+                    .cloned(),
+            );
+        }
         if let Some(last) = events.last() {
             self.max_seq = self.max_seq.max(last.seq);
         }

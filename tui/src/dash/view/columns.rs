@@ -2,7 +2,7 @@
 //! not all fit the least important columns are dropped whole. One column may flex: it takes
 //! what is left (a preview of the user's message, cut with "…" like any preview).
 
-use ratatui::layout::Constraint;
+use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::Row;
@@ -101,6 +101,24 @@ pub fn fit_columns(columns: &[Column], content: &[u16], available: u16) -> Fitte
         widths,
         flex_width,
     }
+}
+
+/// The first row a bordered table with a header shows in `list` when row `selected` of its
+/// rows must be visible: ratatui scrolls such a table just enough to show it. Drawing builds only
+/// the rows from here that fit, so a list of thousands of sessions costs a screenful per frame.
+pub fn first_shown(list: Rect, selected: Option<usize>) -> usize {
+    let height = usize::from(list.height.saturating_sub(3));
+    let at = selected.unwrap_or(0);
+    if height > 0 && at >= height {
+        at + 1 - height
+    } else {
+        0
+    }
+}
+
+/// How many rows a bordered table with a header has room for in `list`.
+pub fn room(list: Rect) -> usize {
+    usize::from(list.height.saturating_sub(3))
 }
 
 /// The header row and body rows of a fitted table: `cells` holds every column of every row.

@@ -4,18 +4,16 @@
 use ratatui::layout::{Position, Rect};
 
 use crate::dash::app::{App, Hit, Pane, View};
-use crate::dash::view::{areas, sessions, timeline, turns};
+use crate::dash::view::{areas, columns, sessions, timeline, turns};
 
 /// The row of a bordered table with a header under `y`, given the rows shown and the
 /// selected one's place among them (ratatui scrolls a table just enough to show it).
 fn table_row(list: Rect, y: u16, visible: &[usize], selected: Option<usize>) -> Option<usize> {
     let first = list.y + 2;
-    let height = usize::from(list.height.saturating_sub(3));
-    if y < first || height == 0 {
+    if y < first || columns::room(list) == 0 {
         return None;
     }
-    let at = selected.unwrap_or(0);
-    let offset = if at >= height { at + 1 - height } else { 0 };
+    let offset = columns::first_shown(list, selected);
     visible.get(offset + usize::from(y - first)).copied()
 }
 

@@ -9,7 +9,7 @@ use ratatui::widgets::{Block, Paragraph, Table, TableState, Wrap};
 use ratatui::Frame;
 
 use crate::dash::app::App;
-use crate::dash::view::columns::{fitted_rows, Column};
+use crate::dash::view::columns::{first_shown, fitted_rows, room, Column};
 use crate::dash::view::{
     ellipsize, fmt_at, fmt_tokens, fmt_usage, selected_style, status_mix_spans,
 };
@@ -39,7 +39,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let visible = app.visible_rows();
     let match_style = Style::new().fg(Color::Yellow);
     let matching = !app.filter.query.is_empty();
-    let cells: Vec<Vec<Line>> = visible
+    let selected = visible.iter().position(|&i| i == app.session_selected);
+    // Only the rows that fit are built: a log of thousands of sessions draws a screenful.
+    let first = first_shown(list, selected);
+    let shown = &visible[first.min(visible.len())..(first + room(list)).min(visible.len())];
+    let cells: Vec<Vec<Line>> = shown
         .iter()
         .filter_map(|&i| app.sessions.get(i))
         .map(|s| {
@@ -79,7 +83,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let (header, rows, widths, _) = fitted_rows(&COLUMNS, cells, inner_width);
     let rows: Vec<_> = rows
         .into_iter()
-        .zip(&visible)
+        .zip(shown)
         .map(|(row, &i)| {
             let matched = matching && app.row_matches(i);
             if matched {
@@ -94,12 +98,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         app.sessions.len(),
         app.max_seq
     );
-    let selected = visible.iter().position(|&i| i == app.session_selected);
     let table = Table::new(rows, widths)
         .header(header)
         .row_highlight_style(selected_style())
         .block(Block::bordered().title(title));
-    let mut state = TableState::default().with_selected(selected);
+    let mut state = TableState::default().with_selected(selected.map(|at| at - first));
     frame.render_stateful_widget(table, list, &mut state);
     if detail.height > 0 {
         render_detail(frame, detail, app);
