@@ -508,6 +508,22 @@ impl App {
                 self.session_selected = keep
                     .and_then(|id| self.sessions.iter().position(|s| s.session_id == id))
                     .unwrap_or(0);
+                // Following may have entered a sub-agent's session before the overviews said
+                // it was one (they are read after the first frame): back to the newest listed.
+                let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
+                let strayed = self.nest.is_empty()
+                    && self
+                        .session_id
+                        .as_deref()
+                        .is_some_and(|id| self.is_subagent_session(id));
+                if self.follow && strayed && !replaying {
+                    self.session_selected = self.sessions.len().saturating_sub(1);
+                    if let Some(id) = self.sessions.last().map(|s| s.session_id.clone()) {
+                        self.follow_pending = true;
+                        self.turn = None;
+                        return self.enter_session(id);
+                    }
+                }
                 Vec::new()
             }
             Msg::Diff(diff) => {

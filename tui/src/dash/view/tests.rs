@@ -679,3 +679,43 @@ fn a_sub_agents_turn_opens_from_its_parents_tool_call_and_backs_out() {
     assert_eq!(dash.app.session_id.as_deref(), Some("sess_1"));
     assert_eq!(dash.app.view, View::Timeline);
 }
+
+#[test]
+fn following_from_a_first_frame_drawn_before_the_overviews_settles_on_the_newest_main_session() {
+    // The demo's newest session is its research sub-agent's; which sessions are sub-agents' is
+    // known only from the overviews, read after the first frame on a large log.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/demo.jsonl");
+    let db = dir.path().join("demo.db");
+    let log = mull_store::Log::open(&db).expect("open");
+    let file = std::fs::File::open(&fixture).expect("fixture exists");
+    mull_store::import_jsonl(std::io::BufReader::new(file), "demo.jsonl", &log).expect("imports");
+    log.close().expect("commit");
+    let (mut dash, overviews) = Dash::open_drawing_first(&db, "demo.db").expect("opens");
+    dash.follow_newest();
+    let before = dash.app.session_id.clone();
+    assert!(
+        before.as_deref().is_some_and(|id| id.contains(".agent_")),
+        "before the overviews the newest listed session is the sub-agent's: {before:?}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !dash.take_overviews(&overviews) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the overviews never came"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let agent = dash.app.session_overview().and_then(|o| o.agent.clone());
+    assert_eq!(
+        agent.as_deref(),
+        Some("travel-desk"),
+        "following left the sub-agent's session it entered first ({before:?})"
+    );
+    assert!(dash
+        .app
+        .sessions
+        .iter()
+        .all(|s| !s.session_id.contains(".agent_")));
+    assert_eq!(dash.app.view, View::Turns);
+}
