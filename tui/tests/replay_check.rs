@@ -128,3 +128,41 @@ fn a_log_from_before_input_events_is_refused_naming_its_format() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_log_from_before_delivery_marks_replays_identically() {
+    // The demo as it was recorded before deliveries of `on_chat_response` were marked: no
+    // `chat_response_delivered`, no `response_owed` on any turn's end, seqs without gaps.
+    let recorded = std::fs::read_to_string(demo_fixture()).expect("read fixture");
+    let mut kept = 0u64;
+    let mut older = String::new();
+    for line in recorded.lines() {
+        if line.contains(r#""type":"chat_response_delivered""#) {
+            continue;
+        }
+        let mut env: serde_json::Value = serde_json::from_str(line).expect("json");
+        kept += 1;
+        env["seq"] = kept.into();
+        if let Some(event) = env["event"].as_object_mut() {
+            event.remove("response_owed");
+        }
+        older.push_str(&env.to_string());
+        older.push('\n');
+    }
+    assert!(
+        kept < recorded.lines().count() as u64,
+        "the demo fixture marks its deliveries"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("before-delivery-marks.jsonl");
+    std::fs::write(&file, older).expect("write");
+
+    let output = check(&file);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout.trim(), format!("identical: {kept} events"));
+}

@@ -63,6 +63,12 @@
 //!   the engine waits: the replay fails with [`ReplayError::UnreachableStop`] naming it, rather
 //!   than report a divergence no code change caused.
 //!
+//! - **Delivery marks** (`response_owed` on a turn's end, `chat_response_delivered` after its
+//!   `on_chat_response`) are made as the recording made them
+//!   ([`Recording::marks_deliveries`]): a log written before deliveries were recorded, or by a
+//!   session that opted out, re-executes without them rather than diverge at its first turn's
+//!   end over bookkeeping the code under test did not decide.
+//!
 //! Events are compared whole (turn id, time, version and payload), except `seq`, which belongs
 //! to the database the replay writes into. The replay stops issuing inputs once it has
 //! diverged, so one changed decision is reported once, not as a cascade.
@@ -364,6 +370,7 @@ pub async fn reexecute(
     session_options.metadata = metadata;
     session_options.extensions = options.extensions;
     session_options.mcp_servers = options.mcp_servers;
+    session_options.marks_deliveries = Some(recording.marks_deliveries());
     let driven = drive(
         log,
         &reader,

@@ -1,6 +1,8 @@
 //! A recorded session: its events, read from a log, checked to be one session from its start.
 
-use mull_core::{Envelope, Event};
+use std::collections::HashSet;
+
+use mull_core::{Envelope, ErrorStage, Event};
 use mull_store::StoreError;
 
 use super::served::{RecordedClock, RecordedIds};
@@ -67,6 +69,30 @@ impl Recording {
     /// The recorded events.
     pub fn envelopes(&self) -> &[Envelope] {
         &self.envelopes
+    }
+
+    /// Whether the recorded session marked its `on_chat_response` deliveries
+    /// (`SessionConfig::redeliver_chat_response`): it holds a delivery mark, or an owed end the
+    /// turn itself wrote (a recovery's end is owed whatever the session chose, so it tells
+    /// nothing). A log written before deliveries were recorded marks none; so does a session
+    /// that opted out. Either is re-executed without marks, as it was recorded: the marks are
+    /// the log's bookkeeping, not a decision of the code under test.
+    pub fn marks_deliveries(&self) -> bool {
+        let mut recovered = HashSet::new();
+        self.envelopes.iter().any(|e| match &e.event {
+            Event::ChatResponseDelivered { .. } => true,
+            Event::TurnFailed {
+                stage: ErrorStage::Recovery,
+                ..
+            } => {
+                recovered.insert(e.turn_id.as_deref());
+                false
+            }
+            Event::TurnFinished { response_owed, .. } => {
+                *response_owed && !recovered.contains(&e.turn_id.as_deref())
+            }
+            _ => false,
+        })
     }
 
     /// A clock that replays this recording's readings.

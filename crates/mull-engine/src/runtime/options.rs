@@ -52,6 +52,9 @@ pub struct SessionOptions {
     /// at the agent's prices when it sets a budget, else at this one's): the cap an operator
     /// puts on an agent it did not write, such as `mull chat --budget-turn-tokens`.
     pub budget: Option<crate::session_config::budget::Budget>,
+    /// Whether deliveries of `on_chat_response` are marked, laid over the agent's choice: a
+    /// re-execution follows what its recording did (see `Recording::marks_deliveries`).
+    pub(crate) marks_deliveries: Option<bool>,
 }
 
 impl SessionOptions {
@@ -72,6 +75,7 @@ impl SessionOptions {
             outside: Arc::new(RealWorld),
             trace_parent: None,
             budget: None,
+            marks_deliveries: None,
         }
     }
 

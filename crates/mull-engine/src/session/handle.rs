@@ -65,6 +65,10 @@ impl Session {
             Some(cap) => config.budget_capped_by(cap),
             None => config,
         };
+        let config = match options.marks_deliveries {
+            Some(on) => config.redeliver_chat_response(on),
+            None => config,
+        };
         crate::budget::load(&recorder, &config).await?;
         let session = Session {
             inner: Arc::new(Runtime::new(
