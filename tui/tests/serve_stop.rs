@@ -133,13 +133,22 @@ fn past_the_grace_a_turn_is_aborted_durably_and_its_client_told() {
     runtime.block_on(wait_answering(&model));
     node.signal("TERM");
     // Draining: not ready any more (while the turn still runs, the process still answers).
-    let probe = runtime.block_on(request(
-        &addr,
-        "GET",
-        "/readyz",
-        None,
-        Duration::from_secs(5),
-    ));
+    // The server handles the signal on its own time, so the probe asks until the drain shows
+    // (or the process is gone), for at most 30 s.
+    let asked = std::time::Instant::now();
+    let probe = loop {
+        let probe = runtime.block_on(request(
+            &addr,
+            "GET",
+            "/readyz",
+            None,
+            Duration::from_secs(5),
+        ));
+        if probe.status != 200 || asked.elapsed() > Duration::from_secs(30) {
+            break probe;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert!(
         probe.status == 503 || probe.status == 0,
         "a draining server is not ready: {}",
