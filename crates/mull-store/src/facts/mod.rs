@@ -10,8 +10,8 @@
 //! [`Facts::push`] takes one envelope at a time and answers with the fact it changed
 //! ([`FactChange`]), so the same fold serves a live session (the engine pushes what it has just
 //! appended), a tail, and a whole log read back. Views — the projection, the tool tables,
-//! pacing, the cost ledger, the UI stream, traces, the dashboard — read facts and changes
-//! instead of matching events; a new event kind or call state is one edit here.
+//! pacing, the cost ledger, the UI stream, traces, the dashboard, the diff — read facts and
+//! changes instead of matching events; a new event kind or call state is one edit here.
 //!
 //! **Invariant:** facts are a pure function of the envelopes pushed so far, in the order they
 //! were pushed: no clock, no id source, nothing from outside. Two folds fed the same envelopes

@@ -87,6 +87,11 @@ pub struct StepFact {
     pub chunks: u64,
     pub first_chunk: Option<Stamp>,
     pub last_chunk: Option<Stamp>,
+    /// How many of them were text deltas, reasoning deltas and in-band errors: a reader
+    /// following the stream part by part tells from these what the last one showed.
+    pub text_deltas: u64,
+    pub reasoning_deltas: u64,
+    pub errors: u64,
     /// The text and reasoning it streamed, blocks joined.
     pub text: String,
     pub reasoning: String,
@@ -162,6 +167,9 @@ impl StepFact {
             chunks: 0,
             first_chunk: None,
             last_chunk: None,
+            text_deltas: 0,
+            reasoning_deltas: 0,
+            errors: 0,
             text: String::new(),
             reasoning: String::new(),
             end: None,
@@ -301,11 +309,17 @@ impl Facts {
                 fact_step.last_chunk = Some(at);
                 let preliminary = match part {
                     StreamPart::TextDelta { text, .. } => {
+                        fact_step.text_deltas += 1;
                         fact_step.text.push_str(text);
                         None
                     }
                     StreamPart::ReasoningDelta { text, .. } => {
+                        fact_step.reasoning_deltas += 1;
                         fact_step.reasoning.push_str(text);
+                        None
+                    }
+                    StreamPart::Error { .. } => {
+                        fact_step.errors += 1;
                         None
                     }
                     StreamPart::ToolResult {
