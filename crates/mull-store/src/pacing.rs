@@ -61,7 +61,8 @@ pub struct TurnPacing {
     pub last_ms: u64,
     last_seq: u64,
     last_chunk_ms: Option<u64>,
-    /// The facts the pacing is read from.
+    /// The facts the pacing is read from, when it folds the events itself
+    /// ([`TurnPacing::apply`]).
     #[serde(skip)]
     facts: Facts,
 }
@@ -80,23 +81,49 @@ impl TurnPacing {
 
     /// Folds one event of the turn in; events at or before the last applied seq are ignored.
     pub fn apply(&mut self, env: &Envelope) {
-        if self.last_seq >= env.seq {
+        let Some(at_ms) = self.admit(env) else {
             return;
+        };
+        let mut facts = std::mem::take(&mut self.facts);
+        if let Some(change) = facts.push(env) {
+            self.changed(&facts, change, at_ms);
+        }
+        self.facts = facts;
+    }
+
+    /// Follows one event of the turn that `facts` (a fold kept by the caller, of the session or
+    /// the turn) has just taken in and answered `change` for, so the turn's events are not
+    /// folded twice; events at or before the last applied seq are ignored.
+    pub(crate) fn follow(&mut self, env: &Envelope, facts: &Facts, change: Option<FactChange>) {
+        let Some(at_ms) = self.admit(env) else {
+            return;
+        };
+        if let Some(change) = change {
+            self.changed(facts, change, at_ms);
+        }
+    }
+
+    /// The event's time from the turn's start, unless it was applied already.
+    fn admit(&mut self, env: &Envelope) -> Option<u64> {
+        if self.last_seq >= env.seq {
+            return None;
         }
         self.last_seq = env.seq;
         self.started_at.get_or_insert(env.at);
         let at_ms = self.offset(env.at);
         self.last_ms = self.last_ms.max(at_ms);
-        let Some(change) = self.facts.push(env) else {
-            return;
-        };
+        Some(at_ms)
+    }
+
+    /// What the fact `change` names, in `facts`, changes in the pacing.
+    fn changed(&mut self, facts: &Facts, change: FactChange, at_ms: u64) {
         match change {
             FactChange::Step {
                 turn,
                 step,
                 stage: StepStage::Started,
             } => {
-                let step = self.facts.turns()[turn].steps[step].step;
+                let step = facts.turns()[turn].steps[step].step;
                 self.last_chunk_ms = Some(at_ms);
                 self.model.push(Span {
                     start_ms: at_ms,
@@ -105,7 +132,7 @@ impl TurnPacing {
                 });
             }
             FactChange::Chunk { turn, step, .. } => {
-                let step = self.facts.turns()[turn].steps[step].step;
+                let step = facts.turns()[turn].steps[step].step;
                 let since = self.last_chunk_ms.unwrap_or(0);
                 self.chunks.push(ChunkGap {
                     at_ms,
@@ -122,7 +149,7 @@ impl TurnPacing {
                 call,
                 stage: CallStage::Finished,
             } => {
-                let call = &self.facts.calls()[call];
+                let call = &facts.calls()[call];
                 let duration_ms = call.outcome.as_ref().and_then(CallOutcome::duration_ms);
                 if let Some(duration_ms) = duration_ms.filter(|ms| *ms > 0) {
                     self.tools.push(Span {
@@ -139,7 +166,7 @@ impl TurnPacing {
                 step,
                 stage: StepStage::Finished,
             } => {
-                let step = &self.facts.turns()[turn].steps[step];
+                let step = &facts.turns()[turn].steps[step];
                 let usage = step.end.as_ref().map(|end| &end.usage);
                 self.steps.push(StepTokens {
                     step: step.step,

@@ -219,11 +219,12 @@ struct Seen {
 impl Fold {
     fn apply(&mut self, pos: usize, env: &Envelope) {
         self.user_text(env);
-        if let Some(change) = self.facts.push(env) {
+        let change = self.facts.push(env);
+        if let Some(change) = change {
             self.place(pos, env, change);
         }
-        if let Some(turn) = self.turn(env) {
-            turn.pacing.apply(env);
+        if let Some(turn) = self.turn_index(env) {
+            self.turns[turn].pacing.follow(env, &self.facts, change);
         }
     }
 
@@ -456,11 +457,6 @@ impl Fold {
         self.turns
             .iter()
             .rposition(|t| t.turn_id.as_deref() == Some(id))
-    }
-
-    fn turn(&mut self, env: &Envelope) -> Option<&mut TurnRun> {
-        let index = self.turn_index(env)?;
-        self.turns.get_mut(index)
     }
 
     /// The run of the facts turn at `turn`, for an event filed under a turn.
