@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, Row, Statement};
+use tokio_postgres::{Client, Config, Row, RowStream, Statement};
 
 use crate::error::{connect_driver, Target};
 
@@ -178,6 +178,21 @@ impl Conn {
         let st = self.prepared(&live, sql).await?;
         self.traffic.count(1);
         live.client.query(&st, params).await
+    }
+
+    /// [`Conn::query`] with the rows handed out as they arrive, not gathered first: a read of
+    /// many rows (every session's overview of a large log) holds one at a time.
+    pub async fn query_stream(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<RowStream, tokio_postgres::Error> {
+        let live = self.live().await?;
+        let st = self.prepared(&live, sql).await?;
+        self.traffic.count(1);
+        live.client
+            .query_raw(&st, params.iter().map(|p| *p as &dyn ToSql))
+            .await
     }
 
     pub async fn query_one(

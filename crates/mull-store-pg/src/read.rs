@@ -7,6 +7,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
 use mull_core::{Envelope, Event};
 use mull_store::{
     timestamp, ChangeCursor, Changes, SessionChange, SessionKey, SessionState, SessionSummary,
@@ -460,22 +461,35 @@ impl Reads {
     }
 
     /// The lifecycle events (every kind but chunks) of the given sessions whose kind is one of
-    /// `kinds` (all when empty), by session then seq: from the lifecycle index.
+    /// `kinds` (all when empty), by session then seq, from the lifecycle index, each handed to
+    /// `each` as its row arrives: folding the overviews of thousands of sessions holds one
+    /// event at a time, not all of them.
     pub async fn lifecycle(
         &self,
         sessions: &[String],
         kinds: &[&str],
-    ) -> Result<Vec<Envelope>, StoreError> {
+        mut each: impl FnMut(Envelope),
+    ) -> Result<(), StoreError> {
         let kinds: Vec<&str> = kinds.to_vec();
-        self.envelopes(
-            &format!(
-                "SELECT {COLUMNS} FROM mull_events WHERE session_id = ANY($1) AND kind <> 'chunk' \
-                 AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) ORDER BY session_id, seq"
-            ),
-            &[&sessions, &kinds],
-            "reading lifecycle events",
-        )
-        .await
+        let sql = format!(
+            "SELECT {COLUMNS} FROM mull_events WHERE session_id = ANY($1) AND kind <> 'chunk' \
+             AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) ORDER BY session_id, seq"
+        );
+        let what = "reading lifecycle events";
+        let rows = self
+            .client
+            .query_stream(&sql, &[&sessions, &kinds])
+            .await
+            .map_err(server_error(self.ctx(what)))?;
+        futures::pin_mut!(rows);
+        while let Some(row) = rows
+            .try_next()
+            .await
+            .map_err(server_error(self.ctx(what)))?
+        {
+            each(envelope(&row)?);
+        }
+        Ok(())
     }
 
     /// How many events the log holds.

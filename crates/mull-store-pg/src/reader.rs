@@ -148,26 +148,31 @@ impl ReadLog for PgReader {
 
     fn turns(&self, session_id: &str) -> Result<Vec<TurnSummary>, StoreError> {
         let mut state = SessionState::new(session_id);
-        for env in self.wait(self.reads.lifecycle(&[session_id.to_owned()], &[]))? {
-            state.apply(&env);
-        }
+        self.wait(
+            self.reads
+                .lifecycle(&[session_id.to_owned()], &[], |env| state.apply(&env)),
+        )?;
         Ok(state.turns)
     }
 
     fn session_tool_calls(&self, session_id: &str) -> Result<SessionToolCalls, StoreError> {
         let mut calls = SessionToolCalls::new(session_id);
-        for env in self.wait(self.reads.lifecycle(&[session_id.to_owned()], TOOL_KINDS))? {
-            calls.apply(&env);
-        }
+        self.wait(
+            self.reads
+                .lifecycle(&[session_id.to_owned()], TOOL_KINDS, |env| {
+                    calls.apply(&env)
+                }),
+        )?;
         Ok(calls)
     }
 
     fn overviews_of(&self, sessions: &[String]) -> Result<SessionOverviews, StoreError> {
         let mut all = SessionOverviews::default();
         for chunk in sessions.chunks(1024) {
-            for env in self.wait(self.reads.lifecycle(chunk, OVERVIEW_KINDS))? {
-                all.apply(&env);
-            }
+            self.wait(
+                self.reads
+                    .lifecycle(chunk, OVERVIEW_KINDS, |env| all.apply(&env)),
+            )?;
         }
         Ok(all)
     }
