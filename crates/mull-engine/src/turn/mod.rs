@@ -81,7 +81,7 @@ pub(crate) async fn run_entry(
     let ended = ended?;
     if let Some(response) = ended.response {
         parts.hooks.dispatch(None, &response).await?;
-        redeliver::delivered(&parts, &response, false).await?;
+        redeliver::delivered(&parts, &response, false)?;
     }
     Ok(ended.outcome)
 }

@@ -23,9 +23,11 @@ use crate::error::EngineError;
 use crate::hooks::Observed;
 
 /// Marks `response`'s request delivered, when the session redelivers (and `response` is an
-/// `on_chat_response`), and waits until the mark is durable: an entry returns with everything
-/// it wrote in the log, so a reader of the log after it sees the delivery made.
-pub(crate) async fn delivered(
+/// `on_chat_response`). The mark is not an output gate — nothing leaves the process on it — so
+/// it is committed with the session's next batch, not waited for: a process that dies before
+/// then calls the hook once more on reopen, which at-least-once delivery allows (the hook is
+/// idempotent by request id), and a turn costs the log one commit, not two.
+pub(crate) fn delivered(
     parts: &TurnParts<'_>,
     response: &Observed,
     recovered: bool,
@@ -36,14 +38,14 @@ pub(crate) async fn delivered(
     if !parts.config.redelivers_chat_response() {
         return Ok(());
     }
-    let mark = parts.recorder.append(
+    parts.recorder.append(
         None,
         Event::ChatResponseDelivered {
             request_id: result.request_id.clone(),
             recovered,
         },
     )?;
-    parts.recorder.durable(mark.seq).await
+    Ok(())
 }
 
 /// Calls `on_chat_response` with `recovered: true` for every turn the projection says is
@@ -81,7 +83,7 @@ pub(crate) async fn redeliver_owed(parts: &TurnParts<'_>, opened: u64) -> Result
     for result in owed {
         let response = Observed::ChatResponse(result);
         parts.hooks.dispatch(None, &response).await?;
-        delivered(parts, &response, true).await?;
+        delivered(parts, &response, true)?;
     }
     Ok(())
 }
