@@ -169,15 +169,22 @@ impl Conn {
         self.client().await?.batch_execute(statement).await
     }
 
+    /// The current connection and `sql` prepared on it, with the round trip about to be made
+    /// on it counted.
+    async fn one_trip(&self, sql: &str) -> Result<(Arc<Client>, Statement), tokio_postgres::Error> {
+        let live = self.live().await?;
+        let st = self.prepared(&live, sql).await?;
+        self.traffic.count(1);
+        Ok((Arc::clone(&live.client), st))
+    }
+
     pub async fn query(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let live = self.live().await?;
-        let st = self.prepared(&live, sql).await?;
-        self.traffic.count(1);
-        live.client.query(&st, params).await
+        let (client, st) = self.one_trip(sql).await?;
+        client.query(&st, params).await
     }
 
     /// [`Conn::query`] with the rows handed out as they arrive, not gathered first: a read of
@@ -187,10 +194,8 @@ impl Conn {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<RowStream, tokio_postgres::Error> {
-        let live = self.live().await?;
-        let st = self.prepared(&live, sql).await?;
-        self.traffic.count(1);
-        live.client
+        let (client, st) = self.one_trip(sql).await?;
+        client
             .query_raw(&st, params.iter().map(|p| *p as &dyn ToSql))
             .await
     }
@@ -200,10 +205,8 @@ impl Conn {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Row, tokio_postgres::Error> {
-        let live = self.live().await?;
-        let st = self.prepared(&live, sql).await?;
-        self.traffic.count(1);
-        live.client.query_one(&st, params).await
+        let (client, st) = self.one_trip(sql).await?;
+        client.query_one(&st, params).await
     }
 
     pub async fn query_opt(
@@ -211,10 +214,8 @@ impl Conn {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Option<Row>, tokio_postgres::Error> {
-        let live = self.live().await?;
-        let st = self.prepared(&live, sql).await?;
-        self.traffic.count(1);
-        live.client.query_opt(&st, params).await
+        let (client, st) = self.one_trip(sql).await?;
+        client.query_opt(&st, params).await
     }
 
     pub async fn execute(
@@ -222,9 +223,7 @@ impl Conn {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, tokio_postgres::Error> {
-        let live = self.live().await?;
-        let st = self.prepared(&live, sql).await?;
-        self.traffic.count(1);
-        live.client.execute(&st, params).await
+        let (client, st) = self.one_trip(sql).await?;
+        client.execute(&st, params).await
     }
 }
