@@ -4,7 +4,8 @@
 //!
 //! A handle ([`PgLog`]) appends to the queue and waits for commits; it never talks to the
 //! database on a turn's path but to take a session (its lease and its history) and give it
-//! back. Each part runs on a connection of its own: the writer's, the reads', the leases'.
+//! back. Each part runs on connections of its own: the writer's, the reads', the leases' (a few,
+//! each session always on the same one), the renewals'.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +26,7 @@ mod lease;
 mod state;
 mod writer;
 
-use state::{lock, Failure, Held, Inner, Progress, Row, State};
+use state::{lock, Failure, Held, Inner, Progress, Row, State, LEASE_CONNECTIONS};
 pub use state::{PgOptions, PgTraffic};
 
 /// The log on a PostgreSQL database, as one node writes it. A cheap handle: clones share one
@@ -66,12 +67,15 @@ impl PgLog {
                 )))?;
         config.application_name(format!("mull reads {}", options.node));
         let reads = Reads::connect(&config, &target).await?;
-        config.application_name(format!("mull leases {}", options.node));
-        let leases = Reads::connect(&config, &target).await?;
+        let mut leases = Vec::with_capacity(LEASE_CONNECTIONS);
+        for i in 0..LEASE_CONNECTIONS {
+            config.application_name(format!("mull leases {} {i}", options.node));
+            leases.push(Reads::connect(&config, &target).await?);
+        }
         config.application_name(format!("mull renewals {}", options.node));
         let renewals = Reads::connect(&config, &target).await?;
         // Never longer than a renewal period: a renewal that gives up is retried at the next.
-        for conn in [&leases, &renewals] {
+        for conn in leases.iter().chain([&renewals]) {
             conn.limit_lock_waits((options.lease_ttl / 3).min(lease::LEASE_LOCK_WAIT))
                 .await?;
         }
@@ -123,7 +127,12 @@ impl PgLog {
 
     /// What this node has asked of its database so far (see [`PgTraffic`]).
     pub fn traffic(&self) -> PgTraffic {
-        let (opening, opening_prepared) = self.inner.leases.round_trips();
+        let (opening, opening_prepared) = self
+            .inner
+            .leases
+            .iter()
+            .map(Reads::round_trips)
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
         PgTraffic {
             commits: self.inner.commits.load(Ordering::Relaxed),
             opening,
@@ -220,7 +229,7 @@ impl PgLog {
     async fn take_lease(&self, session_id: &str) -> Result<OpenedLease, StoreError> {
         let inner = &self.inner;
         inner
-            .leases
+            .leases_of(session_id)
             .open_lease(session_id, &inner.options.node, inner.options.lease_ttl)
             .await
     }
@@ -280,7 +289,7 @@ impl EventLog for PgLog {
             // Further pages (a long history, a fork's origins) on the same connection.
             let (state, last_seq) = self
                 .inner
-                .leases
+                .leases_of(session_id)
                 .fold_session(session_id, first_page)
                 .await?;
             let ttl = self.inner.options.lease_ttl;
@@ -295,7 +304,7 @@ impl EventLog for PgLog {
                 let renewed = Instant::now();
                 let renewal = self
                     .inner
-                    .leases
+                    .leases_of(session_id)
                     .renew_leases(&held, node, ttl, Lock::Wait)
                     .await?;
                 if let Some((_, (epoch, current, owner))) = renewal.lost.into_iter().next() {
@@ -447,7 +456,10 @@ impl EventLog for PgLog {
                 }
             };
             if live {
-                this.inner.leases.release_lease(session_id, epoch).await
+                this.inner
+                    .leases_of(session_id)
+                    .release_lease(session_id, epoch)
+                    .await
             } else {
                 Ok(())
             }

@@ -58,10 +58,10 @@ pub struct PgTraffic {
     /// Batches committed (each one statement, one round trip), retries after a lost
     /// connection included.
     pub commits: u64,
-    /// Round trips on the lease connection: sessions taken (lease and history), leases given
+    /// Round trips on the lease connections: sessions taken (lease and history), leases given
     /// back, statements prepared there.
     pub opening: u64,
-    /// Statements prepared on the lease connection (each prepared once per connection).
+    /// Statements prepared on the lease connections (each prepared once per connection).
     pub opening_prepared: u64,
 }
 
@@ -79,8 +79,12 @@ pub(super) struct Inner {
     pub(super) commits: AtomicU64,
     /// Reads, on a connection of their own.
     pub(super) reads: Reads,
-    /// Leases taken and given back, on another.
-    pub(super) leases: Reads,
+    /// Leases taken and given back, on connections of their own ([`LEASE_CONNECTIONS`]), each
+    /// session always on the same one ([`Inner::leases_of`]), so its take, its history read and
+    /// its give-back keep their order. Several, so that sessions opening at once do not wait
+    /// for one commit each, one after the other: the server flushes the commits of
+    /// several connections together.
+    pub(super) leases: Vec<Reads>,
     /// Renewals, on a third: a renewal must never wait behind a node's reads or behind the
     /// leases of many chats opening at once, or a busy node would lose the leases it holds
     /// while working (and other nodes would take over chats that are running fine).
@@ -90,6 +94,19 @@ pub(super) struct Inner {
     ///
     /// [`EventLog::read_log`]: mull_store::EventLog::read_log
     pub(super) read_log: Mutex<Option<Arc<PgReader>>>,
+}
+
+/// How many connections a node takes and gives back leases on.
+pub(super) const LEASE_CONNECTIONS: usize = 4;
+
+impl Inner {
+    /// The lease connection of `session_id`: always the same one for a session.
+    pub(super) fn leases_of(&self, session_id: &str) -> &Reads {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        session_id.hash(&mut hasher);
+        &self.leases[hasher.finish() as usize % self.leases.len()]
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
