@@ -12,7 +12,7 @@
 //! 3. **Renewal off the turn's path.** While held, a lease is renewed every third of its time to
 //!    live by a task of its own ([`run_renewal`]), on a connection of its own: a renewal never
 //!    waits behind a node's reads or the leases of many chats opening at once (their own
-//!    renewals run on the lease connection), and no turn waits for a renewal. A lease row a
+//!    renewals run on their lease connection), and no turn waits for a renewal. A lease row a
 //!    commit holds right then is skipped and renewed alone afterwards, so one busy session
 //!    never makes the renewal of every other lease wait or time out; leases a round left
 //!    un-renewed are tried again after a tenth of the time to live. A node that stops renewing
