@@ -128,6 +128,9 @@ impl PageServer {
             ])
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg(format!("http://{}/", self.addr))
+            // Its own scratch files (a killed browser leaves them) go in the profile's folder,
+            // which is removed with it, not in the machine's /tmp.
+            .env("TMPDIR", profile.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
