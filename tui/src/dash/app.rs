@@ -439,21 +439,12 @@ impl App {
                         .as_ref()
                         .is_some_and(|id| !self.sessions.iter().any(|s| &s.session_id == id));
                 self.sessions = sessions;
-                let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
-                // Following entered a sub-agent's session before its link was folded (it
-                // looked like a new session): back to the newest listed one.
-                let strayed = self.nest.is_empty()
-                    && self
-                        .session_id
-                        .as_deref()
-                        .is_some_and(|id| self.is_subagent_session(id));
-                if self.follow && (arrived || strayed) && !replaying {
-                    // Following moves on to a session that started after the dashboard opened.
-                    self.session_selected = self.sessions.len().saturating_sub(1);
-                    if let Some(id) = newest {
-                        self.follow_pending = true;
-                        self.turn = None;
-                        return self.enter_session(id);
+                // Following moves on to a session that started after the dashboard opened, or
+                // back from a sub-agent's session it entered before the link was folded (it
+                // looked like a new session).
+                if arrived || self.strayed_into_subagent() {
+                    if let Some(effects) = self.follow_to_newest() {
+                        return effects;
                     }
                 }
                 self.session_selected = if self.follow {
@@ -510,18 +501,9 @@ impl App {
                     .unwrap_or(0);
                 // Following may have entered a sub-agent's session before the overviews said
                 // it was one (they are read after the first frame): back to the newest listed.
-                let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
-                let strayed = self.nest.is_empty()
-                    && self
-                        .session_id
-                        .as_deref()
-                        .is_some_and(|id| self.is_subagent_session(id));
-                if self.follow && strayed && !replaying {
-                    self.session_selected = self.sessions.len().saturating_sub(1);
-                    if let Some(id) = self.sessions.last().map(|s| s.session_id.clone()) {
-                        self.follow_pending = true;
-                        self.turn = None;
-                        return self.enter_session(id);
+                if self.strayed_into_subagent() {
+                    if let Some(effects) = self.follow_to_newest() {
+                        return effects;
                     }
                 }
                 Vec::new()

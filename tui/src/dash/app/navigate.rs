@@ -194,6 +194,20 @@ impl App {
         }
     }
 
+    /// When following (and not replaying a turn), selects and enters the newest listed session;
+    /// `None` when it does not move.
+    pub(super) fn follow_to_newest(&mut self) -> Option<Vec<Effect>> {
+        let replaying = self.turn.as_ref().is_some_and(|t| t.replay.is_some());
+        if !self.follow || replaying {
+            return None;
+        }
+        self.session_selected = self.sessions.len().saturating_sub(1);
+        let id = self.sessions.last().map(|s| s.session_id.clone())?;
+        self.follow_pending = true;
+        self.turn = None;
+        Some(self.enter_session(id))
+    }
+
     /// Lists the turns of `session_id`.
     pub(super) fn enter_session(&mut self, session_id: String) -> Vec<Effect> {
         if self.session_id.as_deref() != Some(session_id.as_str()) {

@@ -32,6 +32,16 @@ impl App {
             .is_some_and(|o| o.parent.is_some())
     }
 
+    /// Whether the session shown is a sub-agent's that was entered as a session of its own (not
+    /// through its parent's call): following can do that before the link is known.
+    pub(super) fn strayed_into_subagent(&self) -> bool {
+        self.nest.is_empty()
+            && self
+                .session_id
+                .as_deref()
+                .is_some_and(|id| self.is_subagent_session(id))
+    }
+
     /// Opens the sub-agent the selected tool call ran (timeline only).
     pub(super) fn subagent_in(&mut self) -> Vec<Effect> {
         if self.view != View::Timeline {
