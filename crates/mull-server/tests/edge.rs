@@ -111,10 +111,7 @@ async fn a_foreign_page_cannot_start_a_turn_over_http() {
 async fn ws_connect(
     addr: std::net::SocketAddr,
     origin: Option<&str>,
-) -> Result<
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
-    tungstenite::Error,
-> {
+) -> Result<Ws, tungstenite::Error> {
     let mut request = format!("ws://{addr}/api/chat/ws")
         .into_client_request()
         .expect("request");
@@ -126,6 +123,59 @@ async fn ws_connect(
     tokio_tungstenite::connect_async(request)
         .await
         .map(|(ws, _)| ws)
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Sends a chat (`id`, `text`) as a WebSocket `send` frame and returns the raw text of the
+/// server's first answer, waiting at most 10 s.
+async fn ws_first_answer(ws: &mut Ws, request_id: &str, id: &str, text: &str) -> String {
+    let frame = json!({"type": "send", "requestId": request_id, "id": id,
+        "messages": user_request(id, text)["messages"]});
+    ws.send(Message::Text(frame.to_string().into()))
+        .await
+        .expect("send");
+    let reply = tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("a reply")
+        .expect("a frame")
+        .expect("ok");
+    reply.into_text().expect("text").to_string()
+}
+
+/// POSTs a chat (`id`, `text`) from another loopback address (127.0.0.2), as another client
+/// would, and returns the whole answer (waiting at most 30 s).
+async fn post_from_another_address(addr: std::net::SocketAddr, id: &str, text: &str) -> String {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(addr).await.expect("connects");
+    let body = user_request(id, text).to_string();
+    let head = format!(
+        "POST /api/chat HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    other.write_all(head.as_bytes()).await.expect("writes");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), other.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// POSTs a chat (`id`, `text`) until the client's share lets it in (429 meanwhile, for at most
+/// 10 s: `freed` says what should have come back), and reads its stream to the end.
+async fn post_once_the_share_is_free(server: &harness::Server, id: &str, text: &str, freed: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let response = server.post_chat(&user_request(id, text)).await;
+        if response.status() == 200 {
+            assert!(read_sse(response, 1000).await.1);
+            break;
+        }
+        assert_eq!(response.status(), 429);
+        assert!(started.elapsed() < Duration::from_secs(10), "{freed}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,17 +425,7 @@ async fn websocket_request_ids_are_bounded_and_not_echoed() {
     let server = server().await;
     let mut ws = ws_connect(server.addr, None).await.expect("upgrade");
     let huge = "r".repeat(100_000);
-    let frame = json!({"type": "send", "requestId": huge, "id": "ws-big",
-        "messages": user_request("ws-big", "hi")["messages"]});
-    ws.send(Message::Text(frame.to_string().into()))
-        .await
-        .expect("send");
-    let reply = tokio::time::timeout(Duration::from_secs(10), ws.next())
-        .await
-        .expect("a reply")
-        .expect("a frame")
-        .expect("ok");
-    let text = reply.into_text().expect("text");
+    let text = ws_first_answer(&mut ws, &huge, "ws-big", "hi").await;
     assert!(
         text.len() < 1000,
         "the id is not echoed: {} bytes",
@@ -448,52 +488,17 @@ async fn one_client_address_runs_only_its_share_of_turns() {
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["code"], "too_many_turns");
     let mut ws = ws_connect(server.addr, None).await.expect("upgrade");
-    let frame = json!({"type": "send", "requestId": "r1", "id": "ws-second",
-        "messages": user_request("ws-second", "hi")["messages"]});
-    ws.send(Message::Text(frame.to_string().into()))
-        .await
-        .expect("send");
-    let reply = tokio::time::timeout(Duration::from_secs(10), ws.next())
-        .await
-        .expect("a reply")
-        .expect("a frame")
-        .expect("ok");
-    let frame: Value = serde_json::from_str(&reply.into_text().expect("text")).unwrap();
+    let reply = ws_first_answer(&mut ws, "r1", "ws-second", "hi").await;
+    let frame: Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(frame["type"], "error", "{frame}");
     assert!(frame["errorText"].as_str().unwrap().contains("1 turns"));
     // … while another address still chats, and once the turn ends the slot is free again.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-    let mut other = socket.connect(server.addr).await.expect("connects");
-    let body = user_request("other-address", "hi").to_string();
-    let head = format!(
-        "POST /api/chat HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        server.addr,
-        body.len()
-    );
-    other.write_all(head.as_bytes()).await.expect("writes");
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(30), other.read_to_end(&mut answer)).await;
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = post_from_another_address(server.addr, "other-address", "hi").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("data: [DONE]"), "{answer}");
     let (_, done) = read_sse(running, 10_000).await;
     assert!(done);
-    let started = std::time::Instant::now();
-    loop {
-        let response = server.post_chat(&user_request("after-share", "hi")).await;
-        if response.status() == 200 {
-            assert!(read_sse(response, 1000).await.1);
-            break;
-        }
-        assert_eq!(response.status(), 429);
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the slot came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    post_once_the_share_is_free(&server, "after-share", "hi", "the slot came back").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -534,17 +539,8 @@ async fn one_client_address_has_only_its_share_of_request_bytes_in_flight() {
     assert_eq!(refusal["error"]["code"], "too_many_request_bytes");
     // … and so is a 40 KiB WebSocket message, undecoded, while a small one still passes.
     let mut ws = ws_connect(server.addr, None).await.expect("upgrade");
-    let frame = json!({"type": "send", "requestId": "r1", "id": "ws-bytes",
-        "messages": user_request("ws-bytes", &big)["messages"]});
-    ws.send(Message::Text(frame.to_string().into()))
-        .await
-        .expect("send");
-    let reply = tokio::time::timeout(Duration::from_secs(10), ws.next())
-        .await
-        .expect("a reply")
-        .expect("a frame")
-        .expect("ok");
-    let frame: Value = serde_json::from_str(&reply.into_text().expect("text")).unwrap();
+    let reply = ws_first_answer(&mut ws, "r1", "ws-bytes", &big).await;
+    let frame: Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(frame["type"], "error", "{frame}");
     assert!(frame["errorText"]
         .as_str()
@@ -555,37 +551,11 @@ async fn one_client_address_has_only_its_share_of_request_bytes_in_flight() {
         "refused undecoded: {frame}"
     );
     // Another address sends the same and chats.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-    let mut other = socket.connect(server.addr).await.expect("connects");
-    let body = user_request("other-bytes", &big).to_string();
-    let head = format!(
-        "POST /api/chat HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        server.addr,
-        body.len()
-    );
-    other.write_all(head.as_bytes()).await.expect("writes");
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(30), other.read_to_end(&mut answer)).await;
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = post_from_another_address(server.addr, "other-bytes", &big).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("data: [DONE]"), "{answer}");
     // Once the slow turn ends, its bytes are free again.
     let (_, done) = read_sse(running, 10_000).await;
     assert!(done);
-    let started = std::time::Instant::now();
-    loop {
-        let response = server.post_chat(&user_request("after-bytes", &big)).await;
-        if response.status() == 200 {
-            assert!(read_sse(response, 1000).await.1);
-            break;
-        }
-        assert_eq!(response.status(), 429);
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the bytes came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    post_once_the_share_is_free(&server, "after-bytes", &big, "the bytes came back").await;
 }
