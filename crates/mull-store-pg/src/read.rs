@@ -626,6 +626,10 @@ impl Reads {
     }
 
     /// Gives a lease back: it expires now, so any node may take the session at once.
+    ///
+    /// Without waiting for the disk (`synchronous_commit` off for this transaction): a give-back
+    /// a database crash loses only leaves the lease to expire by its time, and waiting would
+    /// cost every session that ends a flush of the server's log of its own.
     pub(crate) async fn release_lease(
         &self,
         session_id: &str,
@@ -634,6 +638,7 @@ impl Reads {
         self.client
             .execute(
                 "UPDATE mull_leases SET expires_at = now(), released = true
+                 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_flush_wait
                  WHERE session_id = $1 AND epoch = $2",
                 &[&session_id, &epoch],
             )

@@ -195,6 +195,43 @@ async fn a_held_lease_is_refused_and_a_taken_over_session_fences_its_old_owner()
     assert_eq!(a.epoch("s1"), Some(3));
 }
 
+/// A take commits without waiting for the disk, so a database crash can lose it before any
+/// row under it commits. Another node may then take the session at the very same epoch; the
+/// owner tells the two apart, and the node whose take was lost is fenced, writing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_the_database_lost_fences_its_node_though_another_took_the_same_epoch() {
+    let Some(pg) = TestPg::start("a_take_the_database_lost") else {
+        return;
+    };
+    let url = pg.database();
+    let a = node(&url, "a").await;
+    let b = node(&url, "b").await;
+    a.open_session("s2").await.unwrap();
+    assert_eq!(a.epoch("s2"), Some(1));
+    // What a crash before the take reached the disk leaves: no lease row at all.
+    sql(&url, "DELETE FROM mull_leases WHERE session_id = 's2'").await;
+    b.open_session("s2").await.unwrap();
+    assert_eq!(b.epoch("s2"), Some(1));
+
+    a.append_event("s2", Some("lost"), at(0), opened()).unwrap();
+    let err = EventLog::flush(&a, "s2").await.unwrap_err();
+    match &err {
+        StoreError::Fenced {
+            epoch,
+            current,
+            owner,
+            ..
+        } => assert_eq!((*epoch, *current, owner.as_str()), (1, 1, "b")),
+        other => panic!("{other}"),
+    }
+    b.append_event("s2", Some("kept"), at(1), opened()).unwrap();
+    EventLog::flush(&b, "s2").await.unwrap();
+    // Node b's event is the session's first (node a's never went in, or b's seq 1 would have
+    // been a conflict).
+    let reads = Reads::open(&url).await.unwrap();
+    assert_eq!(reads.epochs("s2").await.unwrap(), [(1, 1)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_is_renewed_while_held() {
     let Some(pg) = TestPg::start("a_lease_is_renewed_while_held") else {

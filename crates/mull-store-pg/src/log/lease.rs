@@ -3,10 +3,11 @@
 //! # Invariants
 //! 1. **One writer per session.** `PgLog::open_session` takes the session's lease row (free,
 //!    expired, or this node's own): the epoch goes up by one, and every event this node appends
-//!    for the session is stamped with that epoch.
+//!    for the session is stamped with that epoch. Takes and give-backs commit without waiting
+//!    for the disk; the rows written under a lease are what wait (see `TAKE_LEASE`).
 //! 2. **Fencing.** A batch's statement first locks the lease rows of its sessions
 //!    (`FOR SHARE`, so no take-over can commit until it does) and inserts only the rows whose
-//!    epoch is still the lease's: a node that was paused or cut off while another took the
+//!    epoch and owner are still the lease's: a node that was paused or cut off while another took the
 //!    session over has its late writes refused in the very transaction that tried them, and the
 //!    session is fenced here (`StoreError::Fenced` from then on).
 //! 3. **Renewal off the turn's path.** While held, a lease is renewed every third of its time to

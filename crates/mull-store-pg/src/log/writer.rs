@@ -58,7 +58,8 @@ pub(super) fn commit_batch_sql() -> String {
              FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $6::text[], $7::text[],
                          $8::int8[])
                   AS u(session_id, seq, turn_id, at, kind, payload, epoch)
-             JOIN locked l ON l.session_id = u.session_id AND l.epoch = u.epoch
+             JOIN locked l
+               ON l.session_id = u.session_id AND l.epoch = u.epoch AND l.owner = $10
              RETURNING session_id, seq, at
          ), touched AS ({touch})
          SELECT session_id, epoch, owner FROM locked",
@@ -114,9 +115,9 @@ pub(super) async fn run_writer(weak: Weak<Inner>, client: Client, st: Statement)
             .commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let committed = if doubtful {
-            resolve(&client, &st, &batch).await
+            resolve(&client, &st, &batch, &strong.options.node).await
         } else {
-            commit(&client, &st, &batch).await
+            commit(&client, &st, &batch, &strong.options.node).await
         };
         match committed {
             Ok(fences) => {
@@ -264,6 +265,7 @@ async fn resolve(
     client: &Client,
     st: &Statement,
     batch: &[Row],
+    node: &str,
 ) -> Result<Vec<(Arc<str>, Fence)>, tokio_postgres::Error> {
     let session_ids: Vec<&str> = batch.iter().map(|r| &*r.session_id).collect();
     let seqs: Vec<i64> = batch.iter().map(|r| r.seq).collect();
@@ -292,7 +294,7 @@ async fn resolve(
     if rest.is_empty() {
         return Ok(Vec::new());
     }
-    commit(client, st, &rest).await
+    commit(client, st, &rest, node).await
 }
 
 /// Waits until a batch is due and takes it; `None` when woken with nothing to do (so the task
@@ -337,11 +339,13 @@ async fn next_batch(inner: &Inner) -> Option<Vec<Row>> {
     }
 }
 
-/// Commits one batch ([`commit_batch_sql`]). Returns the sessions whose rows were refused.
+/// Commits one batch ([`commit_batch_sql`]) of `node`'s rows. Returns the sessions whose rows
+/// were refused: their lease is at another epoch, or held by another node.
 async fn commit(
     client: &Client,
     st: &Statement,
     batch: &[Row],
+    node: &str,
 ) -> Result<Vec<(Arc<str>, Fence)>, tokio_postgres::Error> {
     let mut sessions: Vec<&str> = batch.iter().map(|r| &*r.session_id).collect();
     sessions.sort_unstable();
@@ -354,7 +358,7 @@ async fn commit(
     let payloads: Vec<&str> = batch.iter().map(|r| r.payload.as_str()).collect();
     let epochs: Vec<i64> = batch.iter().map(|r| r.epoch).collect();
     let v = EVENT_VERSION as i16;
-    let params: [&(dyn ToSql + Sync); 9] = [
+    let params: [&(dyn ToSql + Sync); 10] = [
         &session_ids,
         &seqs,
         &turns,
@@ -364,6 +368,7 @@ async fn commit(
         &payloads,
         &epochs,
         &sessions,
+        &node,
     ];
     let leases = client.query(st, &params).await?;
     let current: HashMap<&str, (i64, &str)> = leases
@@ -387,7 +392,7 @@ async fn commit(
             .get(&*row.session_id)
             .copied()
             .unwrap_or((-1, "nobody"));
-        if epoch != row.epoch {
+        if epoch != row.epoch || owner != node {
             fences.push((
                 Arc::clone(&row.session_id),
                 Fence::TakenOver {

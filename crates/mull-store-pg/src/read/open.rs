@@ -21,8 +21,18 @@ use super::{envelope, Reads, COLUMNS, PAGE};
 use crate::error::server_error;
 
 /// Takes the lease when it is given back, expired or the owner's own; the epoch goes up by one.
+///
+/// The take commits without waiting for the disk (`synchronous_commit` off for its own
+/// transaction alone): nothing that leaves the
+/// node rests on it alone. Every row written under the lease commits in a statement that checks
+/// the lease's epoch *and* owner and waits for the disk, and PostgreSQL's log is flushed in
+/// order, so once any such row is durable the take is too. A take a database crash loses
+/// before that leaves the node writing under a lease the database does not have: its rows are
+/// refused (the row is missing, or another node has taken the session since, perhaps at the
+/// same epoch, which the owner tells apart) and the session is fenced, as after any take-over.
 const TAKE_LEASE: &str = "INSERT INTO mull_leases AS l (session_id, owner, epoch, expires_at)
-     VALUES ($1, $2, 1, now() + make_interval(secs => $3))
+     SELECT $1, $2, 1, now() + make_interval(secs => $3)
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_flush_wait
      ON CONFLICT (session_id) DO UPDATE
          SET owner = EXCLUDED.owner, epoch = l.epoch + 1,
              expires_at = EXCLUDED.expires_at, released = false
