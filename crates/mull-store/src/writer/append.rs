@@ -58,7 +58,7 @@ impl Log {
         let at = timestamp::truncate(at);
         let payload = event.encode();
         let kind = kind_of(&event);
-        let seq = {
+        let (seq, spent) = {
             let mut queue = lock(&shared.queue);
             if queue.closed {
                 return Err(StoreError::WriterGone);
@@ -90,8 +90,10 @@ impl Log {
             if wake {
                 queue.wake_writer(&shared.wake);
             }
-            seq
+            (seq, queue.spent.pop())
         };
+        // Freed here, on this thread, after the lock is let go (see `Queue::spent`).
+        drop(spent);
         Ok(Appended { seq, at, event })
     }
 

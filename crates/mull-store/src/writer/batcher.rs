@@ -22,6 +22,12 @@ const RECORDS_RESET_BYTES: u64 = 4 << 20;
 /// CPU than inserting them (measured on the turn bench).
 const EAGER_ROWS: usize = 64;
 
+/// The most inserted rows waiting in the queue for an appending thread to free them, and the
+/// largest payload such a row may have: what the hand-back holds on to between appends stays
+/// small (at most 4 MiB of payloads).
+pub(super) const SPENT_ROWS: usize = 1024;
+pub(super) const SPENT_ROW_BYTES: usize = 4096;
+
 /// The most rows a spare queue buffer may hold room for and still be kept.
 const SPARE_ROWS: usize = 4096;
 
@@ -169,9 +175,16 @@ impl Store {
         records: Option<&mut Records>,
     ) -> Vec<Row> {
         let spare = std::mem::take(&mut self.spare);
+        // The rows inserted since the last take go back to the appending threads to be freed
+        // (see `Queue::spent`); large ones, and those past the bound, are freed here.
+        self.inserted
+            .retain(|row| row.payload.capacity() <= SPENT_ROW_BYTES);
         let rows = {
             let mut queue = lock(&shared.queue);
             let rows = std::mem::replace(&mut queue.rows, spare);
+            let room = SPENT_ROWS.saturating_sub(queue.spent.len());
+            let handed = self.inserted.len().min(room);
+            queue.spent.extend(self.inserted.drain(..handed));
             // Named in the same hold of the queue's lock: a row is always in the queue or
             // named here until it is committed (see `Log::has_uncommitted_rows`).
             let mut taken = lock(&shared.taken_sessions);
@@ -188,6 +201,7 @@ impl Store {
             drop(queue);
             rows
         };
+        self.inserted.clear();
         if let Some(records) = records {
             shared.record_rows(records, &rows);
         }
@@ -197,9 +211,10 @@ impl Store {
     /// Inserts taken rows (see [`Store::insert_rows`]) and keeps their buffer as the spare.
     pub(super) fn insert_taken(&mut self, shared: &Shared, mut rows: Vec<Row>) {
         self.insert_rows(shared, &rows);
+        // Kept for the next take to hand back (see `Queue::spent`).
+        self.inserted.append(&mut rows);
         // A burst's large buffer is let go rather than held for the log's lifetime.
         if rows.capacity() <= SPARE_ROWS {
-            rows.clear();
             self.spare = rows;
         }
     }

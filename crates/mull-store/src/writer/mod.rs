@@ -176,6 +176,11 @@ struct Queue {
     turn: Option<Arc<str>>,
     /// Which sessions run a turn: where their chunks are stored.
     open_turns: OpenTurns,
+    /// Rows already inserted, handed back so that the threads that append free them, one per
+    /// append: memory freed by the thread that allocated it goes back to that thread's cache,
+    /// where memory freed by the writer thread would go back through the allocator's shared
+    /// arena, whose lock both threads would then contend for on every batch (glibc's malloc).
+    spent: Vec<Row>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,6 +326,8 @@ struct Store {
     open: Option<OpenBatch>,
     /// The queue's other buffer, empty, kept for the next take.
     spare: Vec<Row>,
+    /// Rows inserted since the last take, handed to the queue's `spent` at the next one.
+    inserted: Vec<Row>,
 }
 
 /// The rows of the transaction in progress.

@@ -90,6 +90,7 @@ impl Log {
                 conn,
                 open: None,
                 spare: Vec::new(),
+                inserted: Vec::new(),
             }),
             wal_pages,
             queue: Mutex::new(Queue {
@@ -102,6 +103,7 @@ impl Log {
                 session: None,
                 turn: None,
                 open_turns: OpenTurns::default(),
+                spent: Vec::new(),
             }),
             wake: Condvar::new(),
             committed: AtomicU64::new(last),

@@ -597,3 +597,51 @@ fn a_new_session_is_found_before_its_rows_are_committed() {
     log.flush_blocking().expect("flushes");
     assert!(log.has_session("s").expect("committed"));
 }
+
+/// Inserted rows are freed by the threads that append, one per append; what waits for them is
+/// bounded in count and leaves large payloads out.
+#[test]
+fn inserted_rows_wait_for_appends_to_free_them_within_bounds() {
+    use super::batcher::{SPENT_ROWS, SPENT_ROW_BYTES};
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No commit by deadline while the test looks: only its own flushes take rows (and the
+    // writer thread, eagerly, once 64 are queued).
+    let options = LogOptions {
+        batch_max_events: 100_000,
+        batch_max_delay: Duration::from_secs(60),
+        ..LogOptions::default()
+    };
+    let log = Log::open_with(dir.path().join("log.db"), options).expect("opens");
+    let spent = || lock(&log.inner.shared.queue).spent.len();
+    let mut at_micros = 0;
+    let mut append = |text: &str| {
+        at_micros += 1;
+        log.append("sess_1", None, at(at_micros), delta(text))
+            .expect("appends");
+    };
+    for _ in 0..3000 {
+        append("small");
+    }
+    log.flush_blocking().expect("flushes");
+    append("small");
+    log.flush_blocking().expect("flushes");
+    let waiting = spent();
+    assert!(
+        (10..=SPENT_ROWS).contains(&waiting),
+        "{waiting} rows waiting"
+    );
+    // Each append frees one (ten appends take nothing: fewer than the writer inserts eagerly).
+    for _ in 0..10 {
+        append("small");
+    }
+    assert_eq!(spent(), waiting - 10);
+    // A large payload is freed by the writer, not kept waiting.
+    append(&"x".repeat(2 * SPENT_ROW_BYTES));
+    log.flush_blocking().expect("flushes");
+    append("small");
+    log.flush_blocking().expect("flushes");
+    assert!(lock(&log.inner.shared.queue)
+        .spent
+        .iter()
+        .all(|row| row.payload.len() < SPENT_ROW_BYTES));
+}
