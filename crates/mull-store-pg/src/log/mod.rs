@@ -26,6 +26,9 @@ mod lease;
 mod state;
 mod writer;
 
+#[cfg(test)]
+mod tests;
+
 use state::{lock, Failure, Held, Inner, Progress, Row, State, LEASE_CONNECTIONS};
 pub use state::{PgOptions, PgTraffic};
 
@@ -377,7 +380,10 @@ impl EventLog for PgLog {
         if first {
             state.first_at = Some(Instant::now());
         }
+        let spent = state.spent.pop();
         drop(guard);
+        // Freed here, on this thread, after the lock is let go (see `State::spent`).
+        drop(spent);
         if first || full {
             self.inner.wake.notify_one();
         }

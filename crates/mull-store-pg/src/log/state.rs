@@ -128,7 +128,18 @@ pub(super) struct State {
     pub(super) failure: Option<Failure>,
     /// Why the writer cannot commit now (its connection was lost and is being made again).
     pub(super) down: Option<String>,
+    /// Committed rows handed back so that the threads that append free them, one per append:
+    /// memory freed by the thread that allocated it goes back to that thread's cache, where
+    /// memory freed by the writer task's thread would go back through the allocator's shared
+    /// arena, whose lock the threads would then contend for on every batch (glibc's malloc).
+    /// At most [`SPENT_ROWS`] rows, none with a payload over [`SPENT_ROW_BYTES`].
+    pub(super) spent: Vec<Row>,
 }
+
+/// The most committed rows waiting for an appending thread to free them, and the largest
+/// payload such a row may have (so what waits stays under 4 MiB of payloads).
+pub(super) const SPENT_ROWS: usize = 1024;
+pub(super) const SPENT_ROW_BYTES: usize = 4096;
 
 /// A session this node writes.
 pub(super) struct Held {

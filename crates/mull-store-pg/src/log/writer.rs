@@ -29,7 +29,7 @@ use mull_core::EVENT_VERSION;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
-use super::state::{lock, Failure, Fence, Inner, Row};
+use super::state::{lock, Failure, Fence, Inner, Row, SPENT_ROWS, SPENT_ROW_BYTES};
 use crate::error::{conflict_key, connect_driver, describe, is_conflict, is_connection_loss};
 use crate::schema;
 
@@ -122,7 +122,7 @@ pub(super) async fn run_writer(weak: Weak<Inner>, client: Client, st: Statement)
         match committed {
             Ok(fences) => {
                 lock(&strong.state).down = None;
-                settle(&strong, &batch, fences);
+                settle(&strong, batch, fences);
                 conn = Some((client, st));
             }
             Err(e) if is_connection_loss(&e) => {
@@ -225,10 +225,11 @@ async fn reconnect(weak: &Weak<Inner>) -> Option<(Client, Statement)> {
 
 /// Takes a committed batch's outcome into the state: the fenced sessions, each live session's
 /// committed seq, the committed ticket.
-fn settle(inner: &Inner, batch: &[Row], fences: Vec<(Arc<str>, Fence)>) {
+fn settle(inner: &Inner, mut batch: Vec<Row>, fences: Vec<(Arc<str>, Fence)>) {
+    let last = batch.last().map_or(0, |r| r.ticket);
     let mut state = lock(&inner.state);
     let refused: HashSet<&str> = fences.iter().map(|(s, _)| &**s).collect();
-    for row in batch {
+    for row in &batch {
         if refused.contains(&*row.session_id) {
             continue;
         }
@@ -253,10 +254,19 @@ fn settle(inner: &Inner, batch: &[Row], fences: Vec<(Arc<str>, Fence)>) {
         }
     }
     drop(state);
-    let last = batch.last().map_or(0, |r| r.ticket);
     inner
         .progress
         .send_modify(|p| p.committed = p.committed.max(last));
+    // Handed back to the appending threads to be freed (see `State::spent`); large rows, and
+    // those past the bound, are freed here, outside the lock.
+    batch.retain(|row| row.payload.capacity() <= SPENT_ROW_BYTES);
+    {
+        let mut state = lock(&inner.state);
+        let room = SPENT_ROWS.saturating_sub(state.spent.len());
+        let handed = batch.len().min(room);
+        state.spent.extend(batch.drain(..handed));
+    }
+    drop(batch);
 }
 
 /// Commits a batch whose first commit was cut off: the rows the database holds (under their
