@@ -85,6 +85,36 @@ pub(crate) fn record_failure(
 /// What a hook cut off by its turn's abort reports (its `hook_failed` error).
 pub(crate) const CUT_OFF_BY_ABORT: &str = "cut off: the turn was aborted while this hook ran";
 
+/// A hook that was not done at its first poll, bounded by `limit` and by the abort of the turn
+/// the task runs.
+async fn bounded<F: Future>(
+    caught: std::pin::Pin<&mut F>,
+    limit: Option<Duration>,
+) -> Result<F::Output, Unfinished> {
+    let bounded = async {
+        match limit {
+            None => Ok(caught.await),
+            Some(limit) => tokio::time::timeout(limit, caught)
+                .await
+                .map_err(|_| Unfinished::TimedOut),
+        }
+    };
+    // Outside a turn (`on_chat_response`, a session's setup) nothing aborts the hook.
+    let signal = TURN_SCOPE
+        .try_with(|scope| scope.signal.clone())
+        .unwrap_or_default();
+    // The hook first: one that is ready when the abort arrives still finishes. The abort can
+    // land between the hook's poll and the signal's (another thread cancels), so when the
+    // signal wins the hook gets one more poll: a hook that watches the abort and returns
+    // promptly finishes whichever order the two polls saw.
+    let mut bounded = std::pin::pin!(bounded);
+    tokio::select! {
+        biased;
+        outcome = &mut bounded => outcome,
+        _ = signal.cancelled() => bounded.now_or_never().unwrap_or(Err(Unfinished::Aborted)),
+    }
+}
+
 /// How a guarded call ended when it did not return.
 enum Unfinished {
     TimedOut,
@@ -103,28 +133,14 @@ pub(crate) async fn guarded<T>(
     limit: Option<Duration>,
     fut: impl Future<Output = HookResult<T>>,
 ) -> Result<Result<T, String>, EngineError> {
-    let caught = AssertUnwindSafe(fut).catch_unwind();
-    let bounded = async {
-        match limit {
-            None => Ok(caught.await),
-            Some(limit) => tokio::time::timeout(limit, caught)
-                .await
-                .map_err(|_| Unfinished::TimedOut),
-        }
-    };
-    // Outside a turn (`on_chat_response`, a session's setup) nothing aborts the hook.
-    let signal = TURN_SCOPE
-        .try_with(|scope| scope.signal.clone())
-        .unwrap_or_default();
-    // The hook first: one that is ready when the abort arrives still finishes. The abort can
-    // land between the hook's poll and the signal's (another thread cancels), so when the
-    // signal wins the hook gets one more poll: a hook that watches the abort and returns
-    // promptly finishes whichever order the two polls saw.
-    let mut bounded = std::pin::pin!(bounded);
-    let outcome = tokio::select! {
-        biased;
-        outcome = &mut bounded => outcome,
-        _ = signal.cancelled() => bounded.now_or_never().unwrap_or(Err(Unfinished::Aborted)),
+    let mut caught = std::pin::pin!(AssertUnwindSafe(fut).catch_unwind());
+    // Most hooks are done at their first poll (a counter, a log line): those need no timer and
+    // no wait on the abort, which would cost a timer entry and a registration on the turn's
+    // signal for every streamed part. The rest wait in a future of their own, so that the
+    // guard of a quick hook stays small to build and move.
+    let outcome = match (&mut caught).now_or_never() {
+        Some(done) => Ok(done),
+        None => Box::pin(bounded(caught, limit)).await,
     };
     let (error, panicked, timed_out) = match outcome {
         Ok(Ok(Ok(value))) => return Ok(Ok(value)),

@@ -14,6 +14,7 @@ use super::extensions::ExtensionHooks;
 use super::observed::Observed;
 use crate::agent::Agent;
 use crate::error::{EngineError, HookResult};
+use crate::extension::ExtensionHook;
 use crate::guard::{guarded, panic_text, record_failure, Caller};
 use crate::outside::{HookPoint, Outside};
 use crate::recorder::Recorder;
@@ -124,7 +125,13 @@ impl Hooks {
         self.guard_hook(turn_id, observed.point(), fut).await?.ok();
         let extensions = &self.extensions;
         match observed {
-            Observed::Chunk(ctx) => extensions.on_chunk(turn_id, ctx).await,
+            // Per streamed part: the extensions' calls wait in a future of their own, built
+            // only when one subscribes, so that dispatching a chunk stays small to build and
+            // move.
+            Observed::Chunk(ctx) if extensions.subscribe(ExtensionHook::OnChunk) => {
+                Box::pin(extensions.on_chunk(turn_id, ctx)).await
+            }
+            Observed::Chunk(_) => Ok(()),
             Observed::ToolResult(ctx) => extensions.after_tool_call(turn_id, ctx).await,
             Observed::Step(ctx) => extensions.on_step_finish(turn_id, ctx).await,
             // Extensions do not subscribe to it.

@@ -255,6 +255,11 @@ impl ExtensionHooks {
     }
 
     /// Offers a logged stream part to every `on_chunk` subscriber.
+    /// Whether any extension subscribes to `hook`.
+    pub(crate) fn subscribe(&self, hook: ExtensionHook) -> bool {
+        self.extensions.subscribed(hook).next().is_some()
+    }
+
     pub(crate) async fn on_chunk(
         &self,
         turn_id: Option<&str>,

@@ -61,11 +61,11 @@ impl TurnRun<'_> {
             if compactions > 0 {
                 span.record("gen_ai.conversation.compacted", true);
             }
-            match self
-                .run_step(&resolved, step, &span)
-                .instrument(span.clone())
-                .await?
-            {
+            let fut = self.run_step(&resolved, step, &span);
+            if std::env::var_os("MULL_SIZES").is_some() {
+                eprintln!("run_step future {}", std::mem::size_of_val(&fut));
+            }
+            match fut.instrument(span.clone()).await? {
                 StepEnd::Continue => {
                     // No gate: calling the model again leaves nothing behind; the step's
                     // events commit with the batch or the next gate.
@@ -516,10 +516,16 @@ impl TurnRun<'_> {
             let shown = self.show_one(resolved, step, part, parts)?;
             return self.observe_chunk(step, shown, parts).await;
         }
-        for shown in self.show(resolved, step, part, parts)? {
-            self.observe_chunk(step, shown, parts).await?;
-        }
-        Ok(())
+        // Transforms at work: the parts they show are observed in a future of their own, so
+        // that emitting an untransformed part stays small to build and move.
+        let shown = self.show(resolved, step, part, parts)?;
+        Box::pin(async move {
+            for shown in shown {
+                self.observe_chunk(step, shown, parts).await?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Runs the transforms on `part`, logs what the user sees (after a `part_transformed`
@@ -612,7 +618,9 @@ impl TurnRun<'_> {
                     if matches!(&ctx.chunk, StreamPart::ToolCall { call_id: c, .. } if c == call_id))
             });
             if waiting {
-                self.release_deferred_call(parts).await?;
+                // Once per tool call: in a future of its own, so that observing a chunk stays
+                // small to build and move.
+                Box::pin(self.release_deferred_call(parts)).await?;
             }
         }
         if !shown.is_observed_chunk() {
