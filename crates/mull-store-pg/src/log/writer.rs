@@ -254,11 +254,8 @@ fn settle(inner: &Inner, mut batch: Vec<Row>, fences: Vec<(Arc<str>, Fence)>) {
         }
     }
     drop(state);
-    inner
-        .progress
-        .send_modify(|p| p.committed = p.committed.max(last));
-    // Handed back to the appending threads to be freed (see `State::spent`); large rows, and
-    // those past the bound, are freed here, outside the lock.
+    // Handed back to the appending threads to be freed (see `State::spent`) before the commit
+    // is announced; large rows, and those past the bound, are freed here, outside the lock.
     batch.retain(|row| row.payload.capacity() <= SPENT_ROW_BYTES);
     {
         let mut state = lock(&inner.state);
@@ -267,6 +264,9 @@ fn settle(inner: &Inner, mut batch: Vec<Row>, fences: Vec<(Arc<str>, Fence)>) {
         state.spent.extend(batch.drain(..handed));
     }
     drop(batch);
+    inner
+        .progress
+        .send_modify(|p| p.committed = p.committed.max(last));
 }
 
 /// Commits a batch whose first commit was cut off: the rows the database holds (under their
