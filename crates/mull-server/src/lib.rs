@@ -341,9 +341,8 @@ impl Bound {
 pub async fn bind(config: &ServerConfig, state: ServerState) -> Result<Bound, ServeError> {
     config.check()?;
     let state = state.with_token(config.token.clone());
-    let listener = tokio::net::TcpListener::bind(config.addr)
-        .await
-        .map_err(|source| ServeError::Bind {
+    let listener =
+        listen::listen(config.addr, &config.limits).map_err(|source| ServeError::Bind {
             addr: config.addr,
             source,
         })?;

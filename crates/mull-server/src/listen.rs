@@ -48,6 +48,24 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a refused connection gets to take its 503.
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Binds `addr` and listens with a queue of not-yet-accepted connections as long as the most
+/// connections the server may have open (the kernel caps it at `net.core.somaxconn`). The usual
+/// 128 (the standard library's and tokio's) is shorter than a burst a proxy or a page of clients
+/// can send at once: past it the kernel drops a new connection's handshake, and the client's
+/// TCP tries again only after a second.
+pub(crate) fn listen(addr: SocketAddr, limits: &ConnectionLimits) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As tokio's own `bind`: a restarted server binds again at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    // Within what `listen(2)` takes (an `int`); the kernel lowers it to its own bound.
+    let backlog = limits.max_connections.clamp(1, i32::MAX as usize) as u32;
+    socket.listen(backlog)
+}
+
 /// What one listener allows its clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {

@@ -364,3 +364,33 @@ async fn an_idle_websocket_is_closed_and_a_busy_one_is_not() {
         "closed: {next:?}"
     );
 }
+
+/// A burst of new connections larger than the usual listen queue (128) is held by the kernel
+/// until the server accepts it, not dropped: the server here accepts nothing yet, and each of
+/// 600 connections still completes its handshake at once (a dropped one would be tried again by
+/// the client's TCP only after a second, then two more, and miss the bound).
+#[tokio::test]
+async fn a_burst_of_connections_waits_in_the_listen_queue_instead_of_being_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = mull_store::Log::open(dir.path().join("chat.db")).expect("log");
+    let agents: mull_server::AgentSource =
+        std::sync::Arc::new(|chat_id: &str| harness::agent::ScriptAgent::for_chat(chat_id));
+    let config = mull_server::ServerConfig {
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..mull_server::ServerConfig::default()
+    };
+    let bound = mull_server::bind(&config, mull_server::ServerState::with_agents(log, agents))
+        .await
+        .expect("binds");
+    let addr = bound.local_addr();
+    let mut held = Vec::new();
+    for i in 0..600 {
+        let connect = tokio::net::TcpStream::connect(addr);
+        match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok(stream)) => held.push(stream),
+            Ok(Err(e)) => panic!("connection {i} failed: {e}"),
+            Err(_) => panic!("connection {i} was not taken into the listen queue within 5 s"),
+        }
+    }
+    assert_eq!(held.len(), 600);
+}
