@@ -128,7 +128,7 @@ impl Hooks {
             // Per streamed part: the extensions' calls wait in a future of their own, built
             // only when one subscribes, so that dispatching a chunk stays small to build and
             // move.
-            Observed::Chunk(ctx) if extensions.subscribe(ExtensionHook::OnChunk) => {
+            Observed::Chunk(ctx) if extensions.has_subscribers(ExtensionHook::OnChunk) => {
                 Box::pin(extensions.on_chunk(turn_id, ctx)).await
             }
             Observed::Chunk(_) => Ok(()),

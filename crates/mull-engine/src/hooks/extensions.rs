@@ -254,12 +254,12 @@ impl ExtensionHooks {
         Ok(())
     }
 
-    /// Offers a logged stream part to every `on_chunk` subscriber.
     /// Whether any extension subscribes to `hook`.
-    pub(crate) fn subscribe(&self, hook: ExtensionHook) -> bool {
+    pub(crate) fn has_subscribers(&self, hook: ExtensionHook) -> bool {
         self.extensions.subscribed(hook).next().is_some()
     }
 
+    /// Offers a logged stream part to every `on_chunk` subscriber.
     pub(crate) async fn on_chunk(
         &self,
         turn_id: Option<&str>,

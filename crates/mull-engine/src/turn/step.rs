@@ -61,11 +61,11 @@ impl TurnRun<'_> {
             if compactions > 0 {
                 span.record("gen_ai.conversation.compacted", true);
             }
-            let fut = self.run_step(&resolved, step, &span);
-            if std::env::var_os("MULL_SIZES").is_some() {
-                eprintln!("run_step future {}", std::mem::size_of_val(&fut));
-            }
-            match fut.instrument(span.clone()).await? {
+            match self
+                .run_step(&resolved, step, &span)
+                .instrument(span.clone())
+                .await?
+            {
                 StepEnd::Continue => {
                     // No gate: calling the model again leaves nothing behind; the step's
                     // events commit with the batch or the next gate.
