@@ -47,7 +47,7 @@ async fn a01_defaults_max_steps_send_reasoning_stall_and_overflow() {
     assert_eq!(configured.stall_timeout_ms, 0);
     assert_eq!(configured.stop_when, ["step_count_is(10)"]);
     assert!(configured.overrides.is_empty());
-    insta::assert_snapshot!("a01_defaults", env.trace(render).await);
+    insta::assert_snapshot!("a01_defaults", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -104,5 +104,5 @@ async fn a02_stop_when_adds_to_step_count() {
         1,
         "step_count_is(1) stopped the loop"
     );
-    insta::assert_snapshot!("a02_stop_when", env.trace(render).await);
+    insta::assert_snapshot!("a02_stop_when", env.step_trace(render).await);
 }

@@ -165,7 +165,7 @@ async fn b03_interrupted_tool_calls_are_repaired_before_the_next_turn() {
         repaired.error_text.as_deref(),
         Some("The tool call was interrupted before a result was recorded.")
     );
-    insta::assert_snapshot!("b03_repair", env.trace(render).await);
+    insta::assert_snapshot!("b03_repair", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -221,7 +221,7 @@ async fn b04_before_turn_runs_once_and_the_merged_config_is_one_event() {
     );
     let kinds = env.kinds().await;
     assert_eq!(kinds.iter().filter(|k| *k == "turn_configured").count(), 1);
-    insta::assert_snapshot!("b04_trace", env.trace(render).await);
+    insta::assert_snapshot!("b04_trace", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -244,6 +244,6 @@ async fn b05_empty_message_list_is_a_turn_error() {
     assert_eq!(out.status, OutcomeStatus::Error);
     assert_eq!(out.error.unwrap().stage, ErrorStage::Turn);
     assert_eq!(model.requests().len(), 0);
-    insta::assert_snapshot!("b05_trace", env.trace(render).await);
+    insta::assert_snapshot!("b05_trace", env.step_trace(render).await);
     insta::assert_snapshot!("b05_hooks", agent.calls_folded());
 }

@@ -113,7 +113,7 @@ async fn c07_every_part_is_a_chunk_event_and_an_on_chunk_call() {
         ]
     );
     assert_eq!(on_chunk_calls, observed.len());
-    insta::assert_snapshot!("c07_trace", env.trace(render).await);
+    insta::assert_snapshot!("c07_trace", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -318,7 +318,7 @@ async fn c10_a_stream_transform_rewrites_parts_and_the_log_keeps_the_original() 
         .await
         .unwrap();
     assert_eq!(out.message.unwrap().plain_text(), "QUIET WORDS");
-    insta::assert_snapshot!("c10_trace", env.trace(render).await);
+    insta::assert_snapshot!("c10_trace", env.step_trace(render).await);
 }
 
 /// The seed's example: a transform that emits source parts derived from tool results. Another

@@ -64,7 +64,7 @@ async fn d11_invalid_input_is_a_tool_error_not_a_turn_failure() {
         !agent.calls().iter().any(|c| c.contains("tool_call")),
         "no tool hook runs for invalid input"
     );
-    insta::assert_snapshot!("d11_trace", env.trace(render).await);
+    insta::assert_snapshot!("d11_trace", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -112,7 +112,7 @@ async fn d12_the_decision_is_durable_before_execute_runs() {
 async fn d13_no_decision_executes_once_with_the_models_input() {
     let (env, agent, ran, _) = run_tool_scenario(|_| Ok(None)).await;
     assert_eq!(*ran.lock().unwrap(), [json!({"q": "mull"})]);
-    insta::assert_snapshot!("d13_trace", env.trace(render).await);
+    insta::assert_snapshot!("d13_trace", env.step_trace(render).await);
     insta::assert_snapshot!("d13_hooks", agent.calls_folded());
 }
 
@@ -130,17 +130,13 @@ async fn d14_allow_with_input_runs_substituted_input() {
     assert!(after.contains(r#"input={"q":"mull"}"#), "{after}");
     assert!(after.contains(r#"effective_input={"q":"MULL"}"#), "{after}");
     // The step record's tool result is shaped like after_tool_call: the model's input.
-    let record = env
-        .events()
-        .await
+    let step = agent
+        .step_records()
         .into_iter()
-        .find_map(|e| match e.event {
-            Event::StepFinished { record } if !record.tool_results.is_empty() => Some(record),
-            _ => None,
-        })
+        .find(|r| !r.tool_results.is_empty())
         .unwrap();
-    assert_eq!(record.tool_results[0].input, json!({"q": "mull"}));
-    insta::assert_snapshot!("d14_trace", env.trace(render).await);
+    assert_eq!(step.tool_results[0].input, json!({"q": "mull"}));
+    insta::assert_snapshot!("d14_trace", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -158,7 +154,7 @@ async fn d15_block_skips_execute_and_the_model_sees_the_default_text() {
         .find(|c| c.starts_with("after_tool_call"))
         .unwrap();
     assert!(after.contains("decision=block, success=true"), "{after}");
-    insta::assert_snapshot!("d15_trace", env.trace(render).await);
+    insta::assert_snapshot!("d15_trace", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -194,7 +190,7 @@ async fn d16_substitute_skips_execute_and_the_model_sees_the_output() {
         .calls()
         .iter()
         .any(|c| c.starts_with("after_tool_call(lookup, decision=substitute, success=true")));
-    insta::assert_snapshot!("d16_trace", env.trace(render).await);
+    insta::assert_snapshot!("d16_trace", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -215,7 +211,7 @@ async fn d17_execute_failure_is_a_tool_error_and_the_turn_goes_on() {
     assert!(agent.calls().iter().any(|c| c
         .starts_with("after_tool_call(lookup, decision=allow, success=false")
         && c.contains("dictionary service unavailable")));
-    insta::assert_snapshot!("d17_execute_failure", env.trace(render).await);
+    insta::assert_snapshot!("d17_execute_failure", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -250,7 +246,7 @@ async fn d17_a_failing_or_panicking_before_tool_call_behaves_like_a_failed_execu
         } else {
             "d17_hook_fails"
         };
-        insta::assert_snapshot!(name, env.trace(render).await);
+        insta::assert_snapshot!(name, env.step_trace(render).await);
     }
 }
 
@@ -284,7 +280,7 @@ async fn d18_streaming_tool_yields_preliminaries_then_the_final() {
         .await
         .unwrap();
     assert_eq!(tool_result_sent(&model), json!({"done": "build"}));
-    insta::assert_snapshot!("d18_streaming", env.trace(render).await);
+    insta::assert_snapshot!("d18_streaming", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -314,7 +310,7 @@ async fn d18_a_blocked_streaming_tool_yields_exactly_one_extra_preliminary() {
         })
         .collect();
     assert_eq!(results, [true, false]);
-    insta::assert_snapshot!("d18_blocked_streaming", env.trace(render).await);
+    insta::assert_snapshot!("d18_blocked_streaming", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -353,7 +349,7 @@ async fn d19_duration_is_measured_with_the_injected_clock() {
     // A skipped call takes 0.
     let (env2, _, _, _) =
         run_tool_scenario(|_| Ok(Some(ToolCallDecision::Block { reason: None }))).await;
-    assert!(env2.trace(render).await.contains("duration_ms=0"));
+    assert!(env2.step_trace(render).await.contains("duration_ms=0"));
 }
 
 #[tokio::test]
@@ -410,7 +406,7 @@ async fn d20_client_tools_fire_no_hooks_and_auto_continue_after_results() {
         3,
         "the continuation wrote a new assistant message"
     );
-    insta::assert_snapshot!("d20_trace", env.trace(render).await);
+    insta::assert_snapshot!("d20_trace", env.step_trace(render).await);
     insta::assert_snapshot!("d20_hooks", agent.calls_folded());
 }
 

@@ -55,7 +55,7 @@ async fn e24_cancel_chat_keeps_the_partial_and_skips_on_chat_error() {
         .await
         .unwrap();
     assert_eq!(next.status, OutcomeStatus::Completed);
-    insta::assert_snapshot!("e24_cancel_chat", env.trace(render).await);
+    insta::assert_snapshot!("e24_cancel_chat", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -103,7 +103,7 @@ async fn e24_a_pre_aborted_signal_still_persists_the_user_message() {
     assert_eq!(out.status, OutcomeStatus::Aborted);
     assert_eq!(session.state().messages.len(), 1);
     assert_eq!(model.requests().len(), 0);
-    insta::assert_snapshot!("e24_pre_aborted", env.trace(render).await);
+    insta::assert_snapshot!("e24_pre_aborted", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -131,7 +131,7 @@ async fn e25_in_band_provider_error_persists_the_partial_and_calls_on_chat_error
         "Something went wrong (overloaded_error: Overloaded)"
     );
     assert_eq!(out.message.unwrap().plain_text(), "Partial answer");
-    insta::assert_snapshot!("e25_in_band", env.trace(render).await);
+    insta::assert_snapshot!("e25_in_band", env.step_trace(render).await);
     insta::assert_snapshot!("e25_hooks", agent.calls_folded());
 }
 
@@ -156,7 +156,7 @@ async fn e25_a_failed_request_is_a_stream_error_after_retries() {
     assert_eq!(error.stage, ErrorStage::Stream);
     assert_eq!(error.model_error.unwrap().kind, ModelErrorKind::RateLimit);
     assert_eq!(model.requests().len(), 3, "two retries, then the error");
-    insta::assert_snapshot!("e25_failed_request", env.trace(render).await);
+    insta::assert_snapshot!("e25_failed_request", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -176,7 +176,7 @@ async fn e25_retries_recover_a_transient_failure() {
         .await
         .unwrap();
     assert_eq!(out.status, OutcomeStatus::Completed);
-    let trace = env.trace(render).await;
+    let trace = env.step_trace(render).await;
     assert!(
         trace.contains("model_retried 0 attempt=1 delay_ms=1 \"502 Bad Gateway\""),
         "{trace}"

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use crate::harness::{calls_lookup_then_answers, new_env, render, slow_tool, slow_writer, user};
 use crate::recording_agent::Rec;
 use crate::support;
+use crate::support::trace;
 
 #[tokio::test]
 async fn e26_stage_parse_a_body_that_cannot_be_decoded() {
@@ -46,8 +47,11 @@ async fn e26_stage_parse_a_body_that_cannot_be_decoded() {
         .await
         .unwrap();
     assert_eq!(ok.status, OutcomeStatus::Completed);
-    assert!(env2.trace(render).await.contains(r#"body={"mode":"fast"}"#));
-    insta::assert_snapshot!("e26_parse", env.trace(render).await);
+    assert!(env2
+        .step_trace(render)
+        .await
+        .contains(r#"body={"mode":"fast"}"#));
+    insta::assert_snapshot!("e26_parse", env.step_trace(render).await);
     insta::assert_snapshot!("e26_parse_hooks", agent.calls_folded());
 }
 
@@ -64,7 +68,7 @@ async fn e26_stage_persist_saving_the_messages_fails() {
     let error = out.error.unwrap();
     assert_eq!(error.stage, ErrorStage::Persist);
     assert!(error.message.contains("empty id"), "{}", error.message);
-    insta::assert_snapshot!("e26_persist", env.trace(render).await);
+    insta::assert_snapshot!("e26_persist", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -98,7 +102,7 @@ async fn e26_stage_turn_before_turn_fails_or_the_model_cannot_be_resolved() {
             responses[0].starts_with("on_chat_response(error, parts=0"),
             "{case}: {responses:?}"
         );
-        insta::assert_snapshot!(format!("e26_turn_{case}"), env.trace(render).await);
+        insta::assert_snapshot!(format!("e26_turn_{case}"), env.step_trace(render).await);
     }
 }
 
@@ -121,7 +125,7 @@ async fn e26_stage_stream_a_stalled_stream_and_a_turn_timeout() {
     let error = out.error.unwrap();
     assert_eq!(error.stage, ErrorStage::Stream);
     assert!(error.message.contains("stalled"), "{}", error.message);
-    insta::assert_snapshot!("e26_stream_stall", env.trace(render).await);
+    insta::assert_snapshot!("e26_stream_stall", env.step_trace(render).await);
     // The whole-turn timeout.
     let model2 = slow_writer();
     let agent2 = Arc::new(Rec::new(&model2).before_turn(|_| {
@@ -488,13 +492,7 @@ async fn e26_stage_recovery_and_g34_reopen_resolves_unfinished_submissions() {
     assert_eq!(model.requests().len(), 1);
     log.flush().await.unwrap();
     let reader = LogReader::open(&path).unwrap();
-    let trace = reader
-        .session_page("s1", 0, 1000)
-        .unwrap()
-        .iter()
-        .map(render)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let trace = trace::render_steps(&reader.session_page("s1", 0, 1000).unwrap(), 0, render);
     insta::assert_snapshot!("e26_recovery_g34", trace);
 }
 
@@ -536,5 +534,5 @@ async fn e26_stage_transcript_a_history_that_cannot_be_repaired() {
         .unwrap();
     let error = out.error.unwrap();
     assert_eq!(error.stage, ErrorStage::Transcript);
-    insta::assert_snapshot!("e26_transcript", env.trace(render).await);
+    insta::assert_snapshot!("e26_transcript", env.step_trace(render).await);
 }

@@ -28,7 +28,7 @@ async fn e22_success_persists_the_message_then_on_chat_response() {
         .last()
         .unwrap()
         .starts_with("on_chat_response(completed, parts=5"));
-    insta::assert_snapshot!("e22_trace", env.trace(render).await);
+    insta::assert_snapshot!("e22_trace", env.step_trace(render).await);
 }
 
 #[tokio::test]

@@ -95,7 +95,7 @@ async fn f28_reactive_overflow_compacts_and_reruns_with_the_same_request_id() {
         .filter(|c| c.starts_with("before_turn"))
         .collect();
     assert_eq!(before_turns.len(), 2, "before_turn fires again");
-    insta::assert_snapshot!("f28_recovered", env.trace(render).await);
+    insta::assert_snapshot!("f28_recovered", env.step_trace(render).await);
     insta::assert_snapshot!("f28_recovered_hooks", agent.calls_folded());
 }
 
@@ -121,7 +121,7 @@ async fn f28_overflow_that_compaction_cannot_shorten_is_terminal() {
     assert!(hooks
         .iter()
         .any(|c| c.contains("classification=Some(ContextOverflow)")));
-    insta::assert_snapshot!("f28_not_shortened", env.trace(render).await);
+    insta::assert_snapshot!("f28_not_shortened", env.step_trace(render).await);
 }
 
 #[tokio::test]
@@ -143,7 +143,7 @@ async fn f28_overflow_after_max_retries_is_terminal_and_reactive_off_skips_class
         Some(ChatErrorClassification::ContextOverflow)
     );
     assert_eq!(model.requests().len(), 2, "one compact-and-retry round");
-    insta::assert_snapshot!("f28_max_retries", env.trace(render).await);
+    insta::assert_snapshot!("f28_max_retries", env.step_trace(render).await);
 
     let model2 = ScriptedModel::builder("scripted-1")
         .refuse_context_overflow()

@@ -72,7 +72,7 @@ async fn g31_every_entry_path_records_itself_and_fires_the_same_hooks() {
         .await
         .unwrap();
     assert_eq!(cont.status, OutcomeStatus::Completed);
-    insta::assert_snapshot!("g31_trace", env.trace(render).await);
+    insta::assert_snapshot!("g31_trace", env.step_trace(render).await);
     insta::assert_snapshot!("g31_hooks", agent.calls_folded());
 }
 

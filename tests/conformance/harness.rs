@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mull::core::{Envelope, Event, StreamPart, UIMessage, UIPart};
+use mull::core::{Envelope, Event, StepRecord, StreamPart, UIMessage, UIPart};
 use mull::engine::{FnTool, ToolError};
 use mull::providers::scripted::ScriptedModel;
 use serde::Deserialize;
@@ -91,7 +91,7 @@ fn parts_summary(message: &UIMessage) -> String {
 }
 
 /// One line per event: seq, kind, key fields.
-pub(crate) fn render(env: &Envelope) -> String {
+pub(crate) fn render(env: &Envelope, step: Option<&StepRecord>) -> String {
     let body = match &env.event {
         Event::SessionOpened { agent, .. } => format!("agent={agent}"),
         Event::TurnRequested {
@@ -166,6 +166,7 @@ pub(crate) fn render(env: &Envelope) -> String {
             tool,
             input,
             client,
+            ..
         } => format!(
             "{step} {call_id} {tool} {}{}",
             short(input),
@@ -214,16 +215,23 @@ pub(crate) fn render(env: &Envelope) -> String {
             error_text,
             ..
         } => format!("{message_id} {call_id} {error_text:?}"),
-        Event::StepFinished { record } => format!(
-            "{} {} text={:?} tool_calls={} tool_results={} in={:?} out={:?}",
-            record.step,
-            record.finish_reason.as_str(),
-            record.text,
-            record.tool_calls.len(),
-            record.tool_results.len(),
-            record.usage.input_tokens,
-            record.usage.output_tokens
-        ),
+        Event::StepFinished { record } => {
+            let content = step.map_or(String::from("no record"), |step| {
+                format!(
+                    "text={:?} tool_calls={} tool_results={}",
+                    step.text,
+                    step.tool_calls.len(),
+                    step.tool_results.len(),
+                )
+            });
+            format!(
+                "{} {} {content} in={:?} out={:?}",
+                record.step,
+                record.finish_reason.as_str(),
+                record.usage.input_tokens,
+                record.usage.output_tokens
+            )
+        }
         Event::AssistantMessageSaved {
             request_id,
             message,

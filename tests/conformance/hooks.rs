@@ -40,7 +40,7 @@ async fn panicking_observer_hooks_are_logged_and_the_turn_goes_on() {
         .await
         .iter()
         .filter(|e| e.kind() == "hook_failed")
-        .map(render)
+        .map(|e| render(e, None))
         .collect();
     insta::assert_snapshot!("observer_failures", failures.join("\n"));
 }

@@ -42,6 +42,8 @@ pub(crate) struct Rec {
     send_reasoning: bool,
     max_retries: u32,
     calls: HookCalls,
+    /// The records `on_step_finish` received, in order.
+    steps: std::sync::Mutex<Vec<mull::core::StepRecord>>,
     before_turn: Slot<BeforeTurnFn>,
     before_step: Slot<BeforeStepFn>,
     before_tool_call: Slot<BeforeToolFn>,
@@ -65,6 +67,7 @@ impl Rec {
             send_reasoning: true,
             max_retries: 2,
             calls: HookCalls::default(),
+            steps: std::sync::Mutex::default(),
             before_turn: None,
             before_step: None,
             before_tool_call: None,
@@ -169,6 +172,10 @@ impl Rec {
     pub(crate) fn calls(&self) -> Vec<String> {
         self.calls.lines()
     }
+    /// The records `on_step_finish` received, in order.
+    pub(crate) fn step_records(&self) -> Vec<mull::core::StepRecord> {
+        self.steps.lock().unwrap().clone()
+    }
     /// Hook calls with runs of identical `on_chunk` lines folded into `… xN`.
     pub(crate) fn calls_folded(&self) -> String {
         self.calls.folded()
@@ -272,6 +279,7 @@ impl Agent for Rec {
             ctx.step_number,
             ctx.record.finish_reason.as_str()
         ));
+        self.steps.lock().unwrap().push(ctx.record.clone());
         match &self.on_step_finish {
             Some(f) => f(ctx),
             None => Ok(()),

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mull::core::{Envelope, Event, FixedClock, SequentialIds};
+use mull::core::{Envelope, Event, FixedClock, SequentialIds, StepRecord};
 use mull::engine::{Agent, Session, SessionOptions};
 use mull::store::{Log, LogReader, SessionState};
 
@@ -160,6 +160,24 @@ impl TestLog {
     pub async fn trace_after(&self, seq: u64, render: impl Fn(&Envelope) -> String) -> String {
         let events = self.events().await;
         trace::render(events.iter().filter(|e| e.seq > seq), render)
+    }
+
+    /// The trace of every event, a `step_finished` shown with the step's whole record (see
+    /// [`trace::render_steps`]).
+    pub async fn step_trace(
+        &self,
+        render: impl Fn(&Envelope, Option<&StepRecord>) -> String,
+    ) -> String {
+        trace::render_steps(&self.events().await, 0, render)
+    }
+
+    /// The same for every event after `seq`.
+    pub async fn step_trace_after(
+        &self,
+        seq: u64,
+        render: impl Fn(&Envelope, Option<&StepRecord>) -> String,
+    ) -> String {
+        trace::render_steps(&self.events().await, seq, render)
     }
 
     /// The session's state folded from the log alone, after a flush.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use mull_core::{
-    DecisionAction, EntryPath, Event, FinishReason, Role, StepRecord, StreamPart, TurnStatus,
+    DecisionAction, EntryPath, Event, FinishReason, Role, StepReport, StreamPart, TurnStatus,
     UIMessage, Usage,
 };
 use mull_store::Log;
@@ -141,12 +141,12 @@ fn write_sample(db: &Path) {
         (
             t,
             Event::StepFinished {
-                record: Box::new(StepRecord {
+                record: Box::new(StepReport {
                     step: 0,
                     model_id: "gpt-4o-mini".into(),
                     finish_reason: FinishReason::Stop,
                     usage: usage.clone(),
-                    ..StepRecord::default()
+                    ..StepReport::default()
                 }),
             },
         ),

@@ -177,6 +177,7 @@ fn a_tool_call_committed_by_another_process_shows_up_live() {
             tool: "weather_lookup".into(),
             input: input.clone(),
             client: false,
+            dynamic: false,
         },
     );
     append(

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use clap::Args;
 use mull_core::{
-    Clock, EntryPath, Event, FinishReason, Role, StepRecord, StreamPart, SystemClock, TurnStatus,
+    Clock, EntryPath, Event, FinishReason, Role, StepReport, StreamPart, SystemClock, TurnStatus,
     UIMessage, UIPart, Usage, EVENT_VERSION,
 };
 use mull_store::{schema, timestamp, Log, LogOptions, LogReader};
@@ -271,12 +271,12 @@ pub(crate) fn write_turns(log: &Log, n: usize) -> anyhow::Result<()> {
             ..Usage::default()
         };
         emit(Event::StepFinished {
-            record: Box::new(StepRecord {
+            record: Box::new(StepReport {
                 step: 0,
                 model_id: "bench".into(),
                 finish_reason: FinishReason::Stop,
                 usage: usage.clone(),
-                ..StepRecord::default()
+                ..StepReport::default()
             }),
         })?;
         emit(Event::AssistantMessageSaved {

@@ -32,7 +32,7 @@ pub use convert::{to_model_messages, truncate_for_context};
 pub use event::wire_name;
 pub use event::{
     CompactionReason, ContextBlockSource, DecisionAction, EntryPath, Envelope, ErrorStage, Event,
-    EventDecodeError, EventRef, HookName, StepRecord, SubmissionStatus, ToolCallRecord,
+    EventDecodeError, EventRef, HookName, StepRecord, StepReport, SubmissionStatus, ToolCallRecord,
     ToolResultRecord, TurnConfigRecord, TurnStatus, EVENT_VERSION,
 };
 pub use fingerprint::{RequestSummary, SummaryCache};

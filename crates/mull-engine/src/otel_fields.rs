@@ -3,10 +3,10 @@
 //! names them (as the GenAI semantic conventions v0.1.0 do), so the live spans carry what a
 //! trace re-exported from the log carries; the spans declare each field empty when they open.
 
-use mull_core::{DecisionAction, StepRecord, Usage};
+use mull_core::{DecisionAction, StepReport, Usage};
 
 /// A `chat` span's response fields: finish reason, response id and model, and usage.
-pub(crate) fn record_step(span: &tracing::Span, record: &StepRecord) {
+pub(crate) fn record_step(span: &tracing::Span, record: &StepReport) {
     span.record(
         "gen_ai.response.finish_reasons",
         record.finish_reason.as_str(),

@@ -82,8 +82,8 @@ async fn anthropics_documented_tool_use_stream_runs_a_whole_tool_turn() {
     assert!(records[0].warnings.is_empty());
 }
 
-/// The step records of a turn, as `on_step_finish` saw them.
-fn step_records(run: &exchanges_support::Run) -> Vec<mull_core::StepRecord> {
+/// The step reports of a turn, as its log holds them.
+fn step_records(run: &exchanges_support::Run) -> Vec<mull_core::StepReport> {
     run.events
         .iter()
         .filter_map(|e| match e {

@@ -6,7 +6,7 @@ use common::collect;
 use futures::StreamExt;
 use mull_core::{
     Clock, Envelope, Event, FinishReason, FixedClock, LanguageModel, ModelError, ModelErrorKind,
-    ModelErrorRecord, ModelMessage, ModelRequest, ModelRole, RequestSummary, StepRecord,
+    ModelErrorRecord, ModelMessage, ModelRequest, ModelRole, RequestSummary, StepReport,
     StreamPart, ToolChoice, TurnStatus, Usage, EVENT_VERSION,
 };
 use mull_providers::replay::{recorded_steps, RecordedRetry, ReplayError, ReplayModel, StepEnding};
@@ -52,11 +52,11 @@ impl LogBuilder {
         self.push(
             turn,
             Event::StepFinished {
-                record: Box::new(StepRecord {
+                record: Box::new(StepReport {
                     step,
                     model_id: "gpt-4o-mini".into(),
                     request: json!({"hash": request.canonical_hash(), "system": request.system, "messages": request.messages}),
-                    ..StepRecord::default()
+                    ..StepReport::default()
                 }),
             },
         );
@@ -439,11 +439,11 @@ async fn a_miss_against_a_summary_names_the_changed_message_and_shows_it() {
     log.push(
         "t1",
         Event::StepFinished {
-            record: Box::new(StepRecord {
+            record: Box::new(StepReport {
                 step: 0,
                 model_id: "gpt-4o-mini".into(),
                 request: RequestSummary::of(&recorded).to_value(),
-                ..StepRecord::default()
+                ..StepReport::default()
             }),
         },
     );

@@ -262,7 +262,7 @@ impl BudgetFold {
 mod tests {
     use super::*;
     use chrono::{TimeZone, Utc};
-    use mull_core::{EntryPath, StepRecord, ToolChoice, TurnStatus, Usage};
+    use mull_core::{EntryPath, StepReport, ToolChoice, TurnStatus, Usage};
     use serde_json::json;
 
     fn feed(fold: &mut BudgetFold, turn: Option<&str>, event: Event) {
@@ -301,7 +301,7 @@ mod tests {
 
     fn finished(step: u32, input: u64, output: u64) -> Event {
         Event::StepFinished {
-            record: Box::new(StepRecord {
+            record: Box::new(StepReport {
                 step,
                 model_id: "gpt-4o-mini".into(),
                 usage: Usage {
@@ -309,7 +309,7 @@ mod tests {
                     output_tokens: Some(output),
                     ..Usage::default()
                 },
-                ..StepRecord::default()
+                ..StepReport::default()
             }),
         }
     }

@@ -359,7 +359,7 @@ impl CostLedger {
 mod tests {
     use super::*;
     use chrono::{TimeZone, Utc};
-    use mull_core::{EntryPath, ModelErrorKind, ModelErrorRecord, StepRecord, ToolChoice, Usage};
+    use mull_core::{EntryPath, ModelErrorKind, ModelErrorRecord, StepReport, ToolChoice, Usage};
     use serde_json::{json, Value};
 
     fn env(turn: Option<&str>, event: Event) -> Envelope {
@@ -399,12 +399,12 @@ mod tests {
 
     fn finished_step(step: u32, model: &str, usage: Usage, meta: Option<Value>) -> Event {
         Event::StepFinished {
-            record: Box::new(StepRecord {
+            record: Box::new(StepReport {
                 step,
                 model_id: model.into(),
                 usage,
                 provider_metadata: meta,
-                ..StepRecord::default()
+                ..StepReport::default()
             }),
         }
     }

@@ -503,6 +503,7 @@ mod tests {
                     tool: "pick_color".into(),
                     input: json!({}),
                     client: true,
+                    dynamic: false,
                 },
             )
             .push(

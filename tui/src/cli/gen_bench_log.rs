@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use mull_core::{
     Clock, DecisionAction, EntryPath, Event, FinishReason, FixedClock, IdSource, Role,
-    SequentialIds, StepRecord, StreamPart, TurnConfigRecord, TurnStatus, UIMessage, Usage,
+    SequentialIds, StepReport, StreamPart, TurnConfigRecord, TurnStatus, UIMessage, Usage,
 };
 use mull_store::Log;
 use serde_json::json;
@@ -312,6 +312,7 @@ fn write_turn(
                     tool: tool.into(),
                     input: input.clone(),
                     client: false,
+                    dynamic: false,
                 },
             )?;
             let action = match (tool, dice.roll(20)) {
@@ -400,12 +401,12 @@ fn write_turn(
             turn,
             1,
             Event::StepFinished {
-                record: Box::new(StepRecord {
+                record: Box::new(StepReport {
                     step,
                     model_id: "scripted-1".into(),
                     finish_reason,
                     usage,
-                    ..StepRecord::default()
+                    ..StepReport::default()
                 }),
             },
         )?;

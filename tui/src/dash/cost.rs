@@ -89,7 +89,7 @@ impl SessionCost {
 mod tests {
     use super::*;
     use chrono::Utc;
-    use mull_core::{EntryPath, Event, StepRecord, TurnStatus, Usage};
+    use mull_core::{EntryPath, Event, StepReport, TurnStatus, Usage};
 
     fn env(seq: u64, session: &str, event: Event) -> Envelope {
         Envelope {
@@ -120,14 +120,14 @@ mod tests {
                 first_seq + 1,
                 session,
                 Event::StepFinished {
-                    record: Box::new(StepRecord {
+                    record: Box::new(StepReport {
                         model_id: "gpt-4o-mini".into(),
                         usage: Usage {
                             input_tokens: Some(1_000_000),
                             output_tokens: Some(0),
                             ..Usage::default()
                         },
-                        ..StepRecord::default()
+                        ..StepReport::default()
                     }),
                 },
             ),

@@ -710,6 +710,7 @@ pub fn parked_bookings(
                 tool: "book_hotel".into(),
                 input: json!({ "hotel": hotel }),
                 client: false,
+                dynamic: false,
             },
         );
         b.push(

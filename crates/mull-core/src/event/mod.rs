@@ -290,7 +290,34 @@ pub struct ToolResultRecord {
     pub error: Option<String>,
 }
 
-/// The full record of one step, as `on_step_finish` receives it.
+/// How one step's model call ended, as its `step_finished` records it.
+///
+/// The log keeps a step's content once: its text, reasoning, sources and files are its
+/// chunks, its tool calls and results their `tool_call_started` and `tool_call_finished`
+/// events. The report adds what only the end of the call tells (the finish reason, the usage,
+/// what was sent and what answered); [`StepRecord`] puts the two together for
+/// `on_step_finish`. Logs written when the report repeated the content still read: the
+/// repeated fields are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    pub step: u32,
+    pub model_id: String,
+    pub finish_reason: FinishReason,
+    pub raw_finish_reason: Option<String>,
+    pub usage: Usage,
+    /// What the provider warned about the call (from its `stream-start` part).
+    pub warnings: Vec<CallWarning>,
+    /// What was sent, without secrets: a [`RequestSummary`](crate::RequestSummary) (hash,
+    /// settings, tool names, message count, a digest per message), not the whole request.
+    /// Logs written before the summary existed hold the whole redacted request here.
+    pub request: Value,
+    /// Response metadata (provider ids, model, timing).
+    pub response: Value,
+    pub provider_metadata: Option<Value>,
+}
+
+/// The full record of one step, as `on_step_finish` receives it: the step's
+/// [`StepReport`] with its content.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub step: u32,
@@ -307,13 +334,40 @@ pub struct StepRecord {
     pub usage: Usage,
     /// What the provider warned about the call (from its `stream-start` part).
     pub warnings: Vec<CallWarning>,
-    /// What was sent, without secrets: a [`RequestSummary`](crate::RequestSummary) (hash,
-    /// settings, tool names, message count, a digest per message), not the whole request.
-    /// Logs written before the summary existed hold the whole redacted request here.
+    /// What was sent, as [`StepReport::request`] says.
     pub request: Value,
     /// Response metadata (provider ids, model, timing).
     pub response: Value,
     pub provider_metadata: Option<Value>,
+}
+
+impl StepRecord {
+    /// The record of a step whose end `report` tells, with no content yet.
+    pub fn from_report(report: StepReport) -> StepRecord {
+        let StepReport {
+            step,
+            model_id,
+            finish_reason,
+            raw_finish_reason,
+            usage,
+            warnings,
+            request,
+            response,
+            provider_metadata,
+        } = report;
+        StepRecord {
+            step,
+            model_id,
+            finish_reason,
+            raw_finish_reason,
+            usage,
+            warnings,
+            request,
+            response,
+            provider_metadata,
+            ..StepRecord::default()
+        }
+    }
 }
 
 /// The name a unit variant (an entry path, a stage, a reason…) is written with in the log, for
@@ -448,6 +502,10 @@ pub enum Event {
         /// A tool with no execute: the client must answer.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         client: bool,
+        /// A tool its source may change at run time (an MCP server's): the AI SDK's dynamic
+        /// tool call.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dynamic: bool,
     },
     /// What happens to the call; written and flushed before execute starts.
     ToolDecided {
@@ -526,8 +584,8 @@ pub enum Event {
         tool: String,
         error_text: String,
     },
-    /// A step ended; the full step record.
-    StepFinished { record: Box<StepRecord> },
+    /// A step's model call ended: how (its content is in its chunks and tool call events).
+    StepFinished { record: Box<StepReport> },
     /// The assistant message of a turn was persisted.
     AssistantMessageSaved {
         request_id: String,

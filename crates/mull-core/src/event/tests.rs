@@ -158,3 +158,18 @@ fn other_chunks_and_events_are_left_to_serde() {
         );
     }
 }
+
+#[test]
+fn a_step_finished_that_repeated_the_step_s_content_still_reads() {
+    // As logs wrote it before the content was kept only in chunks and tool call events.
+    let text = r#"{"type":"step_finished","record":{"step":1,"model_id":"m","text":"Hi","reasoning_text":null,"sources":[],"files":[],"tool_calls":[{"call_id":"c1","tool_name":"t","input":{}}],"tool_results":[],"finish_reason":"stop","raw_finish_reason":null,"usage":{"input_tokens":3},"warnings":[],"request":{"hash":"h"},"response":{},"provider_metadata":null}}"#;
+    let Event::StepFinished { record } = Event::decode(1, text).expect("decodes") else {
+        panic!("a step_finished");
+    };
+    assert_eq!(record.step, 1);
+    assert_eq!(record.finish_reason, crate::stream::FinishReason::Stop);
+    assert_eq!(record.usage.input_tokens, Some(3));
+    assert_eq!(record.request, json!({"hash": "h"}));
+    // What it writes now holds the report only.
+    assert!(!Event::StepFinished { record }.encode().contains("\"text\""));
+}

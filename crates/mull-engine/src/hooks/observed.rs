@@ -5,7 +5,7 @@
 //! the turn knows beside it — the request, the model's messages, the decision) and hands it to
 //! the dispatcher. A new observer hook is one variant here and one row in the dispatcher.
 
-use mull_core::{DecisionAction, Event, ModelMessage, StreamPart, UIMessage};
+use mull_core::{DecisionAction, Event, ModelMessage, StepRecord, StreamPart, UIMessage};
 use serde_json::Value;
 
 use crate::context::{ChatResponseResult, ChunkContext, StepContext, ToolCallResultContext};
@@ -76,23 +76,20 @@ impl Observed {
         }))
     }
 
-    /// `on_step_finish` of a `step_finished` event, whose record it takes (`None` for any
-    /// other event). `reasoning` is the step's reasoning blocks; `response_messages` what the
-    /// step produced, as the next step's model sees it.
+    /// `on_step_finish` of a `step_finished` event: its report with the step's content
+    /// (`record`), the step's reasoning blocks, and what the step produced as the next step's
+    /// model sees it.
     pub(crate) fn step(
-        event: Event,
+        record: StepRecord,
         reasoning: Vec<String>,
         response_messages: Vec<ModelMessage>,
-    ) -> Option<Observed> {
-        let Event::StepFinished { record } = event else {
-            return None;
-        };
-        Some(Observed::Step(Box::new(StepContext {
+    ) -> Observed {
+        Observed::Step(Box::new(StepContext {
             step_number: record.step,
-            record: *record,
+            record,
             reasoning,
             response_messages,
-        })))
+        }))
     }
 
     /// `on_chat_response` of a `turn_finished` event, with the turn's message (`None` for any

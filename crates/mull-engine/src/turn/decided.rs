@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
-use mull_core::{DecisionAction, ErrorStage, Event, ModelMessage, StreamPart, ToolResultRecord};
+use mull_core::{DecisionAction, ErrorStage, Event, ModelMessage, StreamPart};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -260,8 +260,7 @@ impl TurnRun<'_> {
     }
 
     /// Records a call's outcome: `tool_call_finished`, `after_tool_call` (through the hooks'
-    /// dispatcher), then — where the call's parts are shown — its result in the step's record
-    /// and as a chunk.
+    /// dispatcher), then — where the call's parts are shown — its result as a chunk.
     pub(super) async fn record_outcome(
         &mut self,
         outcome: Outcome<'_>,
@@ -276,23 +275,11 @@ impl TurnRun<'_> {
             call_id: outcome.call_id.to_owned(),
             tool: outcome.tool_name.to_owned(),
             success,
-            output: output.clone(),
-            error: error.clone(),
+            output,
+            error,
             duration_ms: outcome.duration_ms,
         };
         let appended = self.parts.recorder.append(self.tid(), finished)?;
-        let record = ToolResultRecord {
-            call_id: outcome.call_id.to_owned(),
-            tool_name: outcome.tool_name.to_owned(),
-            input: outcome.effective_input.clone(),
-            success,
-            output,
-            error,
-        };
-        let shown = shown.map(|(resolved, parts)| {
-            parts.tool_results.push(record);
-            (resolved, parts)
-        });
         if outcome.run_hook {
             let facts = CallFacts {
                 model_input: outcome.model_input,

@@ -4,8 +4,7 @@
 
 use mull_core::{
     CallWarning, DecisionAction, EntryPath, ErrorStage, Event, FinishReason, ModelError,
-    ModelMessage, Source, StepRecord, StreamPart, ToolCallRecord, ToolResultRecord, ToolSpec,
-    UIMessage, Usage,
+    ModelMessage, StepRecord, StreamPart, ToolSpec, UIMessage, Usage,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -81,15 +80,10 @@ pub(super) enum StepEnd {
     Failed(ChatError),
 }
 
-/// What a step accumulates from the parts it shows, for its record.
+/// What a step accumulates from the parts it shows for its report: how the call ended, not
+/// what it said (the draft and the facts hold that, read when the step finishes).
 #[derive(Default)]
 pub(super) struct StepParts {
-    pub(super) text: String,
-    pub(super) reasoning: Vec<(String, String)>,
-    pub(super) sources: Vec<Source>,
-    pub(super) files: Vec<(String, String)>,
-    pub(super) tool_calls: Vec<ToolCallRecord>,
-    pub(super) tool_results: Vec<ToolResultRecord>,
     pub(super) finish_reason: Option<FinishReason>,
     pub(super) raw_finish_reason: Option<String>,
     pub(super) usage: Usage,
@@ -117,18 +111,6 @@ pub(super) struct ResponseMeta {
 impl StepParts {
     pub(super) fn observe(&mut self, part: &StreamPart) {
         match part {
-            StreamPart::TextDelta { text, .. } => self.text.push_str(text),
-            StreamPart::ReasoningStart { id } => self.reasoning.push((id.clone(), String::new())),
-            StreamPart::ReasoningDelta { id, text } => {
-                match self.reasoning.iter_mut().rev().find(|(b, _)| b == id) {
-                    Some((_, t)) => t.push_str(text),
-                    None => self.reasoning.push((id.clone(), text.clone())),
-                }
-            }
-            StreamPart::Source { source } => self.sources.push(source.clone()),
-            StreamPart::File { media_type, data } => {
-                self.files.push((media_type.clone(), data.clone()))
-            }
             StreamPart::Finish {
                 finish_reason,
                 raw_finish_reason,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use mull_core::{
     to_model_messages, ErrorStage, Event, LanguageModel, ModelMessage, ModelRequest, ModelRole,
-    ModelStream, RequestSummary, StepRecord, StreamPart, ToolResultRecord, UIMessage, UIPart,
+    ModelStream, RequestSummary, StepReport, StreamPart, UIMessage, UIPart,
 };
 use serde_json::json;
 use tracing::Instrument;
@@ -379,21 +379,9 @@ impl TurnRun<'_> {
         call: StepCall,
         parts: StepParts,
     ) -> Result<StepEnd, EngineError> {
-        let record = StepRecord {
+        let report = StepReport {
             step,
             model_id: call.model.model_id().to_owned(),
-            text: parts.text.clone(),
-            reasoning_text: (!parts.reasoning.is_empty()).then(|| {
-                parts
-                    .reasoning
-                    .iter()
-                    .map(|(_, t)| t.as_str())
-                    .collect::<String>()
-            }),
-            sources: parts.sources.clone(),
-            files: parts.files.clone(),
-            tool_calls: parts.tool_calls.clone(),
-            tool_results: results_as_after_tool_call(&parts),
             finish_reason: parts.finish_reason.unwrap_or_default(),
             raw_finish_reason: parts.raw_finish_reason.clone(),
             usage: parts.usage.clone(),
@@ -402,28 +390,31 @@ impl TurnRun<'_> {
             response: response_metadata(&parts.response, call.model.as_ref(), call.opened_at),
             provider_metadata: parts.provider_metadata.clone(),
         };
-        crate::otel_fields::record_step(span, &record);
+        crate::otel_fields::record_step(span, &report);
         // Not a barrier of its own: the step becomes durable before the next step starts, or
         // with the turn's end.
         let appended = self.parts.recorder.append(
             self.tid(),
             Event::StepFinished {
-                record: Box::new(record),
+                record: Box::new(report),
             },
         )?;
-        let response_messages = self.parts.recorder.read(|s| {
-            s.draft
+        let Event::StepFinished { record: report } = appended.event else {
+            unreachable!("the log returns the step_finished event it was given")
+        };
+        // The step's content is read where the log keeps it, once: the draft (its chunks) and
+        // the facts (its tool calls and their results).
+        let (record, reasoning, response_messages) = self.parts.recorder.read(|s| {
+            let (record, reasoning) = s.step_record(&self.turn_id, &self.message_id, *report);
+            let messages = s
+                .draft
                 .as_ref()
                 .filter(|d| d.id == self.message_id)
                 .map(last_step_messages)
-                .unwrap_or_default()
+                .unwrap_or_default();
+            (record, reasoning, messages)
         });
-        let reasoning = parts.reasoning.iter().map(|(_, t)| t.clone()).collect();
-        // The log hands the event back: its record is reused, not copied before the append.
-        let Some(step_finished) = Observed::step(appended.event, reasoning, response_messages)
-        else {
-            unreachable!("the log returns the step_finished event it was given")
-        };
+        let step_finished = Observed::step(record, reasoning, response_messages);
         let observed = self.parts.hooks.dispatch(self.tid(), &step_finished).await;
         let Observed::Step(ctx) = step_finished else {
             unreachable!("a step_finished event is observed as a step")
@@ -683,25 +674,6 @@ fn step_overrides(config: &StepConfig) -> Vec<String> {
         }
     }
     out
-}
-
-/// The step's tool results, each with the input the model emitted — the input `after_tool_call`
-/// sees (the seed: the same shape), not the one a `before_tool_call` substituted.
-fn results_as_after_tool_call(parts: &StepParts) -> Vec<ToolResultRecord> {
-    parts
-        .tool_results
-        .iter()
-        .map(|result| {
-            let call = parts
-                .tool_calls
-                .iter()
-                .find(|c| c.call_id == result.call_id);
-            ToolResultRecord {
-                input: call.map_or_else(|| result.input.clone(), |c| c.input.clone()),
-                ..result.clone()
-            }
-        })
-        .collect()
 }
 
 /// The step record's `response`: the provider's own response metadata (id, model, time,

@@ -1,7 +1,7 @@
 //! One tool call of the model's: validated, decided by `before_tool_call`, then run as a
 //! decided call ([`super::decided`]) — or parked for a person's approval ([`super::parked`]).
 
-use mull_core::{DecisionAction, Event, ModelMessage, ToolCallRecord};
+use mull_core::{DecisionAction, Event, ModelMessage};
 use serde_json::Value;
 
 use super::decided::DecidedCall;
@@ -40,12 +40,6 @@ impl TurnRun<'_> {
             .filter(|_| available)
             .cloned();
         let dynamic = matches!(&entry, Some(ToolEntry::Server(tool)) if tool.is_dynamic());
-        parts.tool_calls.push(ToolCallRecord {
-            call_id: call_id.clone(),
-            tool_name: tool_name.clone(),
-            input: model_input.clone(),
-            dynamic,
-        });
         let is_client = matches!(entry, Some(ToolEntry::Client(_)));
         self.append(Event::ToolCallStarted {
             step,
@@ -53,6 +47,7 @@ impl TurnRun<'_> {
             tool: tool_name.clone(),
             input: model_input.clone(),
             client: is_client,
+            dynamic,
         })?;
         let tool = match entry {
             Some(ToolEntry::Client(_)) => {

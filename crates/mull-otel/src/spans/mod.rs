@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use mull_core::price::cache_write_tokens;
-use mull_core::{wire_name, Envelope, Event, StepRecord, TurnStatus, Usage};
+use mull_core::{wire_name, Envelope, Event, StepReport, StreamPart, TurnStatus, Usage};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -83,6 +83,10 @@ struct OpenStep {
     opened_at: Option<DateTime<Utc>>,
     /// When each output chunk was logged.
     chunks: Vec<DateTime<Utc>>,
+    /// With content captured: the text the call streamed, and the tool calls it made (as
+    /// output message parts), for the span's output message.
+    text: String,
+    calls: Vec<Value>,
 }
 
 /// A turn attempt whose `turn_finished` has not been applied yet.
@@ -283,6 +287,8 @@ impl SessionSpans {
                     span,
                     opened_at: None,
                     chunks: Vec::new(),
+                    text: String::new(),
+                    calls: Vec::new(),
                 };
                 turn.steps.insert(*step, open);
             }
@@ -304,6 +310,9 @@ impl SessionSpans {
                         }
                     }
                     open.chunks.push(env.at);
+                    if let (true, StreamPart::TextDelta { text, .. }) = (content, part) {
+                        open.text.push_str(text);
+                    }
                 }
             }
             Event::ModelRetried {
@@ -330,7 +339,16 @@ impl SessionSpans {
                 tool,
                 input,
                 client,
+                ..
             } => {
+                if let (true, Some(open)) = (content, turn.steps.get_mut(step)) {
+                    open.calls.push(json!({
+                        "type": "tool_call",
+                        "id": call_id,
+                        "name": tool,
+                        "arguments": input,
+                    }));
+                }
                 let mut span = self.tool_span(turn, turn_id, *step, call_id, tool, env.at);
                 if *client {
                     span.set("mull.tool.client", true);
@@ -413,7 +431,8 @@ impl SessionSpans {
             Event::StepFinished { record } => {
                 self.close_tools(turn, Some(record.step), env.at);
                 if let Some(mut open) = turn.steps.remove(&record.step) {
-                    step_attributes(&mut open.span, record, content);
+                    let output = content.then(|| output_parts(&mut open));
+                    step_attributes(&mut open.span, record, output);
                     self.close_step(open, env.at);
                 }
             }
@@ -762,7 +781,9 @@ fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     micros as f64 / 1_000_000.0
 }
 
-fn step_attributes(span: &mut LogSpan, record: &StepRecord, content: bool) {
+/// A `chat` span's attributes from its step's report; `output`, when content is captured,
+/// the parts of its output message.
+fn step_attributes(span: &mut LogSpan, record: &StepReport, output: Option<Vec<Value>>) {
     span.set(
         "gen_ai.response.finish_reasons",
         AttrValue::StrList(vec![record.finish_reason.as_str().to_owned()]),
@@ -795,19 +816,7 @@ fn step_attributes(span: &mut LogSpan, record: &StepRecord, content: bool) {
         &record.usage,
         cache_write_tokens(record.provider_metadata.as_ref()),
     );
-    if content {
-        let mut parts = Vec::new();
-        if !record.text.is_empty() {
-            parts.push(json!({"type": "text", "content": record.text}));
-        }
-        for call in &record.tool_calls {
-            parts.push(json!({
-                "type": "tool_call",
-                "id": call.call_id,
-                "name": call.tool_name,
-                "arguments": call.input,
-            }));
-        }
+    if let Some(parts) = output {
         let message = json!([{
             "role": "assistant",
             "parts": parts,
@@ -815,6 +824,16 @@ fn step_attributes(span: &mut LogSpan, record: &StepRecord, content: bool) {
         }]);
         span.set("gen_ai.output.messages", message.to_string());
     }
+}
+
+/// A call's output message parts: its text, then its tool calls.
+fn output_parts(open: &mut OpenStep) -> Vec<Value> {
+    let mut parts = Vec::with_capacity(open.calls.len() + 1);
+    if !open.text.is_empty() {
+        parts.push(json!({"type": "text", "content": std::mem::take(&mut open.text)}));
+    }
+    parts.append(&mut open.calls);
+    parts
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ fn tool_started(seq: u64, turn: &str, ms: i64) -> Envelope {
             tool: "add".into(),
             input: json!({"a": 1}),
             client: false,
+            dynamic: false,
         },
     )
 }
@@ -262,10 +263,10 @@ fn a_model_calls_span_names_the_server_its_step_record_went_to() {
         request_hash: None,
     };
     let record = |response: Value| Event::StepFinished {
-        record: Box::new(mull_core::StepRecord {
+        record: Box::new(mull_core::StepReport {
             model_id: "gpt-4o-mini".into(),
             response,
-            ..mull_core::StepRecord::default()
+            ..mull_core::StepReport::default()
         }),
     };
     let call = |response: Value| {

@@ -1,6 +1,6 @@
 use super::*;
 use chrono::DateTime;
-use mull_core::{EntryPath, StepRecord, TurnConfigRecord, Usage};
+use mull_core::{EntryPath, StepReport, TurnConfigRecord, Usage};
 use serde_json::json;
 
 fn env(seq: u64, event: Event) -> Envelope {
@@ -35,9 +35,9 @@ fn started() -> Event {
 
 fn step_finished(reason: FinishReason) -> Event {
     Event::StepFinished {
-        record: Box::new(StepRecord {
+        record: Box::new(StepReport {
             finish_reason: reason,
-            ..StepRecord::default()
+            ..StepReport::default()
         }),
     }
 }
@@ -135,6 +135,7 @@ fn tool_calls_stream_input_then_output_once() {
                 tool: "search".into(),
                 input: json!({"q": 1}),
                 client: false,
+                dynamic: false,
             },
             chunk(StreamPart::ToolResult {
                 call_id: "c1".into(),

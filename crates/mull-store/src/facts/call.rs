@@ -23,6 +23,9 @@ pub struct ToolCallFact {
     pub input: Option<Value>,
     /// A tool with no execute: the client answers it.
     pub client: bool,
+    /// A tool its source may change at run time (an MCP server's).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dynamic: bool,
     /// Its `tool_call_started`.
     pub started: Option<Stamp>,
     /// What happens to it (`tool_decided`); an approved call is decided by a later turn.
@@ -189,6 +192,7 @@ impl ToolCallFact {
             step: None,
             input: None,
             client: false,
+            dynamic: false,
             started: None,
             decision: None,
             approval: None,
@@ -224,12 +228,14 @@ impl Facts {
                 tool,
                 input,
                 client,
+                dynamic,
             } => {
                 let index = self.start_call(call_id, tool, e.turn_id);
                 let call = &mut self.calls[index];
                 call.step = Some(*step);
                 call.input = Some(input.clone());
                 call.client = *client;
+                call.dynamic = *dynamic;
                 call.started = Some(at);
                 Some((index, CallStage::Started))
             }

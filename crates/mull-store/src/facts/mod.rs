@@ -119,6 +119,16 @@ impl Facts {
             .filter(move |c| c.turn_id.as_deref() == Some(turn_id))
     }
 
+    /// The calls step `step` of turn `turn_id` started, in the order it started them.
+    pub fn calls_of_step<'a>(
+        &'a self,
+        turn_id: &'a str,
+        step: u32,
+    ) -> impl Iterator<Item = &'a ToolCallFact> + 'a {
+        self.calls_of_turn(turn_id)
+            .filter(move |c| c.step == Some(step) && c.started.is_some())
+    }
+
     /// The call whose approval `approval_id` asked.
     pub fn approval(&self, approval_id: &str) -> Option<&ToolCallFact> {
         self.by_approval_id

@@ -1,6 +1,6 @@
 use chrono::{Duration, TimeZone, Utc};
 use mull_core::{
-    DecisionAction, EntryPath, Envelope, ErrorStage, Event, StepRecord, StreamPart, ToolPartState,
+    DecisionAction, EntryPath, Envelope, ErrorStage, Event, StepReport, StreamPart, ToolPartState,
     TurnStatus, Usage,
 };
 use serde_json::{json, Value};
@@ -64,6 +64,7 @@ fn call_started(call: &str) -> Event {
         tool: "search".into(),
         input: json!({"q": call}),
         client: false,
+        dynamic: false,
     }
 }
 
@@ -102,11 +103,11 @@ fn usage(input: u64, output: u64) -> Usage {
 
 fn step_finished(step: u32, input: u64, output: u64) -> Event {
     Event::StepFinished {
-        record: Box::new(StepRecord {
+        record: Box::new(StepReport {
             step,
             model_id: "m-1".into(),
             usage: usage(input, output),
-            ..StepRecord::default()
+            ..StepReport::default()
         }),
     }
 }

@@ -12,6 +12,7 @@ mod call_fold;
 mod draft;
 mod fold;
 mod state;
+mod step_record;
 mod tool_calls;
 mod turn_fold;
 

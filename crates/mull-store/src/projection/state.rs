@@ -206,6 +206,12 @@ impl SessionState {
         }
     }
 
+    /// What the session's events say happened: its turns, steps and tool calls, folded once.
+    /// The state folds lifecycle events into them; stream parts go to the draft instead.
+    pub fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
     /// Shows the turns still running as interrupted: what a reader does when no writer has
     /// the log open, since nothing will finish them before the next writer resolves them.
     /// A `turn_finished` folded in later ends such a turn as usual.

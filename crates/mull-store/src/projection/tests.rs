@@ -3,7 +3,7 @@ use super::*;
 use chrono::DateTime;
 use mull_core::{
     CompactionReason, DecisionAction, EntryPath, Envelope, ErrorStage, Event, FinishReason, Role,
-    Source, StepRecord, StreamPart, SubmissionStatus, ToolPart, ToolPartState, TurnConfigRecord,
+    Source, StepReport, StreamPart, SubmissionStatus, ToolPart, ToolPartState, TurnConfigRecord,
     TurnStatus, UIMessage, UIPart, Usage,
 };
 use serde_json::json;
@@ -368,14 +368,14 @@ fn turn_finished_sets_status_steps_usage_and_duration() {
 #[test]
 fn step_finished_adds_usage_to_the_turn_and_the_session() {
     let mut feed = Feed::new();
-    let record = |input, cached| StepRecord {
+    let record = |input, cached| StepReport {
         usage: Usage {
             input_tokens: Some(input),
             output_tokens: Some(3),
             cached_input_tokens: Some(cached),
             ..Usage::default()
         },
-        ..StepRecord::default()
+        ..StepReport::default()
     };
     feed.started()
         .turn(Event::StepFinished {
@@ -474,6 +474,7 @@ fn client_calls_wait_until_the_client_answers() {
             tool: "confirm".into(),
             input: json!({"q": 1}),
             client: true,
+            dynamic: false,
         })
         .turn(Event::ToolCallStarted {
             step: 0,
@@ -481,6 +482,7 @@ fn client_calls_wait_until_the_client_answers() {
             tool: "search".into(),
             input: json!({}),
             client: false,
+            dynamic: false,
         })
         .turn(saved_with_tool("call_1", ToolPartState::InputAvailable));
     assert_eq!(feed.state.pending_client_calls.len(), 1);
@@ -511,6 +513,7 @@ fn a_repaired_call_becomes_an_error_and_stops_waiting() {
             tool: "confirm".into(),
             input: json!({}),
             client: true,
+            dynamic: false,
         })
         .turn(saved_with_tool("call_1", ToolPartState::InputAvailable));
     feed.at(
@@ -676,6 +679,7 @@ fn retracted_messages_leave_the_conversation_and_their_calls_are_no_longer_await
         tool: "confirm".into(),
         input: json!({"q": 1}),
         client: true,
+        dynamic: false,
     });
     feed.turn(saved_with_tool("call_1", ToolPartState::InputAvailable));
     assert_eq!(feed.state.pending_client_calls.len(), 1);
@@ -727,4 +731,128 @@ fn a_retraction_keeps_the_other_messages_in_order_and_a_new_answer_follows() {
     );
     let ids: Vec<_> = feed.state.messages.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(ids, ["u1", "a1", "a3"]);
+}
+
+#[test]
+fn a_step_record_is_put_together_from_the_step_s_chunks_and_its_calls_facts() {
+    let mut feed = Feed::new();
+    let started = |call_id: &str, dynamic| Event::ToolCallStarted {
+        step: 0,
+        call_id: call_id.into(),
+        tool: "search".into(),
+        input: json!({ "q": call_id }),
+        client: false,
+        dynamic,
+    };
+    let finished = |call_id: &str, success| Event::ToolCallFinished {
+        step: 0,
+        call_id: call_id.into(),
+        tool: "search".into(),
+        success,
+        output: success.then(|| json!("found")),
+        error: (!success).then(|| "offline".to_owned()),
+        duration_ms: 3,
+    };
+    let report = |step| StepReport {
+        step,
+        model_id: "m".into(),
+        ..StepReport::default()
+    };
+    feed.started()
+        .turn(Event::StepStarted { step: 0 })
+        .chunk(StreamPart::TextStart { id: "t0".into() })
+        .chunk(StreamPart::TextDelta {
+            id: "t0".into(),
+            text: "Look".into(),
+        })
+        .chunk(StreamPart::TextDelta {
+            id: "t0".into(),
+            text: "ing".into(),
+        })
+        .turn(started("c1", true))
+        .turn(started("c2", false))
+        // The second call finishes first: results are listed as they were recorded.
+        .turn(finished("c2", true))
+        .turn(finished("c1", false))
+        .turn(Event::StepFinished {
+            record: Box::new(report(0)),
+        });
+    let (first, reasoning) = feed.state.step_record("turn_1", "msg_2", report(0));
+    assert_eq!(first.text, "Looking");
+    assert!(reasoning.is_empty() && first.reasoning_text.is_none());
+    let calls: Vec<_> = first
+        .tool_calls
+        .iter()
+        .map(|c| (c.call_id.as_str(), c.dynamic, c.input.clone()))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("c1", true, json!({"q": "c1"})),
+            ("c2", false, json!({"q": "c2"}))
+        ]
+    );
+    let results: Vec<_> = first
+        .tool_results
+        .iter()
+        .map(|r| (r.call_id.as_str(), r.success, r.input.clone()))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("c2", true, json!({"q": "c2"})),
+            ("c1", false, json!({"q": "c1"}))
+        ]
+    );
+
+    // The next step's record holds only what came after its start; interleaved reasoning
+    // blocks stay apart.
+    feed.turn(Event::StepStarted { step: 1 })
+        .chunk(StreamPart::ReasoningStart { id: "r1".into() })
+        .chunk(StreamPart::ReasoningDelta {
+            id: "r1".into(),
+            text: "Think".into(),
+        })
+        .chunk(StreamPart::ReasoningStart { id: "r2".into() })
+        .chunk(StreamPart::ReasoningDelta {
+            id: "r2".into(),
+            text: "More".into(),
+        })
+        .chunk(StreamPart::ReasoningDelta {
+            id: "r1".into(),
+            text: " harder".into(),
+        })
+        .chunk(StreamPart::Source {
+            source: Source::Url {
+                id: "s1".into(),
+                url: "https://example.com".into(),
+                title: None,
+            },
+        })
+        .chunk(StreamPart::File {
+            media_type: "image/png".into(),
+            data: "data:image/png;base64,AA==".into(),
+        })
+        .chunk(StreamPart::TextStart { id: "t1".into() })
+        .chunk(StreamPart::TextDelta {
+            id: "t1".into(),
+            text: "Done.".into(),
+        })
+        .turn(Event::StepFinished {
+            record: Box::new(report(1)),
+        });
+    let (second, reasoning) = feed.state.step_record("turn_1", "msg_2", report(1));
+    assert_eq!(second.text, "Done.");
+    assert_eq!(reasoning, ["Think harder", "More"]);
+    assert_eq!(second.reasoning_text.as_deref(), Some("Think harderMore"));
+    assert_eq!(second.sources.len(), 1);
+    assert_eq!(
+        second.files,
+        [(
+            "image/png".to_owned(),
+            "data:image/png;base64,AA==".to_owned()
+        )]
+    );
+    assert!(second.tool_calls.is_empty() && second.tool_results.is_empty());
+    assert_eq!((second.step, second.model_id.as_str()), (1, "m"));
 }

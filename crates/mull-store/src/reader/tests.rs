@@ -301,6 +301,7 @@ fn tool_events(call: &str, tool: &str, action: DecisionAction, ok: bool, ms: u64
             tool: tool.into(),
             input: json!({}),
             client: false,
+            dynamic: false,
         },
         Event::ToolDecided {
             step: 0,

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use mull_core::{
-    DecisionAction, EntryPath, Envelope, Event, FinishReason, StepRecord, StreamPart, Usage,
+    DecisionAction, EntryPath, Envelope, Event, FinishReason, StepReport, StreamPart, Usage,
     EVENT_VERSION,
 };
 use serde_json::json;
@@ -58,12 +58,12 @@ pub(super) fn usage(input: u64, output: u64, cached: Option<u64>) -> Usage {
 
 pub(super) fn step_finished(step: u32, reason: FinishReason, usage: Usage) -> Event {
     Event::StepFinished {
-        record: Box::new(StepRecord {
+        record: Box::new(StepReport {
             step,
             model_id: "scripted-1".into(),
             finish_reason: reason,
             usage,
-            ..StepRecord::default()
+            ..StepReport::default()
         }),
     }
 }
@@ -150,6 +150,7 @@ pub(super) fn tool_call(
             tool: tool.into(),
             input: input.clone(),
             client: false,
+            dynamic: false,
         },
     );
     let reason = (action == DecisionAction::Block).then(|| "destructive tools are off".to_owned());
