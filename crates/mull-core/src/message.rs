@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::stream::Source;
+
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -153,6 +155,57 @@ pub enum UIPart {
         id: Option<String>,
         data: Value,
     },
+}
+
+impl UIPart {
+    /// The part a streamed source becomes in a message.
+    pub fn from_source(source: &Source) -> UIPart {
+        match source {
+            Source::Url { id, url, title } => UIPart::SourceUrl {
+                source_id: id.clone(),
+                url: url.clone(),
+                title: title.clone(),
+            },
+            Source::Document {
+                id,
+                media_type,
+                title,
+                filename,
+            } => UIPart::SourceDocument {
+                source_id: id.clone(),
+                media_type: media_type.clone(),
+                title: title.clone(),
+                filename: filename.clone(),
+            },
+        }
+    }
+
+    /// The source a source part shows (`None` for any other part).
+    pub fn source(&self) -> Option<Source> {
+        match self {
+            UIPart::SourceUrl {
+                source_id,
+                url,
+                title,
+            } => Some(Source::Url {
+                id: source_id.clone(),
+                url: url.clone(),
+                title: title.clone(),
+            }),
+            UIPart::SourceDocument {
+                source_id,
+                media_type,
+                title,
+                filename,
+            } => Some(Source::Document {
+                id: source_id.clone(),
+                media_type: media_type.clone(),
+                title: title.clone(),
+                filename: filename.clone(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The draft: the assistant message a running turn builds from its stream chunks (text and
 //! reasoning blocks, sources, files, tool parts), and finding a message's tool part.
 
-use mull_core::{Source, StreamPart, ToolPart, ToolPartState, UIMessage, UIPart};
+use mull_core::{StreamPart, ToolPart, ToolPartState, UIMessage, UIPart};
 use serde_json::Value;
 
 use super::state::SessionState;
@@ -48,24 +48,7 @@ impl SessionState {
                     self.open_blocks.retain(|(open, _)| open != id);
                 }
             }
-            StreamPart::Source { source } => parts.push(match source {
-                Source::Url { id, url, title } => UIPart::SourceUrl {
-                    source_id: id.clone(),
-                    url: url.clone(),
-                    title: title.clone(),
-                },
-                Source::Document {
-                    id,
-                    media_type,
-                    title,
-                    filename,
-                } => UIPart::SourceDocument {
-                    source_id: id.clone(),
-                    media_type: media_type.clone(),
-                    title: title.clone(),
-                    filename: filename.clone(),
-                },
-            }),
+            StreamPart::Source { source } => parts.push(UIPart::from_source(source)),
             StreamPart::File { media_type, data } => parts.push(UIPart::File {
                 media_type: media_type.clone(),
                 url: data.clone(),

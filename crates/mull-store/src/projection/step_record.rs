@@ -3,9 +3,7 @@
 //! (its text, reasoning, sources and files, from the chunks), and the tool calls it started
 //! with their results (from the facts).
 
-use mull_core::{
-    Source, StepRecord, StepReport, ToolCallRecord, ToolResultRecord, UIMessage, UIPart,
-};
+use mull_core::{StepRecord, StepReport, ToolCallRecord, ToolResultRecord, UIMessage, UIPart};
 use serde_json::Value;
 
 use super::state::SessionState;
@@ -89,30 +87,10 @@ fn fill_content(record: &mut StepRecord, parts: &[UIPart]) -> Vec<String> {
         match part {
             UIPart::Text { text, .. } => record.text.push_str(text),
             UIPart::Reasoning { text, .. } => reasoning.push(text.clone()),
-            UIPart::SourceUrl {
-                source_id,
-                url,
-                title,
-            } => record.sources.push(Source::Url {
-                id: source_id.clone(),
-                url: url.clone(),
-                title: title.clone(),
-            }),
-            UIPart::SourceDocument {
-                source_id,
-                media_type,
-                title,
-                filename,
-            } => record.sources.push(Source::Document {
-                id: source_id.clone(),
-                media_type: media_type.clone(),
-                title: title.clone(),
-                filename: filename.clone(),
-            }),
             UIPart::File {
                 media_type, url, ..
             } => record.files.push((media_type.clone(), url.clone())),
-            _ => {}
+            part => record.sources.extend(part.source()),
         }
     }
     reasoning
