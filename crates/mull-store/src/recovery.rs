@@ -3,8 +3,9 @@
 //!
 //! A turn is open from its `turn_started` to its `turn_finished`. When the process writing it
 //! dies in between, nothing will ever finish it, so the next writer does, from what the log
-//! holds: the partial assistant message is kept (its text and reasoning closed), every tool
-//! call in it without a final result is repaired as interrupted — a call whose decision was
+//! holds: the partial assistant message is kept (its text and reasoning closed), a tool call in
+//! it whose outcome the log recorded shows that outcome, every other call in it without a
+//! final result is repaired as interrupted — a call whose decision was
 //! recorded is never run again, and a streaming tool's last preliminary output is progress,
 //! never its answer — and the turn ends as an error at stage `recovery`.
 //!
@@ -17,6 +18,7 @@
 
 use mull_core::{ErrorStage, Event, ToolPart, ToolPartState, TurnStatus, UIMessage, UIPart};
 
+use crate::facts::CallOutcome;
 use crate::projection::{SessionState, TurnSummary};
 
 /// The error an interrupted turn ends with.
@@ -73,28 +75,30 @@ pub fn resolve_turn(state: &SessionState, turn: &TurnSummary) -> Vec<Event> {
         .filter(|d| d.id == turn.message_id)
         .map(closed)
         .filter(|m| m.parts.iter().any(|p| !matches!(p, UIPart::StepStart)));
-    if let Some(message) = draft {
-        let repairs: Vec<Event> = message
-            .parts
-            .iter()
-            .filter_map(|part| match part {
-                UIPart::Tool(tool)
-                    if without_result(tool)
-                        && !state
-                            .pending_client_calls
-                            .iter()
-                            .any(|p| p.call_id == tool.call_id) =>
-                {
-                    Some(Event::ToolCallRepaired {
-                        message_id: message.id.clone(),
-                        call_id: tool.call_id.clone(),
-                        tool: tool.tool_name.clone(),
-                        error_text: INTERRUPTED_TOOL_CALL.to_owned(),
-                    })
-                }
-                _ => None,
-            })
-            .collect();
+    if let Some(mut message) = draft {
+        let mut repairs = Vec::new();
+        for part in &mut message.parts {
+            let UIPart::Tool(tool) = part else { continue };
+            if !without_result(tool)
+                || state
+                    .pending_client_calls
+                    .iter()
+                    .any(|p| p.call_id == tool.call_id)
+            {
+                continue;
+            }
+            // The log holds the call's outcome (the process stopped before showing it): the
+            // message shows it, as its result part would have.
+            if show_recorded_outcome(state, turn, tool) {
+                continue;
+            }
+            repairs.push(Event::ToolCallRepaired {
+                message_id: message.id.clone(),
+                call_id: tool.call_id.clone(),
+                tool: tool.tool_name.clone(),
+                error_text: INTERRUPTED_TOOL_CALL.to_owned(),
+            });
+        }
         events.push(Event::AssistantMessageSaved {
             request_id: turn.request_id.clone(),
             message,
@@ -122,6 +126,36 @@ pub fn resolve_turn(state: &SessionState, turn: &TurnSummary) -> Vec<Event> {
         response_owed: true,
     });
     events
+}
+
+/// Sets `tool`'s result to the outcome the facts hold for its call in `turn` (its
+/// `tool_call_finished`), if they hold one; says whether they did.
+fn show_recorded_outcome(state: &SessionState, turn: &TurnSummary, tool: &mut ToolPart) -> bool {
+    let Some(call) = state
+        .facts()
+        .call(&tool.call_id)
+        .filter(|c| c.turn_id.is_some() && c.turn_id == turn.turn_id)
+    else {
+        return false;
+    };
+    let Some(CallOutcome::Finished {
+        success,
+        output,
+        error,
+        ..
+    }) = &call.outcome
+    else {
+        return false;
+    };
+    tool.preliminary = false;
+    if *success {
+        tool.state = ToolPartState::OutputAvailable;
+        tool.output = output.clone();
+    } else {
+        tool.state = ToolPartState::OutputError;
+        tool.error_text = error.clone();
+    }
+    true
 }
 
 /// The `turn_failed` event that reports an interrupted turn (stage `recovery`; the user's
@@ -258,5 +292,83 @@ mod tests {
         let again = Log::open(&path).expect("reopens");
         assert!(again.recovered_at_open().is_empty());
         assert_eq!(again.last_seq(), before);
+    }
+
+    #[test]
+    fn a_call_whose_outcome_was_logged_shows_it_instead_of_being_repaired() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.db");
+        let clock = FixedClock::at_fixture_epoch();
+        {
+            let log = Log::open(&path).expect("opens");
+            crashed_session(&log, "a", clock.now(), false);
+            let append = |event: Event| {
+                log.append("a", Some("turn_1"), clock.now(), event)
+                    .expect("appends");
+            };
+            for call_id in ["c1", "c2"] {
+                append(Event::Chunk {
+                    step: 0,
+                    part: StreamPart::ToolCall {
+                        call_id: call_id.into(),
+                        tool_name: "count".into(),
+                        input: "{}".into(),
+                    },
+                    original: None,
+                });
+                append(Event::ToolCallStarted {
+                    step: 0,
+                    call_id: call_id.into(),
+                    tool: "count".into(),
+                    input: json!({}),
+                    client: false,
+                    dynamic: false,
+                });
+            }
+            // c1 ran and its outcome was logged; the process stopped before the result part
+            // was shown. c2 never finished.
+            append(Event::ToolCallFinished {
+                step: 0,
+                call_id: "c1".into(),
+                tool: "count".into(),
+                success: true,
+                output: Some(json!({"count": 7})),
+                error: None,
+                duration_ms: 2,
+            });
+            log.close().expect("closes");
+        }
+        let log = Log::open(&path).expect("reopens");
+        let recovered = log.recovered_at_open();
+        assert_eq!(recovered.len(), 1);
+        assert_eq!(
+            recovered[0].repaired_calls, 1,
+            "only the call that never finished"
+        );
+        let a = log
+            .reader()
+            .expect("reader")
+            .load_session("a")
+            .expect("folds");
+        let answer = a.messages.last().expect("the partial answer");
+        let tools: Vec<_> = answer
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                UIPart::Tool(t) => Some((t.call_id.as_str(), t.state, t.output.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            tools,
+            [
+                (
+                    "c1",
+                    ToolPartState::OutputAvailable,
+                    Some(json!({"count": 7}))
+                ),
+                ("c2", ToolPartState::OutputError, None),
+            ]
+        );
     }
 }
