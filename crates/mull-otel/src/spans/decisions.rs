@@ -6,18 +6,9 @@
 use chrono::{DateTime, Utc};
 use mull_core::{BudgetLimits, BudgetMeasure, BudgetScope, DecisionAction, ModelCallKind};
 
-use super::{AttrValue, LogSpan, SpanEvent};
+use mull_store::facts::{AnswerFact, AnsweredBy};
 
-/// A person's (or the expiry's) answer to an approval request, kept until the turn that acts
-/// on it decides the call.
-#[derive(Debug, Clone)]
-pub(super) struct Answer {
-    pub approval_id: String,
-    pub approved: bool,
-    pub expired: bool,
-    pub reason: Option<String>,
-    pub at: DateTime<Utc>,
-}
+use super::{AttrValue, LogSpan, SpanEvent};
 
 /// What `before_tool_call` (or a person's denial) decided, on the call's span: the decision as
 /// attributes and as an event a trace viewer shows on the timeline, and for a call that did not
@@ -54,13 +45,16 @@ pub(super) fn decision_attributes(
 }
 
 /// Who answered an approval request and how, on the span of the call it was asked for.
-pub(super) fn answer_attributes(span: &mut LogSpan, answer: &Answer) {
-    let by = if answer.expired { "expiry" } else { "person" };
-    span.set("mull.approval.id", answer.approval_id.as_str());
+pub(super) fn answer_attributes(span: &mut LogSpan, approval_id: &str, answer: &AnswerFact) {
+    let by = match answer.by {
+        AnsweredBy::Expiry => "expiry",
+        _ => "person",
+    };
+    span.set("mull.approval.id", approval_id);
     span.set("mull.approval.approved", answer.approved);
     span.set("mull.approval.answered_by", by);
     let mut attributes = vec![
-        ("mull.approval.id", answer.approval_id.as_str().into()),
+        ("mull.approval.id", approval_id.into()),
         ("mull.approval.approved", answer.approved.into()),
         ("mull.approval.answered_by", by.into()),
     ];
@@ -69,7 +63,7 @@ pub(super) fn answer_attributes(span: &mut LogSpan, answer: &Answer) {
     }
     span.events.push(SpanEvent {
         name: "mull.approval.answered",
-        at: answer.at,
+        at: answer.at.at,
         attributes,
     });
 }

@@ -17,8 +17,10 @@ use mull_core::{wire_name, Envelope, Event, StepReport, StreamPart, TurnStatus, 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use mull_store::facts::{CallOutcome, CallStage, FactChange, Facts, ToolCallFact};
+
 use crate::conventions::Conventions;
-use decisions::{answer_attributes, budget_attributes, decision_attributes, Answer, BudgetStop};
+use decisions::{answer_attributes, budget_attributes, decision_attributes, BudgetStop};
 
 mod decisions;
 mod span;
@@ -122,8 +124,9 @@ pub struct SessionSpans {
     done: Vec<LogSpan>,
     /// The model calls closed so far, for the metrics.
     inferences: Vec<Inference>,
-    /// Approval answers by call id, until the call is decided.
-    answers: HashMap<String, Answer>,
+    /// What the session's events say happened to its tool calls: each call's span reads its
+    /// start, approval, decision and outcome from here.
+    facts: Facts,
     /// Requests whose history was compacted: their later model calls saw the compacted
     /// conversation.
     compacted: std::collections::HashSet<String>,
@@ -144,7 +147,7 @@ impl SessionSpans {
             open: HashMap::new(),
             done: Vec::new(),
             inferences: Vec::new(),
-            answers: HashMap::new(),
+            facts: Facts::new(),
             compacted: std::collections::HashSet::new(),
             settling: false,
         }
@@ -153,6 +156,7 @@ impl SessionSpans {
     /// Folds one event of the session in.
     pub fn apply(&mut self, env: &Envelope) {
         self.settling = false;
+        let change = self.facts.push(env);
         match &env.event {
             Event::SessionOpened { agent, .. } => {
                 self.agent = agent.clone();
@@ -175,24 +179,6 @@ impl SessionSpans {
             Event::SubagentStarted {
                 child_session_id, ..
             } => self.children.push(child_session_id.clone()),
-            Event::ToolApprovalAnswered {
-                approval_id,
-                call_id,
-                approved,
-                reason,
-                expired,
-                ..
-            } => {
-                let answer = Answer {
-                    approval_id: approval_id.clone(),
-                    approved: *approved,
-                    expired: *expired,
-                    reason: reason.clone(),
-                    at: env.at,
-                };
-                self.answers.insert(call_id.clone(), answer);
-                return;
-            }
             _ => {}
         }
         let Some(turn_id) = env.turn_id.as_deref() else {
@@ -243,6 +229,12 @@ impl SessionSpans {
             return;
         };
         turn.last_at = turn.last_at.max(env.at);
+        if let Some(FactChange::Call { call, stage }) = change {
+            let call = self.facts.calls()[call].clone();
+            self.call_changed(&mut turn, turn_id, &call, stage, env.at);
+            self.open.insert(turn_id.to_owned(), turn);
+            return;
+        }
         if self.apply_to_turn(&mut turn, turn_id, env) {
             turn.span.close(env.at, &mut self.done);
         } else {
@@ -331,101 +323,6 @@ impl SessionSpans {
                             ("error.message", error.as_str().into()),
                         ],
                     });
-                }
-            }
-            Event::ToolCallStarted {
-                step,
-                call_id,
-                tool,
-                input,
-                client,
-                ..
-            } => {
-                if let (true, Some(open)) = (content, turn.steps.get_mut(step)) {
-                    open.calls.push(json!({
-                        "type": "tool_call",
-                        "id": call_id,
-                        "name": tool,
-                        "arguments": input,
-                    }));
-                }
-                let mut span = self.tool_span(turn, turn_id, *step, call_id, tool, env.at);
-                if *client {
-                    span.set("mull.tool.client", true);
-                }
-                if content {
-                    span.set("gen_ai.tool.call.arguments", json_text(input));
-                }
-                turn.tools.insert(call_id.clone(), (*step, span));
-            }
-            Event::ToolApprovalRequested {
-                call_id,
-                approval_id,
-                reason,
-                expires_at,
-                ..
-            } => {
-                if let Some((_, span)) = turn.tools.get_mut(call_id) {
-                    span.set("mull.tool.decision", "approval_requested");
-                    span.set("mull.approval.id", approval_id.as_str());
-                    let mut attributes = vec![("mull.approval.id", approval_id.as_str().into())];
-                    if let Some(reason) = reason {
-                        attributes.push(("mull.approval.reason", reason.as_str().into()));
-                    }
-                    if let Some(at) = expires_at {
-                        attributes.push(("mull.approval.expires_at", at.to_rfc3339().into()));
-                    }
-                    span.events.push(SpanEvent {
-                        name: "mull.approval.requested",
-                        at: env.at,
-                        attributes,
-                    });
-                }
-            }
-            Event::ToolDecided {
-                step,
-                call_id,
-                tool,
-                action,
-                reason,
-                effective_input,
-                ..
-            } => {
-                if !turn.tools.contains_key(call_id) {
-                    // A call approved (or denied) in an earlier turn runs in this one: its
-                    // span starts with the decision.
-                    let mut span = self.tool_span(turn, turn_id, *step, call_id, tool, env.at);
-                    if content {
-                        span.set("gen_ai.tool.call.arguments", json_text(effective_input));
-                    }
-                    turn.tools.insert(call_id.clone(), (*step, span));
-                }
-                let answer = self.answers.remove(call_id);
-                if let Some((_, span)) = turn.tools.get_mut(call_id) {
-                    decision_attributes(span, *action, reason.as_deref(), env.at);
-                    if let Some(answer) = answer {
-                        answer_attributes(span, &answer);
-                    }
-                }
-            }
-            Event::ToolCallFinished {
-                call_id,
-                success,
-                output,
-                error,
-                ..
-            } => {
-                if let Some((_, mut span)) = turn.tools.remove(call_id) {
-                    if !success && span.error.is_none() {
-                        span.set("error.type", "tool_error");
-                        span.error = Some(error.clone().unwrap_or_else(|| "tool failed".into()));
-                    }
-                    if content {
-                        if let Some(output) = output {
-                            span.set("gen_ai.tool.call.result", json_text(output));
-                        }
-                    }
-                    span.close(env.at, &mut self.done);
                 }
             }
             Event::StepFinished { record } => {
@@ -521,6 +418,116 @@ impl SessionSpans {
             _ => {}
         }
         false
+    }
+
+    /// A tool call of `turn` reached `stage`: its `execute_tool` span opens, takes its
+    /// approval request, its decision (with the answer it acted on) or its outcome — each read
+    /// from the call's facts.
+    fn call_changed(
+        &mut self,
+        turn: &mut OpenTurn,
+        turn_id: &str,
+        call: &ToolCallFact,
+        stage: CallStage,
+        at: DateTime<Utc>,
+    ) {
+        let content = self.options.capture_content;
+        let id = call.call_id.as_str();
+        match stage {
+            CallStage::Started => {
+                let step = call.step.unwrap_or(0);
+                let input = call.input.as_ref().unwrap_or(&Value::Null);
+                if let (true, Some(open)) = (content, turn.steps.get_mut(&step)) {
+                    open.calls.push(json!({
+                        "type": "tool_call",
+                        "id": id,
+                        "name": call.tool,
+                        "arguments": input,
+                    }));
+                }
+                let mut span = self.tool_span(turn, turn_id, step, id, &call.tool, at);
+                if call.client {
+                    span.set("mull.tool.client", true);
+                }
+                if content {
+                    span.set("gen_ai.tool.call.arguments", json_text(input));
+                }
+                turn.tools.insert(id.to_owned(), (step, span));
+            }
+            CallStage::ApprovalRequested => {
+                let Some(approval) = &call.approval else {
+                    return;
+                };
+                let (Some(request), Some((_, span))) = (&approval.request, turn.tools.get_mut(id))
+                else {
+                    return;
+                };
+                let approval_id = approval.approval_id.as_str();
+                span.set("mull.tool.decision", "approval_requested");
+                span.set("mull.approval.id", approval_id);
+                let mut attributes = vec![("mull.approval.id", approval_id.into())];
+                if let Some(reason) = &request.reason {
+                    attributes.push(("mull.approval.reason", reason.as_str().into()));
+                }
+                if let Some(expires) = request.expires_at {
+                    attributes.push(("mull.approval.expires_at", expires.to_rfc3339().into()));
+                }
+                span.events.push(SpanEvent {
+                    name: "mull.approval.requested",
+                    at,
+                    attributes,
+                });
+            }
+            CallStage::Decided => {
+                let Some(decision) = &call.decision else {
+                    return;
+                };
+                if !turn.tools.contains_key(id) {
+                    // A call approved (or denied) in an earlier turn runs in this one: its
+                    // span starts with the decision.
+                    let mut span = self.tool_span(turn, turn_id, decision.step, id, &call.tool, at);
+                    if content {
+                        span.set(
+                            "gen_ai.tool.call.arguments",
+                            json_text(&decision.effective_input),
+                        );
+                    }
+                    turn.tools.insert(id.to_owned(), (decision.step, span));
+                }
+                if let Some((_, span)) = turn.tools.get_mut(id) {
+                    decision_attributes(span, decision.action, decision.reason.as_deref(), at);
+                    if let Some(approval) = &call.approval {
+                        if let Some(answer) = &approval.answer {
+                            answer_attributes(span, &approval.approval_id, answer);
+                        }
+                    }
+                }
+            }
+            CallStage::Finished => {
+                let Some(CallOutcome::Finished {
+                    success,
+                    output,
+                    error,
+                    ..
+                }) = &call.outcome
+                else {
+                    return;
+                };
+                if let Some((_, mut span)) = turn.tools.remove(id) {
+                    if !success && span.error.is_none() {
+                        span.set("error.type", "tool_error");
+                        span.error = Some(error.clone().unwrap_or_else(|| "tool failed".into()));
+                    }
+                    if let (true, Some(output)) = (content, output) {
+                        span.set("gen_ai.tool.call.result", json_text(output));
+                    }
+                    span.close(at, &mut self.done);
+                }
+            }
+            // An answer waits for the decision that acts on it; a client's answer or a repair
+            // comes after the call's span ended with its step or turn.
+            _ => {}
+        }
     }
 
     /// A new `execute_tool` span for `call_id`, under its step's `chat` span when that is open

@@ -42,6 +42,8 @@ pub struct ToolCallFact {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DecisionFact {
     pub at: Stamp,
+    /// The step it was decided in (the call's own, for a call a later turn acts on).
+    pub step: u32,
     pub action: DecisionAction,
     pub effective_input: Value,
     pub reason: Option<String>,
@@ -240,6 +242,7 @@ impl Facts {
                 Some((index, CallStage::Started))
             }
             Event::ToolDecided {
+                step,
                 call_id,
                 tool,
                 action,
@@ -252,6 +255,7 @@ impl Facts {
                 let call = &mut self.calls[index];
                 call.decision = Some(DecisionFact {
                     at,
+                    step: *step,
                     action: *action,
                     effective_input: effective_input.clone(),
                     reason: reason.clone(),
