@@ -52,6 +52,8 @@ pub(super) fn words(text: &str) -> Vec<String> {
 
 /// The model's script for the seven turns; `paced` adds the silences a real model leaves
 /// (before its first token, and once mid-answer), which write no events.
+///
+/// Long because it is the script itself, turn by turn.
 pub(super) fn script(part_delay: Duration, paced: bool) -> ScriptedModel {
     let think = |s: mull_providers::scripted::StepScript| {
         if paced {

@@ -153,6 +153,9 @@ impl OpenStep {
 /// Reads the recorded model steps out of a log's envelopes (see the module docs for the rules).
 /// A step cut short in a log older than `step_configured.request_hash` cannot be identified and
 /// is left out.
+///
+/// One pass over the log with one arm per event a step is read from, so the rules in the module
+/// docs stay in one place.
 pub fn recorded_steps(
     envelopes: impl IntoIterator<Item = Envelope>,
 ) -> Result<Vec<RecordedStep>, ReplayError> {

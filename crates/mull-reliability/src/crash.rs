@@ -375,6 +375,8 @@ pub struct Left {
 }
 
 /// Reopens the log after a kill and checks every promise (see the module docs).
+///
+/// Long because it is the module docs' list of checks, in their order, one block each.
 pub fn check_trial(db: &Path, effects: &Path, left: &Left) -> anyhow::Result<TrialReport> {
     let last_barrier = left.last_barrier;
     let mut report = TrialReport {

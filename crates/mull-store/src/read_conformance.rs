@@ -106,6 +106,9 @@ macro_rules! ensure {
 /// Writes a log through `writer` (sessions `rc_a` and `rc_b` interleaved, a turn left running,
 /// a fork `rc_f` of `rc_a`) and checks every read of `reader` against it. `reader` must read
 /// what `writer` writes, and the log must hold nothing else. Returns what did not hold.
+///
+/// Long because it is one scenario written top to bottom: every read is checked against the
+/// log the same run wrote.
 pub async fn check_read_contract(
     writer: &dyn EventLog,
     reader: &dyn ReadLog,

@@ -178,6 +178,8 @@ fn demo_sessions(log: Log, args: &GenArgs, count: usize, started: Instant) -> Re
     Ok(())
 }
 
+/// Writes one generated turn, event by event, in the order the engine writes them: long
+/// because it reads as the log it writes.
 fn write_turn(
     w: &mut Writer,
     ids: &SequentialIds,

@@ -101,6 +101,9 @@ pub struct ServeArgs {
 }
 
 /// Serves until SIGTERM or Ctrl-C, then stops cleanly (see the module docs) and closes the log.
+///
+/// Long because it reads as the order an operator's server starts and stops in: the log, the
+/// agent, the listener, the drain.
 pub fn run(args: ServeArgs) -> Result<()> {
     // Resolve the agent first, so a missing key is reported before anything binds.
     let shared = choose_agent_streaming(args.model.as_deref(), args.stream, args.tools)?;

@@ -422,6 +422,7 @@ impl App {
     }
 
     /// Applies one message; returns the reads it needs.
+    /// One arm per message the dashboard takes: the one place its state moves.
     pub fn update(&mut self, msg: Msg) -> Vec<Effect> {
         match msg {
             Msg::Action(action) => self.act(action),
@@ -613,6 +614,7 @@ impl App {
         }
     }
 
+    /// What a key's action does: one arm per action, the one place they take effect.
     fn act(&mut self, action: Action) -> Vec<Effect> {
         self.answering.notice = None;
         if self.help && !matches!(action, Action::Quit) {

@@ -21,6 +21,7 @@ pub fn sample_turn() -> Vec<Envelope> {
     b.events
 }
 
+/// A completed turn, event by event: long because it reads as the log it writes.
 fn push_completed_turn(b: &mut LogBuilder) {
     let (s, t) = ("sess_1", "turn_1");
     b.push(s, Some(t), 0, turn_started("req_1", "msg_a1"));
@@ -157,6 +158,8 @@ fn push_completed_turn(b: &mut LogBuilder) {
 
 /// Two sessions: the first has a completed turn, a failed one and one still running; the
 /// second a single short turn.
+///
+/// Long because it is a log written out event by event.
 pub fn sample_log() -> Vec<Envelope> {
     let mut b = LogBuilder::new();
     let s = "sess_1";
@@ -371,6 +374,8 @@ pub fn append_all(log: &mull_store::Log, events: &[Envelope]) {
 
 /// One session whose second turn compacts the first exchange (four messages) into a summary
 /// before its step runs.
+///
+/// Long because it is a log written out event by event.
 pub fn compaction_log() -> Vec<Envelope> {
     let mut b = LogBuilder::new();
     let s = "sess_c";

@@ -275,6 +275,7 @@ impl TimelineBuilder {
 
     /// Folds one envelope into the timeline. Events already pushed (by seq) are ignored, so
     /// overlapping pages are harmless.
+    /// One arm per kind of event the timeline shows: the one place its rows are made.
     pub fn push(&mut self, env: &Envelope) {
         if self.last_seq.is_some_and(|last| env.seq <= last) {
             return;

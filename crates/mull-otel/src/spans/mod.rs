@@ -243,6 +243,8 @@ impl SessionSpans {
     }
 
     /// Applies a turn's event; true when it ended the turn (the caller then closes its span).
+    /// One arm per kind of event a turn writes, in the order it writes them, each a few
+    /// attributes: split, the kinds would be read in several places.
     fn apply_to_turn(&mut self, turn: &mut OpenTurn, turn_id: &str, env: &Envelope) -> bool {
         let content = self.options.capture_content;
         match &env.event {

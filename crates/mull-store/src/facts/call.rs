@@ -221,6 +221,8 @@ impl ToolCallFact {
 
 impl Facts {
     /// Folds a tool-call event in; `None` for any other event, or one that changes nothing.
+    /// One arm per event of a call's life: this match is the one place they are read, so it is
+    /// kept whole.
     pub(super) fn push_call(&mut self, e: &EventRef<'_>) -> Option<(usize, CallStage)> {
         let at = Stamp::of(e);
         match e.event {

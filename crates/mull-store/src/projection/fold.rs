@@ -25,6 +25,9 @@ impl SessionState {
 
     /// Folds in one event of this session, borrowed in parts: how the engine folds the event
     /// it has just appended, without building an envelope for it.
+    ///
+    /// One arm per kind of event the conversation state takes (calls, turns and steps go
+    /// through the facts first): the one place the state changes, so it is kept whole.
     pub fn apply_own(&mut self, e: EventRef<'_>) {
         self.last_seq = e.seq;
         self.last_at = Some(e.at);
