@@ -1,6 +1,6 @@
 use super::*;
 use chrono::TimeZone;
-use mull_core::{ChatErrorClassification, EntryPath, ErrorStage};
+use mull_core::{ChatErrorClassification, DecisionAction, EntryPath, ErrorStage};
 
 fn env(seq: u64, turn: Option<&str>, ms: i64, event: Event) -> Envelope {
     Envelope {
@@ -294,4 +294,107 @@ fn a_model_calls_span_names_the_server_its_step_record_went_to() {
     let local = call(json!({"model_id": "gpt-4o-mini"}));
     assert_eq!(local.attribute("server.address"), None);
     assert_eq!(local.attribute("server.port"), None);
+}
+
+#[test]
+fn a_call_denied_when_its_approval_expired_is_a_span_of_the_turn_that_acted_on_it() {
+    let finished = |seq, turn: &str, ms| {
+        env(
+            seq,
+            Some(turn),
+            ms,
+            Event::TurnFinished {
+                request_id: "r".into(),
+                status: TurnStatus::Completed,
+                error: None,
+                steps: 1,
+                usage: Usage::default(),
+                response_owed: false,
+            },
+        )
+    };
+    let spans = fold(&[
+        started(1, "t1", 0),
+        env(2, Some("t1"), 5, Event::StepStarted { step: 0 }),
+        tool_started(3, "t1", 10),
+        env(
+            4,
+            Some("t1"),
+            15,
+            Event::ToolApprovalRequested {
+                step: 0,
+                call_id: "c1".into(),
+                tool: "add".into(),
+                approval_id: "ap_1".into(),
+                input: json!({"a": 1}),
+                reason: Some("costs money".into()),
+                expires_at: None,
+            },
+        ),
+        finished(5, "t1", 20),
+        // Nobody answered in time: the session denies it, and the next turn acts on that.
+        env(
+            6,
+            None,
+            1_000,
+            Event::ToolApprovalAnswered {
+                approval_id: "ap_1".into(),
+                call_id: "c1".into(),
+                tool: "add".into(),
+                approved: false,
+                reason: None,
+                expired: true,
+                by: None,
+            },
+        ),
+        started(7, "t2", 1_010),
+        env(
+            8,
+            Some("t2"),
+            1_020,
+            Event::ToolDecided {
+                step: 0,
+                call_id: "c1".into(),
+                tool: "add".into(),
+                action: DecisionAction::Denied,
+                model_input: json!({"a": 1}),
+                effective_input: json!({"a": 1}),
+                reason: Some("the approval request expired".into()),
+                output: None,
+            },
+        ),
+        finished(9, "t2", 1_030),
+    ]);
+    let tools: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "execute_tool add")
+        .collect();
+    assert_eq!(
+        tools.len(),
+        2,
+        "the asking turn's span and the deciding turn's"
+    );
+    let asked = tools[0];
+    assert_eq!(
+        asked.attribute("mull.tool.decision"),
+        Some(&AttrValue::from("approval_requested"))
+    );
+    let decided = tools[1];
+    let t2 = spans
+        .iter()
+        .find(|s| s.attribute("mull.turn_id") == Some(&AttrValue::from("t2")))
+        .expect("the second turn's span");
+    assert_eq!(decided.parent_id, Some(t2.span_id));
+    assert_eq!(
+        decided.attribute("mull.approval.answered_by"),
+        Some(&AttrValue::from("expiry"))
+    );
+    assert_eq!(
+        decided.attribute("mull.approval.approved"),
+        Some(&AttrValue::from(false))
+    );
+    assert_eq!(
+        decided.attribute("error.type"),
+        Some(&AttrValue::from("tool_denied"))
+    );
 }
