@@ -117,8 +117,6 @@ impl std::fmt::Debug for ApprovalNotice {
 /// to read the screen, find the call and press `a` then `y`.
 pub const APPROVAL_WAIT: Duration = Duration::from_secs(60);
 
-/// How long the model "thinks" before its first part, when paced.
-const FIRST_TOKEN: Duration = Duration::from_millis(700);
 /// How long the user "types" before the next turn, when paced.
 const TYPING: Duration = Duration::from_millis(1800);
 

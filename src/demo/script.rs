@@ -6,7 +6,8 @@ use std::time::Duration;
 use mull_providers::scripted::ScriptedModel;
 use serde_json::json;
 
-use super::FIRST_TOKEN;
+/// How long the model "thinks" before its first part, when paced.
+const FIRST_TOKEN: Duration = Duration::from_millis(700);
 
 /// The research sub-agent's script: one guide search, then the answer.
 pub(super) fn research_script(part_delay: Duration, paced: bool) -> ScriptedModel {

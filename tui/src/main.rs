@@ -2,6 +2,7 @@
 
 mod cli;
 mod dash;
+mod log_source;
 mod telemetry;
 
 use std::path::PathBuf;

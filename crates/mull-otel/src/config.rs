@@ -6,7 +6,7 @@ use std::env;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 
-use crate::OtelError;
+use crate::error::OtelError;
 
 /// The variable that turns message content on (tool arguments and results, answers), as the
 /// GenAI instrumentations of other languages name it.

@@ -15,8 +15,8 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
 
 use crate::config::{resource, OtlpConfig};
 use crate::conventions::Conventions;
+use crate::error::OtelError;
 use crate::spans::{AttrValue, Inference, Kind, LogSpan, SessionSpans, SpanOptions};
-use crate::OtelError;
 
 /// Spans per OTLP request.
 const BATCH: usize = 512;

@@ -30,6 +30,7 @@
 
 pub mod config;
 pub mod conventions;
+mod error;
 pub mod export;
 pub mod live;
 pub mod metrics;
@@ -37,29 +38,9 @@ pub mod spans;
 
 pub use config::OtlpConfig;
 pub use conventions::Conventions;
+pub use error::OtelError;
 pub use export::{export_log, export_spans, export_spans_named, log_spans, log_telemetry};
 pub use export::{ExportReport, LogTelemetry};
 pub use live::LiveExport;
 pub use metrics::export_metrics;
 pub use spans::{AttrValue, Inference, Kind, LogSpan, SessionSpans, SpanEvent, SpanOptions};
-
-/// What can go wrong configuring or sending spans.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum OtelError {
-    /// The flag or the variables ask for something mull cannot do.
-    #[error("OTLP configuration: {0}")]
-    Config(String),
-    /// The exporter could not be built (a malformed URL, a bad header).
-    #[error("building the OTLP exporter for {endpoint}: {message}")]
-    Build { endpoint: String, message: String },
-    /// The collector refused the spans or could not be reached.
-    #[error("sending spans to {endpoint}: {message}")]
-    Send { endpoint: String, message: String },
-    /// The log could not be read.
-    #[error("reading the log: {0}")]
-    Store(#[from] mull_store::StoreError),
-    /// `--session` names no session of the log.
-    #[error("the log has no session {0:?}")]
-    NoSession(String),
-}

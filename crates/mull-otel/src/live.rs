@@ -25,9 +25,9 @@ use tracing_subscriber::Layer;
 
 use crate::config::{resource, OtlpConfig};
 use crate::conventions::Conventions;
+use crate::error::OtelError;
 use crate::export::{scope, span_data};
 use crate::spans::{LogSpan, SessionSpans, SpanOptions};
-use crate::OtelError;
 
 /// A running live export. Dropping it (or [`LiveExport::shutdown`]) sends what is queued.
 #[derive(Debug)]

@@ -12,8 +12,8 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 
 use crate::config::{resource, OtlpConfig};
 use crate::conventions::Conventions;
+use crate::error::OtelError;
 use crate::spans::Inference;
-use crate::OtelError;
 
 /// Bucket boundaries the conventions advise for durations, in seconds.
 const DURATION_BUCKETS: &[f64] = &[

@@ -1,29 +1,16 @@
-//! A log given to a command by its path or URL: [`open_log`] opens either backend through the
-//! read contract, which every reader takes (dashboard, replay, diff, fork, backtest, stats,
-//! the OTLP re-export). What only PostgreSQL has its own way of doing is here too: the JSONL
-//! export of its rows and `mull check`'s read-back.
+//! What only a PostgreSQL log has its own way of doing: the JSONL export of its rows and
+//! `mull check`'s read-back. Opening a log by path or URL is [`crate::log_source`]'s, named
+//! here too for the commands.
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
 
 use anyhow::{Context, Result};
-use mull_store::{LogReader, ReadLog};
-use mull_store_pg::{PgReader, Reads};
+use mull_store_pg::Reads;
+
+pub use crate::log_source::{open_log, runtime, url};
 
 /// Events read per statement while folding a session.
 const PAGE: usize = 4096;
-
-/// `db` as a PostgreSQL URL, when it is one.
-pub fn url(db: &Path) -> Option<&str> {
-    db.to_str().filter(|db| mull_store_pg::is_postgres_url(db))
-}
-
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting a runtime")
-}
 
 /// Writes the log (or one session) to stdout as JSONL, in the SQLite export's line format.
 pub fn export(url: &str, session: Option<&str>) -> Result<()> {
@@ -39,19 +26,6 @@ pub fn export(url: &str, session: Option<&str>) -> Result<()> {
             .context("exporting the PostgreSQL log")?;
         out.flush().context("writing standard output")
     })
-}
-
-/// Opens the log `db` names for reading through the read contract: a SQLite file, or a
-/// PostgreSQL database read natively (nothing is copied).
-pub fn open_log(db: &Path) -> Result<Box<dyn ReadLog>> {
-    match url(db) {
-        Some(url) => Ok(Box::new(
-            PgReader::open(url).context("opening the PostgreSQL log")?,
-        )),
-        None => Ok(Box::new(
-            LogReader::open(db).with_context(|| format!("opening {}", db.display()))?,
-        )),
-    }
 }
 
 /// `mull check` on a PostgreSQL log: every event of every session read back and decoded, and

@@ -78,7 +78,7 @@ impl Source {
     /// Opens the log `db` (a SQLite file or a `postgres://` URL) for reading.
     pub fn open(db: &Path) -> anyhow::Result<Self> {
         Ok(Self {
-            reader: crate::cli::pg::open_log(db)?,
+            reader: crate::log_source::open_log(db)?,
             db: db.to_owned(),
             listed: HashMap::new(),
             inbox: std::sync::OnceLock::new(),
@@ -106,7 +106,7 @@ impl Source {
         let inbox = match self.inbox.get() {
             Some(inbox) => inbox,
             None => {
-                let opened = Poster::open(&self.db, crate::cli::pg::url(&self.db))?;
+                let opened = Poster::open(&self.db, crate::log_source::url(&self.db))?;
                 self.inbox.get_or_init(|| opened)
             }
         };
@@ -264,7 +264,7 @@ impl Follower {
         cursor: ChangeCursor,
         positions: HashMap<String, u64>,
     ) -> anyhow::Result<Self> {
-        let reader = crate::cli::pg::open_log(db)?;
+        let reader = crate::log_source::open_log(db)?;
         let (sender, events) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("mull-dash-tail".into())
