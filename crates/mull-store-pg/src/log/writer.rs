@@ -78,7 +78,7 @@ pub(super) fn commit_batch_sql() -> String {
 
 /// Each session's span in `batch`, per lease epoch, as two rows of `(session, epoch, seq,
 /// at)`: its least seq and time, then its greatest — all `mull_sessions` takes from the rows.
-fn spans(batch: &[Row]) -> Vec<(&str, i64, i64, i64)> {
+fn session_spans(batch: &[Row]) -> Vec<(&str, i64, i64, i64)> {
     let mut bounds: BTreeMap<(&str, i64), [i64; 4]> = BTreeMap::new();
     for row in batch {
         bounds
@@ -403,7 +403,7 @@ async fn commit(
     let payloads: Vec<&str> = batch.iter().map(|r| r.payload.as_str()).collect();
     let epochs: Vec<i64> = batch.iter().map(|r| r.epoch).collect();
     let v = EVENT_VERSION as i16;
-    let spans = spans(batch);
+    let spans = session_spans(batch);
     let span_sessions: Vec<&str> = spans.iter().map(|s| s.0).collect();
     let span_epochs: Vec<i64> = spans.iter().map(|s| s.1).collect();
     let span_seqs: Vec<i64> = spans.iter().map(|s| s.2).collect();
