@@ -6,38 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mull::core::{Envelope, LanguageModel, UIMessage};
-use mull::engine::{Agent, Follow, OutcomeStatus, Session, TurnOptions};
-use mull::providers::scripted::ScriptedModel;
+use mull::core::{Envelope, UIMessage};
+use mull::engine::{Follow, OutcomeStatus, Session, TurnOptions};
 use mull::store::{RequestFold, RequestPhase, Verdict};
 
 mod support;
+use support::chatty::{chatty, Chatty};
 use support::test_log::TestLog;
-
-struct Chatty {
-    model: ScriptedModel,
-}
-
-#[async_trait::async_trait]
-impl Agent for Chatty {
-    fn name(&self) -> &str {
-        "chatty"
-    }
-    fn model(&self) -> Arc<dyn LanguageModel> {
-        Arc::new(self.model.clone())
-    }
-}
-
-/// An agent whose next `turns` answers are each `deltas` text deltas long.
-fn chatty(deltas: usize, turns: usize) -> Arc<Chatty> {
-    let mut model = ScriptedModel::builder("m");
-    for _ in 0..turns {
-        model = model.step(|s| s.text_deltas((0..deltas).map(|i| format!("{i} "))));
-    }
-    Arc::new(Chatty {
-        model: model.build(),
-    })
-}
 
 /// Opens the session with a bus that holds only `capacity` events per reader.
 async fn open(env: &TestLog, agent: &Arc<Chatty>, capacity: usize) -> Session {

@@ -643,7 +643,15 @@ async fn next_part(stream: &mut ModelStream, stall: Duration) -> Next {
     })
     .await;
     let next = match ready {
-        Some(next) => next,
+        Some(next) => {
+            // A stream that is always ready (a fast provider, a scripted or replayed one)
+            // would otherwise keep this thread until the turn ends: every other task woken
+            // meanwhile — another connection, the log's writer — would wait for it. Spending
+            // the task's cooperative budget yields to the runtime now and then, as tokio's own
+            // channels and sockets do.
+            tokio::task::consume_budget().await;
+            next
+        }
         None if stall.is_zero() => stream.next().await,
         None => match tokio::time::timeout(stall, stream.next()).await {
             Ok(next) => next,
