@@ -46,6 +46,10 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// batch (its least and greatest seq and time, under the same lease check), not from the rows
 /// inserted: reading every inserted row back cost the server about 14 % of its time per row.
 ///
+/// The rows are unnested in the select list, where the arrays are walked in step row by row,
+/// rather than by `unnest(…)` in `FROM`, which first copies every row into a tuple store: about
+/// 10 % less of the server's time per row in a `psql` test (512-row batches).
+///
 /// One statement, not `BEGIN` … `COMMIT`: the server runs it only once the whole request has
 /// arrived and commits before answering, so a node paused or cut off halfway through sending
 /// never leaves a transaction open holding lease rows, or uncommitted keys, that another node
@@ -59,9 +63,10 @@ pub(super) fn commit_batch_sql() -> String {
          ), inserted AS (
              INSERT INTO mull_events (session_id, seq, turn_id, at, v, kind, payload, epoch)
              SELECT u.session_id, u.seq, u.turn_id, u.at, $5, u.kind, u.payload, u.epoch
-             FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $6::text[], $7::text[],
-                         $8::int8[])
-                  AS u(session_id, seq, turn_id, at, kind, payload, epoch)
+             FROM (SELECT unnest($1::text[]) AS session_id, unnest($2::int8[]) AS seq,
+                          unnest($3::text[]) AS turn_id, unnest($4::int8[]) AS at,
+                          unnest($6::text[]) AS kind, unnest($7::text[]) AS payload,
+                          unnest($8::int8[]) AS epoch) u
              JOIN locked l
                ON l.session_id = u.session_id AND l.epoch = u.epoch AND l.owner = $10
          ), spans AS (
