@@ -8,7 +8,8 @@
 //! (`runuser`), in a directory owned by it.
 //!
 //! Each test takes a database of its own ([`TestPg::database`]), so tests sharing a cluster
-//! never see each other's rows.
+//! never see each other's rows. On a server the harness did not start, the databases it made
+//! are dropped when the [`TestPg`] is, so test runs leave nothing behind there either.
 //!
 //! Where PostgreSQL cannot be had, [`TestPg::start`] prints why and returns `None` (the test
 //! is skipped), except under CI (`CI` or `MULL_PG_REQUIRED` set to anything but `0`/`false`),
@@ -18,6 +19,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 /// The default place of the server binaries (Debian's `postgresql-15`).
 pub const DEFAULT_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -32,6 +34,8 @@ pub struct TestPg {
     base: String,
     /// The cluster this harness started, if it started one.
     cluster: Option<Cluster>,
+    /// The databases [`TestPg::database`] made.
+    made: Mutex<Vec<String>>,
 }
 
 #[derive(Debug)]
@@ -61,6 +65,7 @@ impl TestPg {
             Ok(url) if !url.is_empty() => Ok(TestPg {
                 base: base_of(&url),
                 cluster: None,
+                made: Mutex::new(Vec::new()),
             }),
             _ => start_cluster(),
         };
@@ -89,35 +94,40 @@ impl TestPg {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let admin = self.admin_url();
-        let sql = format!("CREATE DATABASE {name}");
-        // A thread of its own: the caller may be inside an async runtime or not.
-        let made = std::thread::spawn(move || -> Result<(), String> {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            rt.block_on(async move {
-                let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-                    .await
-                    .map_err(|e| format!("connecting to {admin}: {e}"))?;
-                let driver = tokio::spawn(conn);
-                client
-                    .batch_execute(&sql)
-                    .await
-                    .map_err(|e| format!("{sql}: {e}"))?;
-                drop(client);
-                let _ = driver.await;
-                Ok(())
-            })
-        })
-        .join();
-        match made {
-            Ok(Ok(())) => format!("{}/{name}", self.base),
-            Ok(Err(why)) => panic!("making a test database: {why}"),
-            Err(_) => panic!("making a test database: the thread panicked"),
+        if let Err(why) = run_sql(self.admin_url(), format!("CREATE DATABASE {name}")) {
+            panic!("making a test database: {why}");
         }
+        if let Ok(mut made) = self.made.lock() {
+            made.push(name.clone());
+        }
+        format!("{}/{name}", self.base)
     }
+}
+
+/// Runs `sql` on the database at `url`, on a thread and runtime of its own: the caller may be
+/// inside an async runtime or not.
+fn run_sql(url: String, sql: String) -> Result<(), String> {
+    let ran = std::thread::spawn(move || -> Result<(), String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async move {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| format!("connecting to {url}: {e}"))?;
+            let driver = tokio::spawn(conn);
+            client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| format!("{sql}: {e}"))?;
+            drop(client);
+            let _ = driver.await;
+            Ok(())
+        })
+    })
+    .join();
+    ran.unwrap_or_else(|_| Err("the thread panicked".to_owned()))
 }
 
 impl TestPg {
@@ -154,6 +164,16 @@ impl TestPg {
 
 impl Drop for TestPg {
     fn drop(&mut self) {
+        if self.cluster.is_none() {
+            let made = self.made.get_mut().map(std::mem::take).unwrap_or_default();
+            for name in made {
+                // `FORCE`: a log a test leaked may still be connected.
+                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                if let Err(why) = run_sql(self.admin_url(), sql) {
+                    eprintln!("dropping the test database {name}: {why}");
+                }
+            }
+        }
         if let Some(cluster) = self.cluster.take() {
             let data = cluster.dir.join("data");
             let _ = cluster
@@ -240,6 +260,7 @@ fn start_cluster() -> Result<TestPg, String> {
     let mut pg = TestPg {
         base: String::new(),
         cluster: None,
+        made: Mutex::new(Vec::new()),
     };
     let data = cluster.dir.join("data");
     run(cluster.command("initdb").arg("-D").arg(&data).args([
