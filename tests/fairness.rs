@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use mull::core::UIMessage;
 use mull::engine::{OutcomeStatus, TurnOptions};
-use support::chatty::chatty;
+use support::scripted::chatty;
 use support::test_log::TestLog;
 
 const DELTAS: usize = 5_000;

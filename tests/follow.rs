@@ -11,7 +11,7 @@ use mull::engine::{Follow, OutcomeStatus, Session, TurnOptions};
 use mull::store::{RequestFold, RequestPhase, Verdict};
 
 mod support;
-use support::chatty::{chatty, Chatty};
+use support::scripted::{chatty, Chatty};
 use support::test_log::TestLog;
 
 /// Opens the session with a bus that holds only `capacity` events per reader.

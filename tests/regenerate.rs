@@ -3,44 +3,16 @@
 //! them, and a new turn answers what remains. Also the streaming form of client tool results,
 //! whose continuation's request id is known before the turn starts.
 
-use std::sync::Arc;
-
 use futures::StreamExt;
-use mull::core::{EntryPath, Event, LanguageModel, Role, ToolSpec, UIMessage};
-use mull::engine::{Agent, ClientToolOutcome, EngineError, OutcomeStatus, ToolSet, TurnOptions};
+use mull::core::{EntryPath, Event, Role, UIMessage};
+use mull::engine::{ClientToolOutcome, EngineError, OutcomeStatus, TurnOptions};
 use mull::providers::scripted::ScriptedModel;
 use mull::store::LogReader;
 use serde_json::json;
 
 mod support;
+use support::scripted::Asker;
 use support::test_log::TestLog;
-
-struct Scripted {
-    model: ScriptedModel,
-}
-
-#[async_trait::async_trait]
-impl Agent for Scripted {
-    fn name(&self) -> &str {
-        "scripted"
-    }
-    fn model(&self) -> Arc<dyn LanguageModel> {
-        Arc::new(self.model.clone())
-    }
-    fn tools(&self) -> ToolSet {
-        ToolSet::new().with_client(ToolSpec {
-            name: "ask".to_owned(),
-            description: "Asks the user".to_owned(),
-            input_schema: json!({"type": "object", "properties": {}}).into(),
-        })
-    }
-}
-
-fn agent(model: &ScriptedModel) -> Arc<Scripted> {
-    Arc::new(Scripted {
-        model: model.clone(),
-    })
-}
 
 fn ids(messages: &[UIMessage]) -> Vec<String> {
     messages.iter().map(|m| m.id.clone()).collect()
@@ -61,7 +33,7 @@ async fn regenerating_the_last_answer_retracts_it_and_answers_again() {
         .step(|s| s.text("Second answer."))
         .build();
     let env = TestLog::new();
-    let session = env.open(&agent(&model)).await;
+    let session = env.open(&Asker::new(&model)).await;
     ask(&session, "u1", "hi").await;
     let first = session.read_state(|s| s.messages[1].id.clone());
 
@@ -119,7 +91,7 @@ async fn regenerating_an_earlier_answer_retracts_everything_after_it() {
         .step(|s| s.text("A1 again"))
         .build();
     let env = TestLog::new();
-    let session = env.open(&agent(&model)).await;
+    let session = env.open(&Asker::new(&model)).await;
     ask(&session, "u1", "one").await;
     ask(&session, "u2", "two").await;
     let before = ids(&session.state().messages);
@@ -155,7 +127,7 @@ async fn regenerating_from_a_user_message_keeps_it_and_drops_what_follows() {
         .step(|s| s.text("A1 again"))
         .build();
     let env = TestLog::new();
-    let session = env.open(&agent(&model)).await;
+    let session = env.open(&Asker::new(&model)).await;
     ask(&session, "u1", "one").await;
     session
         .regenerate(Some("u1"), TurnOptions::default())
@@ -173,7 +145,7 @@ async fn regenerating_from_a_user_message_keeps_it_and_drops_what_follows() {
 async fn an_unknown_message_is_refused_and_nothing_is_written() {
     let model = ScriptedModel::builder("m").step(|s| s.text("A1")).build();
     let env = TestLog::new();
-    let session = env.open(&agent(&model)).await;
+    let session = env.open(&Asker::new(&model)).await;
     ask(&session, "u1", "one").await;
     let before = env.events().await.len();
     let refused = session.regenerate(Some("nope"), TurnOptions::default());
@@ -191,7 +163,7 @@ async fn a_retracted_answer_with_a_pending_client_call_is_no_longer_awaited() {
         .step(|s| s.text("Plain answer."))
         .build();
     let env = TestLog::new();
-    let session = env.open(&agent(&model)).await;
+    let session = env.open(&Asker::new(&model)).await;
     ask(&session, "u1", "one").await;
     assert_eq!(session.state().pending_client_calls.len(), 1);
     let mut stream = session.regenerate(None, TurnOptions::default()).unwrap();
@@ -216,7 +188,7 @@ async fn a_streaming_tool_result_names_its_continuation_before_it_starts() {
         .step(|s| s.text("Thanks."))
         .build();
     let env = TestLog::new();
-    let session = env.open(&agent(&model)).await;
+    let session = env.open(&Asker::new(&model)).await;
     ask(&session, "u1", "one").await;
     let stream = session
         .add_tool_result_streaming("call_1", ClientToolOutcome::Output(json!("yes")))

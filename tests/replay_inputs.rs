@@ -9,40 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mull::core::{EntryPath, Envelope, Event, LanguageModel, StreamPart, ToolSpec, UIMessage};
+use mull::core::{EntryPath, Envelope, Event, StreamPart, UIMessage};
 use mull::engine::replay::{Recording, ReplayError};
-use mull::engine::{
-    Agent, ClientToolOutcome, OutcomeStatus, Session, SubmitOptions, ToolSet, TurnOptions,
-};
+use mull::engine::{ClientToolOutcome, OutcomeStatus, Session, SubmitOptions, TurnOptions};
 use mull::providers::scripted::ScriptedModel;
 use mull::store::{import_jsonl, Log, LogReader};
 use serde_json::json;
 
 mod support;
 use support::replay::{recording_of, reexecute_ok, try_reexecute};
+use support::scripted::Asker;
 use support::test_log::TestLog;
-
-/// An agent with one client tool, answering from a script.
-struct Asker {
-    model: ScriptedModel,
-}
-
-#[async_trait::async_trait]
-impl Agent for Asker {
-    fn name(&self) -> &str {
-        "asker"
-    }
-    fn model(&self) -> Arc<dyn LanguageModel> {
-        Arc::new(self.model.clone())
-    }
-    fn tools(&self) -> ToolSet {
-        ToolSet::new().with_client(ToolSpec {
-            name: "ask".to_owned(),
-            description: "Asks the user".to_owned(),
-            input_schema: json!({"type": "object", "properties": {}}).into(),
-        })
-    }
-}
 
 fn user(id: &str, text: &str) -> Vec<UIMessage> {
     vec![UIMessage::user(id, text)]
@@ -93,7 +70,7 @@ async fn every_entry_path() -> (TestLog, Arc<Asker>) {
         .step(hanging)
         .step(hanging)
         .build();
-    let agent = Arc::new(Asker { model });
+    let agent = Asker::new(&model);
     let env = TestLog::new();
     let session: Session = env.open(&agent).await;
     let out = session

@@ -1,7 +1,7 @@
 //! What the root test files share: a log in a temporary folder with one deterministic session
 //! on it ([`test_log`]), a one-line-per-event trace for snapshots ([`trace`]), a hook-call
 //! recorder ([`hook_calls`]), readers that pick events of one kind out of a log ([`events`]),
-//! an agent that only talks ([`chatty`]), an agent held to a spend cap ([`budgets`]), an agent whose chosen hook panics or hangs on
+//! agents answering from a script ([`scripted`]), an agent held to a spend cap ([`budgets`]), an agent whose chosen hook panics or hangs on
 //! the first turn ([`faults`]), a log that notes the gates a session waits at ([`gates`]), a
 //! parent agent asking a research sub-agent ([`subagents`]), the tools test agents share
 //! ([`tools`]), and re-execution of a recorded session ([`replay`]).
@@ -11,13 +11,13 @@
 #![allow(dead_code)]
 
 pub mod budgets;
-pub mod chatty;
 pub mod demo_runs;
 pub mod events;
 pub mod faults;
 pub mod gates;
 pub mod hook_calls;
 pub mod replay;
+pub mod scripted;
 pub mod subagents;
 pub mod test_log;
 pub mod tools;
