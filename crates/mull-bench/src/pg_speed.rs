@@ -32,10 +32,10 @@ pub struct PgSpeedArgs {
     /// Which shapes to run, comma-separated.
     #[arg(long, default_value = "a,b,c", value_delimiter = ',')]
     pub scenarios: Vec<String>,
-    /// Sessions running (c) turns at once in the group-commit run.
+    /// Clients running (c) turns at once in the group-commit run (each turn its own session).
     #[arg(long, default_value_t = 100)]
     pub sessions: usize,
-    /// (c) turns each of those sessions runs (and the single session runs, in a row).
+    /// (c) turns each of those clients runs in a row (and the one client run alone).
     #[arg(long, default_value_t = 10)]
     pub turns_per_session: usize,
     /// Print JSON lines instead of a table.
@@ -220,7 +220,8 @@ async fn floor(url: &str, turns: usize) -> anyhow::Result<f64> {
     Ok(start.elapsed().as_secs_f64() / turns.max(1) as f64)
 }
 
-/// (c) turns: one session's in a row, then `sessions` sessions' at once on one node.
+/// (c) turns — each its own session, as in (c) — one after another, then `sessions` clients'
+/// at once on one node (so that many sessions are open at any moment).
 async fn group_commit(
     pg: &TestPg,
     args: &PgSpeedArgs,
@@ -269,7 +270,8 @@ async fn group_commit(
             "group_commit_1_session",
             one,
             format!(
-                "{} (c) turns of one session in a row, one node; {settings}",
+                "{} (c) turns one after another (each its own session, as in (c)), one node; \
+                 {settings}",
                 args.turns_per_session
             ),
         ),
@@ -277,8 +279,8 @@ async fn group_commit(
             &format!("group_commit_{}_sessions", args.sessions),
             many,
             format!(
-                "{} sessions x {} (c) turns at once, one node; {:.1}x one session; {:.1} turns \
-                 per commit; this process's CPU {:.2} ms per turn ({:.2} of the machine's cores \
+                "{} clients x {} (c) turns at once (each turn its own session), one node; \
+                 {:.1}x one at a time; {:.1} turns per commit; this process's CPU {:.2} ms per turn ({:.2} of the machine's cores \
                  busy with it); {settings}",
                 args.sessions,
                 args.turns_per_session,
