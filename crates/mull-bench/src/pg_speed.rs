@@ -4,9 +4,10 @@
 //! Starts a throwaway PostgreSQL (the tests' harness; `MULL_TEST_PG` to use a running server)
 //! and measures, in this process:
 //! - the turn shapes (a), (b), (c) per text chunk on SQLite and on PostgreSQL;
-//! - the physical floor of (c): one bare round trip that inserts the rows a (c) turn logged
-//!   (read back from the run just made) into `mull_events` and commits, timed per turn on the
-//!   same cluster, and shown per chunk beside (c);
+//! - each shape's physical floor, timed on the same cluster and shown per chunk beside it: the
+//!   rows the shape's first turn logged (read back from the run just made) inserted into
+//!   `mull_events` again by bare statements that commit — for (c), one round trip per turn; for
+//!   the long turns of (a) and (b), the writer's batches one after another on one connection;
 //! - group commit: (c) turns of 100 sessions at once on one node against one session's turns
 //!   one after another, in turns/s.
 //!
@@ -163,28 +164,60 @@ async fn shape_rows(
             },
         });
     }
-    if shape.name == "c" {
-        let per_turn = floor(&url, shape.text_chunks() / shape.chunks_per_turn()).await?;
-        out.push(Measurement {
-            bench: "pg",
-            metric: "turn_c_floor".into(),
-            value: per_turn * 1e6 / shape.chunks_per_turn() as f64,
-            unit: "us/chunk",
-            goal: None,
-            met: None,
+    let turns = shape.text_chunks() / shape.chunks_per_turn();
+    let floor = if turns > 1 {
+        // Many short turns: each turn's rows in one statement, as a turn's gate commits them.
+        let per_turn = floor(&url, usize::MAX, turns).await?;
+        Floor {
+            per_chunk: per_turn / shape.chunks_per_turn() as f64,
             note: format!(
-                "one bare round trip per turn inserting a (c) turn's rows and committing ({:.0} \
-                 us per turn); {settings}",
+                "one bare round trip per turn inserting a ({}) turn's rows and committing ({:.0} \
+                 us per turn)",
+                shape.name,
                 per_turn * 1e6
             ),
-        });
-    }
+        }
+    } else {
+        // One long turn: its rows in the writer's batches, one statement after another on one
+        // connection — what the server needs to take them in, with no engine before it.
+        let batch = PgOptions::new("bench").batch_max_events;
+        let per_turn = floor(&url, batch, FLOOR_REPEATS).await?;
+        Floor {
+            per_chunk: per_turn / shape.text_chunks() as f64,
+            note: format!(
+                "the ({}) turn's rows inserted again in batches of {batch}, one bare statement \
+                 after another on one connection ({:.1} ms per turn)",
+                shape.name,
+                per_turn * 1e3
+            ),
+        }
+    };
+    out.push(Measurement {
+        bench: "pg",
+        metric: format!("turn_{}_floor", shape.name),
+        value: floor.per_chunk * 1e6,
+        unit: "us/chunk",
+        goal: None,
+        met: None,
+        note: format!("{}; {settings}", floor.note),
+    });
     Ok(out)
 }
 
-/// Seconds per turn of the physical floor: the rows the run's first (c) turn logged, inserted
-/// `turns` times (under a fresh session id each time) by one statement that commits.
-async fn floor(url: &str, turns: usize) -> anyhow::Result<f64> {
+/// How often a long turn's floor is measured (and averaged).
+const FLOOR_REPEATS: usize = 3;
+
+/// A shape's physical floor on the cluster, per text chunk, and how it was measured.
+struct Floor {
+    per_chunk: f64,
+    note: String,
+}
+
+/// Seconds per repeat of the physical floor: the rows the run's first turn logged, inserted
+/// `repeats` times (under a fresh session id each time) by bare statements of at most `batch`
+/// rows that commit, one after another on one connection. The rows are unnested in the select
+/// list, as the writer does.
+async fn floor(url: &str, batch: usize, repeats: usize) -> anyhow::Result<f64> {
     let client = connect(url).await?;
     let rows = client
         .query(
@@ -193,31 +226,39 @@ async fn floor(url: &str, turns: usize) -> anyhow::Result<f64> {
             &[],
         )
         .await?;
-    anyhow::ensure!(!rows.is_empty(), "the (c) run logged no turn to copy");
-    let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-    let turn_ids: Vec<Option<String>> = rows.iter().map(|r| r.get(1)).collect();
-    let ats: Vec<i64> = rows.iter().map(|r| r.get(2)).collect();
-    let vs: Vec<i16> = rows.iter().map(|r| r.get(3)).collect();
-    let kinds: Vec<String> = rows.iter().map(|r| r.get(4)).collect();
-    let payloads: Vec<String> = rows.iter().map(|r| r.get(5)).collect();
-    let epochs: Vec<i64> = rows.iter().map(|r| r.get(6)).collect();
+    anyhow::ensure!(!rows.is_empty(), "the run logged no turn to copy");
     let insert = client
         .prepare(
             "INSERT INTO mull_events (session_id, seq, turn_id, at, v, kind, payload, epoch)
-             SELECT $1, u.seq, u.turn_id, u.at, u.v, u.kind, u.payload, u.epoch
-             FROM unnest($2::int8[], $3::text[], $4::int8[], $5::int2[], $6::text[], $7::text[],
-                         $8::int8[]) AS u(seq, turn_id, at, v, kind, payload, epoch)",
+             SELECT $1, unnest($2::int8[]), unnest($3::text[]), unnest($4::int8[]),
+                    unnest($5::int2[]), unnest($6::text[]), unnest($7::text[]), unnest($8::int8[])",
         )
         .await?;
+    // The statements' parameters, made before the clock starts.
+    let batches: Vec<_> = rows
+        .chunks(batch.max(1))
+        .map(|rows| {
+            (
+                rows.iter().map(|r| r.get(0)).collect::<Vec<i64>>(),
+                rows.iter().map(|r| r.get(1)).collect::<Vec<Option<String>>>(),
+                rows.iter().map(|r| r.get(2)).collect::<Vec<i64>>(),
+                rows.iter().map(|r| r.get(3)).collect::<Vec<i16>>(),
+                rows.iter().map(|r| r.get(4)).collect::<Vec<String>>(),
+                rows.iter().map(|r| r.get(5)).collect::<Vec<String>>(),
+                rows.iter().map(|r| r.get(6)).collect::<Vec<i64>>(),
+            )
+        })
+        .collect();
     let start = Instant::now();
-    for turn in 0..turns.max(1) {
-        let session = format!("floor_{turn}");
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &session, &seqs, &turn_ids, &ats, &vs, &kinds, &payloads, &epochs,
-        ];
-        client.execute(&insert, &params).await?;
+    for repeat in 0..repeats.max(1) {
+        let session = format!("floor_{repeat}");
+        for (seqs, turn_ids, ats, vs, kinds, payloads, epochs) in &batches {
+            let params: [&(dyn ToSql + Sync); 8] =
+                [&session, seqs, turn_ids, ats, vs, kinds, payloads, epochs];
+            client.execute(&insert, &params).await?;
+        }
     }
-    Ok(start.elapsed().as_secs_f64() / turns.max(1) as f64)
+    Ok(start.elapsed().as_secs_f64() / repeats.max(1) as f64)
 }
 
 /// (c) turns — each its own session, as in (c) — one after another, then `sessions` clients'
