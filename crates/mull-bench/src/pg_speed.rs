@@ -240,7 +240,9 @@ async fn floor(url: &str, batch: usize, repeats: usize) -> anyhow::Result<f64> {
         .map(|rows| {
             (
                 rows.iter().map(|r| r.get(0)).collect::<Vec<i64>>(),
-                rows.iter().map(|r| r.get(1)).collect::<Vec<Option<String>>>(),
+                rows.iter()
+                    .map(|r| r.get(1))
+                    .collect::<Vec<Option<String>>>(),
                 rows.iter().map(|r| r.get(2)).collect::<Vec<i64>>(),
                 rows.iter().map(|r| r.get(3)).collect::<Vec<i16>>(),
                 rows.iter().map(|r| r.get(4)).collect::<Vec<String>>(),
