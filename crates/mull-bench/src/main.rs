@@ -9,6 +9,7 @@ mod nodes;
 mod otlp;
 mod pg_speed;
 mod report;
+mod runtime;
 mod timetravel;
 mod turns;
 

@@ -101,7 +101,13 @@ pub fn run(args: &OtlpArgs) -> anyhow::Result<()> {
         for shape in &shapes {
             for otlp in [None, Some(sink.url.as_str())] {
                 let before = sink.bytes.load(Ordering::Relaxed);
-                let row = run_cell(shape, rep, otlp, mull_store::Durability::Process)?;
+                let row = run_cell(
+                    shape,
+                    rep,
+                    otlp,
+                    mull_store::Durability::Process,
+                    crate::runtime::RuntimeKind::CurrentThread,
+                )?;
                 let sent = sink.bytes.load(Ordering::Relaxed) - before;
                 ensure!(
                     otlp.is_none() || sent > 0,

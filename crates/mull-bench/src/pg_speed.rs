@@ -11,7 +11,9 @@
 //! - group commit: (c) turns of 100 sessions at once on one node against one session's turns
 //!   one after another, in turns/s.
 //!
-//! Every PostgreSQL row states the cluster's `fsync` and `synchronous_commit`; the load
+//! Everything runs on one runtime, the turn bench's single thread unless `--runtime
+//! multi-thread` asks for a worker per core. Every PostgreSQL row states the cluster's `fsync`
+//! and `synchronous_commit` and the runtime; the load
 //! average before and after the run is printed too, since the machine may be shared.
 
 use std::sync::atomic::AtomicU64;
@@ -25,10 +27,11 @@ use mull_store_pg::{PgLog, PgOptions};
 use tokio_postgres::types::ToSql;
 
 use crate::report::{print, Measurement};
+use crate::runtime::{run_as_task, RuntimeKind};
 use crate::turns::{process_cpu_ms, run_shape_as, Shape, SHAPES};
 
 /// Arguments of the PostgreSQL speed bench.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct PgSpeedArgs {
     /// Which shapes to run, comma-separated.
     #[arg(long, default_value = "a,b,c", value_delimiter = ',')]
@@ -42,6 +45,9 @@ pub struct PgSpeedArgs {
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The runtime the turns and the floors run on (the turn bench's own by default).
+    #[arg(long, value_enum, default_value_t)]
+    runtime: RuntimeKind,
 }
 
 /// Runs the bench and prints the table.
@@ -50,20 +56,23 @@ pub fn run(args: &PgSpeedArgs) -> anyhow::Result<()> {
         anyhow::bail!("no PostgreSQL: see the printed reason, or set MULL_TEST_PG");
     };
     let load_before = load_average();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting a runtime")?;
+    let runtime = args.runtime.build()?;
     let dir = tempfile::tempdir().context("creating a scratch folder")?;
-    let mut results = Vec::new();
-    runtime.block_on(async {
-        let settings = cluster_settings(&pg.database()).await?;
+    let (pg, folder, task_args) = (Arc::new(pg), dir.path().to_owned(), args.clone());
+    let results = run_as_task(&runtime, async move {
+        let args = task_args;
+        let mut results = Vec::new();
+        let settings = format!(
+            "{}; {} runtime",
+            cluster_settings(&pg.database()).await?,
+            args.runtime.label()
+        );
         for name in &args.scenarios {
             let shape = Shape::named(name)?;
-            results.extend(shape_rows(&pg, dir.path(), shape, &settings).await?);
+            results.extend(shape_rows(&pg, &folder, shape, &settings, args.runtime).await?);
         }
-        results.extend(group_commit(&pg, args, &settings).await?);
-        anyhow::Ok(())
+        results.extend(group_commit(&pg, &args, &settings).await?);
+        Ok(results)
     })?;
     print(&results, args.json)?;
     println!(
@@ -110,6 +119,7 @@ async fn shape_rows(
     dir: &std::path::Path,
     shape: Shape,
     settings: &str,
+    runtime: RuntimeKind,
 ) -> anyhow::Result<Vec<Measurement>> {
     let mut out = Vec::new();
     let url = pg.database();
@@ -160,7 +170,12 @@ async fn shape_rows(
                     shape.name,
                     shape.describe()
                 ),
-                _ => format!("shape ({}) {}", shape.name, shape.describe()),
+                _ => format!(
+                    "shape ({}) {}; {} runtime",
+                    shape.name,
+                    shape.describe(),
+                    runtime.label()
+                ),
             },
         });
     }

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::report::{print, Measurement};
+use crate::runtime::{run_as_task, RuntimeKind};
 
 /// Options of `mull-bench turns`.
 #[derive(Args)]
@@ -48,6 +49,9 @@ pub struct TurnsArgs {
     /// What the log's gates wait for: `process` (the default) or `power` (fsync per gate).
     #[arg(long, default_value = "process")]
     durability: Durability,
+    /// The runtime each cell runs its turns on.
+    #[arg(long, value_enum, default_value_t)]
+    runtime: RuntimeKind,
 }
 
 /// Options of one measured run, in its own process.
@@ -61,6 +65,9 @@ pub struct CellArgs {
     /// The log's durability (see `turns --durability`).
     #[arg(long, default_value = "process")]
     pub(crate) durability: Durability,
+    /// The runtime the turns run on (see `turns --runtime`).
+    #[arg(long, value_enum, default_value_t)]
+    pub(crate) runtime: RuntimeKind,
 }
 
 /// A turn shape.
@@ -331,10 +338,7 @@ pub fn cell(args: &CellArgs) -> anyhow::Result<()> {
     let shape = Shape::named(&args.scenario)?;
     let dir = tempfile::tempdir().context("creating a scratch folder")?;
     let path = dir.path().join("turns.db");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = args.runtime.build()?;
     let log = Log::open_with(
         &path,
         LogOptions {
@@ -351,7 +355,11 @@ pub fn cell(args: &CellArgs) -> anyhow::Result<()> {
         ))?),
         None => None,
     };
-    // The runtime is single-threaded, so a thread-local subscriber sees every engine span.
+    // A thread-local subscriber sees every engine span only on a single-threaded runtime.
+    anyhow::ensure!(
+        live.is_none() || args.runtime == RuntimeKind::CurrentThread,
+        "--otlp needs --runtime current-thread"
+    );
     let subscriber = live.as_ref().map(|live| {
         use tracing_subscriber::layer::SubscriberExt;
         tracing::subscriber::set_default(tracing_subscriber::registry().with(live.layer()))
@@ -360,8 +368,10 @@ pub fn cell(args: &CellArgs) -> anyhow::Result<()> {
     let cpu_start = process_cpu_ms();
     let start = Instant::now();
     let shared: Arc<dyn EventLog> = Arc::new(log.clone());
-    runtime.block_on(run_shape(&shared, &shape, &on_chunk_calls, &text_chunks))?;
-    drop(shared);
+    let (calls, texts) = (Arc::clone(&on_chunk_calls), Arc::clone(&text_chunks));
+    run_as_task(&runtime, async move {
+        run_shape(&shared, &shape, &calls, &texts).await
+    })?;
     let wall = start.elapsed();
     let cpu_ms = process_cpu_ms() - cpu_start;
     drop(subscriber);
@@ -445,6 +455,7 @@ pub(crate) fn run_cell(
     rep: usize,
     otlp: Option<&str>,
     durability: Durability,
+    runtime: RuntimeKind,
 ) -> anyhow::Result<CellResult> {
     let exe = std::env::current_exe().context("locating the bench binary")?;
     let before = cpu_jiffies();
@@ -456,6 +467,7 @@ pub(crate) fn run_cell(
     if durability == Durability::Power {
         command.args(["--durability", "power"]);
     }
+    command.args(["--runtime", runtime.label()]);
     let output = command.output().context("running a turns cell")?;
     let after = cpu_jiffies();
     if !output.status.success() {
@@ -519,7 +531,7 @@ pub fn run(args: &TurnsArgs) -> anyhow::Result<()> {
     let mut rows: Vec<CellResult> = Vec::new();
     for rep in 0..args.reps {
         for shape in &shapes {
-            let row = run_cell(shape, rep, None, args.durability)?;
+            let row = run_cell(shape, rep, None, args.durability, args.runtime)?;
             if !args.json {
                 eprintln!(
                     "rep {rep} {}: {:.1} ms, {:.2} us/chunk, {:.1} MiB, foreign busy {:.0}%",
@@ -547,9 +559,10 @@ pub fn run(args: &TurnsArgs) -> anyhow::Result<()> {
         let wall_ms = pick(|r| r.wall_ms);
         let events = cells.first().map_or(0, |r| r.events_logged);
         let context = format!(
-            "{}; {} events logged; median of {}, load1 {:.1}, foreign busy {:.0}%",
+            "{}; {} events logged; {} runtime; median of {}, load1 {:.1}, foreign busy {:.0}%",
             shape.describe(),
             events,
+            args.runtime.label(),
             cells.len(),
             pick(|r| r.load1_at_start),
             pick(|r| r.foreign_busy_pct)
