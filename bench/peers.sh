@@ -3,12 +3,15 @@
 # (`streamText`, without logging and with one SQLite insert per chunk) and Cloudflare's Think (a
 # Think subclass in a local workerd under `wrangler dev`). Prints one table: µs per text chunk,
 # CPU, peak RSS, and mull's time as a share of each peer's. Goals: against the AI SDK without a
-# log at most 1/30 in (a) and (b) and 1/20 in (c); against Think at most 1/10.
+# log at most 1/30 in (a) and (b) and 1/20 in (c); against Think at most 1/10. A second table
+# does the same for mull's log on PostgreSQL (`mull-bench pg-speed`, a throwaway cluster): at
+# most 1/10 of the AI SDK without a log in (a) and (b), each shape beside its physical floor.
 #
 #   bench/peers.sh [REPS]            (default 5)
 #
-# Each rep runs mull a,b,c, then the AI SDK a,b,c × (no log, log every chunk), then Think a,b,c
-# (a new wrangler/workerd per scenario), each after waiting (≤ 30 s) for the machine to settle.
+# Each rep runs mull a,b,c, then mull on PostgreSQL a,b,c, then the AI SDK a,b,c × (no log, log
+# every chunk), then Think a,b,c (a new wrangler/workerd per scenario), each after waiting
+# (≤ 30 s) for the machine to settle.
 #
 # Environment:
 #   PEER_DIR    an installed copy of the peer harness (default /work/peer). Parts missing there
@@ -20,6 +23,8 @@
 #   THINK_PORT  port for Think's wrangler dev on 127.0.0.1 (default: a free one)
 #   QUIET_WAIT  longest wait, in seconds, for a quiet machine before measuring anyway (600)
 #   OUT         where raw rows and the table go (default a new scratch folder)
+#   PEERS_PG    0 leaves PostgreSQL out (default 1: its binaries must be installed, as
+#               `.ci/run` installs them; MULL_TEST_PG points the run at a server instead)
 #
 # Every process the run starts carries MULL_PEERS_RUN=<tag> in its environment; on exit, failure
 # or interrupt, whatever still carries the tag (wrangler, workerd, esbuild, node) is stopped.
@@ -31,6 +36,7 @@ PEER_SRC=${PEER_SRC:-$ROOT/../shared/peer-bench}
 PEER_DIR=${PEER_DIR:-/work/peer}
 QUIET_WAIT=${QUIET_WAIT:-600}
 OUT=${OUT:-$(mktemp -d)}
+PEERS_PG=${PEERS_PG:-1}
 mkdir -p "$OUT"
 
 # --- cleanup: stop everything this run started -------------------------------------------------
@@ -140,10 +146,16 @@ settle() {
 
 THINK_DIR=$PEER_DIR/think
 : > "$OUT/think.jsonl"
+: > "$OUT/mull-pg.jsonl"
 for rep in $(seq 1 "$REPS"); do
   settle
   echo "rep $rep/$REPS: mull" >&2
   run_in "$ROOT" "$BENCH" turns --reps 1 --json --raw "$OUT/mull.jsonl" > /dev/null
+  if [ "$PEERS_PG" != 0 ]; then
+    settle
+    echo "rep $rep/$REPS: mull on PostgreSQL" >&2
+    run_in "$ROOT" "$BENCH" pg-speed --no-group-commit --json >> "$OUT/mull-pg.jsonl"
+  fi
   settle
   echo "rep $rep/$REPS: AI SDK" >&2
   run_in "$PEER_DIR/aisdk" node run.mjs --reps 1 --modes cold --logs none,chunk \
@@ -185,6 +197,7 @@ const rows = f => {
   return text ? text.split('\n').map(JSON.parse) : [];
 };
 const mull = rows('mull.jsonl');
+const mullPg = rows('mull-pg.jsonl');
 const peer = rows('aisdk.jsonl');
 const thinkAll = rows('think.jsonl');
 const think = thinkAll.filter(r => !r.failed);
@@ -206,7 +219,7 @@ const NO_LOG_GOAL = { a: 1 / 30, b: 1 / 30, c: 1 / 20 };
 const THINK_GOAL = 1 / 10;
 // Think: the DO's own workerd is the bigger of wrangler's two; its VmHWM is the peak RSS.
 const thinkPeak = r => Math.max(...(r.mem?.pids ?? []).map(p => p.hwmMiB));
-console.log(`run started ${started}, ${reps} reps interleaved (mull a,b,c; AI SDK a,b,c × none,chunk; Think a,b,c), ${quiet}`);
+console.log(`run started ${started}, ${reps} reps interleaved (mull a,b,c${mullPg.length ? '; mull on PostgreSQL a,b,c' : ''}; AI SDK a,b,c × none,chunk; Think a,b,c), ${quiet}`);
 console.log(`load1 ${loadStart} at start, ${loadEnd} at end; whole machine ${busyPct}% busy over the run (both cores)`);
 console.log(`mull: release build, every chunk logged (group commit); AI SDK: ai ${aisdkAi}, node ${peer[0]?.node ?? '?'}, cold;`);
 console.log(`Think: ${thinkVersions}, node ${thinkNode}, local workerd, new wrangler per scenario, in-worker time`);
@@ -231,4 +244,26 @@ for (const sc of ['a', 'b', 'c']) {
 }
 console.log('');
 console.log(`medians of ${reps}; goals: ÷ AI SDK no-log ≤ 1/30 (a, b), ≤ 1/20 (c); ÷ Think ≤ 1/10. Think's CPU is not reported by its harness. Raw rows: ${out}/{mull,aisdk,think}.jsonl`);
+if (mullPg.length) {
+  // Each pg-speed row's note ends with the cluster's settings and the runtime.
+  const settings = (mullPg.find(r => r.metric.endsWith('_postgres'))?.note ?? '')
+    .split('; ').filter(p => p.startsWith('fsync') || p.endsWith('runtime')).join('; ');
+  const PG_GOAL = { a: 1 / 10, b: 1 / 10 };
+  console.log('');
+  console.log(`mull on PostgreSQL (throwaway cluster: ${settings}), in the same reps:`);
+  console.log('');
+  console.log('| scenario | mull on PostgreSQL µs/chunk | its floor µs/chunk | mull on SQLite µs/chunk (same process) | AI SDK no-log µs/chunk | PostgreSQL ÷ AI SDK no-log | PostgreSQL ÷ floor |');
+  console.log('|---|---:|---:|---:|---:|---|---:|');
+  for (const sc of ['a', 'b', 'c']) {
+    const of = kind => median(mullPg.filter(r => r.metric === `turn_${sc}_${kind}`).map(r => r.value));
+    const [pu, fu, su] = ['postgres', 'floor', 'sqlite'].map(of);
+    if (!Number.isFinite(pu)) continue;
+    const nu = median(peer.filter(r => r.scenario === sc && r.log === 'none').map(r => r.usPerTextChunk));
+    console.log(`| ${sc} | ${f(pu, 2)} | ${f(fu, 2)} | ${f(su, 2)} | ${f(nu, 2)} | ${share(pu, nu, PG_GOAL[sc])} | ${f(pu / fu, 2)}× |`);
+  }
+  console.log('');
+  console.log(`medians of ${mullPg.filter(r => r.metric === 'turn_a_postgres').length}; goal: ÷ AI SDK no-log ≤ 1/10 (a, b). Raw rows: ${out}/mull-pg.jsonl`);
+} else {
+  console.log('PostgreSQL: not measured in this run (PEERS_PG=0)');
+}
 JS

@@ -45,6 +45,9 @@ pub struct PgSpeedArgs {
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Measure only the shapes and their floors, not group commit (as the peers script does).
+    #[arg(long)]
+    pub no_group_commit: bool,
     /// The runtime the turns and the floors run on (the turn bench's own by default).
     #[arg(long, value_enum, default_value_t)]
     runtime: RuntimeKind,
@@ -71,7 +74,9 @@ pub fn run(args: &PgSpeedArgs) -> anyhow::Result<()> {
             let shape = Shape::named(name)?;
             results.extend(shape_rows(&pg, &folder, shape, &settings, args.runtime).await?);
         }
-        results.extend(group_commit(&pg, &args, &settings).await?);
+        if !args.no_group_commit {
+            results.extend(group_commit(&pg, &args, &settings).await?);
+        }
         Ok(results)
     })?;
     print(&results, args.json)?;
