@@ -252,14 +252,15 @@ if (mullPg.length) {
   console.log('');
   console.log(`mull on PostgreSQL (throwaway cluster: ${settings}), in the same reps:`);
   console.log('');
-  console.log('| scenario | mull on PostgreSQL µs/chunk | its floor µs/chunk | mull on SQLite µs/chunk (same process) | AI SDK no-log µs/chunk | PostgreSQL ÷ AI SDK no-log | PostgreSQL ÷ floor |');
-  console.log('|---|---:|---:|---:|---:|---|---:|');
+  console.log('| scenario | mull on PostgreSQL µs/chunk | its floor µs/chunk | floor with the session taken µs/chunk | mull on SQLite µs/chunk (same process) | AI SDK no-log µs/chunk | PostgreSQL ÷ AI SDK no-log | PostgreSQL ÷ floor | ÷ floor with the session taken |');
+  console.log('|---|---:|---:|---:|---:|---:|---|---:|---:|');
   for (const sc of ['a', 'b', 'c']) {
     const of = kind => median(mullPg.filter(r => r.metric === `turn_${sc}_${kind}`).map(r => r.value));
-    const [pu, fu, su] = ['postgres', 'floor', 'sqlite'].map(of);
+    const [pu, fu, ou, su] = ['postgres', 'floor', 'floor_with_open', 'sqlite'].map(of);
     if (!Number.isFinite(pu)) continue;
     const nu = median(peer.filter(r => r.scenario === sc && r.log === 'none').map(r => r.usPerTextChunk));
-    console.log(`| ${sc} | ${f(pu, 2)} | ${f(fu, 2)} | ${f(su, 2)} | ${f(nu, 2)} | ${share(pu, nu, PG_GOAL[sc])} | ${f(pu / fu, 2)}× |`);
+    const withOpen = Number.isFinite(ou) ? `${f(pu / ou, 2)}×` : '—';
+    console.log(`| ${sc} | ${f(pu, 2)} | ${f(fu, 2)} | ${f(ou, 2)} | ${f(su, 2)} | ${f(nu, 2)} | ${share(pu, nu, PG_GOAL[sc])} | ${f(pu / fu, 2)}× | ${withOpen} |`);
   }
   console.log('');
   console.log(`medians of ${mullPg.filter(r => r.metric === 'turn_a_postgres').length}; goal: ÷ AI SDK no-log ≤ 1/10 (a, b). Raw rows: ${out}/mull-pg.jsonl`);

@@ -8,6 +8,8 @@
 //!   rows the shape's first turn logged (read back from the run just made) inserted into
 //!   `mull_events` again by bare statements that commit — for (c), one round trip per turn; for
 //!   the long turns of (a) and (b), the writer's batches one after another on one connection;
+//!   for (c) also with a round trip before each turn that takes its session (a lease row), since
+//!   every (c) turn opens a new session;
 //! - group commit: (c) turns of 100 sessions at once on one node against one session's turns
 //!   one after another, in turns/s.
 //!
@@ -48,6 +50,10 @@ pub struct PgSpeedArgs {
     /// Measure only the shapes and their floors, not group commit (as the peers script does).
     #[arg(long)]
     pub no_group_commit: bool,
+    /// The writer's batch size (`PgOptions::batch_max_events`); the floors of (a) and (b) use
+    /// the same. The log's default unless given.
+    #[arg(long)]
+    batch_max_events: Option<usize>,
     /// The runtime the turns and the floors run on (the turn bench's own by default).
     #[arg(long, value_enum, default_value_t)]
     runtime: RuntimeKind,
@@ -72,7 +78,7 @@ pub fn run(args: &PgSpeedArgs) -> anyhow::Result<()> {
         );
         for name in &args.scenarios {
             let shape = Shape::named(name)?;
-            results.extend(shape_rows(&pg, &folder, shape, &settings, args.runtime).await?);
+            results.extend(shape_rows(&pg, &folder, shape, &settings, &args).await?);
         }
         if !args.no_group_commit {
             results.extend(group_commit(&pg, &args, &settings).await?);
@@ -80,11 +86,17 @@ pub fn run(args: &PgSpeedArgs) -> anyhow::Result<()> {
         Ok(results)
     })?;
     print(&results, args.json)?;
-    println!(
+    let load = format!(
         "load average (1 min) before {load_before}, after {}; the machine may be shared with \
          other work",
         load_average()
     );
+    // JSON lines stay JSON: the note goes to stderr.
+    if args.json {
+        eprintln!("{load}");
+    } else {
+        println!("{load}");
+    }
     Ok(())
 }
 
@@ -94,6 +106,15 @@ fn load_average() -> String {
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The node's options: the log's defaults, with `--batch-max-events` when given.
+fn bench_options(args: &PgSpeedArgs) -> PgOptions {
+    let mut options = PgOptions::new("bench");
+    if let Some(batch) = args.batch_max_events {
+        options.batch_max_events = batch.max(1);
+    }
+    options
 }
 
 /// `fsync=…, synchronous_commit=…` of the cluster behind `url`.
@@ -124,14 +145,15 @@ async fn shape_rows(
     dir: &std::path::Path,
     shape: Shape,
     settings: &str,
-    runtime: RuntimeKind,
+    args: &PgSpeedArgs,
 ) -> anyhow::Result<Vec<Measurement>> {
+    let (runtime, options) = (args.runtime, bench_options(args));
     let mut out = Vec::new();
     let url = pg.database();
     for backend in ["sqlite", "postgres"] {
         let pg_log = match backend {
             "sqlite" => None,
-            _ => Some(PgLog::connect(&url, PgOptions::new("bench")).await?),
+            _ => Some(PgLog::connect(&url, options.clone()).await?),
         };
         let log: Arc<dyn EventLog> = match &pg_log {
             None => Arc::new(Log::open(dir.join(format!("shape-{}.db", shape.name)))?),
@@ -185,9 +207,9 @@ async fn shape_rows(
         });
     }
     let turns = shape.text_chunks() / shape.chunks_per_turn();
-    let floor = if turns > 1 {
+    let bare = if turns > 1 {
         // Many short turns: each turn's rows in one statement, as a turn's gate commits them.
-        let per_turn = floor(&url, usize::MAX, turns).await?;
+        let per_turn = floor(&url, usize::MAX, turns, false).await?;
         Floor {
             per_chunk: per_turn / shape.chunks_per_turn() as f64,
             note: format!(
@@ -200,8 +222,8 @@ async fn shape_rows(
     } else {
         // One long turn: its rows in the writer's batches, one statement after another on one
         // connection — what the server needs to take them in, with no engine before it.
-        let batch = PgOptions::new("bench").batch_max_events;
-        let per_turn = floor(&url, batch, FLOOR_REPEATS).await?;
+        let batch = options.batch_max_events;
+        let per_turn = floor(&url, batch, FLOOR_REPEATS, false).await?;
         Floor {
             per_chunk: per_turn / shape.text_chunks() as f64,
             note: format!(
@@ -215,12 +237,30 @@ async fn shape_rows(
     out.push(Measurement {
         bench: "pg",
         metric: format!("turn_{}_floor", shape.name),
-        value: floor.per_chunk * 1e6,
+        value: bare.per_chunk * 1e6,
         unit: "us/chunk",
         goal: None,
         met: None,
-        note: format!("{}; {settings}", floor.note),
+        note: format!("{}; {settings}", bare.note),
     });
+    if turns > 1 {
+        // Each (c) turn is a new session: the least a node does before the turn can start is
+        // a round trip that takes the session.
+        let per_turn = floor(&url, usize::MAX, turns, true).await?;
+        out.push(Measurement {
+            bench: "pg",
+            metric: format!("turn_{}_floor_with_open", shape.name),
+            value: per_turn * 1e6 / shape.chunks_per_turn() as f64,
+            unit: "us/chunk",
+            goal: None,
+            met: None,
+            note: format!(
+                "two bare round trips per turn: a new session's lease row inserted, then the \
+                 turn's rows ({:.0} us per turn); {settings}",
+                per_turn * 1e6
+            ),
+        });
+    }
     Ok(out)
 }
 
@@ -236,8 +276,9 @@ struct Floor {
 /// Seconds per repeat of the physical floor: the rows the run's first turn logged, inserted
 /// `repeats` times (under a fresh session id each time) by bare statements of at most `batch`
 /// rows that commit, one after another on one connection. The rows are unnested in the select
-/// list, as the writer does.
-async fn floor(url: &str, batch: usize, repeats: usize) -> anyhow::Result<f64> {
+/// list, as the writer does. With `open`, each repeat first inserts its session's lease row, in a
+/// round trip of its own.
+async fn floor(url: &str, batch: usize, repeats: usize, open: bool) -> anyhow::Result<f64> {
     let client = connect(url).await?;
     let rows = client
         .query(
@@ -252,6 +293,12 @@ async fn floor(url: &str, batch: usize, repeats: usize) -> anyhow::Result<f64> {
             "INSERT INTO mull_events (session_id, seq, turn_id, at, v, kind, payload, epoch)
              SELECT $1, unnest($2::int8[]), unnest($3::text[]), unnest($4::int8[]),
                     unnest($5::int2[]), unnest($6::text[]), unnest($7::text[]), unnest($8::int8[])",
+        )
+        .await?;
+    let take = client
+        .prepare(
+            "INSERT INTO mull_leases (session_id, owner, epoch, expires_at)
+             VALUES ($1, 'floor', 1, now() + interval '1 minute')",
         )
         .await?;
     // The statements' parameters, made before the clock starts.
@@ -273,7 +320,10 @@ async fn floor(url: &str, batch: usize, repeats: usize) -> anyhow::Result<f64> {
         .collect();
     let start = Instant::now();
     for repeat in 0..repeats.max(1) {
-        let session = format!("floor_{repeat}");
+        let session = format!("floor_{}{repeat}", if open { "open_" } else { "" });
+        if open {
+            client.execute(&take, &[&session]).await?;
+        }
         for (seqs, turn_ids, ats, vs, kinds, payloads, epochs) in &batches {
             let params: [&(dyn ToSql + Sync); 8] =
                 [&session, seqs, turn_ids, ats, vs, kinds, payloads, epochs];
@@ -292,7 +342,7 @@ async fn group_commit(
 ) -> anyhow::Result<Vec<Measurement>> {
     let shape = SHAPES[2].with_turns(args.turns_per_session);
     let url = pg.database();
-    let pg_log = PgLog::connect(&url, PgOptions::new("bench")).await?;
+    let pg_log = PgLog::connect(&url, bench_options(args)).await?;
     let log: Arc<dyn EventLog> = Arc::new(pg_log.clone());
     let (calls, texts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     // Untimed first: the node's connections prepare their statements and the server's backends
