@@ -20,9 +20,10 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::report::{print, Measurement};
+use crate::runtime::{run_as_task, RuntimeKind};
 
 /// Arguments of the nodes bench.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct NodesArgs {
     /// Chunk events appended (one turn of one session) per backend.
     #[arg(long, default_value_t = 50_000)]
@@ -43,21 +44,21 @@ pub fn run(args: &NodesArgs) -> anyhow::Result<()> {
     let Some(pg) = TestPg::start("the nodes bench") else {
         anyhow::bail!("no PostgreSQL: see the printed reason, or set MULL_TEST_PG");
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting a runtime")?;
+    // Nodes serve on a worker per core, as `mull serve` does; the bench's own work runs as a
+    // task among them.
+    let runtime = RuntimeKind::MultiThread.build()?;
     let dir = tempfile::tempdir().context("creating a scratch folder")?;
-    let mut results = Vec::new();
-    runtime.block_on(async {
-        results.extend(append(&pg, dir.path(), args.append_events).await?);
+    let (pg, folder, args) = (Arc::new(pg), dir.path().to_owned(), args.clone());
+    let results = run_as_task(&runtime, async move {
+        let mut results = Vec::new();
+        results.extend(append(&pg, &folder, args.append_events).await?);
         for nodes in 1..=3 {
             results.push(chats(&pg, nodes, args.chats).await?);
         }
         results.push(resume_latency(&pg).await?);
-        results.extend(shapes(&pg, dir.path()).await?);
+        results.extend(shapes(&pg, &folder).await?);
         results.extend(failover(&pg, args.failover_trials).await?);
-        anyhow::Ok(())
+        Ok(results)
     })?;
     print(&results, args.json)
 }
