@@ -247,7 +247,7 @@ console.log(`medians of ${reps}; goals: ÷ AI SDK no-log ≤ 1/30 (a, b), ≤ 1/
 if (mullPg.length) {
   // Each pg-speed row's note ends with the cluster's settings and the runtime.
   const settings = (mullPg.find(r => r.metric.endsWith('_postgres'))?.note ?? '')
-    .split('; ').filter(p => p.startsWith('fsync') || p.endsWith('runtime')).join('; ');
+    .split('; ').filter(p => p.startsWith('fsync') || p.endsWith('runtime') || p.startsWith('batches')).join('; ');
   const PG_GOAL = { a: 1 / 10, b: 1 / 10 };
   console.log('');
   console.log(`mull on PostgreSQL (throwaway cluster: ${settings}), in the same reps:`);

@@ -15,7 +15,7 @@
 //!
 //! Everything runs on one runtime, the turn bench's single thread unless `--runtime
 //! multi-thread` asks for a worker per core. Every PostgreSQL row states the cluster's `fsync`
-//! and `synchronous_commit` and the runtime; the load
+//! and `synchronous_commit`, the runtime and the writer's batch size; the load
 //! average before and after the run is printed too, since the machine may be shared.
 
 use std::sync::atomic::AtomicU64;
@@ -72,9 +72,10 @@ pub fn run(args: &PgSpeedArgs) -> anyhow::Result<()> {
         let args = task_args;
         let mut results = Vec::new();
         let settings = format!(
-            "{}; {} runtime",
+            "{}; {} runtime; batches of up to {} rows",
             cluster_settings(&pg.database()).await?,
-            args.runtime.label()
+            args.runtime.label(),
+            bench_options(&args).batch_max_events
         );
         for name in &args.scenarios {
             let shape = Shape::named(name)?;
